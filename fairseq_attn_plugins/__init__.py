@@ -1,0 +1,15 @@
+"""fairseq_attn_plugins: improved self-attention for fairseq machine translation.
+
+Load with ``fairseq-train --user-dir fairseq_attn_plugins`` (or ``pip install``
+the package and point ``--user-dir`` at its folder). Importing it registers the
+``transformer_attn`` model, its architectures, and makes fairseq checkpoints
+loadable under torch >= 2.6 without disabling ``weights_only``.
+"""
+
+from . import checkpoint_safety
+
+checkpoint_safety.install()
+
+from . import attention, models  # noqa: E402,F401
+
+__version__ = "0.1.0"

@@ -1,0 +1,31 @@
+"""Attention core and its composable pieces."""
+
+from . import csan  # noqa: F401  (registers csan1d, csan2d)
+from .core import BACKENDS, PluginSelfAttention
+from .piece import (
+    PIECES,
+    AttentionContext,
+    AttentionPiece,
+    AttentionSite,
+    PieceConfigError,
+    parse_layer_spec,
+    register_piece,
+)
+from .config import add_attention_args, attention_defaults, build_pieces, selected_pieces, validate_attention_args
+
+__all__ = [
+    "BACKENDS",
+    "PIECES",
+    "AttentionContext",
+    "AttentionPiece",
+    "AttentionSite",
+    "PieceConfigError",
+    "PluginSelfAttention",
+    "add_attention_args",
+    "attention_defaults",
+    "build_pieces",
+    "parse_layer_spec",
+    "register_piece",
+    "selected_pieces",
+    "validate_attention_args",
+]

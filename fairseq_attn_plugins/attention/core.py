@@ -1,0 +1,238 @@
+"""The one multi-head self-attention core that every variant plugs into.
+
+``PluginSelfAttention`` subclasses fairseq's ``MultiheadAttention`` so that its
+parameters (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), their
+initialisation and the incremental-decoding cache layout are exactly fairseq's:
+a stock ``transformer`` state dict loads into it unchanged. It computes::
+
+    softmax(scale * q k^T + biases, masked) @ v  (+ value-side terms)
+
+with the pieces (see :mod:`.piece`) filling the hooks. Two backends:
+
+* fused: ``torch.nn.functional.scaled_dot_product_attention`` with a boolean
+  or additive mask (flash / memory-efficient kernels where available);
+* explicit: the probability matrix is materialised (needed by pieces that
+  transform it, and whenever attention weights are requested).
+
+``backend="auto"`` picks the fused path whenever every active piece allows it
+and no weights are requested. Shapes follow fairseq: input ``(T, B, C)``,
+``key_padding_mask`` ``(B, S)`` with True = pad.
+
+A query whose keys are all masked by a piece (e.g. a CSAN window lying in
+padding) outputs zeros, never NaN.
+"""
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules.multihead_attention import MultiheadAttention
+from torch import Tensor, nn
+
+from .piece import AttentionContext, AttentionPiece, AttentionSite
+
+BACKENDS = ("auto", "fused", "explicit")
+
+
+class PluginSelfAttention(MultiheadAttention):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        site: AttentionSite,
+        pieces: List[AttentionPiece] = (),
+        dropout: float = 0.0,
+        backend: str = "auto",
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+    ):
+        super().__init__(
+            embed_dim,
+            num_heads,
+            dropout=dropout,
+            self_attention=True,
+            q_noise=q_noise,
+            qn_block_size=qn_block_size,
+        )
+        if backend not in BACKENDS:
+            raise ValueError(f"--attn-backend must be one of {BACKENDS} (got {backend!r})")
+        self.site = site
+        self.layer_idx = site.layer_idx
+        self.backend = backend
+        self.pieces = nn.ModuleList(pieces)
+        expanders = [p for p in pieces if p.expands_kv]
+        if len(expanders) > 1:
+            raise ValueError(
+                f"at most one piece may widen the key axis, got {[p.name for p in expanders]}"
+            )
+        self._expander = expanders[0] if expanders else None
+        self.fused_ok = all(p.fused_ok for p in pieces)
+
+    def extra_repr(self) -> str:
+        names = ",".join(p.name for p in self.pieces) or "none"
+        return f"{self.site.side} layer {self.layer_idx}, pieces={names}, backend={self.backend}"
+
+    def uses_fused_path(self, need_weights: bool = False) -> bool:
+        if self.backend == "explicit" or need_weights:
+            return False
+        if not self.fused_ok:
+            if self.backend == "fused":
+                names = [p.name for p in self.pieces if not p.fused_ok]
+                raise RuntimeError(f"--attn-backend fused: pieces {names} need the explicit path")
+            return False
+        return True
+
+    # ------------------------------------------------------------------
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        if before_softmax or static_kv:
+            raise NotImplementedError("PluginSelfAttention supports neither before_softmax nor static_kv")
+        need_weights = need_weights or need_head_weights
+        tgt_len, bsz, embed_dim = query.size()
+        H, D = self.num_heads, self.head_dim
+
+        def heads(x: Tensor) -> Tensor:  # (T, B, C) -> (B, H, T, D)
+            return x.view(x.size(0), bsz, H, D).permute(1, 2, 0, 3)
+
+        q, k, v = heads(self.q_proj(query)), heads(self.k_proj(query)), heads(self.v_proj(query))
+
+        start = 0
+        if incremental_state is not None:
+            saved = self._get_input_buffer(incremental_state)
+            if "prev_key" in saved:
+                start = saved["prev_key"].size(2)
+                k = torch.cat([saved["prev_key"], k], dim=2)
+                v = torch.cat([saved["prev_value"], v], dim=2)
+            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
+                key_padding_mask=key_padding_mask,
+                prev_key_padding_mask=saved.get("prev_key_padding_mask"),
+                batch_size=bsz,
+                src_len=k.size(2),
+                static_kv=False,
+            )
+            saved["prev_key"], saved["prev_value"] = k, v
+            saved["prev_key_padding_mask"] = key_padding_mask
+            self._set_input_buffer(incremental_state, saved)
+
+        src_len = k.size(2)
+        kpm = None
+        if key_padding_mask is not None and key_padding_mask.dim() > 0:
+            kpm = key_padding_mask.to(torch.bool)  # (B, S)
+        device = q.device
+        ctx = AttentionContext(
+            site=self.site,
+            bsz=bsz,
+            tgt_len=tgt_len,
+            src_len=src_len,
+            q_pos=torch.arange(start, start + tgt_len, device=device),
+            k_pos=torch.arange(src_len, device=device),
+            key_padding_mask=kpm,
+            training=self.training,
+            incremental=incremental_state is not None,
+        )
+
+        for p in self.pieces:
+            q, k, v = p.transform_qkv(q, k, v, ctx)
+
+        # ---- additive bias and boolean "allowed" mask over (B, H, T, S) ----
+        bias: Optional[Tensor] = None
+        allowed: Optional[Tensor] = None
+        if attn_mask is not None:
+            if attn_mask.dtype == torch.bool:
+                allowed = ~attn_mask
+            else:
+                bias = attn_mask
+        for p in self.pieces:
+            b = p.score_bias(q, k, ctx)
+            if b is not None:
+                bias = b if bias is None else bias + b
+        piece_masked = False
+        for p in self.pieces:
+            m = p.allowed_mask(ctx)
+            if m is not None:
+                piece_masked = True
+                allowed = m if allowed is None else allowed & m
+        if kpm is not None:
+            keep = ~kpm[:, None, None, :]  # (B, 1, 1, S)
+            allowed = keep if allowed is None else allowed & keep
+
+        # ---- widen the key axis (2D-CSAN: keys/values of neighbouring heads) ----
+        factor = 1
+        if self._expander is not None:
+            k, v, factor, slot_allowed = self._expander.expand_kv(k, v, ctx)
+            if bias is not None:
+                bias = bias.repeat(*([1] * (bias.dim() - 1)), factor)
+            if allowed is not None:
+                allowed = allowed.repeat(*([1] * (allowed.dim() - 1)), factor)
+            if slot_allowed is not None:
+                piece_masked = True
+                allowed = slot_allowed if allowed is None else allowed & slot_allowed
+
+        # rows left without any key: let them attend anywhere, zero them afterwards
+        empty: Optional[Tensor] = None
+        if piece_masked and allowed is not None:
+            empty = ~allowed.any(dim=-1, keepdim=True)
+            allowed = allowed | empty
+
+        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        weights: Optional[Tensor] = None
+        if self.uses_fused_path(need_weights):
+            mask = allowed
+            if bias is not None:
+                mask = bias.to(q.dtype)
+                if allowed is not None:
+                    mask = mask.masked_fill(~allowed, float("-inf"))
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
+            )  # (B, H, T, D)
+        else:
+            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p)
+
+        if empty is not None:
+            out = out.masked_fill(empty, 0.0)
+        out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
+        out = self.out_proj(out)
+
+        if not need_weights:
+            return out, None
+        if factor > 1:  # fold the widened key axis back onto key positions
+            weights = weights.view(bsz, H, tgt_len, factor, src_len).sum(dim=3)
+        if empty is not None:
+            weights = weights.masked_fill(empty, 0.0)
+        weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
+        if not need_head_weights:
+            weights = weights.mean(dim=0)
+        return out, weights
+
+    def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p):
+        """Reference path: materialise the probabilities. Returns (out, probs)."""
+        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))  # (B, H, T, S)
+        if bias is not None:
+            scores = scores + bias
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        for p in self.pieces:
+            probs = p.post_softmax(probs, ctx)
+        probs_q = probs.type_as(q)
+        if dropout_p > 0:
+            probs_q = F.dropout(probs_q, p=dropout_p, training=True)
+        out = torch.matmul(probs_q, v)  # (B, H, T, D)
+        for p in self.pieces:
+            extra = p.value_term(probs_q, ctx)
+            if extra is not None:
+                out = out + extra
+        for p in self.pieces:
+            out = p.combine(probs_q, v, out, ctx)
+        return out, probs

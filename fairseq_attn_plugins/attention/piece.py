@@ -1,0 +1,224 @@
+"""The contract between the attention core and the variants ("pieces").
+
+A piece is a small ``nn.Module`` that fills only the hooks it needs. The core
+(:mod:`fairseq_attn_plugins.attention.core`) calls the hooks in this order::
+
+    q, k, v   = transform_qkv(q, k, v, ctx)              # (B, H, T|S, D)
+    bias     += score_bias(q, k, ctx)                    # -> (B|1, H|1, T, S) float
+    allowed  &= allowed_mask(ctx)                        # -> (B|1, H|1, T, S) bool, True = may attend
+    k, v, slot_allowed = expand_kv(k, v, ctx)            # widen the key axis (2D-CSAN)
+    probs     = softmax(scale * q k^T + bias, ~allowed)  # fused or explicit
+    probs     = post_softmax(probs, ctx)                 # explicit path only
+    out       = probs @ v + value_term(probs, ctx)       # explicit path only
+    out       = combine(probs, v, out, ctx)              # explicit path only
+
+A piece that overrides ``post_softmax``, ``value_term`` or ``combine`` must set
+``fused_ok = False``; the dispatcher then runs the explicit path for that layer.
+
+Every piece class is registered with :func:`register_piece` and declares its
+command-line flags (``add_args``), its defaults (``set_defaults``), its flag
+validation (``validate``) and a factory (``build``) that returns ``None`` for
+layers where the piece is inactive.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar, Dict, Optional, Tuple, Type
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass(frozen=True)
+class AttentionSite:
+    """Where an attention module sits in the model."""
+
+    side: str  # "encoder" or "decoder" (self-attention only)
+    layer_idx: int  # 0-based, counted from the embeddings
+    num_layers: int
+    num_heads: int
+    head_dim: int
+
+
+@dataclass
+class AttentionContext:
+    """Per-call information handed to every hook."""
+
+    site: AttentionSite
+    bsz: int
+    tgt_len: int
+    src_len: int
+    q_pos: Tensor  # (T,) index of each query in the key sequence
+    k_pos: Tensor  # (S,)
+    key_padding_mask: Optional[Tensor]  # (B, S) bool, True = pad
+    training: bool
+    incremental: bool
+
+
+class AttentionPiece(nn.Module):
+    """Base class of all variants. Hooks default to the identity."""
+
+    name: ClassVar[str] = ""
+    #: False if the piece needs the materialised probability matrix.
+    fused_ok: ClassVar[bool] = True
+    #: other piece name -> why the two cannot run together.
+    conflicts: ClassVar[Dict[str, str]] = {}
+    #: True if the piece implements ``expand_kv`` (at most one per layer).
+    expands_kv: ClassVar[bool] = False
+    #: True if the piece supports incremental (cached key/value) decoding.
+    incremental_ok: ClassVar[bool] = True
+
+    def __init__(self, site: AttentionSite):
+        super().__init__()
+        self.site = site
+
+    # ---- configuration -------------------------------------------------
+    @classmethod
+    def add_args(cls, parser) -> None:  # pragma: no cover - trivial default
+        """Add the piece's flags. Never pass ``default=`` (see DEVELOPERS.md)."""
+
+    @classmethod
+    def set_defaults(cls, args) -> None:  # pragma: no cover - trivial default
+        """Fill missing flags with ``getattr(args, name, default)``."""
+
+    @classmethod
+    def validate(cls, args) -> None:  # pragma: no cover - trivial default
+        """Raise :class:`PieceConfigError` naming the flag when a value is invalid."""
+
+    @classmethod
+    def build(cls, args, site: AttentionSite) -> Optional["AttentionPiece"]:
+        """Return the piece for ``site``, or ``None`` if it is inactive there."""
+        raise NotImplementedError
+
+    # ---- hooks -----------------------------------------------------------
+    def transform_qkv(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext):
+        return q, k, v
+
+    def score_bias(self, q: Tensor, k: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
+        return None
+
+    def allowed_mask(self, ctx: AttentionContext) -> Optional[Tensor]:
+        return None
+
+    def expand_kv(
+        self, k: Tensor, v: Tensor, ctx: AttentionContext
+    ) -> Tuple[Tensor, Tensor, int, Optional[Tensor]]:
+        """Return (k', v', factor, slot_allowed) with the key axis ``factor`` times wider."""
+        return k, v, 1, None
+
+    def post_softmax(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
+        return probs
+
+    def value_term(self, probs: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
+        return None
+
+    def combine(self, probs: Tensor, v: Tensor, out: Tensor, ctx: AttentionContext) -> Tensor:
+        return out
+
+    def extra_repr(self) -> str:
+        return f"{self.site.side} layer {self.site.layer_idx}"
+
+
+class PieceConfigError(ValueError):
+    """An invalid flag value or an incompatible set of pieces."""
+
+
+PIECES: Dict[str, Type[AttentionPiece]] = {}
+
+
+def register_piece(cls: Type[AttentionPiece]) -> Type[AttentionPiece]:
+    if not cls.name or cls.name in PIECES:
+        raise ValueError(f"piece name {cls.name!r} is empty or registered twice")
+    PIECES[cls.name] = cls
+    return cls
+
+
+def parse_layer_spec(spec, num_layers: int, flag: str) -> Tuple[int, ...]:
+    """Parse a layer list such as ``"0,1,2"``, ``"0-2"``, ``"all"`` or ``"none"``.
+
+    Layers are 0-based from the embeddings, so "the lower 3 layers" is ``0-2``.
+    """
+    text = str(spec).strip().lower()
+    if text in ("all", "*"):
+        return tuple(range(num_layers))
+    if text in ("none", ""):
+        return ()
+    layers = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                layers.update(range(lo, hi + 1))
+            else:
+                layers.add(int(part))
+    except ValueError:
+        raise PieceConfigError(
+            f"{flag}: cannot parse {spec!r}; expected 0-based layer indices such as "
+            f"'0,1,2', a range '0-2', 'all' or 'none'"
+        ) from None
+    bad = sorted(i for i in layers if i < 0 or i >= num_layers)
+    if bad:
+        raise PieceConfigError(
+            f"{flag}: layer index {bad} out of range; this model has {num_layers} "
+            f"layers, allowed indices are 0..{num_layers - 1}"
+        )
+    return tuple(sorted(layers))
+
+
+def require_int(args, attr: str, lo: int, hi: Optional[int] = None, odd: bool = False) -> int:
+    """Validate an integer flag ``--attr-name`` and return it."""
+    flag = "--" + attr.replace("_", "-")
+    value = getattr(args, attr)
+    allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+    if odd:
+        allowed = "odd and " + allowed
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < lo
+        or (hi is not None and value > hi)
+        or (odd and value % 2 == 0)
+    ):
+        raise PieceConfigError(f"{flag} must be an integer {allowed} (got {value!r})")
+    return value
+
+
+def require_choice(args, attr: str, choices) -> str:
+    flag = "--" + attr.replace("_", "-")
+    value = getattr(args, attr)
+    if value not in choices:
+        raise PieceConfigError(f"{flag} must be one of {list(choices)} (got {value!r})")
+    return value
+
+
+def require_float(args, attr: str, lo: float, hi: float, hi_open: bool = False) -> float:
+    flag = "--" + attr.replace("_", "-")
+    value = getattr(args, attr)
+    ok = isinstance(value, (int, float)) and lo <= value and (value < hi if hi_open else value <= hi)
+    if not ok:
+        raise PieceConfigError(
+            f"{flag} must be a number in [{lo}, {hi}{')' if hi_open else ']'} (got {value!r})"
+        )
+    return float(value)
+
+
+def positions_window(q_pos: Tensor, k_pos: Tensor, half: int) -> Tensor:
+    """(T, S) bool: key within ``half`` positions of the query."""
+    return (q_pos[:, None] - k_pos[None, :]).abs() <= half
+
+
+__all__ = [
+    "AttentionContext",
+    "AttentionPiece",
+    "AttentionSite",
+    "PIECES",
+    "PieceConfigError",
+    "parse_layer_spec",
+    "positions_window",
+    "register_piece",
+    "require_choice",
+    "require_float",
+    "require_int",
+]

@@ -1,0 +1,183 @@
+"""The ``transformer_attn`` model: fairseq's Transformer whose self-attention
+layers are :class:`~fairseq_attn_plugins.attention.PluginSelfAttention`.
+
+With no piece active it is the stock Transformer (same parameters, same names,
+same outputs), so every comparison runs through the same code. Encoder-decoder
+attention is fairseq's own.
+
+Architectures are named ``transformer_<variant>_wmt_en_de`` (base) and
+``transformer_<variant>_vaswani_wmt_en_de_big`` (big); each only sets defaults
+on top of fairseq's matching architecture.
+"""
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig
+from fairseq.models.transformer.transformer_decoder import TransformerDecoder
+from fairseq.models.transformer.transformer_encoder import TransformerEncoder
+from fairseq.models.transformer.transformer_legacy import (
+    TransformerModel,
+    transformer_vaswani_wmt_en_de_big,
+    transformer_wmt_en_de,
+)
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
+
+from ..attention import (
+    AttentionSite,
+    PieceConfigError,
+    PluginSelfAttention,
+    add_attention_args,
+    attention_defaults,
+    build_pieces,
+    validate_attention_args,
+)
+
+
+def _build_self_attention(args, side, layer_idx, embed_dim, num_heads, num_layers, cfg, q_noise, qn_block_size):
+    site = AttentionSite(side=side, layer_idx=layer_idx, num_layers=num_layers,
+                         num_heads=num_heads, head_dim=embed_dim // num_heads)
+    return PluginSelfAttention(
+        embed_dim, num_heads, site,
+        pieces=build_pieces(args, site),
+        dropout=cfg.attention_dropout,
+        backend=args.attn_backend,
+        q_noise=q_noise,
+        qn_block_size=qn_block_size,
+    )
+
+
+def _wrap_layer(layer, cfg):
+    """The checkpointing / FSDP wrapping fairseq applies to its own layers."""
+    checkpoint = cfg.checkpoint_activations
+    if checkpoint:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+
+
+class PluginEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with the plugin self-attention at ``layer_idx``."""
+
+    def __init__(self, cfg, args, layer_idx, return_fc=False):
+        # read by build_self_attention, which the parent constructor calls
+        object.__setattr__(self, "_plugin_args", (args, layer_idx))
+        super().__init__(cfg, return_fc=return_fc)
+
+    def build_self_attention(self, embed_dim, cfg):
+        args, layer_idx = self._plugin_args
+        return _build_self_attention(
+            args, "encoder", layer_idx, embed_dim, cfg.encoder.attention_heads,
+            cfg.encoder.layers, cfg, self.quant_noise, self.quant_noise_block_size,
+        )
+
+
+class PluginDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer with the plugin self-attention at ``layer_idx``."""
+
+    def __init__(self, cfg, args, layer_idx, no_encoder_attn=False):
+        object.__setattr__(self, "_plugin_args", (args, layer_idx))
+        super().__init__(cfg, no_encoder_attn=no_encoder_attn)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        if cfg.cross_self_attention or add_bias_kv or add_zero_attn:
+            raise PieceConfigError(
+                "--cross-self-attention (and add_bias_kv/add_zero_attn) are not supported by "
+                "transformer_attn models"
+            )
+        args, layer_idx = self._plugin_args
+        return _build_self_attention(
+            args, "decoder", layer_idx, embed_dim, cfg.decoder.attention_heads,
+            cfg.decoder.layers, cfg, self.quant_noise, self.quant_noise_block_size,
+        )
+
+
+def _next_index(module) -> int:
+    """fairseq builds layers in order without passing the index: count them."""
+    idx = module.__dict__.get("_plugin_layer_count", 0)
+    module.__dict__["_plugin_layer_count"] = idx + 1
+    return idx
+
+
+class PluginTransformerEncoder(TransformerEncoder):
+    def build_encoder_layer(self, args):
+        cfg = TransformerConfig.from_namespace(args)
+        layer = PluginEncoderLayer(cfg, args, _next_index(self), return_fc=self.return_fc)
+        return _wrap_layer(layer, cfg)
+
+
+class PluginTransformerDecoder(TransformerDecoder):
+    def build_decoder_layer(self, args, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(args)
+        layer = PluginDecoderLayer(cfg, args, _next_index(self), no_encoder_attn=no_encoder_attn)
+        return _wrap_layer(layer, cfg)
+
+
+@register_model("transformer_attn")
+class AttnTransformerModel(TransformerModel):
+    """Transformer whose self-attention is built from composable pieces (``--attn-pieces``)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        add_attention_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        transformer_wmt_en_de(args)  # fairseq's base defaults for anything still missing
+        attention_defaults(args)
+        if getattr(args, "encoder_layers_to_keep", None) or getattr(args, "decoder_layers_to_keep", None):
+            raise PieceConfigError("--encoder/decoder-layers-to-keep would renumber the layers "
+                                   "that pieces are assigned to; not supported")
+        validate_attention_args(args)
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return PluginTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return PluginTransformerDecoder(
+            args, tgt_dict, embed_tokens,
+            no_encoder_attn=getattr(args, "no_cross_attention", False),
+        )
+
+
+# ---------------------------------------------------------------------------
+# Architectures. Each variant: base (512/2048/8 heads, 6+6) and big.
+# ---------------------------------------------------------------------------
+VARIANT_PIECES = {
+    "attn": "",  # the plugin's baseline: no piece active
+    "csan1d": "csan1d",
+    "csan2d": "csan2d",
+}
+
+
+def register_variant(variant: str, pieces: str, extra_defaults=None):
+    """Register ``transformer_<variant>_wmt_en_de`` and ``..._vaswani_wmt_en_de_big``."""
+
+    def make(base_fn):
+        def arch(args):
+            args.attn_pieces = getattr(args, "attn_pieces", pieces)
+            if extra_defaults is not None:
+                extra_defaults(args)
+            base_fn(args)
+            attention_defaults(args)
+
+        return arch
+
+    names = []
+    for suffix, base_fn in (("wmt_en_de", transformer_wmt_en_de),
+                            ("vaswani_wmt_en_de_big", transformer_vaswani_wmt_en_de_big)):
+        name = f"transformer_{variant}_{suffix}"
+        register_model_architecture("transformer_attn", name)(make(base_fn))
+        names.append(name)
+    return names
+
+
+ARCHITECTURES = []
+for _variant, _pieces in VARIANT_PIECES.items():
+    ARCHITECTURES += register_variant(_variant, _pieces)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create/refresh .venv with everything the package needs (CPU torch, fairseq, tools).
+# Idempotent: re-running only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+. .venv/bin/activate
+pyver=$(python -c 'import sys; print("%d%02d" % sys.version_info[:2])')
+pipq() { python -m pip install -q --disable-pip-version-check "$@"; }
+# torch: pinned so that pip takes the CPU wheel instead of a multi-GB CUDA build
+python -c 'import torch' 2>/dev/null || pipq "torch==${TORCH_VERSION:-2.13.0}"
+# fairseq 0.12.2 does not import on Python >= 3.11; ve-fairseq 0.12.3 is fairseq
+# main with the minimal fix. --no-deps: its torchaudio requirement drags in another torch.
+if ! python -c 'import fairseq' 2>/dev/null; then
+  if (( pyver >= 311 )); then pipq --no-deps "ve-fairseq==0.12.3"; else pipq --no-deps "fairseq==0.12.2"; fi
+fi
+pipq -r requirements.txt
+pipq --no-deps -e .
+python -c 'import fairseq_attn_plugins, fairseq, torch; print("ready: torch", torch.__version__, "fairseq", fairseq.__version__)' 2>&1 | grep -v tensorboardX

@@ -1,0 +1,20 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_attn_plugins",
+    version="0.1.0",
+    description="Improved self-attention for fairseq machine translation (CSAN, relative "
+                "positions, DiSAN, DropAttention, chained and convoluted attention)",
+    packages=find_packages(include=["fairseq_attn_plugins", "fairseq_attn_plugins.*"]),
+    python_requires=">=3.8",
+    # fairseq itself is NOT listed: it must be installed with --no-deps
+    # (ve-fairseq==0.12.3 on Python >= 3.11, fairseq==0.12.2 before); see README.
+    install_requires=[
+        "torch>=2.0",
+        "hydra-core>=1.0.7,<1.4",
+        "omegaconf<2.4",
+        "sacrebleu>=2.0",
+        "numpy",
+    ],
+    entry_points={"console_scripts": []},
+)

@@ -16,5 +16,13 @@ setup(
         "sacrebleu>=2.0",
         "numpy",
     ],
-    entry_points={"console_scripts": []},
+    entry_points={
+        "console_scripts": [
+            "fairseq-attn-demo = fairseq_attn_plugins.cli.demo:main",
+            "fairseq-attn-significance = fairseq_attn_plugins.cli.significance:main",
+            "fairseq-attn-results = fairseq_attn_plugins.cli.results:main",
+            "fairseq-attn-bench = fairseq_attn_plugins.cli.bench:main",
+            "fairseq-attn-plot = fairseq_attn_plugins.cli.plot:main",
+        ]
+    },
 )

@@ -1,6 +1,6 @@
 """Attention core and its composable pieces."""
 
-from . import csan  # noqa: F401  (registers csan1d, csan2d)
+from . import pieces  # noqa: F401  (registers every piece in pieces/)
 from .core import BACKENDS, PluginSelfAttention
 from .piece import (
     PIECES,

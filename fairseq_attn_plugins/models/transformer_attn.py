@@ -27,6 +27,7 @@ from fairseq.modules.transformer_layer import (
 )
 
 from ..attention import (
+    PIECES,
     AttentionSite,
     PieceConfigError,
     PluginSelfAttention,
@@ -149,13 +150,6 @@ class AttnTransformerModel(TransformerModel):
 # ---------------------------------------------------------------------------
 # Architectures. Each variant: base (512/2048/8 heads, 6+6) and big.
 # ---------------------------------------------------------------------------
-VARIANT_PIECES = {
-    "attn": "",  # the plugin's baseline: no piece active
-    "csan1d": "csan1d",
-    "csan2d": "csan2d",
-}
-
-
 def register_variant(variant: str, pieces: str, extra_defaults=None):
     """Register ``transformer_<variant>_wmt_en_de`` and ``..._vaswani_wmt_en_de_big``."""
 
@@ -178,6 +172,7 @@ def register_variant(variant: str, pieces: str, extra_defaults=None):
     return names
 
 
-ARCHITECTURES = []
-for _variant, _pieces in VARIANT_PIECES.items():
-    ARCHITECTURES += register_variant(_variant, _pieces)
+# the plugin's baseline (no piece active), then one variant per registered piece
+ARCHITECTURES = register_variant("attn", "")
+for _name in PIECES:
+    ARCHITECTURES += register_variant(_name, _name)

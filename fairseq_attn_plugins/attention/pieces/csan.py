@@ -37,7 +37,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .piece import (
+from ..piece import (
     AttentionPiece,
     AttentionSite,
     PieceConfigError,

@@ -1,0 +1,1 @@
+"""Console commands (see setup.py entry points)."""

@@ -171,6 +171,7 @@ class PluginSelfAttention(MultiheadAttention):
         factor = 1
         if self._expander is not None:
             k, v, factor, slot_allowed = self._expander.expand_kv(k, v, ctx)
+            ctx.kv_factor = factor
             if bias is not None:
                 bias = bias.repeat(*([1] * (bias.dim() - 1)), factor)
             if allowed is not None:

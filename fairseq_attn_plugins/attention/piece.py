@@ -52,6 +52,10 @@ class AttentionContext:
     key_padding_mask: Optional[Tensor]  # (B, S) bool, True = pad
     training: bool
     incremental: bool
+    #: how many times the key axis was widened by ``expand_kv`` (2D-CSAN: N+1);
+    #: probabilities seen by post_softmax/value_term/combine are (B, H, T, kv_factor * S),
+    #: slot ``s * S + j`` being key position j of the s-th head of the area.
+    kv_factor: int = 1
 
 
 class AttentionPiece(nn.Module):
@@ -66,6 +70,9 @@ class AttentionPiece(nn.Module):
     expands_kv: ClassVar[bool] = False
     #: True if the piece supports incremental (cached key/value) decoding.
     incremental_ok: ClassVar[bool] = True
+    #: flags that make the piece active on layer 0 of a tiny 2-layer, 4-head model
+    #: (used by the shared tests that loop over the registry).
+    test_flags: ClassVar[Dict[str, object]] = {}
 
     def __init__(self, site: AttentionSite):
         super().__init__()

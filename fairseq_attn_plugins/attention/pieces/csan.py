@@ -53,7 +53,7 @@ HEAD_EDGES = ("cut", "wrap", "authors")
 
 class _CSANBase(AttentionPiece):
     conflicts = {}
-    incremental_ok = True
+    test_flags = {"csan_layers": "0", "csan_window": 3}
 
     @classmethod
     def add_args(cls, parser):

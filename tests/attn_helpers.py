@@ -1,0 +1,88 @@
+"""Small builders shared by the tests (not a test module)."""
+
+import argparse
+
+import torch
+from fairseq.data import Dictionary
+
+import fairseq_attn_plugins  # noqa: F401  (registers models and pieces)
+from fairseq_attn_plugins.attention import (
+    AttentionSite,
+    PluginSelfAttention,
+    attention_defaults,
+    build_pieces,
+    validate_attention_args,
+)
+
+
+def make_args(pieces="", layers=2, heads=4, **flags):
+    args = argparse.Namespace(
+        encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=heads, decoder_attention_heads=heads,
+        attn_pieces=pieces, **flags,
+    )
+    attention_defaults(args)
+    validate_attention_args(args)
+    return args
+
+
+def make_attention(args, side="encoder", layer_idx=0, embed_dim=16, num_heads=4,
+                   backend=None, seed=0, dropout=0.0, dtype=torch.float32):
+    torch.manual_seed(seed)
+    site = AttentionSite(side=side, layer_idx=layer_idx, num_layers=args.encoder_layers,
+                         num_heads=num_heads, head_dim=embed_dim // num_heads)
+    attn = PluginSelfAttention(embed_dim, num_heads, site, pieces=build_pieces(args, site),
+                               dropout=dropout, backend=backend or args.attn_backend)
+    # give biases non-zero values so that they matter in the comparisons
+    with torch.no_grad():
+        for name, p in attn.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    return attn.to(dtype)
+
+
+def padded_batch(lengths, embed_dim=16, left_pad=True, seed=1, dtype=torch.float32):
+    """x (T, B, C) and key_padding_mask (B, T) (True = pad) for sentences of ``lengths``."""
+    g = torch.Generator().manual_seed(seed)
+    T, B = max(lengths), len(lengths)
+    x = torch.randn(T, B, embed_dim, generator=g, dtype=dtype)
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    for b, n in enumerate(lengths):
+        if left_pad:
+            kpm[b, : T - n] = True
+        else:
+            kpm[b, n:] = True
+    return x, kpm
+
+
+def real_positions(kpm_row):
+    """Indices of the real (non-pad) tokens of one sentence."""
+    return [i for i, pad in enumerate(kpm_row.tolist()) if not pad]
+
+
+def projections64(attn, x):
+    """q, k, v in float64 as python-friendly (B, H, T, D) tensors (q not yet scaled)."""
+    T, B, C = x.shape
+    H, D = attn.num_heads, attn.head_dim
+    x64 = x.double()
+
+    def proj(lin):
+        y = x64 @ lin.weight.double().t() + lin.bias.double()
+        return y.view(T, B, H, D).permute(1, 2, 0, 3)
+
+    return proj(attn.q_proj), proj(attn.k_proj), proj(attn.v_proj)
+
+
+def output64(attn, heads_out):
+    """(B, H, T, D) float64 per-head outputs -> (T, B, C) after out_proj."""
+    B, H, T, D = heads_out.shape
+    y = heads_out.permute(2, 0, 1, 3).reshape(T, B, H * D)
+    return y @ attn.out_proj.weight.double().t() + attn.out_proj.bias.double()
+
+
+def toy_dictionary(n_symbols=40):
+    d = Dictionary()
+    for i in range(n_symbols):
+        d.add_symbol(f"w{i}")
+    d.finalize(padding_factor=8)
+    return d

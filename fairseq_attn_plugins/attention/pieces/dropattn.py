@@ -77,7 +77,7 @@ def expand_windows(starts: Tensor, w: int) -> Tensor:
 class _DropAttentionBase(AttentionPiece):
     columns: bool = False
     fused_ok = True  # the default (normalized) is fused-compatible; 'traditional' instances: False
-    test_flags = {"dropattn_layers": "0", "dropattn_sides": "encoder"}
+    test_flags = {"dropattn_layers": "0"}
 
     @classmethod
     def add_args(cls, parser):

@@ -240,3 +240,33 @@ def test_defaults_and_no_abs_pos_mapping():
 def test_architectures_registered():
     assert "transformer_relpos_wmt_en_de" in ARCH_MODEL_REGISTRY
     assert "transformer_relpos_vaswani_wmt_en_de_big" in ARCH_MODEL_REGISTRY
+
+
+def _tiny_model(**flags):
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    from attn_helpers import toy_dictionary
+    from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
+
+    args = argparse.Namespace(
+        encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_layers=2, encoder_attention_heads=4,
+        decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_layers=2, decoder_attention_heads=4,
+        max_source_positions=64, max_target_positions=64, **flags,
+    )
+    ARCH_CONFIG_REGISTRY["transformer_relpos_wmt_en_de"](args)
+    d = toy_dictionary()
+    task = argparse.Namespace(source_dictionary=d, target_dictionary=d)
+    return AttnTransformerModel.build_model(args, task)
+
+
+def test_model_build_keeps_or_replaces_sinusoidal_positions():
+    model = _tiny_model(relpos_k=2)
+    assert model.encoder.embed_positions is not None and model.decoder.embed_positions is not None
+    attn = model.decoder.layers[1].self_attn
+    assert [p.name for p in attn.pieces] == ["relpos"]
+    model = _tiny_model(relpos_k=2, relpos_no_abs_pos=True)
+    assert model.encoder.embed_positions is None and model.decoder.embed_positions is None
+    with pytest.raises(PieceConfigError, match="--relpos-k"):
+        _tiny_model(relpos_k=-1)

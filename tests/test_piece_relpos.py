@@ -217,23 +217,26 @@ def test_flags_validated_with_the_flag_name():
         make_args("relpos", relpos_sides="encoder,cross")
     with pytest.raises(PieceConfigError, match="--relpos-layers"):
         make_args("relpos", relpos_layers="0-5")
-    with pytest.raises(PieceConfigError, match="--relpos-no-abs-pos"):
-        make_args("relpos", relpos_no_abs_pos=True, relpos_sides="encoder")
+    with pytest.raises(PieceConfigError, match="--relpos-abs-pos"):
+        make_args("relpos", relpos_abs_pos="none")
+    with pytest.raises(PieceConfigError, match="--relpos-abs-pos drop"):
+        make_args("relpos", relpos_sides="encoder")  # default drop: needs both sides
+    make_args("relpos", relpos_sides="encoder", relpos_abs_pos="keep")
 
 
-def test_defaults_and_no_abs_pos_mapping():
+def test_defaults_and_abs_pos_mapping():
     args = make_args("relpos")
     assert (args.relpos_k, args.relpos_mode, args.relpos_sides, args.relpos_layers) == (
         16, "kv", "encoder,decoder", "all")
-    assert not args.relpos_no_abs_pos
-    assert not getattr(args, "no_token_positional_embeddings", False)  # the paper keeps both
-    args = make_args("relpos", relpos_no_abs_pos=True)
-    assert args.no_token_positional_embeddings is True
+    # the paper's relative model has no absolute positions
+    assert args.relpos_abs_pos == "drop" and args.no_token_positional_embeddings is True
+    args = make_args("relpos", relpos_abs_pos="keep")
+    assert not getattr(args, "no_token_positional_embeddings", False)
     # decoder side built, one table pair per layer of shape (2k+1, d_head)
     attn = make_attention(make_args("relpos", relpos_k=3), side="decoder", layer_idx=1)
     assert relpos_piece(attn).rel_keys.shape == (7, 4)
     assert relpos_piece(attn).rel_values.shape == (7, 4)
-    enc_only = make_args("relpos", relpos_sides="encoder")
+    enc_only = make_args("relpos", relpos_sides="encoder", relpos_abs_pos="keep")
     assert len(make_attention(enc_only, side="decoder").pieces) == 0
 
 
@@ -262,11 +265,11 @@ def _tiny_model(**flags):
 
 
 def test_model_build_keeps_or_replaces_sinusoidal_positions():
-    model = _tiny_model(relpos_k=2)
+    model = _tiny_model(relpos_k=2, relpos_abs_pos="keep")
     assert model.encoder.embed_positions is not None and model.decoder.embed_positions is not None
     attn = model.decoder.layers[1].self_attn
     assert [p.name for p in attn.pieces] == ["relpos"]
-    model = _tiny_model(relpos_k=2, relpos_no_abs_pos=True)
+    model = _tiny_model(relpos_k=2)  # default: relative positions replace the sinusoids
     assert model.encoder.embed_positions is None and model.decoder.embed_positions is None
     with pytest.raises(PieceConfigError, match="--relpos-k"):
         _tiny_model(relpos_k=-1)

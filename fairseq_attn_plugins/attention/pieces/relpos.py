@@ -22,10 +22,15 @@ Options:
   ``tied``: one table used for both keys and values (what OpenNMT-py does).
 * ``--relpos-sides`` (default ``encoder,decoder``) and ``--relpos-layers``
   (default ``all``): which self-attention layers get tables.
-* ``--relpos-no-abs-pos``: drop the sinusoidal position embeddings (sets
-  fairseq's ``--no-token-positional-embeddings`` at model build, with a log
-  line); off by default since the paper keeps both. It removes them on both
-  sides, so it requires ``--relpos-sides encoder,decoder``.
+* ``--relpos-abs-pos drop`` (default) / ``keep``: whether relative positions
+  *replace* fairseq's sinusoidal position embeddings. The paper's relative
+  model has no absolute positions ("combining relative and absolute position
+  representations yields no further improvement"; tensor2tensor's
+  ``transformer_relative`` sets ``pos = None``), so ``drop`` is the default:
+  it sets fairseq's ``--no-token-positional-embeddings`` at model build (with
+  a log line). That removes them on both sides, so ``drop`` requires
+  ``--relpos-sides encoder,decoder``; use ``keep`` for one-sided relpos or to
+  keep both kinds of position.
 
 Tables are initialised with Xavier/Glorot uniform, as OpenNMT-py's Transformer
 does for every matrix (tensor2tensor uses its uniform-unit-scaling default).
@@ -59,6 +64,7 @@ from ..piece import (
 logger = logging.getLogger(__name__)
 
 MODES = ("kv", "k", "tied")
+ABS_POS = ("drop", "keep")
 SIDES = ("encoder", "decoder")
 
 
@@ -104,10 +110,10 @@ class RelativePositions(AttentionPiece):
         parser.add_argument("--relpos-layers", type=str, metavar="LAYERS",
                             help="relative positions: layers (0-based) '0,1', '0-2', 'all' "
                                  "(default all)")
-        parser.add_argument("--relpos-no-abs-pos", action="store_true",
-                            help="relative positions replace the sinusoidal position embeddings "
-                                 "(sets --no-token-positional-embeddings; needs --relpos-sides "
-                                 "encoder,decoder). Default: keep both, as the paper")
+        parser.add_argument("--relpos-abs-pos", type=str, metavar="MODE",
+                            help="relative positions: 'drop' the sinusoidal position embeddings "
+                                 "(paper, default; sets --no-token-positional-embeddings, needs "
+                                 "--relpos-sides encoder,decoder) or 'keep' them as well")
 
     @classmethod
     def set_defaults(cls, args):
@@ -115,7 +121,7 @@ class RelativePositions(AttentionPiece):
         args.relpos_mode = getattr(args, "relpos_mode", "kv")
         args.relpos_sides = getattr(args, "relpos_sides", "encoder,decoder")
         args.relpos_layers = getattr(args, "relpos_layers", "all")
-        args.relpos_no_abs_pos = bool(getattr(args, "relpos_no_abs_pos", False))
+        args.relpos_abs_pos = getattr(args, "relpos_abs_pos", "drop")
 
     @classmethod
     def validate(cls, args):
@@ -126,16 +132,16 @@ class RelativePositions(AttentionPiece):
         for side in sides:
             n = getattr(args, f"{side}_layers")
             layer_sets[side] = parse_layer_spec(args.relpos_layers, n, "--relpos-layers")
-        if args.relpos_no_abs_pos:
+        if require_choice(args, "relpos_abs_pos", ABS_POS) == "drop":
             if set(sides) != set(SIDES) or not all(layer_sets.values()):
                 raise PieceConfigError(
-                    "--relpos-no-abs-pos removes the token position embeddings of both encoder "
-                    "and decoder, so it needs --relpos-sides encoder,decoder and at least one "
-                    f"relpos layer (got --relpos-sides {args.relpos_sides!r}, --relpos-layers "
-                    f"{args.relpos_layers!r})"
+                    "--relpos-abs-pos drop (the default) removes the token position embeddings of "
+                    "both encoder and decoder, so it needs --relpos-sides encoder,decoder and at "
+                    f"least one relpos layer on each (got --relpos-sides {args.relpos_sides!r}, "
+                    f"--relpos-layers {args.relpos_layers!r}); use --relpos-abs-pos keep otherwise"
                 )
             if not getattr(args, "no_token_positional_embeddings", False):
-                logger.info("--relpos-no-abs-pos: setting --no-token-positional-embeddings "
+                logger.info("--relpos-abs-pos drop: setting --no-token-positional-embeddings "
                             "(relative positions replace the sinusoidal embeddings)")
             args.no_token_positional_embeddings = True
 

@@ -13,7 +13,8 @@ distance ``j - i``::
 
 ``w^K`` and ``w^V`` are tables of shape ``(2k + 1, d_head)``, one pair per
 layer, shared by all heads (as in the paper). Default ``k = 16``
-(``--relpos-k``; the paper's best value for MT).
+(``--relpos-k``; the paper reports little difference for k >= 2;
+tensor2tensor's ``transformer_relative`` uses 20).
 
 Options:
 
@@ -33,7 +34,8 @@ Options:
   keep both kinds of position.
 
 Tables are initialised with Xavier/Glorot uniform, as OpenNMT-py's Transformer
-does for every matrix (tensor2tensor uses its uniform-unit-scaling default).
+recipe (``-param_init_glorot``) does for every matrix (tensor2tensor uses its
+uniform-unit-scaling default initializer).
 
 Incremental decoding: distances come from the context's ``q_pos``/``k_pos``,
 so a cached decoding step scores exactly as the full-sequence forward.

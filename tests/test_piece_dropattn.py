@@ -228,8 +228,9 @@ def test_combines_with_csan2d_and_relpos():
         ref = output64(attn, reference(attn, x, kpm, keep, lost, rescale, p, csan=(3, 3)))
         for got, exp in zip(real_rows(y, kpm), real_rows(ref, kpm)):
             assert_close(got.double(), exp, rtol=1e-5, atol=1e-5)
-    # with relpos and csan2d together: runs, finite, gradients reach the relpos tables
-    args = make_args("csan2d,relpos,dropattn_c", relpos_k=2, csan_layers="0", csan_window=3)
+    # with relpos, disan and csan2d together: runs, finite, gradients reach the relpos tables
+    args = make_args("csan2d,relpos,dropattn_c,disan", relpos_k=2, csan_layers="0", csan_window=3,
+                     disan_layers="0")
     attn = make_attention(args).train()
     y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
     y.sum().backward()

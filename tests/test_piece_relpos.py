@@ -273,3 +273,42 @@ def test_model_build_keeps_or_replaces_sinusoidal_positions():
     assert model.encoder.embed_positions is None and model.decoder.embed_positions is None
     with pytest.raises(PieceConfigError, match="--relpos-k"):
         _tiny_model(relpos_k=-1)
+
+
+def test_beam_search_with_cached_keys_scores_like_full_forward():
+    """fairseq's SequenceGenerator (incremental decoding, beam reordering of the cache):
+    every hypothesis' positional scores equal a full-sequence forward of its tokens."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    torch.manual_seed(0)
+    model = _tiny_model(relpos_k=2).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)  # peaky distributions: beams diverge and get reordered
+    d = model.decoder.dictionary
+    src = torch.tensor([[d.pad(), 5, 6, 7, 8, d.eos()], [9, 10, 11, 12, 13, d.eos()]])
+    lens = torch.tensor([5, 6])
+    gen = SequenceGenerator([model], d, beam_size=3, max_len_b=7, min_len=7)
+    out = gen.forward({"net_input": {"src_tokens": src, "src_lengths": lens}})
+    for b, hyps in enumerate(out):
+        assert len(hyps) == 3
+        for h in hyps:
+            toks = h["tokens"]
+            prev = torch.cat([torch.tensor([d.eos()]), toks[:-1]])[None]
+            logits, _ = model(src[b : b + 1, 1 - b :], lens[b : b + 1], prev)
+            lp = torch.log_softmax(logits.float(), -1)[0].gather(-1, toks[:, None])[:, 0]
+            assert_close(lp, h["positional_scores"], rtol=1e-5, atol=1e-5)
+
+
+def test_keys_only_with_csan2d_fused_equals_explicit():
+    args = make_args("csan2d,relpos", relpos_k=1, relpos_mode="k", csan_layers="0",
+                     csan_window=3, csan_heads=3)
+    fused = make_attention(args, backend="fused").eval()
+    randomize_tables(fused)
+    explicit = make_attention(args, backend="explicit").eval()
+    explicit.load_state_dict(fused.state_dict())
+    x, kpm = padded_batch([6, 3])
+    yf, _ = fused(x, x, x, key_padding_mask=kpm, need_weights=False)
+    ye, _ = explicit(x, x, x, key_padding_mask=kpm, need_weights=False)
+    for a, b in zip(real_rows(yf, kpm), real_rows(ye, kpm)):
+        assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -32,6 +32,10 @@ diagonal disabled, the last of a backward head) outputs zeros, never NaN (the
 core's rule for empty rows; DiSAN's masked softmax gives the same). No new
 parameters.
 
+Not included: DiSAN's multi-dimensional (feature-wise) token2token attention
+and its fusion gate; this piece is the directional masking inside the
+Transformer's multi-head dot-product attention (the Bi_Direct baseline).
+
 Backends: a boolean ``allowed_mask`` (1, H, T, S): fused and explicit paths.
 """
 

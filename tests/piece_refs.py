@@ -36,7 +36,10 @@ def loop_probs64(q, k, kpm=None, bias=None, causal=False):
                     s = float(sum(q[b, h, i, d] * k[b, h, j, d] for d in range(D))) * scale
                     if bias is not None:
                         s += bias(b, h, i, j)
-                    logits[j] = s
+                    if s != float("-inf"):
+                        logits[j] = s
+                if not logits:  # no key left: the core outputs zeros for this row
+                    continue
                 m = max(logits.values())
                 z = sum(math.exp(s - m) for s in logits.values())
                 for j, s in logits.items():

@@ -102,3 +102,57 @@ def assert_padding_invariant(attn, lengths, embed_dim=16, seed=3):
         alone, _ = attn(s[:, None], s[:, None], s[:, None], need_weights=False)
         torch.testing.assert_close(results[True][b], alone[:, 0], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(results[False][b], alone[:, 0], rtol=1e-5, atol=1e-5)
+
+
+def loop_conv1d_attention(probs, kpm, weight, bias, t, kernel, relu=True):
+    """convattn1d written out: per head, channels = key positions within the
+    sentence, t filters of width ``kernel`` over query rows; pads zero after.
+
+    weight (H*t, t, kernel), bias (H*t,) as in the piece."""
+    B, H, T = len(probs), len(probs[0]), len(probs[0][0])
+    out = [[[[0.0] * T for _ in range(T)] for _ in range(H)] for _ in range(B)]
+    half = kernel // 2
+    for b in range(B):
+        pos = sentence_positions(kpm[b])
+        col_of = {p: j for j, p in enumerate(pos) if p >= 0}  # position -> index
+        for h in range(H):
+            for i in range(T):
+                if pos[i] < 0:
+                    continue
+                for j in range(T):
+                    if pos[j] < 0:
+                        continue
+                    o = pos[j]
+                    s = float(bias[h * t + o])
+                    for r in range(kernel):
+                        ii = i + r - half
+                        if ii < 0 or ii >= T or pos[ii] < 0:  # outside or a pad row: zero
+                            continue
+                        for c, jj in col_of.items():
+                            s += float(weight[h * t + o, c, r]) * probs[b][h][ii][jj]
+                    out[b][h][i][j] = max(s, 0.0) if relu else s
+    return out
+
+
+def loop_conv2d_attention(probs, kpm, weight, bias, kernel, relu=True):
+    """convattn2d written out: one kernel x kernel filter per head over the
+    (query, key) plane with zero padding; pads zero before and after.
+
+    weight (H, 1, k, k), bias (H,) as in the piece."""
+    B, H, T = len(probs), len(probs[0]), len(probs[0][0])
+    half = kernel // 2
+    out = [[[[0.0] * T for _ in range(T)] for _ in range(H)] for _ in range(B)]
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                for j in range(T):
+                    if bool(kpm[b, i]) or bool(kpm[b, j]):
+                        continue
+                    s = float(bias[h])
+                    for r in range(kernel):
+                        for c in range(kernel):
+                            ii, jj = i + r - half, j + c - half
+                            if 0 <= ii < T and 0 <= jj < T and not kpm[b, ii] and not kpm[b, jj]:
+                                s += float(weight[h, 0, r, c]) * probs[b][h][ii][jj]
+                    out[b][h][i][j] = max(s, 0.0) if relu else s
+    return out

@@ -156,3 +156,28 @@ def loop_conv2d_attention(probs, kpm, weight, bias, kernel, relu=True):
                                 s += float(weight[h, 0, r, c]) * probs[b][h][ii][jj]
                     out[b][h][i][j] = max(s, 0.0) if relu else s
     return out
+
+
+def loop_chain64(probs, v, k, w_attn):
+    """Chained attention written out: z^1 = P V, z^k = P z^{k-1}; per position the
+    heads' K outputs are concatenated (head-major) and multiplied by
+    ``w_attn`` (C, H*K*D). Returns (B, H, T, D) laid out like the core's heads."""
+    B, H, S, D = v.shape
+    T = len(probs[0][0])
+    chain = [loop_apply64(probs, v)]
+    for _ in range(k - 1):
+        prev, nxt = chain[-1], torch.zeros(B, H, T, D, dtype=torch.float64)
+        for b in range(B):
+            for h in range(H):
+                for i in range(T):
+                    for j in range(T):
+                        nxt[b, h, i] += probs[b][h][i][j] * prev[b, h, j]
+        chain.append(nxt)
+    C = w_attn.size(0)
+    y = torch.zeros(B, T, C, dtype=torch.float64)
+    for b in range(B):
+        for i in range(T):
+            concat = torch.cat([chain[kk][b, h, i] for h in range(H) for kk in range(k)])
+            for c in range(C):
+                y[b, i, c] = sum(float(w_attn[c, m]) * float(concat[m]) for m in range(concat.numel()))
+    return y.view(B, T, H, D).permute(0, 2, 1, 3)

@@ -6,7 +6,7 @@ import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64
 from fairseq_attn_plugins.attention import PieceConfigError
-from piece_refs import assert_padding_invariant, loop_apply64, loop_probs64
+from piece_refs import assert_padding_invariant, loop_chain64, loop_probs64
 
 
 def chained_attention(k=3, backend="explicit", pieces="chained", **flags):
@@ -15,27 +15,7 @@ def chained_attention(k=3, backend="explicit", pieces="chained", **flags):
 
 
 def chained_reference(attn, probs, v, k):
-    """Loops: z^1 = P V, z^k = P z^{k-1}; concat per head over k; W_attn; out_proj."""
-    B, H, S, D = v.shape
-    T = len(probs[0][0])
-    chain = [loop_apply64(probs, v)]
-    for _ in range(k - 1):
-        prev, nxt = chain[-1], torch.zeros(B, H, T, D, dtype=torch.float64)
-        for b in range(B):
-            for h in range(H):
-                for i in range(T):
-                    for j in range(T):
-                        nxt[b, h, i] += probs[b][h][i][j] * prev[b, h, j]
-        chain.append(nxt)
-    w = attn.pieces[0].w_attn.weight.double()  # (C, H*K*D)
-    C = w.size(0)
-    y = torch.zeros(B, T, C, dtype=torch.float64)
-    for b in range(B):
-        for i in range(T):
-            concat = torch.cat([chain[kk][b, h, i] for h in range(H) for kk in range(k)])
-            for c in range(C):
-                y[b, i, c] = sum(float(w[c, m]) * float(concat[m]) for m in range(concat.numel()))
-    return output64(attn, y.view(B, T, H, D).permute(0, 2, 1, 3))
+    return output64(attn, loop_chain64(probs, v, k, attn.pieces[0].w_attn.weight.double()))
 
 
 @pytest.mark.parametrize("left", [True, False])

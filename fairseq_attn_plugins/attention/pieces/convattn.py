@@ -148,7 +148,8 @@ class ConvAttention1D(_ConvAttentionBase):
 
     name = "convattn1d"
     conflicts = {"csan2d": CSAN2D_REASON, "convattn2d": ONE_CONV_REASON}
-    test_flags = {"convattn_layers": "0", "convattn_max_len": 16}
+    # --max-source-positions <= t makes fairseq refuse longer sentences up front
+    test_flags = {"convattn_layers": "0", "convattn_max_len": 16, "max_source_positions": 16}
 
     @classmethod
     def validate(cls, args):

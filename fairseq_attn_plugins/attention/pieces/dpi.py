@@ -82,7 +82,9 @@ class DirectPositionInteractions(AttentionPiece):
 
     name = "dpi"
     conflicts = {}
-    test_flags = {"dpi_layers": "0", "dpi_max_len": 16, "dpi_sides": "both"}
+    # fairseq's --max-source/target-positions must not exceed --dpi-max-len (checked at build)
+    test_flags = {"dpi_layers": "0", "dpi_max_len": 16, "dpi_sides": "both",
+                  "max_source_positions": 16, "max_target_positions": 16}
 
     @classmethod
     def add_args(cls, parser):

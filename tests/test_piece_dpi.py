@@ -145,8 +145,10 @@ def test_longer_input_fails_naming_the_flag():
 
 
 def test_first_layer_encoder_only_by_default():
-    args = make_args("dpi")
-    assert (args.dpi_layers, args.dpi_sides, args.dpi_mode) == ("0", "encoder", "pr")
+    defaults = make_args("dpi")
+    assert (defaults.dpi_layers, defaults.dpi_sides, defaults.dpi_mode, defaults.dpi_max_len,
+            defaults.dpi_relative_form, defaults.dpi_init) == ("0", "encoder", "pr", 1024, "paper", "glorot")
+    args = make_args("dpi", dpi_max_len=8)
     assert len(make_attention(args, layer_idx=0).pieces) == 1
     assert not make_attention(args, layer_idx=1).pieces
     assert not make_attention(args, side="decoder", layer_idx=0).pieces

@@ -122,3 +122,25 @@ def test_architectures_build_train_and_decode(name):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
     if name in ("temp", "dpi"):
         assert model.decoder.layers[0].self_attn.pieces, "test_flags put it on the decoder too"
+
+
+def test_san_p_without_token_position_embeddings():
+    """SAN+P: --dpi-mode p with fairseq's --no-token-positional-embeddings. Without
+    positions the encoder cannot tell word order; the position table gives it back."""
+    src = torch.tensor([[5, 6, 7, 8, 2]])
+    swapped = torch.tensor([[7, 6, 5, 8, 2]])
+    lengths = torch.tensor([5])
+
+    def encode(model, tokens):
+        return model.encoder(tokens, src_lengths=lengths)["encoder_out"][0][:, 0]  # (T, C)
+
+    flags = dict(no_token_positional_embeddings=True, dpi_max_len=16, dpi_mode="p")
+    for arch, order_blind in (("transformer_attn_wmt_en_de", True), ("transformer_dpi_wmt_en_de", False)):
+        model, _ = tiny_model(arch, **flags)
+        a, b = encode(model, src), encode(model, swapped)
+        # token 6 sits at position 1 in both orders; tokens 5 and 7 swap places
+        diff = max(float((a[1] - b[1]).abs().max()), float((a[0] - b[2]).abs().max()))
+        if order_blind:
+            assert diff < 1e-5, arch
+        else:
+            assert diff > 1e-3, arch

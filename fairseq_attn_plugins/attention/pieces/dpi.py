@@ -44,7 +44,9 @@ also work, incremental decoding included).
 SAN+P (positions only through A^p, no token position embeddings) is the
 configuration ``--dpi-mode p --no-token-positional-embeddings`` (fairseq's
 flag; it removes the embeddings of encoder AND decoder, so use
-``--dpi-sides both`` then). This piece never turns the embeddings off itself.
+``--dpi-sides both`` then). The piece never turns the embeddings off itself;
+:func:`san_p_defaults` holds these defaults for an architecture that
+documents them (e.g. ``register_variant("dpi_sanp", "dpi", san_p_defaults)``).
 
 Backends: fused and explicit (the tables are an additive bias).
 """
@@ -74,6 +76,17 @@ MAX_LEN_LIMIT = 8192
 
 def side_active(sides: str, side: str) -> bool:
     return sides == "both" or sides == side
+
+
+def san_p_defaults(args) -> None:
+    """Defaults of the paper's SAN+P configuration, for an architecture's
+    ``extra_defaults``: positions only through A^p (``--dpi-mode p``), fairseq's
+    token position embeddings off (``--no-token-positional-embeddings``, which
+    removes them from encoder and decoder alike) and therefore the tables on
+    both sides. Explicit flags still win (``getattr`` defaults)."""
+    args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", True)
+    args.dpi_mode = getattr(args, "dpi_mode", "p")
+    args.dpi_sides = getattr(args, "dpi_sides", "both")
 
 
 @register_piece

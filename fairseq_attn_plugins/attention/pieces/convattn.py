@@ -42,7 +42,9 @@ Options: ``--convattn-kernel`` odd width 1..15 (default 3),
 
 Encoder only: the convolution over query rows mixes row i with row i+1, which
 in a decoder would leak the next target token. Conflicts with csan2d (its key
-axis concatenates several heads' keys). Backends: explicit only
+axis concatenates several heads' keys). With csan1d the convolution sees the
+windowed probabilities and may move weight up to k//2 positions outside the
+window (still inside the sentence). Backends: explicit only
 (``post_softmax`` needs the probabilities).
 """
 

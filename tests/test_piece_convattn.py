@@ -140,6 +140,7 @@ def test_conflicts_are_declared(pieces):
     ({"convattn_activation": "tanh"}, "--convattn-activation"),
     ({"convattn_init": "zeros"}, "--convattn-init"),
     ({"convattn_max_len": 0}, "--convattn-max-len"),
+    ({"convattn_max_len": 32, "max_source_positions": 64}, "--max-source-positions 64"),
 ])
 def test_bad_flags_name_the_flag(flags, flag):
     with pytest.raises(PieceConfigError, match=flag):

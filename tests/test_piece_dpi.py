@@ -24,6 +24,9 @@ def dpi_attention(backend="explicit", side="encoder", **flags):
     flags.setdefault("dpi_layers", "0")
     flags.setdefault("dpi_max_len", T_MAX)
     flags.setdefault("dpi_sides", "both")
+    t = flags["dpi_max_len"]
+    flags.setdefault("max_source_positions", t)  # fairseq's limits must fit the tables
+    flags.setdefault("max_target_positions", t)
     return make_attention(make_args("dpi", **flags), side=side, backend=backend)
 
 
@@ -148,7 +151,7 @@ def test_first_layer_encoder_only_by_default():
     defaults = make_args("dpi")
     assert (defaults.dpi_layers, defaults.dpi_sides, defaults.dpi_mode, defaults.dpi_max_len,
             defaults.dpi_relative_form, defaults.dpi_init) == ("0", "encoder", "pr", 1024, "paper", "glorot")
-    args = make_args("dpi", dpi_max_len=8)
+    args = make_args("dpi", dpi_max_len=8, max_source_positions=8)
     assert len(make_attention(args, layer_idx=0).pieces) == 1
     assert not make_attention(args, layer_idx=1).pieces
     assert not make_attention(args, side="decoder", layer_idx=0).pieces
@@ -162,6 +165,8 @@ def test_first_layer_encoder_only_by_default():
     ({"dpi_init": "ones"}, "--dpi-init"),
     ({"dpi_sides": "all"}, "--dpi-sides"),
     ({"dpi_max_len": 100, "max_source_positions": 1024}, "--dpi-max-len"),
+    ({"dpi_max_len": 100}, "--max-source-positions 1024"),  # unset: fairseq's default
+    ({"dpi_max_len": 100, "max_source_positions": 100, "dpi_sides": "both"}, "--max-target-positions"),
 ])
 def test_bad_flags_name_the_flag(flags, flag):
     with pytest.raises(PieceConfigError, match=flag):

@@ -27,7 +27,7 @@ def test_five_pieces_in_one_layer_match_loop_reference():
     """temp + dpi + csan1d + convattn2d + chained: q/k/v scaling, position tables and
     window on the logits, the convolution on the probabilities, then the chain."""
     args = make_args("temp,dpi,csan1d,convattn2d,chained", temp_layers="0", dpi_layers="0",
-                     dpi_max_len=6, csan_layers="0", csan_window=3, convattn_layers="0",
+                     dpi_max_len=6, max_source_positions=6, csan_layers="0", csan_window=3, convattn_layers="0",
                      chained_layers="0", chained_k=2)
     attn = make_attention(args).double()
     temp, dpi, _, conv, chain = attn.pieces
@@ -59,7 +59,7 @@ def test_five_pieces_in_one_layer_match_loop_reference():
 
 @pytest.mark.parametrize("pieces", ["temp,csan2d", "dpi,csan2d", "temp,dpi,csan2d"])
 def test_fused_pieces_combine_with_csan2d(pieces):
-    flags = dict(temp_layers="0", dpi_layers="0", dpi_max_len=8, csan_layers="0",
+    flags = dict(temp_layers="0", dpi_layers="0", dpi_max_len=8, max_source_positions=8, csan_layers="0",
                  csan_window=3, csan_heads=3)
     x, kpm = padded_batch([5, 3])
     fused = make_attention(make_args(pieces, **flags), backend="fused")

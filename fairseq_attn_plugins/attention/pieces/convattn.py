@@ -15,8 +15,9 @@ values; the result is NOT renormalised::
   ``C_io = b_o + sum_c sum_r W_{o,c,r} sigma(A)_{i+r-k//2, c}`` (t = maximum
   sentence length ``--convattn-max-len``, default 256: t*t*k + t parameters
   per head and layer, so keep t small; inputs longer than t fail with an error
-  naming the flag -- use fairseq's ``--max-source-positions`` <= t so that
-  fairseq refuses long sentences before training starts).
+  naming the flag -- pass fairseq's ``--max-source-positions t`` so that
+  fairseq refuses long sentences before training starts; an explicit
+  ``--max-source-positions`` larger than t fails at model build).
 * ``convattn2d``: per head, one k x k filter (default 3 x 3) plus a bias over
   the (query, key) plane: ``C_ij = b + sum_{r,s} W_{r,s} sigma(A)_{i+r-k//2, j+s-k//2}``.
 
@@ -54,7 +55,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..piece import AttentionPiece, AttentionSite, parse_layer_spec, register_piece, require_choice, require_int
+from ..piece import (
+    AttentionPiece,
+    AttentionSite,
+    PieceConfigError,
+    parse_layer_spec,
+    register_piece,
+    require_choice,
+    require_int,
+)
 from ..positions import sentence_positions
 
 ACTIVATIONS = ("relu", "linear")
@@ -156,7 +165,16 @@ class ConvAttention1D(_ConvAttentionBase):
     @classmethod
     def validate(cls, args):
         super().validate(args)
-        require_int(args, "convattn_max_len", 1, MAX_LEN_LIMIT)
+        t = require_int(args, "convattn_max_len", 1, MAX_LEN_LIMIT)
+        # an explicit --max-source-positions larger than t is a certain mismatch; when it is
+        # unset (fairseq: 1024) a long sentence fails at forward with a message naming the flag
+        longest = getattr(args, "max_source_positions", None)
+        if longest is not None and longest > t:
+            raise PieceConfigError(
+                f"--convattn-max-len {t} is shorter than --max-source-positions {longest}: "
+                f"sentences up to that length would not fit the t filters; raise "
+                f"--convattn-max-len (1..{MAX_LEN_LIMIT}) or lower --max-source-positions"
+            )
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site, args)

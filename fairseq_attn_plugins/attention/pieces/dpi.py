@@ -13,11 +13,12 @@ head (tables are NOT shared across heads), after the 1/sqrt(d) scaling::
 * ``PR``: both (``--dpi-mode p|r|pr``, default ``pr``).
 
 i and j are positions *within the sentence* (0-based, whatever the padding
-side), so a sentence gets the same scalars in any batch. t = ``--dpi-max-len``:
-inputs longer than t fail with an error naming the flag; when fairseq's
-``--max-source-positions`` (``--max-target-positions`` for the decoder side) is
-larger than t the model build fails, so that no long sentence can crash a
-training run later.
+side), so a sentence gets the same scalars in any batch. t = ``--dpi-max-len``
+(default 1024): inputs longer than t fail with an error naming the flag; when
+fairseq's ``--max-source-positions`` (``--max-target-positions`` for the
+decoder side; unset = fairseq's default 1024) is larger than t the model build
+fails, so that no long sentence can crash a training run later: with a small t
+pass ``--max-source-positions t`` and fairseq refuses longer sentences up front.
 
 Relative form (``--dpi-relative-form``):
 
@@ -54,6 +55,7 @@ Backends: fused and explicit (the tables are an additive bias).
 import math
 
 import torch
+from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 from torch import Tensor, nn
 
 from ..piece import (
@@ -137,13 +139,16 @@ class DirectPositionInteractions(AttentionPiece):
         sides = require_choice(args, "dpi_sides", SIDES)
         require_choice(args, "dpi_relative_form", RELATIVE_FORMS)
         require_choice(args, "dpi_init", INITS)
-        for side, positions_flag in (("encoder", "max_source_positions"),
-                                     ("decoder", "max_target_positions")):
+        for side, positions_flag, fairseq_default in (
+            ("encoder", "max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS),
+            ("decoder", "max_target_positions", DEFAULT_MAX_TARGET_POSITIONS),
+        ):
             if not side_active(sides, side):
                 continue
             parse_layer_spec(args.dpi_layers, getattr(args, f"{side}_layers"), "--dpi-layers")
-            longest = getattr(args, positions_flag, None)
-            if longest is not None and longest > t:
+            # unset -> fairseq's TransformerModel.build_model uses its default (1024)
+            longest = getattr(args, positions_flag, None) or fairseq_default
+            if longest > t:
                 raise PieceConfigError(
                     f"--dpi-max-len {t} is shorter than --{positions_flag.replace('_', '-')} "
                     f"{longest}: sentences up to that length would not fit the position tables; "

@@ -195,3 +195,68 @@ def run(cmd: List[str], timeout: int = 300) -> str:
     if p.returncode != 0:
         raise AssertionError(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-4000:]}")
     return p.stdout
+
+
+# ---- 2-process gloo worker (torch.multiprocessing.spawn) ------------------
+def ddp_worker(rank: int, world: int, port: int, archs: List[str], out_dir: str) -> None:
+    """Train every arch 2 steps under torch DDP and under fairseq's legacy DDP.
+
+    Each rank gets different data; afterwards the flattened parameters of all
+    ranks are gathered and rank 0 records the largest difference. Errors (e.g.
+    DDP's unused-parameter error) are recorded, not raised, so every arch runs.
+    """
+    import datetime
+    import json
+    import traceback
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from fairseq.models.distributed_fairseq_model import DistributedFairseqModel
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    d = dictionary()
+    results = {}
+    for arch in archs:
+        for wrapper in ("torch_ddp", "fairseq_legacy_ddp"):
+            key = f"{arch}/{wrapper}"
+            try:
+                extra = {**arch_test_flags(arch), "dropout": 0.1, "attention_dropout": 0.1}
+                # torch DDP broadcasts rank 0's parameters: start from different ones to see it;
+                # fairseq's legacy DDP relies on the common seed, as fairseq-train does
+                torch.manual_seed(10 + (rank if wrapper == "torch_ddp" else 0))
+                model, args, _ = build_model(arch, extra, d=d)
+                before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+                if wrapper == "torch_ddp":
+                    wrapped = DistributedDataParallel(model, find_unused_parameters=False)
+                else:
+                    args.ddp_backend = "legacy_ddp"
+                    wrapped = DistributedFairseqModel(args, model, dist.group.WORLD, torch.device("cpu"))
+                opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+                torch.manual_seed(1000 + rank)  # different dropout masks per rank
+                for step in range(3):
+                    src, lengths, prev, tgt = batch(d, lengths=(7, 2, 5), seed=100 * rank + step)
+                    opt.zero_grad()
+                    loss = nll(wrapped, d, src, lengths, prev, tgt)
+                    loss.backward()
+                    if wrapper != "torch_ddp":
+                        wrapped.all_reduce_grads()
+                    opt.step()
+                no_grad = [n for n, p in model.named_parameters() if p.grad is None]
+                flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+                gathered = [torch.empty_like(flat) for _ in range(world)]
+                dist.all_gather(gathered, flat)
+                results[key] = {
+                    "max_rank_diff": max(float((g - gathered[0]).abs().max()) for g in gathered),
+                    "moved": float((flat - before).abs().max()),
+                    "params_without_grad": no_grad,
+                    "error": None,
+                }
+            except Exception:  # recorded for the test's message
+                results[key] = {"error": traceback.format_exc()[-3000:]}
+            dist.barrier()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+    dist.destroy_process_group()

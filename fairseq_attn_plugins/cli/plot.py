@@ -17,6 +17,7 @@ tokenisation / BPE as the training data).
 
 import argparse
 import json
+import logging
 import os
 import sys
 from typing import Dict, List, Optional
@@ -123,6 +124,7 @@ def greedy_translate(model, src_tokens: torch.Tensor, eos: int, max_len: int) ->
 
 
 def plot_layer(rec: Dict, q_labels: List[str], k_labels: List[str], path: str) -> None:
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,8 +137,7 @@ def plot_layer(rec: Dict, q_labels: List[str], k_labels: List[str], path: str) -
     nrows = (H + ncols - 1) // ncols
     size = 0.35 * max(len(k_labels), 4) + 1.5
     fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows), squeeze=False)
-    cmap = matplotlib.colormaps["viridis"].copy()
-    cmap.set_bad("#d0d0d0")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#d0d0d0")
     for h in range(nrows * ncols):
         ax = axes[h // ncols][h % ncols]
         if h >= H:
@@ -196,7 +197,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         prev = torch.cat([torch.tensor([tgt_dict.eos()]), tgt])[None]
     else:
         prev = greedy_translate(model, src, tgt_dict.eos(), args.max_len)
-        print("translation:", tgt_dict.string(prev[0, 1:]))
+        print("translation:", tgt_dict.string(prev[0, 1:]) or "(empty; pass --target to force one)")
 
     sides = ("encoder", "decoder") if args.side == "both" else (args.side,)
     records = collect_attention(model, src, prev, sides)

@@ -123,6 +123,28 @@ def greedy_translate(model, src_tokens: torch.Tensor, eos: int, max_len: int) ->
     return out
 
 
+def _frame(ax, allowed) -> None:
+    """Draw the cell edges between allowed and masked cells."""
+    T, S = allowed.shape
+    segs = []
+    for i in range(T):
+        for j in range(S):
+            if not allowed[i, j]:
+                continue
+            for di, dj in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+                ni, nj = i + di, j + dj
+                if 0 <= ni < T and 0 <= nj < S and not allowed[ni, nj]:
+                    if di:
+                        y = i + di / 2
+                        segs.append(((j - 0.5, y), (j + 0.5, y)))
+                    else:
+                        x = j + dj / 2
+                        segs.append(((x, i - 0.5), (x, i + 0.5)))
+    from matplotlib.collections import LineCollection
+
+    ax.add_collection(LineCollection(segs, colors="white", linewidths=1.2))
+
+
 def plot_layer(rec: Dict, q_labels: List[str], k_labels: List[str], path: str) -> None:
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
@@ -136,7 +158,8 @@ def plot_layer(rec: Dict, q_labels: List[str], k_labels: List[str], path: str) -
     ncols = min(H, 4)
     nrows = (H + ncols - 1) // ncols
     size = 0.35 * max(len(k_labels), 4) + 1.5
-    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols + 1, size * nrows + 0.6), squeeze=False,
+                             layout="constrained")
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#d0d0d0")
     for h in range(nrows * ncols):
         ax = axes[h // ncols][h % ncols]
@@ -146,8 +169,7 @@ def plot_layer(rec: Dict, q_labels: List[str], k_labels: List[str], path: str) -
         shown = np.ma.masked_array(probs[h], mask=~allowed[h])
         im = ax.imshow(shown, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
         if not allowed[h].all():  # frame the allowed region (window / mask boundary)
-            ax.contour(allowed[h].astype(float), levels=[0.5], colors="white", linewidths=0.8,
-                       corner_mask=False)
+            _frame(ax, allowed[h])
         ax.set_title(f"head {h}", fontsize=9)
         ax.set_xticks(range(len(k_labels)))
         ax.set_xticklabels(k_labels, rotation=90, fontsize=7)

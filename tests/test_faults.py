@@ -175,6 +175,18 @@ def test_torch_defaults_to_weights_only():
     assert (major, minor) >= (2, 6), "these tests assume torch's weights_only=True default"
 
 
+def test_only_fairseq_checkpoint_classes_are_allowlisted():
+    from fairseq_attn_plugins.checkpoint_safety import fairseq_checkpoint_globals
+
+    ours = set(fairseq_checkpoint_globals())
+    extra = [g for g in torch.serialization.get_safe_globals()
+             if g not in ours and not getattr(g, "__module__", "").startswith("torch")]
+    assert extra == [], f"allowlisted beyond fairseq's checkpoint classes: {extra}"
+    names = {f"{g.__module__}.{g.__qualname__}" for g in ours}
+    assert "argparse.Namespace" in names
+    assert not any(n.startswith(("builtins.", "os.", "subprocess.", "posix.")) for n in names), names
+
+
 def test_fairseq_checkpoint_classes_load(tmp_path):
     from fairseq.logging import meters
 

@@ -48,10 +48,7 @@ def plugin_archs() -> List[str]:
 
 
 # used only until a piece declares ``test_flags`` itself
-_FALLBACK_TEST_FLAGS = {
-    "csan1d": {"csan_layers": "0", "csan_window": 3},
-    "csan2d": {"csan_layers": "0", "csan_window": 3},
-}
+_FALLBACK_TEST_FLAGS: Dict = {}
 
 
 def piece_test_flags(piece_name: str) -> Dict:

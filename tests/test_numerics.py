@@ -99,8 +99,13 @@ def test_bf16_forward_backward_finite(names, backend):
             x, out, w = _run(module, side, torch.bfloat16, need_weights, seed)
             _assert_finite(f"{side} output", out)
             loss = out.float().pow(2).mean()
+            # pieces that transform the probabilities after the softmax (convoluted
+            # attention, DropAttention's 1/(1-p) rescaling) need not keep rows summing to 1
+            rows_normalised = all(type(p).post_softmax is AttentionPiece.post_softmax
+                                  for p in module.pieces)
             if w is not None:
                 _assert_finite(f"{side} weights", w)
+            if w is not None and rows_normalised:
                 sums = w.float().sum(-1)  # rows sum to 1, or 0 where a mask empties the row
                 ok = ((sums - 1).abs() < 2e-2) | (sums.abs() < 2e-2)
                 assert bool(ok.all()), f"{side}: attention rows sum to {sums[~ok][:5].tolist()}"
@@ -183,14 +188,10 @@ class _FutureOnly(AttentionPiece):
         return ctx.k_pos[None, :] > ctx.q_pos[:, None]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: attention/core.py folds a float attn_mask (fairseq's causal mask) into `bias`, "
-    "not into `allowed`, so the empty-row guard (`empty = ~allowed.any(-1)`) misses rows that a "
-    "piece mask and the causal mask empty together; the explicit path gives NaN (the fused one does not)"))
 def test_rows_emptied_by_piece_and_causal_mask_are_finite():
     site = _site("decoder")
     torch.manual_seed(0)
-    module = PluginSelfAttention(C, H, site, pieces=[_FutureOnly(site)], backend=backend).eval()
+    module = PluginSelfAttention(C, H, site, pieces=[_FutureOnly(site)]).eval()
     x, _, attn_mask = _inputs("decoder", torch.float32)
     outs = {}
     for backend in ("explicit", "fused"):

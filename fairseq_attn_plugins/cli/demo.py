@@ -207,6 +207,8 @@ class Pipeline:
             self.path("data-bin"), "--user-dir", self.user_dir, "--gen-subset", "test",
             "--path", os.path.join(run, "checkpoints", "checkpoint_best.pt"),
             "--beam", "4", "--batch-size", "64", "--remove-bpe", "--cpu", "--num-workers", "0",
+            # fairseq 0.12 drops a final batch smaller than this multiple: keep every sentence
+            "--required-batch-size-multiple", "1",
         ], gen_log)
         hyps = {}
         with open(gen_log, encoding="utf-8") as f:

@@ -239,8 +239,9 @@ evaluate_main() {
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
   local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
   log "generating (beam $BEAM, lenpen $LENPEN)"
+  # --required-batch-size-multiple 1: fairseq 0.12 silently drops a final batch smaller than the multiple
   $PYTHON -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset test \
-    --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 "${cpu[@]}" \
+    --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 --required-batch-size-multiple 1 "${cpu[@]}" \
     ${GEN_ARGS:-} > "$SAVE_DIR/generate.out.tmp" 2> "$SAVE_DIR/generate.err" \
     || { tail -5 "$SAVE_DIR/generate.err" >&2; die "fairseq-generate failed; see $SAVE_DIR/generate.err"; }
   mv "$SAVE_DIR/generate.out.tmp" "$SAVE_DIR/generate.out"

@@ -148,7 +148,7 @@ binarise() {
   $PYTHON -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" \
     --trainpref "$WORK/bpe/train.clean" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
     --destdir "$DATA.tmp" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
-    || { tail -5 "$WORK/preprocess.log" >&2; return 1; }
+    || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$DATA.tmp"; return 1; }
   rm -rf "$DATA"; mv "$DATA.tmp" "$DATA"
 }
 
@@ -197,12 +197,16 @@ train_main() {
   local launch
   if (( NGPUS == 0 )); then
     args+=(--cpu)
-    if (( workers > 1 )); then  # CPU data parallel (gloo) through torchrun, as fairseq supports
-      args+=(--distributed-backend gloo)
-      launch=(torchrun --nproc_per_node "$workers" --master_port "$port" -m fairseq_cli.train)
-    else
-      launch=("$PYTHON" -m fairseq_cli.train)
+    if (( workers > 1 )); then
+      # CPU data parallel (gloo): one process per rank through fairseq's own
+      # --distributed-init-method/--distributed-rank (torchrun's env:// path in fairseq
+      # 0.12 divides by torch.cuda.device_count(), which is 0 on CPU)
+      # and fairseq's legacy_ddp (its pytorch_ddp wrapper passes CUDA device_ids even on CPU)
+      args+=(--distributed-backend gloo --ddp-backend legacy_ddp --distributed-world-size "$workers" --distributed-no-spawn
+             --distributed-init-method "tcp://127.0.0.1:$port")
+      CPU_RANKS=$workers
     fi
+    launch=("$PYTHON" -m fairseq_cli.train)
   elif (( NNODES > 1 )) && [[ -n "${SLURM_JOB_ID:-}" ]]; then
     # one task per node under srun: fairseq infers the rendezvous from SLURM's variables
     args+=(--distributed-port "$port" --distributed-world-size "$workers")
@@ -218,8 +222,22 @@ train_main() {
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
+  local rc=0 r pids=()
+  if [[ -n "${CPU_RANKS:-}" ]]; then  # ranks 1.. in the background, each with its own log
+    for (( r = 1; r < CPU_RANKS; r++ )); do
+      "${launch[@]}" "${args[@]}" --distributed-rank "$r" >> "$SAVE_DIR/train.rank$r.log" 2>&1 &
+      pids+=($!)
+    done
+    trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT
+    args+=(--distributed-rank 0)
+  fi
+  set +e
   "${launch[@]}" "${args[@]}" 2>&1 | tee -a "$SAVE_DIR/train.log"
-  local rc=${PIPESTATUS[0]}
+  rc=${PIPESTATUS[0]}
+  set -e
+  (( rc == 0 )) || kill "${pids[@]}" 2>/dev/null || true  # a rank without rank 0 would wait forever
+  for r in "${pids[@]}"; do wait "$r" || rc=$(( rc ? rc : $? )); done
+  trap - EXIT
   (( rc == 0 )) || die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from checkpoint_last.pt"
   log "trained: $SAVE_DIR"
 }

@@ -95,7 +95,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
 def _fmt_params(n: Optional[int]) -> str:
     if n is None:
         return "?"
-    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}K"
 
 
 def format_markdown(table: Dict) -> str:

@@ -217,3 +217,17 @@ def test_cjk_recipes(tmp_path, recipe, src, tgt):
     run(recipe, "evaluate.sh", dict(env, N_AVG="1"))
     scores = json.load(open(tmp_path / "work" / "runs" / "transformer_attn_wmt_en_de" / "scores.json"))
     assert "sacrebleu" in scores and scores["lenpen"] == 1.0
+
+
+def test_sentencepiece_option_round_trips(tmp_path):
+    env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de", sizes=(("train", 200),))
+    p = steps("bpe-learn", "--tool", "sentencepiece", "--merges", "80", env["TRAIN_SRC"], env["TRAIN_TGT"],
+              "--output", str(tmp_path / "spm.model"))
+    assert p.returncode == 0, p.stderr
+    p = steps("bpe-apply", "--tool", "sentencepiece", "--codes", str(tmp_path / "spm.model"),
+              env["TRAIN_SRC"], str(tmp_path / "o.en"))
+    assert p.returncode == 0, p.stderr
+    src, pieces = read(env["TRAIN_SRC"]), read(tmp_path / "o.en")
+    assert any(len(p.split()) > len(s.split()) for s, p in zip(src, pieces))  # words were split
+    # what fairseq's --remove-bpe=sentencepiece does gives the input back
+    assert [p.replace(" ", "").replace("\u2581", " ").strip() for p in pieces] == src

@@ -21,6 +21,7 @@ The model sizes here are toy sizes; recipes/ has the papers' setups.
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,8 +78,10 @@ def resolve_archs(spec: str) -> List[str]:
 
 
 class Pipeline:
-    def __init__(self, out_dir: str, profile: Dict, archs: List[str], threads: int, seed: int):
+    def __init__(self, out_dir: str, profile: Dict, archs: List[str], threads: int, seed: int,
+                 train_args: List[str] = ()):
         self.out, self.p, self.archs, self.threads, self.seed = out_dir, profile, archs, threads, seed
+        self.train_args = list(train_args)
         self.done_dir = os.path.join(out_dir, ".done")
         self.user_dir = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
         os.makedirs(self.done_dir, exist_ok=True)
@@ -196,7 +199,7 @@ class Pipeline:
             "--cpu", "--num-workers", "0", "--seed", str(self.seed),
             "--save-dir", os.path.join(run, "checkpoints"), "--no-epoch-checkpoints",
             "--log-format", "json", "--log-interval", "1000",
-        ], os.path.join(run, "train.log"), echo)
+        ] + self.train_args, os.path.join(run, "train.log"), echo)
 
     def generate(self, arch: str) -> None:
         run = self.path("runs", arch)
@@ -284,6 +287,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, help="training epochs per architecture (default: 12, --quick 2)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--train-args", default="",
+                    help="extra fairseq-train flags for every architecture, e.g. \"--csan-window 5\"")
     args = ap.parse_args(argv)
 
     profile = dict(PROFILES["quick" if args.quick else "full"])
@@ -294,11 +299,11 @@ def main(argv=None) -> int:
         if len(archs) < 2:
             raise DemoError("--archs: give a baseline and at least one system to compare")
         settings = {k: profile[k] for k in ("sizes", "bpe_merges", "enc_layers", "dec_layers", "dim", "ffn")}
-        settings["seed"] = args.seed
+        settings.update(seed=args.seed, max_epoch=profile["max_epoch"], train_args=args.train_args)
         _check_settings(args.out_dir, settings)
         t0 = time.time()
         log(f"output in {os.path.abspath(args.out_dir)}; architectures: {', '.join(archs)}")
-        Pipeline(args.out_dir, profile, archs, args.threads, args.seed).run_all()
+        Pipeline(args.out_dir, profile, archs, args.threads, args.seed, shlex.split(args.train_args)).run_all()
     except DemoError as e:
         print(f"fairseq-attn-demo: error: {e}", file=sys.stderr)
         return 2

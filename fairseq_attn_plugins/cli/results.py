@@ -20,7 +20,7 @@ import json
 import os
 import re
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 from .significance import paired_tests, read_lines, significance_mark, write_json_atomic
 

@@ -249,9 +249,9 @@ class Pipeline:
 def plot_learning_curves(runs, png_path: str) -> None:
     import logging
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves DEBUG on
     import matplotlib
     matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

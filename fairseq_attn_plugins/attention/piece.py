@@ -24,7 +24,6 @@ layers where the piece is inactive.
 from dataclasses import dataclass
 from typing import ClassVar, Dict, Optional, Tuple, Type
 
-import torch
 from torch import Tensor, nn
 
 
@@ -174,6 +173,21 @@ def parse_layer_spec(spec, num_layers: int, flag: str) -> Tuple[int, ...]:
     return tuple(sorted(layers))
 
 
+SIDES = ("encoder", "decoder")
+
+
+def parse_sides(spec, flag: str) -> Tuple[str, ...]:
+    """Which self-attentions a piece applies to: ``"encoder"``, ``"decoder"``,
+    ``"encoder,decoder"`` (or its alias ``"both"``); raises naming ``flag``."""
+    text = str(spec).strip().lower()
+    parts = SIDES if text == "both" else tuple(s.strip() for s in text.split(",") if s.strip())
+    if not parts or any(s not in SIDES for s in parts):
+        raise PieceConfigError(
+            f"{flag} must be 'encoder', 'decoder' or 'encoder,decoder' (alias 'both') (got {spec!r})"
+        )
+    return tuple(s for s in SIDES if s in parts)
+
+
 def require_int(args, attr: str, lo: int, hi: Optional[int] = None, odd: bool = False) -> int:
     """Validate an integer flag ``--attr-name`` and return it."""
     flag = "--" + attr.replace("_", "-")
@@ -223,6 +237,7 @@ __all__ = [
     "PIECES",
     "PieceConfigError",
     "parse_layer_spec",
+    "parse_sides",
     "positions_window",
     "register_piece",
     "require_choice",

@@ -59,7 +59,6 @@ from torch import Tensor, nn
 from ..piece import (
     AttentionPiece,
     AttentionSite,
-    PieceConfigError,
     parse_layer_spec,
     register_piece,
     require_choice,

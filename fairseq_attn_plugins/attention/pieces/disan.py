@@ -52,7 +52,7 @@ from ..piece import (
     register_piece,
     require_choice,
 )
-from .relpos import parse_sides
+from ..piece import parse_sides
 
 DIRECTIONS = ("fw", "bw", "nodiag", "all")
 DIAGONAL = ("disable", "keep")

@@ -59,6 +59,7 @@ from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX
 from torch import Tensor, nn
 
 from ..piece import (
+    parse_sides,
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
@@ -72,12 +73,7 @@ from ..positions import sentence_positions
 MODES = ("p", "r", "pr")
 RELATIVE_FORMS = ("paper", "circulant")
 INITS = ("glorot", "zeros")
-SIDES = ("encoder", "decoder", "both")
 MAX_LEN_LIMIT = 8192
-
-
-def side_active(sides: str, side: str) -> bool:
-    return sides == "both" or sides == side
 
 
 def san_p_defaults(args) -> None:
@@ -114,7 +110,7 @@ class DirectPositionInteractions(AttentionPiece):
                             help="layers (0-based) with position tables: '0', '0-2', 'all' "
                                  "(default '0', the first layer as in the paper)")
         parser.add_argument("--dpi-sides", type=str, metavar="SIDE",
-                            help="add the tables to the 'encoder', 'decoder' or 'both' "
+                            help="add the tables to the 'encoder', 'decoder' or 'encoder,decoder' (alias 'both') "
                                  "self-attentions (default 'encoder')")
         parser.add_argument("--dpi-relative-form", type=str, metavar="FORM",
                             help="relative table: 'paper' (a_{i-j+t}, default) or 'circulant' "
@@ -136,14 +132,14 @@ class DirectPositionInteractions(AttentionPiece):
     def validate(cls, args):
         require_choice(args, "dpi_mode", MODES)
         t = require_int(args, "dpi_max_len", 1, MAX_LEN_LIMIT)
-        sides = require_choice(args, "dpi_sides", SIDES)
+        sides = parse_sides(args.dpi_sides, "--dpi-sides")
         require_choice(args, "dpi_relative_form", RELATIVE_FORMS)
         require_choice(args, "dpi_init", INITS)
         for side, positions_flag, fairseq_default in (
             ("encoder", "max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS),
             ("decoder", "max_target_positions", DEFAULT_MAX_TARGET_POSITIONS),
         ):
-            if not side_active(sides, side):
+            if side not in sides:
                 continue
             parse_layer_spec(args.dpi_layers, getattr(args, f"{side}_layers"), "--dpi-layers")
             # unset -> fairseq's TransformerModel.build_model uses its default (1024)
@@ -158,7 +154,7 @@ class DirectPositionInteractions(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if not side_active(args.dpi_sides, site.side):
+        if site.side not in parse_sides(args.dpi_sides, "--dpi-sides"):
             return None
         if site.layer_idx not in parse_layer_spec(args.dpi_layers, site.num_layers, "--dpi-layers"):
             return None

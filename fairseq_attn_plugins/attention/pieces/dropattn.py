@@ -60,7 +60,7 @@ from ..piece import (
     require_float,
     require_int,
 )
-from .relpos import parse_sides
+from ..piece import parse_sides
 
 RESCALES = ("normalized", "traditional")
 _CONFLICT = "both drop attention weights; pick one of dropattn_c/dropattn_e"

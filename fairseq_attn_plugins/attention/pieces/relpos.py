@@ -58,6 +58,7 @@ from ..piece import (
     AttentionSite,
     PieceConfigError,
     parse_layer_spec,
+    parse_sides,
     register_piece,
     require_choice,
     require_int,
@@ -67,18 +68,6 @@ logger = logging.getLogger(__name__)
 
 MODES = ("kv", "k", "tied")
 ABS_POS = ("drop", "keep")
-SIDES = ("encoder", "decoder")
-
-
-def parse_sides(spec, flag: str):
-    """``"encoder,decoder"`` -> ("encoder", "decoder"); raises naming ``flag``."""
-    sides = tuple(s.strip().lower() for s in str(spec).split(",") if s.strip())
-    bad = [s for s in sides if s not in SIDES]
-    if bad or not sides:
-        raise PieceConfigError(
-            f"{flag} must be a comma list from {list(SIDES)} (got {spec!r})"
-        )
-    return sides
 
 
 def clipped_distance_index(q_pos: Tensor, k_pos: Tensor, k: int) -> Tensor:
@@ -135,7 +124,7 @@ class RelativePositions(AttentionPiece):
             n = getattr(args, f"{side}_layers")
             layer_sets[side] = parse_layer_spec(args.relpos_layers, n, "--relpos-layers")
         if require_choice(args, "relpos_abs_pos", ABS_POS) == "drop":
-            if set(sides) != set(SIDES) or not all(layer_sets.values()):
+            if set(sides) != {"encoder", "decoder"} or not all(layer_sets.values()):
                 raise PieceConfigError(
                     "--relpos-abs-pos drop (the default) removes the token position embeddings of "
                     "both encoder and decoder, so it needs --relpos-sides encoder,decoder and at "

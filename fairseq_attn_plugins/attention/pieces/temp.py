@@ -29,13 +29,8 @@ Backends: fused and explicit (the hook only rescales q, k, v).
 import torch
 from torch import Tensor, nn
 
-from ..piece import AttentionPiece, AttentionSite, parse_layer_spec, register_piece, require_choice
+from ..piece import AttentionPiece, AttentionSite, parse_layer_spec, parse_sides, register_piece
 
-SIDES = ("encoder", "decoder", "both")
-
-
-def side_active(sides: str, side: str) -> bool:
-    return sides == "both" or sides == side
 
 
 @register_piece
@@ -52,7 +47,7 @@ class LearnableTemperature(AttentionPiece):
                             help="layers (0-based) with learnable temperature: '0,1', '0-2', "
                                  "'all' or 'none' (default 'all')")
         parser.add_argument("--temp-sides", type=str, metavar="SIDE",
-                            help="learnable temperature on the 'encoder', 'decoder' or 'both' "
+                            help="learnable temperature on the 'encoder', 'decoder' or 'encoder,decoder' (alias 'both') "
                                  "self-attentions (default 'encoder')")
 
     @classmethod
@@ -62,15 +57,15 @@ class LearnableTemperature(AttentionPiece):
 
     @classmethod
     def validate(cls, args):
-        sides = require_choice(args, "temp_sides", SIDES)
-        if side_active(sides, "encoder"):
+        sides = parse_sides(args.temp_sides, "--temp-sides")
+        if "encoder" in sides:
             parse_layer_spec(args.temp_layers, args.encoder_layers, "--temp-layers")
-        if side_active(sides, "decoder"):
+        if "decoder" in sides:
             parse_layer_spec(args.temp_layers, args.decoder_layers, "--temp-layers")
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if not side_active(args.temp_sides, site.side):
+        if site.side not in parse_sides(args.temp_sides, "--temp-sides"):
             return None
         if site.layer_idx not in parse_layer_spec(args.temp_layers, site.num_layers, "--temp-layers"):
             return None

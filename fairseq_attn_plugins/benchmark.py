@@ -75,15 +75,15 @@ def is_windowed(variant: str) -> bool:
 # ---------------------------------------------------------------------------
 PRESETS = {
     "tiny": dict(sizes=dict(embed=16, ffn=32, heads=4, layers=3), vocab=64, max_tokens=96,
-                 n_batches=1, repeats=2, gen_sents=2, gen_batch=2, max_len_b=2, max_src=12,
+                 n_batches=1, passes=1, repeats=2, gen_sents=2, gen_batch=2, max_len_b=2, max_src=12,
                  sweep_lengths=(8, 16), sweep_tokens=32, sweep_steps=1),
     "small": dict(sizes=dict(embed=256, ffn=1024, heads=4, layers=3), vocab=8000, max_tokens=1024,
-                  n_batches=4, repeats=5, gen_sents=32, gen_batch=16, max_len_b=10, max_src=100,
+                  n_batches=4, passes=1, repeats=5, gen_sents=32, gen_batch=16, max_len_b=10, max_src=100,
                   sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
-    "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, n_batches=8, repeats=5,
+    "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, n_batches=8, passes=3, repeats=7,
                  gen_sents=512, gen_batch=128, max_len_b=10, max_src=250,
                  sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=5),
-    "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, n_batches=8, repeats=5,
+    "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, n_batches=8, passes=2, repeats=7,
                 gen_sents=512, gen_batch=128, max_len_b=10, max_src=250,
                 sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=5),
 }
@@ -472,15 +472,17 @@ def bench_train(models, d, cfg, device, seed, log):
         m, opt = models[name], opts[name]
         with PeakMemory(device) as mem:
             t0 = time.perf_counter()
-            for b in batches:
-                train_step(m, opt, b)
+            for _ in range(cfg["passes"]):
+                for b in batches:
+                    train_step(m, opt, b)
             _sync(device)
             dt = time.perf_counter() - t0
         peaks[name] = max(peaks[name], mem.peak_bytes)
-        return ntokens / dt
+        return ntokens * cfg["passes"] / dt
 
     runs = interleaved(list(models), cfg["repeats"], measure, log)
-    out = {"batches": len(batches), "tokens_per_pass": ntokens, "repeats": cfg["repeats"], "systems": {}}
+    out = {"batches": len(batches), "tokens_per_pass": ntokens, "passes": cfg["passes"],
+           "repeats": cfg["repeats"], "systems": {}}
     ref = runs[STOCK]
     for name in models:
         static = opts[name].state_bytes()
@@ -503,7 +505,11 @@ def bench_infer(models, d, cfg, device, seed, log):
 
     batches = make_gen_batches(d, cfg["gen_sents"], cfg["gen_batch"], cfg["max_src"], seed, device)
     nsent = sum(b["nsentences"] for b in batches)
-    gens = {name: SequenceGenerator([m], d, beam_size=4, max_len_a=1.2, max_len_b=cfg["max_len_b"])
+    # match_source_len: every hypothesis is exactly as long as its source, so every
+    # system decodes the same number of steps (untrained models would otherwise stop
+    # at different lengths) and the work is WMT-like (output length ~ input length)
+    gens = {name: SequenceGenerator([m], d, beam_size=4, max_len_a=1.2, max_len_b=cfg["max_len_b"],
+                                    match_source_len=True)
             for name, m in models.items()}
     out_len = {}
 
@@ -664,11 +670,25 @@ def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, log=print) -> di
                                           0.1, ignore_index=d.pad())
         scale = 128.0 if DTYPES[dtype] == torch.float16 else 1.0
         (loss * scale).backward()
-        grads = torch.cat([p.grad.float().flatten() / scale for p in model.parameters()
-                           if p.grad is not None])
+        named = [(n, p.grad.float().flatten() / scale) for n, p in model.named_parameters()
+                 if p.grad is not None]
+        names.clear()
+        names.extend((n, g.numel()) for n, g in named)
+        grads = torch.cat([g for _, g in named])
         mask = batch["target"].ne(d.pad())
         logits = net[0].float()[mask]
         return loss.float().detach(), logits.detach(), grads
+
+    names = []
+
+    def worst_param(a, b):
+        """The parameter whose gradients differ most (relative), for diagnosis."""
+        best, off = ("", 0.0), 0
+        for n, k in names:
+            e = rel(a[off: off + k], b[off: off + k]) if not n.endswith("k_proj.bias") else 0.0
+            best = max(best, (n, e), key=lambda t: t[1])
+            off += k
+        return f"{best[0]} ({best[1]:.1e})"
 
     def rel(a, b):
         return float((a - b).norm() / b.norm().clamp_min(1e-12))
@@ -689,6 +709,7 @@ def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, log=print) -> di
                 "finite": finite,
                 "fused_vs_explicit_out": rel(fused[1], expl[1]),
                 "fused_vs_explicit_grad": rel(fused[2], expl[2]),
+                "worst_param": worst_param(fused[2], expl[2]),
                 "fused_vs_fp32_out": rel(fused[1], ref[1]),
                 "explicit_vs_fp32_out": rel(expl[1], ref[1]),
                 "fused_vs_fp32_grad": rel(fused[2], ref[2]),
@@ -723,7 +744,7 @@ def render(report: dict) -> str:
     tr, inf = report.get("train"), report.get("infer")
     if tr:
         lines += [f"Training: {tr['batches']} batches, {tr['tokens_per_pass']} target tokens per pass, "
-                  f"{tr['repeats']} interleaved rounds; ratio = median of per-round ratios "
+                  f"{tr['passes']} pass(es) per measurement, {tr['repeats']} interleaved rounds; ratio = median of per-round ratios "
                   f"to stock fairseq [min-max].", ""]
         head = "| system | train tok/s | ratio [min-max] | target | speed | peak MB | mem ratio | mem |"
         sep = "|---|---:|---|---:|---|---:|---:|---|"

@@ -82,10 +82,10 @@ PRESETS = {
                   sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
     "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, n_batches=8, passes=3, repeats=7,
                  gen_sents=512, gen_batch=128, max_len_b=10, max_src=250,
-                 sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=5),
+                 sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=10),
     "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, n_batches=8, passes=2, repeats=7,
-                gen_sents=512, gen_batch=128, max_len_b=10, max_src=250,
-                sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=5),
+                gen_sents=256, gen_batch=128, max_len_b=10, max_src=250,
+                sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=10),
 }
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -3,12 +3,14 @@
 Load with ``fairseq-train --user-dir fairseq_attn_plugins`` (or ``pip install``
 the package and point ``--user-dir`` at its folder). Importing it registers the
 ``transformer_attn`` model, its architectures, and makes fairseq checkpoints
-loadable under torch >= 2.6 without disabling ``weights_only``.
+loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
+the last batch that fairseq's ``batch_by_size`` would drop (see fairseq_fixes).
 """
 
-from . import checkpoint_safety
+from . import checkpoint_safety, fairseq_fixes
 
 checkpoint_safety.install()
+fairseq_fixes.install()
 
 from . import attention, models  # noqa: E402,F401
 

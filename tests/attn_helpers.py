@@ -86,3 +86,38 @@ def toy_dictionary(n_symbols=40):
         d.add_symbol(f"w{i}")
     d.finalize(padding_factor=8)
     return d
+
+
+SMALL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+         "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "4",
+         "--decoder-attention-heads", "4", "--dropout", "0"]
+
+
+def build_model(arch, extra=(), dictionary=None, seed=0):
+    """Build a model of ``arch`` exactly as fairseq-train would, on a toy dictionary."""
+    from fairseq import options
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    from fairseq.tasks.translation import TranslationTask
+
+    d = dictionary or toy_dictionary()
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(
+        parser, ["/nonexistent", "--arch", arch, "--task", "translation", *SMALL, *extra]
+    )
+    task = TranslationTask(args, d, d)
+    torch.manual_seed(seed)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), task, args
+
+
+def token_batch(lengths, dictionary, left_pad=True, seed=3):
+    """(B, T) source tokens with fairseq's padding (left by default) and lengths."""
+    g = torch.Generator().manual_seed(seed)
+    T = max(lengths)
+    rows = []
+    for n in lengths:
+        toks = torch.randint(dictionary.nspecial, len(dictionary) - 1, (n - 1,), generator=g)
+        toks = torch.cat([toks, torch.tensor([dictionary.eos()])])
+        pad = torch.full((T - n,), dictionary.pad())
+        rows.append(torch.cat([pad, toks]) if left_pad else torch.cat([toks, pad]))
+    return torch.stack(rows), torch.tensor(lengths)

@@ -166,6 +166,12 @@ class PluginSelfAttention(MultiheadAttention):
         if kpm is not None:
             keep = ~kpm[:, None, None, :]  # (B, 1, 1, S)
             allowed = keep if allowed is None else allowed & keep
+        if piece_masked and attn_mask is not None and attn_mask.dtype != torch.bool:
+            # fairseq's future mask is additive (0 / -inf): make its -inf part boolean too,
+            # so that the empty-row rule below sees rows emptied by it plus a piece's mask
+            finite = attn_mask > float("-inf")
+            allowed = allowed & finite
+            bias = bias.masked_fill(~finite, 0.0)
 
         # ---- widen the key axis (2D-CSAN: keys/values of neighbouring heads) ----
         factor = 1

@@ -1,0 +1,208 @@
+"""Relative position representations (``relpos``), Shaw, Uszkoreit and Vaswani,
+NAACL 2018, "Self-Attention with Relative Position Representations"
+(arXiv:1803.02155).
+
+Every (query i, key j) pair gets two learned vectors chosen by the clipped
+distance ``j - i``::
+
+    a^K_ij = w^K[clip(j - i, k)],  a^V_ij = w^V[clip(j - i, k)],
+    clip(x, k) = max(-k, min(k, x))
+    e_ij  = q_i . (k_j + a^K_ij) / sqrt(d)
+    alpha = softmax_j(e_ij)
+    z_i   = sum_j alpha_ij (v_j + a^V_ij)
+
+``w^K`` and ``w^V`` are tables of shape ``(2k + 1, d_head)``, one pair per
+layer, shared by all heads (as in the paper). Default ``k = 16``
+(``--relpos-k``; the paper reports little difference for k >= 2;
+tensor2tensor's ``transformer_relative`` uses 20).
+
+Options:
+
+* ``--relpos-mode kv`` (default, the paper): separate key and value tables;
+  ``k``: keys only (no ``a^V`` term, the paper's ablation);
+  ``tied``: one table used for both keys and values (what OpenNMT-py does).
+* ``--relpos-sides`` (default ``encoder,decoder``) and ``--relpos-layers``
+  (default ``all``): which self-attention layers get tables.
+* ``--relpos-abs-pos drop`` (default) / ``keep``: whether relative positions
+  *replace* fairseq's sinusoidal position embeddings. The paper's relative
+  model has no absolute positions ("combining relative and absolute position
+  representations yields no further improvement"; tensor2tensor's
+  ``transformer_relative`` sets ``pos = None``), so ``drop`` is the default:
+  it sets fairseq's ``--no-token-positional-embeddings`` at model build (with
+  a log line). That removes them on both sides, so ``drop`` requires
+  ``--relpos-sides encoder,decoder``; use ``keep`` for one-sided relpos or to
+  keep both kinds of position.
+
+Tables are initialised with Xavier/Glorot uniform, as OpenNMT-py's Transformer
+recipe (``-param_init_glorot``) does for every matrix (tensor2tensor uses its
+uniform-unit-scaling default initializer).
+
+Incremental decoding: distances come from the context's ``q_pos``/``k_pos``,
+so a cached decoding step scores exactly as the full-sequence forward.
+
+Backends: the key term is an additive score bias (fused-compatible); the value
+term needs the probabilities, so ``kv`` and ``tied`` run on the explicit path
+while ``k`` runs on the fused path under ``--attn-backend auto``. (``--attn-
+backend fused`` is refused for relpos whatever the mode, because the check
+happens before the mode is known; use ``auto``.)
+"""
+
+import logging
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..piece import (
+    AttentionPiece,
+    AttentionSite,
+    PieceConfigError,
+    parse_layer_spec,
+    register_piece,
+    require_choice,
+    require_int,
+)
+
+logger = logging.getLogger(__name__)
+
+MODES = ("kv", "k", "tied")
+ABS_POS = ("drop", "keep")
+SIDES = ("encoder", "decoder")
+
+
+def parse_sides(spec, flag: str):
+    """``"encoder,decoder"`` -> ("encoder", "decoder"); raises naming ``flag``."""
+    sides = tuple(s.strip().lower() for s in str(spec).split(",") if s.strip())
+    bad = [s for s in sides if s not in SIDES]
+    if bad or not sides:
+        raise PieceConfigError(
+            f"{flag} must be a comma list from {list(SIDES)} (got {spec!r})"
+        )
+    return sides
+
+
+def clipped_distance_index(q_pos: Tensor, k_pos: Tensor, k: int) -> Tensor:
+    """(T, S) long: ``clip(j - i, k) + k``, the row of the table for each pair."""
+    return (k_pos[None, :] - q_pos[:, None]).clamp(-k, k) + k
+
+
+@register_piece
+class RelativePositions(AttentionPiece):
+    """Shaw et al. (2018) relative position representations. See module docstring."""
+
+    name = "relpos"
+    # class-level: conservative (full relpos needs the explicit path);
+    # instances with --relpos-mode k set fused_ok = True.
+    fused_ok = False
+    conflicts = {}
+    test_flags = {"relpos_layers": "0", "relpos_k": 2}
+
+    @classmethod
+    def add_args(cls, parser):
+        parser.add_argument("--relpos-k", type=int, metavar="K",
+                            help="relative positions: clipping distance k, integer >= 1; "
+                                 "tables have 2k+1 rows (default 16)")
+        parser.add_argument("--relpos-mode", type=str, metavar="MODE",
+                            help="relative positions: 'kv' separate key and value tables "
+                                 "(paper, default), 'k' keys only, 'tied' one table for both "
+                                 "(OpenNMT-py)")
+        parser.add_argument("--relpos-sides", type=str, metavar="SIDES",
+                            help="relative positions in self-attention of: 'encoder', 'decoder' "
+                                 "or 'encoder,decoder' (default)")
+        parser.add_argument("--relpos-layers", type=str, metavar="LAYERS",
+                            help="relative positions: layers (0-based) '0,1', '0-2', 'all' "
+                                 "(default all)")
+        parser.add_argument("--relpos-abs-pos", type=str, metavar="MODE",
+                            help="relative positions: 'drop' the sinusoidal position embeddings "
+                                 "(paper, default; sets --no-token-positional-embeddings, needs "
+                                 "--relpos-sides encoder,decoder) or 'keep' them as well")
+
+    @classmethod
+    def set_defaults(cls, args):
+        args.relpos_k = getattr(args, "relpos_k", 16)
+        args.relpos_mode = getattr(args, "relpos_mode", "kv")
+        args.relpos_sides = getattr(args, "relpos_sides", "encoder,decoder")
+        args.relpos_layers = getattr(args, "relpos_layers", "all")
+        args.relpos_abs_pos = getattr(args, "relpos_abs_pos", "drop")
+
+    @classmethod
+    def validate(cls, args):
+        require_int(args, "relpos_k", 1)
+        require_choice(args, "relpos_mode", MODES)
+        sides = parse_sides(args.relpos_sides, "--relpos-sides")
+        layer_sets = {}
+        for side in sides:
+            n = getattr(args, f"{side}_layers")
+            layer_sets[side] = parse_layer_spec(args.relpos_layers, n, "--relpos-layers")
+        if require_choice(args, "relpos_abs_pos", ABS_POS) == "drop":
+            if set(sides) != set(SIDES) or not all(layer_sets.values()):
+                raise PieceConfigError(
+                    "--relpos-abs-pos drop (the default) removes the token position embeddings of "
+                    "both encoder and decoder, so it needs --relpos-sides encoder,decoder and at "
+                    f"least one relpos layer on each (got --relpos-sides {args.relpos_sides!r}, "
+                    f"--relpos-layers {args.relpos_layers!r}); use --relpos-abs-pos keep otherwise"
+                )
+            if not getattr(args, "no_token_positional_embeddings", False):
+                logger.info("--relpos-abs-pos drop: setting --no-token-positional-embeddings "
+                            "(relative positions replace the sinusoidal embeddings)")
+            args.no_token_positional_embeddings = True
+
+    @classmethod
+    def build(cls, args, site: AttentionSite):
+        if site.side not in parse_sides(args.relpos_sides, "--relpos-sides"):
+            return None
+        if site.layer_idx not in parse_layer_spec(args.relpos_layers, site.num_layers,
+                                                  "--relpos-layers"):
+            return None
+        return cls(site, args.relpos_k, args.relpos_mode)
+
+    def __init__(self, site: AttentionSite, k: int = 16, mode: str = "kv"):
+        super().__init__(site)
+        if mode not in MODES:
+            raise PieceConfigError(f"--relpos-mode must be one of {list(MODES)} (got {mode!r})")
+        self.k = k
+        self.mode = mode
+        self.scaling = site.head_dim ** -0.5
+        rows, d = 2 * k + 1, site.head_dim
+        self.rel_keys = nn.Parameter(torch.empty(rows, d))
+        nn.init.xavier_uniform_(self.rel_keys)
+        if mode == "kv":
+            self.rel_values = nn.Parameter(torch.empty(rows, d))
+            nn.init.xavier_uniform_(self.rel_values)
+        else:
+            self.rel_values = None
+        # keys only: a pure score bias, fine for scaled_dot_product_attention
+        self.fused_ok = mode == "k"
+
+    def value_table(self) -> Optional[Tensor]:
+        if self.mode == "kv":
+            return self.rel_values
+        if self.mode == "tied":
+            return self.rel_keys
+        return None
+
+    def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
+        """``q_i . a^K_ij / sqrt(d)`` as (B, H, T, S)."""
+        B, H, T, _ = q.shape
+        idx = clipped_distance_index(ctx.q_pos, ctx.k_pos, self.k)  # (T, S)
+        # q against every table row once, then pick the row of each (i, j)
+        q_rows = torch.matmul(q, self.rel_keys.to(q.dtype).t())  # (B, H, T, 2k+1)
+        bias = q_rows.gather(-1, idx.expand(B, H, T, idx.size(-1)))
+        return bias * self.scaling
+
+    def value_term(self, probs: Tensor, ctx) -> Optional[Tensor]:
+        """``sum_j alpha_ij a^V_ij`` as (B, H, T, D)."""
+        table = self.value_table()
+        if table is None:
+            return None
+        B, H, T, width = probs.shape
+        S = ctx.src_len
+        if width != S:  # widened key axis (2D-CSAN): slots of one key share its distance
+            probs = probs.view(B, H, T, width // S, S).sum(dim=3)
+        idx = clipped_distance_index(ctx.q_pos, ctx.k_pos, self.k).expand(B, H, T, S)
+        # sum the probabilities falling on each table row, then one small matmul
+        per_row = probs.new_zeros(B, H, T, 2 * self.k + 1).scatter_add_(-1, idx, probs)
+        return torch.matmul(per_row, table.to(probs.dtype))
+
+    def extra_repr(self):
+        return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"

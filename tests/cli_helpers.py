@@ -1,0 +1,64 @@
+"""Run fairseq's command-line tools on a tiny generated corpus (not a test module)."""
+
+import contextlib
+import io
+import os
+import subprocess
+import sys
+
+import fairseq_attn_plugins
+
+PLUGIN_DIR = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
+
+TINY = ["--encoder-layers", "3", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+        "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"]
+TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "800", "--cpu", "--num-workers", "0",
+         "--no-progress-bar", "--log-interval", "1", "--log-format", "simple", "--seed", "1",
+         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+         "--no-epoch-checkpoints"]
+
+
+def make_data(root, n_train=200):
+    """Toy corpus -> fairseq-preprocess (joined dictionary). Returns the binarised dir."""
+    from fairseq_attn_plugins.toy_corpus import write_corpus
+
+    raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
+    write_corpus(raw, sizes=(("train", n_train), ("valid", 20), ("test", 12)))
+    run_cli("fairseq_cli.preprocess", ["--source-lang", "src", "--target-lang", "tgt",
+                                       "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
+                                       "--testpref", f"{raw}/test", "--destdir", dest,
+                                       "--joined-dictionary", "--workers", "1"])
+    return dest
+
+
+def run_cli(module, argv, check=True):
+    """``python -m module argv`` in a subprocess; returns (returncode, combined output)."""
+    proc = subprocess.run([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
+    return proc.returncode, proc.stdout
+
+
+def train_in_process(argv):
+    """fairseq-train's main() in this process (saves the interpreter start-up per run)."""
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import train
+
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+
+
+def generate_in_process(argv):
+    """fairseq-generate in this process; returns its stdout (hypotheses and BLEU)."""
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import generate
+
+    args = options.parse_args_and_arch(options.get_generation_parser(), argv)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        generate.main(convert_namespace_to_omegaconf(args))
+    return buf.getvalue()

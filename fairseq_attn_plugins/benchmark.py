@@ -80,11 +80,11 @@ PRESETS = {
     "small": dict(sizes=dict(embed=256, ffn=1024, heads=4, layers=3), vocab=8000, max_tokens=1024,
                   n_batches=4, passes=1, repeats=5, gen_sents=32, gen_batch=16, max_len_b=10, max_src=100,
                   sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
-    "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, n_batches=8, passes=3, repeats=7,
-                 gen_sents=512, gen_batch=128, max_len_b=10, max_src=250,
+    "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, n_batches=8, passes=2, repeats=5,
+                 gen_sents=256, gen_batch=128, max_len_b=10, max_src=250,
                  sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=10),
-    "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, n_batches=8, passes=2, repeats=7,
-                gen_sents=256, gen_batch=128, max_len_b=10, max_src=250,
+    "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, n_batches=8, passes=1, repeats=5,
+                gen_sents=128, gen_batch=128, max_len_b=10, max_src=250,
                 sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=10),
 }
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -200,11 +200,6 @@ class PluginSelfAttention(MultiheadAttention):
                 mask = bias.to(q.dtype)
                 if allowed is not None:
                     mask = mask.masked_fill(~allowed, float("-inf"))
-            if mask is not None and q.is_cuda and mask.dim() == 4 and mask.size(-2) > 1:
-                # fp16 on CUDA (H100, torch 2.11): with a per-query mask, first-layer q/k/v
-                # (a (B, T, H, D) memory layout) gave wrong gradients in a full model
-                # (fairseq-attn-bench --mode numerics); contiguous copies cost little.
-                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             out = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
             )  # (B, H, T, D)

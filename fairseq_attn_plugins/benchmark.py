@@ -432,6 +432,7 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
         try:
             m = build_model(s.arch, dictionary, cfg["sizes"], seed).to(device=device, dtype=DTYPES[dtype])
             entry["params"] = sum(p.numel() for p in m.parameters())
+            entry["param_tensors"] = sum(1 for _ in m.parameters())
             entry["attention_paths"] = attention_paths(m)
             models[s.name] = m
         except Exception as e:  # a broken variant is reported, the others still run
@@ -645,7 +646,7 @@ def meta(device, preset, dtype, mode, cfg) -> dict:
 NUMERICS_SIZES = dict(embed=64, ffn=128, heads=4, layers=3)
 
 
-def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, log=print) -> dict:
+def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, systems=None, log=print) -> dict:
     """Every plugin architecture: forward + backward on a padded batch in ``dtype``.
 
     Checks (a) loss, outputs and every gradient are finite; (b) the fused and the
@@ -693,7 +694,7 @@ def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, log=print) -> di
     def rel(a, b):
         return float((a - b).norm() / b.norm().clamp_min(1e-12))
 
-    for s in discover_systems(False)[1:]:
+    for s in discover_systems(False, systems)[1:]:
         entry = {}
         try:
             res = {}

@@ -89,8 +89,12 @@ def main(argv=None):
     log = lambda *a: print(*a, flush=True)  # noqa: E731
 
     if args.mode == "numerics":
-        report = B.run_numerics(args.device, args.dtype or ("fp16" if args.device == "cuda" else "fp32"),
-                                log=log)
+        try:
+            report = B.run_numerics(args.device,
+                                    args.dtype or ("fp16" if args.device == "cuda" else "fp32"),
+                                    systems=patterns, log=log)
+        except ValueError as e:
+            raise SystemExit(f"fairseq-attn-bench: {e}")
         text = B.render_numerics(report)
         status = 0 if report["ok"] else 1
     else:

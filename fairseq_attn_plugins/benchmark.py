@@ -506,19 +506,21 @@ def bench_infer(models, d, cfg, device, seed, log):
 
     batches = make_gen_batches(d, cfg["gen_sents"], cfg["gen_batch"], cfg["max_src"], seed, device)
     nsent = sum(b["nsentences"] for b in batches)
-    # match_source_len: every hypothesis is exactly as long as its source, so every
-    # system decodes the same number of steps (untrained models would otherwise stop
-    # at different lengths) and the work is WMT-like (output length ~ input length)
-    gens = {name: SequenceGenerator([m], d, beam_size=4, max_len_a=1.2, max_len_b=cfg["max_len_b"],
-                                    match_source_len=True)
+    # Untrained (or barely trained) models emit EOS at once. To decode a WMT-like and
+    # identical number of steps in every system, each batch's generator forces the
+    # output length to the batch's longest source: match_source_len caps it there and
+    # min_len forbids an earlier EOS.
+    gens = {name: [SequenceGenerator([m], d, beam_size=4, match_source_len=True,
+                                     min_len=int(b["net_input"]["src_lengths"].max()))
+                   for b in batches]
             for name, m in models.items()}
     out_len = {}
 
     def generate(name):
         total = 0
         with torch.no_grad():
-            for b in batches:
-                hyps = gens[name].generate([models[name]], b)
+            for gen, b in zip(gens[name], batches):
+                hyps = gen.generate([models[name]], b)
                 total += sum(len(h[0]["tokens"]) for h in hyps)
         out_len[name] = total / nsent
 

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
+from . import local
 from .piece import AttentionContext, AttentionPiece, AttentionSite
 
 try:  # torch >= 2.3
@@ -89,6 +90,10 @@ class PluginSelfAttention(MultiheadAttention):
             )
         self._expander = expanders[0] if expanders else None
         self.fused_ok = all(p.fused_ok for p in pieces)
+        # a piece whose mask allows only keys within band_half positions (1D-CSAN) lets
+        # long sequences take the block-local fused path (attention/local.py)
+        bands = [p.band_half for p in pieces if getattr(p, "band_half", None) is not None]
+        self._band_half = min(bands) if bands else None
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
@@ -224,9 +229,12 @@ class PluginSelfAttention(MultiheadAttention):
                 if allowed is not None:
                     mask = mask.masked_fill(~allowed, float("-inf"))
             with sdpa_backends(q, mask, piece_shaped or piece_masked):
-                out = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
-                )  # (B, H, T, D)
+                if self._use_local(factor, tgt_len, src_len, incremental_state):
+                    out = local.local_sdpa(q, k, v, mask, self._band_half, self.scaling, dropout_p)
+                else:
+                    out = F.scaled_dot_product_attention(
+                        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
+                    )  # (B, H, T, D)
         else:
             out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p)
 
@@ -245,6 +253,12 @@ class PluginSelfAttention(MultiheadAttention):
         if not need_head_weights:
             weights = weights.mean(dim=0)
         return out, weights
+
+    def _use_local(self, factor, tgt_len, src_len, incremental_state) -> bool:
+        """Block-local attention pays off for long self-attention under a narrow band."""
+        return (self._band_half is not None and factor == 1 and incremental_state is None
+                and tgt_len == src_len >= local.LOCAL_MIN_LEN
+                and 2 * self._band_half < local.BLOCK)
 
     def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p):
         """Reference path: materialise the probabilities. Returns (out, probs)."""

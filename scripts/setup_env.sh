@@ -7,7 +7,12 @@ PY=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 . .venv/bin/activate
 pyver=$(python -c 'import sys; print("%d%02d" % sys.version_info[:2])')
-pipq() { python -m pip install -q --disable-pip-version-check "$@"; }
+# pip's expected noise: local-index warnings, and the resolver reminding us that
+# fairseq's torchaudio requirement is deliberately not installed (see README)
+pipq() {
+  python -m pip install -q --disable-pip-version-check "$@" 2> >(grep -vE \
+    "^WARNING: Location|dependency resolver does not currently|requires torchaudio" >&2)
+}
 # torch: pinned so that pip takes the CPU wheel instead of a multi-GB CUDA build
 python -c 'import torch' 2>/dev/null || pipq "torch==${TORCH_VERSION:-2.13.0}"
 # fairseq 0.12.2 does not import on Python >= 3.11; ve-fairseq 0.12.3 is fairseq

@@ -109,3 +109,12 @@ def test_invalid_flag_fails_at_model_build():
         build_model("transformer_csan2d_wmt_en_de", extra=["--csan-heads", "9", "--csan-layers", "0"])
     with pytest.raises(PieceConfigError, match="--csan-layers.*0..1"):
         build_model("transformer_csan1d_wmt_en_de", extra=["--csan-layers", "0-2"])
+
+
+def test_san_p_architecture_has_no_token_positions():
+    model, _, args = build_model("transformer_dpi_sanp_wmt_en_de",
+                                 extra=["--dpi-max-len", "32", "--max-source-positions", "32",
+                                        "--max-target-positions", "32"])
+    assert args.attn_pieces == "dpi" and args.dpi_mode == "p" and args.dpi_sides == "both"
+    assert model.encoder.embed_positions is None and model.decoder.embed_positions is None
+    assert [p.name for p in model.encoder.layers[0].self_attn.pieces] == ["dpi"]

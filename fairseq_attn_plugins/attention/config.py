@@ -54,6 +54,12 @@ def validate_attention_args(args) -> None:
         for other, why in c.conflicts.items():
             if other in names:
                 raise PieceConfigError(f"--attn-pieces: {c.name} and {other} conflict: {why}")
+    wideners = [c.name for c in classes if c.expands_kv]
+    if len(wideners) > 1:
+        raise PieceConfigError(
+            f"--attn-pieces: {' and '.join(wideners)} conflict: each widens the key axis "
+            f"with other heads' keys; at most one such piece per model"
+        )
     if args.attn_backend == "fused":
         slow = [c.name for c in classes if not c.fused_ok]
         if slow:

@@ -26,6 +26,7 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
+from ..attention.pieces.dpi import san_p_defaults
 from ..attention import (
     PIECES,
     AttentionSite,
@@ -176,3 +177,5 @@ def register_variant(variant: str, pieces: str, extra_defaults=None):
 ARCHITECTURES = register_variant("attn", "")
 for _name in PIECES:
     ARCHITECTURES += register_variant(_name, _name)
+# Dufter et al. 2020's SAN+P: positions only through the absolute interaction table
+ARCHITECTURES += register_variant("dpi_sanp", "dpi", san_p_defaults)

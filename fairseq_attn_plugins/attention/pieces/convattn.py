@@ -1,0 +1,240 @@
+"""Convoluted attention (``convattn1d``, ``convattn2d``), Dufter, Schmitt &
+Schütze, COLING 2020, "Increasing Learning Efficiency of Self-Attention
+Networks through Direct Position Interactions, Learnable Temperature, and
+Convoluted Attention" (aclanthology 2020.coling-main.324; code pdufter/convatt).
+
+A convolution post-processes every head's attention probabilities
+sigma(A) = softmax(logits) (T queries x S keys) before they weight the
+values; the result is NOT renormalised::
+
+    o^h = f(conv^h(sigma(A^h)) + b^h) V^h,     f = ReLU by default
+
+* ``convattn1d``: per head, t filters of width k (default 3) slide over the
+  query rows; the key columns are the t input channels and the t filters give
+  the t output columns:
+  ``C_io = b_o + sum_c sum_r W_{o,c,r} sigma(A)_{i+r-k//2, c}`` (t = maximum
+  sentence length ``--convattn-max-len``, default 256: t*t*k + t parameters
+  per head and layer, so keep t small; inputs longer than t fail with an error
+  naming the flag -- pass fairseq's ``--max-source-positions t`` so that
+  fairseq refuses long sentences before training starts; an explicit
+  ``--max-source-positions`` larger than t fails at model build).
+* ``convattn2d``: per head, one k x k filter (default 3 x 3) plus a bias over
+  the (query, key) plane: ``C_ij = b + sum_{r,s} W_{r,s} sigma(A)_{i+r-k//2, j+s-k//2}``.
+
+Verified in the authors' Keras code (models/seqlabel.py,
+``MultiHeadSelfAttentionconv`` / ``...conv2d``): ``Conv1D(max_len,
+cnn_filter_width, padding='same')`` on the (batch, query, key) probabilities
+(so query rows are the steps and key columns the channels) and
+``Conv2D(1, cnn_filter_width, padding='same')`` on (batch, 1, query, key);
+both with bias, ``activation_function`` (default relu), filter width 3,
+Keras' default glorot-uniform kernels and zero biases; no renormalisation.
+There they are used in every layer (``--convattn-layers`` default ``all``).
+
+Padding: padded query rows and key columns are zeroed before and after the
+convolution, so with 'same' zero padding the real block sees exactly what an
+unpadded sentence sees. For the 1D form the channel index must be the key's
+position within its sentence: columns are re-aligned per sentence (left
+padding would otherwise shift every key by the pad count).
+
+Options: ``--convattn-kernel`` odd width 1..15 (default 3),
+``--convattn-activation`` ``relu`` (default) or ``linear``,
+``--convattn-init`` ``glorot`` (default, as the authors) or ``identity``
+(centre tap = identity, bias 0: starts as the baseline).
+
+Encoder only: the convolution over query rows mixes row i with row i+1, which
+in a decoder would leak the next target token. Conflicts with csan2d (its key
+axis concatenates several heads' keys). With csan1d the convolution sees the
+windowed probabilities and may move weight up to k//2 positions outside the
+window (still inside the sentence). Backends: explicit only
+(``post_softmax`` needs the probabilities).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..piece import (
+    AttentionPiece,
+    AttentionSite,
+    PieceConfigError,
+    parse_layer_spec,
+    register_piece,
+    require_choice,
+    require_int,
+)
+from ..positions import sentence_positions
+
+ACTIVATIONS = ("relu", "linear")
+INITS = ("glorot", "identity")
+MAX_KERNEL = 15
+MAX_LEN_LIMIT = 4096
+ONE_CONV_REASON = ("convattn1d and convattn2d are alternative convolutions of the same "
+                   "probabilities (the paper compares them); pick one")
+CSAN2D_REASON = ("convoluted attention convolves one head's query x key plane; 2D-CSAN's widened "
+                 "key axis concatenates several heads' keys, so the kernel would mix unrelated heads")
+
+
+class _ConvAttentionBase(AttentionPiece):
+    fused_ok = False
+    incremental_ok = False
+    conflicts = {"csan2d": CSAN2D_REASON}
+
+    @classmethod
+    def add_args(cls, parser):
+        # shared by convattn1d and convattn2d: add once
+        if any(a.dest == "convattn_kernel" for a in parser._actions):
+            return
+        parser.add_argument("--convattn-kernel", type=int, metavar="K",
+                            help=f"convoluted attention: filter width k (1D: k query rows; 2D: "
+                                 f"k x k), odd, 1..{MAX_KERNEL} (default 3)")
+        parser.add_argument("--convattn-layers", type=str, metavar="LAYERS",
+                            help="encoder layers (0-based) with convoluted attention: '0', '0-2', "
+                                 "'all' (default 'all', as in the authors' code)")
+        parser.add_argument("--convattn-activation", type=str, metavar="ACT",
+                            help="activation after the convolution: 'relu' (default) or 'linear'")
+        parser.add_argument("--convattn-init", type=str, metavar="INIT",
+                            help="filter initialisation: 'glorot' (uniform, zero bias; default) or "
+                                 "'identity' (starts as the baseline)")
+        parser.add_argument("--convattn-max-len", type=int, metavar="T",
+                            help=f"convattn1d: maximum sentence length t = number of filters and "
+                                 f"channels per head, 1..{MAX_LEN_LIMIT} (default 256)")
+
+    @classmethod
+    def set_defaults(cls, args):
+        args.convattn_kernel = getattr(args, "convattn_kernel", 3)
+        args.convattn_layers = getattr(args, "convattn_layers", "all")
+        args.convattn_activation = getattr(args, "convattn_activation", "relu")
+        args.convattn_init = getattr(args, "convattn_init", "glorot")
+        args.convattn_max_len = getattr(args, "convattn_max_len", 256)
+
+    @classmethod
+    def validate(cls, args):
+        require_int(args, "convattn_kernel", 1, MAX_KERNEL, odd=True)
+        require_choice(args, "convattn_activation", ACTIVATIONS)
+        require_choice(args, "convattn_init", INITS)
+        parse_layer_spec(args.convattn_layers, args.encoder_layers, "--convattn-layers")
+
+    @classmethod
+    def build(cls, args, site: AttentionSite):
+        if site.side != "encoder":
+            return None
+        if site.layer_idx not in parse_layer_spec(args.convattn_layers, site.num_layers,
+                                                  "--convattn-layers"):
+            return None
+        return cls(site, args)
+
+    def __init__(self, site: AttentionSite, args):
+        super().__init__(site)
+        self.kernel = args.convattn_kernel
+        self.activation = args.convattn_activation
+
+    def _activate(self, x: Tensor) -> Tensor:
+        return torch.relu(x) if self.activation == "relu" else x
+
+    @staticmethod
+    def _real_masks(ctx, dtype):
+        """(B|1, 1, T, 1) and (B|1, 1, 1, S) float masks, 1 = real token."""
+        kpm = ctx.key_padding_mask
+        if kpm is None:
+            ones_q = torch.ones(1, 1, ctx.tgt_len, 1, dtype=dtype, device=ctx.k_pos.device)
+            return ones_q, ones_q.new_ones(1, 1, 1, ctx.src_len)
+        real_k = (~kpm).to(dtype)  # (B, S)
+        return real_k.index_select(1, ctx.q_pos)[:, None, :, None], real_k[:, None, None, :]
+
+    def post_softmax(self, probs: Tensor, ctx) -> Tensor:
+        if ctx.kv_factor != 1:
+            raise RuntimeError(f"{self.name}: " + CSAN2D_REASON)
+        w_dtype = self.weight.dtype
+        row, col = self._real_masks(ctx, w_dtype)
+        x = probs.to(w_dtype) * row * col
+        y = self._activate(self._convolve(x, ctx))
+        return (y * row * col).to(probs.dtype)
+
+
+@register_piece
+class ConvAttention1D(_ConvAttentionBase):
+    """t filters per head over query rows, key columns as channels (Dufter et al. 2020)."""
+
+    name = "convattn1d"
+    conflicts = {"csan2d": CSAN2D_REASON, "convattn2d": ONE_CONV_REASON}
+    # --max-source-positions <= t makes fairseq refuse longer sentences up front
+    test_flags = {"convattn_layers": "0", "convattn_max_len": 16, "max_source_positions": 16}
+
+    @classmethod
+    def validate(cls, args):
+        super().validate(args)
+        t = require_int(args, "convattn_max_len", 1, MAX_LEN_LIMIT)
+        # an explicit --max-source-positions larger than t is a certain mismatch; when it is
+        # unset (fairseq: 1024) a long sentence fails at forward with a message naming the flag
+        longest = getattr(args, "max_source_positions", None)
+        if longest is not None and longest > t:
+            raise PieceConfigError(
+                f"--convattn-max-len {t} is shorter than --max-source-positions {longest}: "
+                f"sentences up to that length would not fit the t filters; raise "
+                f"--convattn-max-len (1..{MAX_LEN_LIMIT}) or lower --max-source-positions"
+            )
+
+    def __init__(self, site: AttentionSite, args):
+        super().__init__(site, args)
+        H, t, k = site.num_heads, args.convattn_max_len, self.kernel
+        self.max_len = t
+        # grouped conv1d: head h owns output channels h*t..h*t+t-1 and reads its own t channels
+        self.weight = nn.Parameter(torch.zeros(H * t, t, k))
+        self.bias = nn.Parameter(torch.zeros(H * t))
+        with torch.no_grad():
+            if args.convattn_init == "glorot":  # Keras: fan_in = fan_out = t * k
+                limit = math.sqrt(6.0 / (2 * t * k))
+                self.weight.uniform_(-limit, limit)
+            else:
+                self.weight.view(H, t, t, k)[:, range(t), range(t), k // 2] = 1.0
+
+    def _convolve(self, x: Tensor, ctx) -> Tensor:
+        B, H, T, S = x.shape
+        t = self.max_len
+        _, pos_k, lengths = sentence_positions(ctx)
+        longest = int(lengths.max())
+        if longest > t:
+            raise ValueError(
+                f"convattn1d (encoder layer {self.site.layer_idx}): a sentence of {longest} tokens "
+                f"exceeds --convattn-max-len {t}; raise --convattn-max-len or filter longer "
+                f"sentences (--max-source-positions {t})"
+            )
+        # channel c = key position c within the sentence (pads are zero: adding them is harmless)
+        idx = pos_k.clamp(max=t - 1)[:, None, None, :].expand(B, H, T, S)
+        aligned = x.new_zeros(B, H, T, t).scatter_add_(3, idx, x)
+        inp = aligned.permute(0, 1, 3, 2).reshape(B, H * t, T)
+        out = F.conv1d(inp, self.weight, self.bias, padding=self.kernel // 2, groups=H)
+        out = out.view(B, H, t, T).permute(0, 1, 3, 2)  # (B, H, T, t)
+        return out.gather(3, idx)
+
+    def extra_repr(self):
+        return f"encoder layer {self.site.layer_idx}, t={self.max_len}, kernel={self.kernel}"
+
+
+@register_piece
+class ConvAttention2D(_ConvAttentionBase):
+    """One k x k filter per head over the query x key plane (Dufter et al. 2020)."""
+
+    name = "convattn2d"
+    conflicts = {"csan2d": CSAN2D_REASON, "convattn1d": ONE_CONV_REASON}
+    test_flags = {"convattn_layers": "0"}
+
+    def __init__(self, site: AttentionSite, args):
+        super().__init__(site, args)
+        H, k = site.num_heads, self.kernel
+        self.weight = nn.Parameter(torch.zeros(H, 1, k, k))
+        self.bias = nn.Parameter(torch.zeros(H))
+        with torch.no_grad():
+            if args.convattn_init == "glorot":  # Keras: fan_in = fan_out = k * k
+                limit = math.sqrt(6.0 / (2 * k * k))
+                self.weight.uniform_(-limit, limit)
+            else:
+                self.weight[:, 0, k // 2, k // 2] = 1.0
+
+    def _convolve(self, x: Tensor, ctx) -> Tensor:
+        return F.conv2d(x, self.weight, self.bias, padding=self.kernel // 2, groups=x.size(1))
+
+    def extra_repr(self):
+        return f"encoder layer {self.site.layer_idx}, kernel={self.kernel}x{self.kernel}"

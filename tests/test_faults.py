@@ -1,0 +1,356 @@
+"""Faults: invalid flags, unsafe checkpoints, kill-and-resume, 2-process training.
+
+Flag and checkpoint tests are fast; training runs are marked ``e2e``.
+Everything loops over the registries (PIECES, transformer_attn archs).
+"""
+
+import argparse
+import collections
+import json
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from fairseq import checkpoint_utils
+from fairseq_attn_plugins.attention import PIECES, PieceConfigError
+from fairseq_attn_plugins.checkpoint_safety import UnsafeCheckpointError
+
+from reliability_helpers import (
+    bin_dir,
+    build_model,
+    ddp_worker,
+    env,
+    greedy_all_pieces,
+    make_data,
+    piece_test_flags,
+    plugin_archs,
+    train_cmd,
+    user_dir,
+)
+
+ALLOWED_WORDS = re.compile(r"must be|allowed|expected|one of")
+
+
+# ---------------------------------------------------------------------------
+# invalid flags: one test per flag declared by any piece
+# ---------------------------------------------------------------------------
+def _piece_flags():
+    """flag -> (dest, kind, [piece names that declare it])."""
+    flags = {}
+    for name, cls in sorted(PIECES.items()):
+        parser = argparse.ArgumentParser(add_help=False)
+        cls.add_args(parser)
+        for a in parser._actions:
+            if not a.option_strings:
+                continue
+            if a.nargs == 0:  # store_true/false: no invalid value exists
+                continue
+            kind = {int: "int", float: "float"}.get(a.type, "str")
+            flag = a.option_strings[0]
+            flags.setdefault(flag, (a.dest, kind, []))[2].append(name)
+    return flags
+
+
+PIECE_FLAGS = _piece_flags()
+GENERIC_BAD = {"int": [-5], "float": [float("nan"), float("inf")], "str": ["nonsense!", "99"]}
+
+
+def _bad_values(flag, dest, kind, pieces):
+    for name in pieces:  # a piece may list its own: invalid_flags = {dest: [values]}
+        own = getattr(PIECES[name], "invalid_flags", {}).get(dest)
+        if own:
+            return list(own)
+    return GENERIC_BAD[kind]
+
+
+def _expect_refusal(arch, extra, *needles):
+    with pytest.raises(PieceConfigError) as info:
+        build_model(arch, extra)
+    msg = str(info.value)
+    for n in needles:
+        assert n in msg, f"message does not name {n!r}: {msg}"
+    assert ALLOWED_WORDS.search(msg), f"message does not state the allowed values: {msg}"
+    return msg
+
+
+@pytest.mark.parametrize("flag", sorted(PIECE_FLAGS))
+def test_invalid_piece_flag_fails_at_build(flag):
+    dest, kind, pieces = PIECE_FLAGS[flag]
+    for value in _bad_values(flag, dest, kind, pieces):
+        refused_by = []
+        for name in pieces:
+            arch = f"transformer_{name}_wmt_en_de"
+            extra = {**piece_test_flags(name), dest: value}
+            try:
+                build_model(arch, extra)
+            except PieceConfigError as e:
+                msg = str(e)
+                assert flag in msg, f"{name}: {flag}={value!r} refused without naming the flag: {msg}"
+                assert ALLOWED_WORDS.search(msg), f"{name}: message lacks the allowed values: {msg}"
+                refused_by.append(name)
+        assert refused_by, f"{flag}={value!r} was accepted by every piece that declares it ({pieces})"
+
+
+def test_invalid_backend_fails_at_build():
+    _expect_refusal("transformer_attn_wmt_en_de", {"attn_backend": "turbo"}, "--attn-backend", "turbo")
+
+
+def test_unknown_piece_fails_at_build():
+    _expect_refusal("transformer_attn_wmt_en_de", {"attn_pieces": "nosuchpiece"}, "--attn-pieces", "nosuchpiece")
+
+
+@pytest.mark.parametrize("name", sorted(PIECES))
+def test_piece_listed_twice_fails_at_build(name):
+    with pytest.raises(PieceConfigError, match="--attn-pieces"):
+        build_model("transformer_attn_wmt_en_de", {**piece_test_flags(name), "attn_pieces": f"{name},{name}"})
+
+
+def _pairs():
+    names = sorted(PIECES)
+    return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+
+
+@pytest.mark.parametrize("a,b", _pairs())
+def test_piece_pair_builds_or_is_refused_clearly(a, b):
+    """Every pair of pieces either builds and runs, or fails at build naming both."""
+    ca, cb = PIECES[a], PIECES[b]
+    extra = {**piece_test_flags(a), **piece_test_flags(b), "attn_pieces": f"{a},{b}"}
+    declared = b in ca.conflicts or a in cb.conflicts
+    if declared or (ca.expands_kv and cb.expands_kv):
+        with pytest.raises(PieceConfigError) as info:
+            build_model("transformer_attn_wmt_en_de", extra)
+        msg = str(info.value)
+        assert "--attn-pieces" in msg and a in msg and b in msg, msg
+    else:
+        model, _, _ = build_model("transformer_attn_wmt_en_de", extra)
+        active = {p.name for m in model.modules() for p in getattr(m, "pieces", ())}
+        assert {a, b} <= active, f"only {active} active with the test_flags of {a} and {b}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in PIECES.items() if not c.fused_ok) or ["<none>"])
+def test_fused_backend_with_explicit_only_piece_fails_at_build(name):
+    if name == "<none>":
+        pytest.skip("every registered piece runs on the fused path")
+    with pytest.raises(PieceConfigError) as info:
+        build_model("transformer_attn_wmt_en_de", {**piece_test_flags(name), "attn_pieces": name, "attn_backend": "fused"})
+    msg = str(info.value)
+    assert "--attn-backend" in msg and name in msg and ("auto" in msg or "explicit" in msg), msg
+
+
+# ---------------------------------------------------------------------------
+# checkpoint safety (torch >= 2.6, weights_only=True)
+# ---------------------------------------------------------------------------
+class ForeignObject:
+    """A class no fairseq checkpoint contains."""
+
+    def __init__(self):
+        self.payload = 42
+
+
+class Payload:
+    """Unpickling this would create a file: proof that code ran."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def _state(extra):
+    return {"args": argparse.Namespace(arch="transformer_attn_wmt_en_de"), "model": collections.OrderedDict(),
+            "extra_state": {"val_loss": np.float64(1.5), **extra}}
+
+
+def test_torch_defaults_to_weights_only():
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    assert (major, minor) >= (2, 6), "these tests assume torch's weights_only=True default"
+
+
+def test_only_fairseq_checkpoint_classes_are_allowlisted():
+    from fairseq_attn_plugins.checkpoint_safety import fairseq_checkpoint_globals
+
+    ours = set(fairseq_checkpoint_globals())
+    extra = [g for g in torch.serialization.get_safe_globals()
+             if g not in ours and not getattr(g, "__module__", "").startswith("torch")]
+    assert extra == [], f"allowlisted beyond fairseq's checkpoint classes: {extra}"
+    names = {f"{g.__module__}.{g.__qualname__}" for g in ours}
+    assert "argparse.Namespace" in names
+    assert not any(n.startswith(("builtins.", "os.", "subprocess.", "posix.")) for n in names), names
+
+
+def test_fairseq_checkpoint_classes_load(tmp_path):
+    from fairseq.logging import meters
+
+    path = str(tmp_path / "ok.pt")
+    meter = meters.AverageMeter()
+    meter.update(2.0)
+    torch.save(_state({"train_meters": collections.OrderedDict(loss=meter)}), path)
+    state = torch.load(path)  # weights_only=True by default; fairseq_attn_plugins allowlisted these
+    assert state["args"].arch == "transformer_attn_wmt_en_de"
+    assert float(state["extra_state"]["val_loss"]) == 1.5
+    assert state["extra_state"]["train_meters"]["loss"].avg == 2.0
+
+
+def test_foreign_pickled_object_is_refused_with_clear_message(tmp_path):
+    path = str(tmp_path / "foreign.pt")
+    torch.save(_state({"thing": ForeignObject()}), path)
+    with pytest.raises(UnsafeCheckpointError) as info:
+        checkpoint_utils.load_checkpoint_to_cpu(path)
+    msg = str(info.value)
+    assert path in msg and "ForeignObject" in msg and "refusing" in msg, msg
+    assert "weights_only=False" not in msg.replace("do not disable weights_only", ""), msg
+
+
+def test_code_carrying_checkpoint_runs_no_code(tmp_path):
+    marker = tmp_path / "pwned"
+    path = str(tmp_path / "evil.pt")
+    torch.save(_state({"thing": Payload(str(marker))}), path)
+    with pytest.raises(UnsafeCheckpointError) as info:
+        checkpoint_utils.load_checkpoint_to_cpu(path)
+    assert not marker.exists(), "unpickling ran code from the checkpoint"
+    assert path in str(info.value)
+
+
+# ---------------------------------------------------------------------------
+# e2e: kill mid-epoch and resume; 2-process distributed training
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    return make_data(str(tmp_path_factory.mktemp("faults_data")))
+
+
+def _losses(text):
+    """num_updates -> loss from fairseq's json train_inner lines."""
+    out = {}
+    for line in text.splitlines():
+        if "train_inner" in line and "{" in line:
+            rec = json.loads(line[line.index("{"):])
+            out[int(rec["num_updates"])] = float(rec["loss"])
+    return out
+
+
+RESUME_ARGS = ["--max-tokens", "200", "--max-update", "24", "--save-interval-updates", "4",
+               "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", "7",
+               "--dropout", "0.2", "--attention-dropout", "0.2", "--log-interval", "1", "--log-format", "json"]
+
+
+def _kill_after_checkpoint(cmd):
+    """Run ``cmd``; SIGKILL it right after its first checkpoint is saved (fairseq logs
+    "Saved checkpoint" once checkpoint_last.pt has been written too). Returns
+    (output, returncode, the "Saved checkpoint" line)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
+                         start_new_session=True)
+    lines = []
+    try:
+        for line in p.stdout:
+            lines.append(line)
+            if "Saved checkpoint" in line:
+                os.killpg(p.pid, signal.SIGKILL)
+                break
+    finally:
+        p.wait(timeout=300)
+        p.stdout.close()
+    return "".join(lines), p.returncode, lines[-1]
+
+
+@pytest.mark.e2e
+def test_kill_mid_epoch_then_resume_matches_uninterrupted(data_bin, tmp_path):
+    arch = "transformer_csan2d_wmt_en_de" if "csan2d" in PIECES else "transformer_attn_wmt_en_de"
+    flags = []
+    for name in greedy_all_pieces():  # every compatible piece in one run, each active
+        for k, v in piece_test_flags(name).items():
+            flags += ["--" + k.replace("_", "-"), str(v)]
+    pieces = ["--attn-pieces", ",".join(greedy_all_pieces())]
+    ref_cmd = train_cmd(data_bin, str(tmp_path / "ref"), arch, RESUME_ARGS + flags + pieces)
+    ref = subprocess.run(ref_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
+                         timeout=300)
+    assert ref.returncode == 0, ref.stdout[-3000:]
+    ref_losses = _losses(ref.stdout)
+    assert sorted(ref_losses) == list(range(1, 25)), sorted(ref_losses)
+
+    cmd = train_cmd(data_bin, str(tmp_path / "run"), arch, RESUME_ARGS + flags + pieces)
+    first, rc, saved_line = _kill_after_checkpoint(cmd)
+    assert rc == -signal.SIGKILL, f"the run was not killed (rc={rc}):\n{first[-2000:]}"
+    m = re.search(r"epoch (\d+) @ (\d+) updates", saved_line)
+    saved_epoch, saved_at = int(m.group(1)), int(m.group(2))
+    assert saved_at == 4, saved_line  # --save-interval-updates 4
+    second = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
+                            timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert "Loaded checkpoint" in second.stdout and f"@ {saved_at} updates" in second.stdout
+    # mid-epoch: the resumed epoch is the one that was interrupted and has already used batches
+    ups = [int(json.loads(l[l.index("{"):])["num_updates"]) for l in second.stdout.splitlines()
+           if "train_inner" in l]
+    assert ups and ups[0] == saved_at + 1, f"resumed at update {ups[:1]}, checkpoint was @ {saved_at}"
+    first_line = [l for l in second.stdout.splitlines() if "train_inner" in l][0]
+    rec = json.loads(first_line[first_line.index("{"):])
+    # fairseq's "update" is epoch - 1 + fraction of the epoch done: resumed inside epoch 1
+    assert rec["epoch"] == saved_epoch == 1 and 0 < float(rec["update"]) < 1, rec
+
+    got = {**_losses(first), **_losses(second.stdout)}  # the resumed run overrides updates after the checkpoint
+    assert sorted(got) == list(range(1, 25))
+    a = torch.tensor([ref_losses[u] for u in range(1, 25)], dtype=torch.float64)
+    b = torch.tensor([got[u] for u in range(1, 25)], dtype=torch.float64)
+    # fairseq logs the loss with 3 decimals
+    torch.testing.assert_close(b, a, rtol=0, atol=1.1e-3)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.e2e
+def test_every_arch_trains_with_ddp_on_two_cpu_processes(tmp_path):
+    """torch DDP (find_unused_parameters=False: raises on unused parameters) and
+    fairseq's legacy DDP, 2 gloo processes, different data per rank."""
+    archs = plugin_archs()
+    torch.multiprocessing.spawn(ddp_worker, args=(2, _free_port(), archs, str(tmp_path)), nprocs=2, join=True)
+    results = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    for key, res in results[0].items():
+        assert res["error"] is None, f"{key}: {res['error']}\nrank 1: {results[1][key].get('error')}"
+        assert res["params_without_grad"] == [], f"{key}: unused parameters {res['params_without_grad']}"
+        assert res["moved"] > 0, f"{key}: parameters did not change"
+        assert res["max_rank_diff"] == 0.0, f"{key}: parameters differ across ranks by {res['max_rank_diff']}"
+    assert len(results[0]) == 2 * len(archs)
+
+
+@pytest.mark.e2e
+def test_fairseq_train_torchrun_two_cpu_processes(data_bin, tmp_path):
+    """fairseq-train under torchrun with gloo, every compatible piece active at once.
+
+    fairseq 0.12's pytorch_ddp backend passes CUDA device ids to DDP, so CPU
+    runs use its legacy_ddp backend; fairseq checks after every step that the
+    gradient norms agree across workers ("gradients are inconsistent")."""
+    names = greedy_all_pieces()
+    flags = ["--attn-pieces", ",".join(names)]
+    for name in names:
+        for k, v in piece_test_flags(name).items():
+            flags += ["--" + k.replace("_", "-"), str(v)]
+    cmd = train_cmd(data_bin, str(tmp_path / "ck"), "transformer_attn_wmt_en_de",
+                    flags + ["--max-update", "4", "--distributed-backend", "gloo", "--ddp-backend", "legacy_ddp",
+                             "--distributed-world-size", "2", "--distributed-init-method", "env://",
+                             "--distributed-no-spawn", "--log-interval", "1", "--log-format", "json"])
+    inner = " ".join(f"'{c}'" for c in cmd) + ' --distributed-rank "$RANK"'
+    launcher = [os.path.join(bin_dir(), "torchrun"), "--nproc_per_node", "2", "--master_port", str(_free_port()),
+                "--no-python", "/bin/sh", "-c", f"exec {inner}"]
+    p = subprocess.run(launcher, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
+                       timeout=400)
+    assert p.returncode == 0, p.stdout[-4000:]
+    assert "training on 2 devices" in p.stdout
+    assert "initialized host" in p.stdout and "as rank 1" in p.stdout and "as rank 0" in p.stdout
+    assert "inconsistent" not in p.stdout
+    assert max(_losses(p.stdout)) == 4
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "ck" / "checkpoint_last.pt"))
+    assert state["extra_state"]["train_iterator"]["epoch"] >= 1
+    assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())

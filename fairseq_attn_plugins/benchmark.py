@@ -143,8 +143,9 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
     """Build ``arch`` without the CLI. Same seed -> same initial weights."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    args = argparse.Namespace(share_all_embeddings=True, max_source_positions=1100,
-                              max_target_positions=1100, **extra)
+    extra.setdefault("max_source_positions", 1024)
+    extra.setdefault("max_target_positions", extra["max_source_positions"])
+    args = argparse.Namespace(share_all_embeddings=True, **extra)
     if sizes:
         for side in ("encoder", "decoder"):
             setattr(args, f"{side}_embed_dim", sizes["embed"])
@@ -425,34 +426,52 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     report = {"meta": meta(device, preset, dtype, mode, cfg)}
     sys_list = discover_systems(cfg.get("big", False), systems)
     dictionary = make_dictionary(cfg["vocab"])
-    report["systems"] = []
-    models, errors = {}, {}
-    for s in sys_list:
-        entry = {"name": s.name, "arch": s.arch, "target": s.target}
-        try:
-            m = build_model(s.arch, dictionary, cfg["sizes"], seed).to(device=device, dtype=DTYPES[dtype])
-            entry["params"] = sum(p.numel() for p in m.parameters())
-            entry["param_tensors"] = sum(1 for _ in m.parameters())
-            entry["attention_paths"] = attention_paths(m)
-            models[s.name] = m
-        except Exception as e:  # a broken variant is reported, the others still run
-            entry["error"] = f"{type(e).__name__}: {e}"
-            errors[s.name] = entry["error"]
-            log(f"! {s.name}: cannot build: {entry['error']}")
-        report["systems"].append(entry)
-    if STOCK not in models:
-        raise RuntimeError(f"stock fairseq model failed to build: {errors.get(STOCK)}")
-    names = list(models)
-    log(f"systems: {', '.join(names)} | preset {preset}, {dtype} on {device}")
+    models, entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
+                                 max(256, cfg["max_src"] + 1) if mode != "sweep" else
+                                 max(256, max(cfg["sweep_lengths"])), log)
+    report["systems"] = entries
+    log(f"systems: {', '.join(models)} | preset {preset}, {dtype} on {device}")
     if mode in ("train", "all"):
         report["train"] = bench_train(models, dictionary, cfg, device, seed, log)
         if infer:
             report["infer"] = bench_infer(models, dictionary, cfg, device, seed, log)
+    if mode == "all":  # rebuild with position tables long enough for the sweep
+        del models
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        models, sweep_entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
+                                           max(256, max(cfg["sweep_lengths"])), log)
     if mode in ("sweep", "all"):
         report["sweep"] = bench_sweep(models, cfg, device, seed, log)
+        if mode == "all":
+            report["sweep"]["build_errors"] = {e["name"]: e["error"] for e in sweep_entries
+                                               if "error" in e}
     targets = {s["name"]: s["target"] for s in report["systems"]}
     report["verdicts"] = verdicts(report, targets)
     return report
+
+
+def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, log):
+    """Build every system (a broken variant is reported, the others still run)."""
+    models, entries = {}, []
+    for s in sys_list:
+        entry = {"name": s.name, "arch": s.arch, "target": s.target}
+        try:
+            m = build_model(s.arch, dictionary, cfg["sizes"], seed, max_source_positions=max_positions,
+                            max_target_positions=max_positions)
+            m = m.to(device=device, dtype=DTYPES[dtype])
+            entry["params"] = sum(p.numel() for p in m.parameters())
+            entry["param_tensors"] = sum(1 for _ in m.parameters())
+            entry["attention_paths"] = attention_paths(m)
+            models[s.name] = m
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+            log(f"! {s.name}: cannot build (max positions {max_positions}): {entry['error']}")
+        entries.append(entry)
+    if STOCK not in models:
+        raise RuntimeError(f"stock fairseq model failed to build: {entries[0].get('error')}")
+    return models, entries
 
 
 def bench_train(models, d, cfg, device, seed, log):
@@ -701,8 +720,8 @@ def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, systems=None, lo
         try:
             res = {}
             for backend, dt in (("explicit", "fp32"), ("auto", dtype), ("explicit", dtype)):
-                m = build_model(s.arch, d, NUMERICS_SIZES, seed, dropout=0.0,
-                                attn_backend=backend).to(device=device, dtype=DTYPES[dt])
+                m = build_model(s.arch, d, NUMERICS_SIZES, seed, dropout=0.0, attn_backend=backend,
+                                max_source_positions=256).to(device=device, dtype=DTYPES[dt])
                 res[(backend, dt)] = run(m)
                 del m
             ref = res[("explicit", "fp32")]
@@ -788,6 +807,8 @@ def render(report: dict) -> str:
         ref_row = [f"{sw['lengths'][L]['systems'][STOCK]['tokens_per_s']['median']:.0f}"
                    if STOCK in sw["lengths"][L].get("systems", {}) else "-" for L in lengths]
         lines.append(f"| (stock tok/s) | " + " | ".join(ref_row) + " |")
+        for name, err in sw.get("build_errors", {}).items():
+            lines.append(f"- **{name}** could not be built for the sweep: {err}")
         long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()
                   if k.startswith("long_")]
         if long_v:

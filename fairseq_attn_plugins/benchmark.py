@@ -78,7 +78,7 @@ PRESETS = {
                  n_batches=1, passes=1, repeats=2, gen_sents=2, gen_batch=2, max_len_b=2, max_src=12,
                  sweep_lengths=(8, 16), sweep_tokens=32, sweep_steps=1),
     "small": dict(sizes=dict(embed=256, ffn=1024, heads=4, layers=3), vocab=8000, max_tokens=1024,
-                  n_batches=4, passes=1, repeats=5, gen_sents=32, gen_batch=16, max_len_b=10, max_src=100,
+                  n_batches=4, passes=1, repeats=3, gen_sents=16, gen_batch=16, max_len_b=10, max_src=64,
                   sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
     "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, n_batches=8, passes=2, repeats=5,
                  gen_sents=256, gen_batch=128, max_len_b=10, max_src=250,

@@ -5,7 +5,10 @@ The synthetic language pair needs what the attention variants are about:
 * local reordering: source "ADJ NOUN" becomes target "NOUN' ADJ'", and a
   sentence-final source verb moves right after the subject in the target;
 * agreement: the target verb and adjectives take a suffix that depends on the
-  number (singular/plural marker) of the nearest preceding noun.
+  number (singular/plural marker) of their noun; the verb agrees with the subject,
+  which the verb-final source places far away;
+* prepositional phrases: source "NOUN PREP NP" becomes target "NOUN' NP' PREP'"
+  (postpositions), which nests the reorderings.
 
 Everything is derived from a seed, so the corpus is identical everywhere.
 """
@@ -15,9 +18,13 @@ import random
 from typing import List, Tuple
 
 _NOUNS = ["kat", "hund", "baum", "haus", "stern", "fisch", "vogel", "berg", "fluss", "stein",
-          "wolke", "blume", "wald", "tisch", "buch", "licht"]
-_ADJS = ["rot", "gross", "klein", "alt", "neu", "hell", "dunkel", "schnell", "leise", "warm"]
-_VERBS = ["sieht", "findet", "malt", "hoert", "sucht", "kennt", "baut", "traegt"]
+          "wolke", "blume", "wald", "tisch", "buch", "licht", "garten", "strasse", "fenster",
+          "wagen", "apfel", "brief", "schiff", "turm"]
+_ADJS = ["rot", "gross", "klein", "alt", "neu", "hell", "dunkel", "schnell", "leise", "warm",
+         "kalt", "gruen", "blau", "weich"]
+_VERBS = ["sieht", "findet", "malt", "hoert", "sucht", "kennt", "baut", "traegt", "bringt",
+          "zeigt", "holt", "liebt"]
+_PREPS = ["mit", "ohne", "unter", "neben"]
 
 
 def _translate_word(word: str) -> str:
@@ -28,13 +35,18 @@ def _translate_word(word: str) -> str:
 def make_pair(rng: random.Random) -> Tuple[str, str]:
     """One source/target sentence pair."""
 
-    def noun_phrase():
+    def noun_phrase(allow_pp=True):
         plural = rng.random() < 0.5
         adjs = [rng.choice(_ADJS) for _ in range(rng.randint(0, 2))]
         noun = rng.choice(_NOUNS)
         src = adjs + [noun + ("_pl" if plural else "")]
         tgt = [_translate_word(noun) + ("s" if plural else "")]
         tgt += [_translate_word(a) + ("-e" if plural else "-a") for a in adjs]
+        if allow_pp and rng.random() < 0.3:
+            prep = rng.choice(_PREPS)
+            pp_src, pp_tgt, _ = noun_phrase(allow_pp=False)
+            src += [prep] + pp_src
+            tgt += pp_tgt + [_translate_word(prep)]
         return src, tgt, plural
 
     subj_src, subj_tgt, subj_pl = noun_phrase()

@@ -140,8 +140,22 @@ def test_conflicts_are_declared(pieces):
     ({"convattn_activation": "tanh"}, "--convattn-activation"),
     ({"convattn_init": "zeros"}, "--convattn-init"),
     ({"convattn_max_len": 0}, "--convattn-max-len"),
-    ({"convattn_max_len": 32, "max_source_positions": 64}, "--max-source-positions 64"),
 ])
 def test_bad_flags_name_the_flag(flags, flag):
     with pytest.raises(PieceConfigError, match=flag):
         make_args("convattn1d", **flags)
+
+
+def test_default_t_caps_source_positions_with_a_warning(caplog):
+    """Without --convattn-max-len, t = min(--max-source-positions, 256) and longer
+    sources are left to fairseq's own length filter (so the default arch trains)."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        args = make_args("convattn1d", max_source_positions=1024)
+    assert args.convattn_max_len == 256 and args.max_source_positions == 256
+    assert "--max-source-positions" in caplog.text
+    short = make_args("convattn1d", max_source_positions=100)
+    assert short.convattn_max_len == 100 and short.max_source_positions == 100
+    explicit = make_args("convattn1d", convattn_max_len=32, max_source_positions=64)
+    assert explicit.convattn_max_len == 32 and explicit.max_source_positions == 32

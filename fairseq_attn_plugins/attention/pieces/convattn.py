@@ -49,6 +49,7 @@ window (still inside the sentence). Backends: explicit only
 (``post_softmax`` needs the probabilities).
 """
 
+import logging
 import math
 
 import torch
@@ -69,6 +70,8 @@ from ..positions import sentence_positions
 ACTIVATIONS = ("relu", "linear")
 INITS = ("glorot", "identity")
 MAX_KERNEL = 15
+logger = logging.getLogger(__name__)
+DEFAULT_MAX_LEN = 256
 MAX_LEN_LIMIT = 4096
 ONE_CONV_REASON = ("convattn1d and convattn2d are alternative convolutions of the same "
                    "probabilities (the paper compares them); pick one")
@@ -99,7 +102,10 @@ class _ConvAttentionBase(AttentionPiece):
                                  "'identity' (starts as the baseline)")
         parser.add_argument("--convattn-max-len", type=int, metavar="T",
                             help=f"convattn1d: maximum sentence length t = number of filters and "
-                                 f"channels per head, 1..{MAX_LEN_LIMIT} (default 256)")
+                                 f"channels per head, 1..{MAX_LEN_LIMIT} (default: "
+                                 f"min(--max-source-positions, {DEFAULT_MAX_LEN}); when that lowers t "
+                                 f"below --max-source-positions, the latter is lowered to t with a "
+                                 f"warning, so fairseq refuses or skips longer sources)")
 
     @classmethod
     def set_defaults(cls, args):
@@ -107,7 +113,8 @@ class _ConvAttentionBase(AttentionPiece):
         args.convattn_layers = getattr(args, "convattn_layers", "all")
         args.convattn_activation = getattr(args, "convattn_activation", "relu")
         args.convattn_init = getattr(args, "convattn_init", "glorot")
-        args.convattn_max_len = getattr(args, "convattn_max_len", 256)
+        # None = not given: resolved against --max-source-positions in ConvAttention1D.validate
+        args.convattn_max_len = getattr(args, "convattn_max_len", None)
 
     @classmethod
     def validate(cls, args):
@@ -165,16 +172,21 @@ class ConvAttention1D(_ConvAttentionBase):
     @classmethod
     def validate(cls, args):
         super().validate(args)
+        if args.convattn_max_len is None:  # not given: t = min(sources, 256)
+            longest = getattr(args, "max_source_positions", None) or DEFAULT_MAX_LEN
+            args.convattn_max_len = min(longest, DEFAULT_MAX_LEN)
         t = require_int(args, "convattn_max_len", 1, MAX_LEN_LIMIT)
-        # an explicit --max-source-positions larger than t is a certain mismatch; when it is
-        # unset (fairseq: 1024) a long sentence fails at forward with a message naming the flag
+        # t filters of t channels per head grow as t^2 (25M parameters a layer at t = 1024), so
+        # instead of refusing a model whose --max-source-positions exceeds t (fairseq-generate
+        # re-validates with the task's default 1024), cap it at t: fairseq then refuses longer
+        # sources up front (or skips them with --skip-invalid-size-inputs-valid-test)
         longest = getattr(args, "max_source_positions", None)
         if longest is not None and longest > t:
-            raise PieceConfigError(
-                f"--convattn-max-len {t} is shorter than --max-source-positions {longest}: "
-                f"sentences up to that length would not fit the t filters; raise "
-                f"--convattn-max-len (1..{MAX_LEN_LIMIT}) or lower --max-source-positions"
-            )
+            logger.warning(
+                "convattn1d: lowering --max-source-positions from %d to --convattn-max-len %d; "
+                "longer source sentences are refused by fairseq (or skipped with "
+                "--skip-invalid-size-inputs-valid-test)", longest, t)
+            args.max_source_positions = t
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site, args)

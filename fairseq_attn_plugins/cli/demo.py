@@ -1,0 +1,332 @@
+"""``fairseq-attn-demo``: the whole pipeline, offline, on CPU, in minutes.
+
+Steps (each reused when re-run; outputs are written to temporary names and
+renamed, and a step is marked done in ``OUT/.done/`` only when complete):
+
+1. corpus     -- the embedded synthetic language pair (toy_corpus.py: local
+                 reordering and agreement), train/valid/test;
+2. bpe        -- joint BPE learned on the toy training data with subword-nmt;
+3. binarise   -- fairseq-preprocess, joined dictionary;
+4. train      -- one small Transformer per architecture (baseline + CSAN-2D by
+                 default; ``--archs`` takes any registered architectures);
+                 an interrupted training resumes from checkpoint_last.pt;
+5. generate   -- beam search on the test set, BPE removed;
+6. score      -- sacreBLEU, paired bootstrap + approximate randomisation against
+                 the first architecture, results table (markdown + JSON) and a
+                 learning-curve plot (PNG).
+
+The model sizes here are toy sizes; recipes/ has the papers' setups.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Dict, List
+
+import fairseq_attn_plugins
+from fairseq_attn_plugins.toy_corpus import write_corpus
+
+from .results import collect, format_markdown, parse_train_log, write_text_atomic
+from .significance import write_json_atomic
+
+DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
+SRC, TGT = "src", "tgt"
+
+# toy-sized setups; "quick" is for tests (seconds), "full" for the README demo (minutes)
+PROFILES = {
+    "full": dict(sizes=(("train", 4000), ("valid", 200), ("test", 400)), bpe_merges=150,
+                 enc_layers=3, dec_layers=2, dim=64, ffn=128, heads=4, max_tokens=1500,
+                 max_epoch=12, warmup=60, lr=3e-3, bs_samples=1000, ar_trials=10000),
+    "quick": dict(sizes=(("train", 300), ("valid", 40), ("test", 40)), bpe_merges=60,
+                  enc_layers=3, dec_layers=1, dim=32, ffn=64, heads=4, max_tokens=1000,
+                  max_epoch=2, warmup=10, lr=3e-3, bs_samples=1000, ar_trials=1000),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class DemoError(RuntimeError):
+    pass
+
+
+def registered_archs() -> List[str]:
+    """Architectures of the plugin model, read from fairseq's registry."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+    return sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
+
+
+def resolve_archs(spec: str) -> List[str]:
+    known = registered_archs()
+    if spec == "all":  # every base-size variant (big ones are the same models with other defaults)
+        base = [a for a in known if not a.endswith("_big")]
+        return ["transformer_attn_wmt_en_de"] + [a for a in base if a != "transformer_attn_wmt_en_de"]
+    archs = [a.strip() for a in spec.split(",") if a.strip()]
+    bad = [a for a in archs if a not in known]
+    if bad:
+        raise DemoError(f"--archs: unknown architecture(s) {', '.join(bad)}; registered by "
+                        f"fairseq_attn_plugins: {', '.join(known)} (or 'all')")
+    if len(archs) != len(set(archs)):
+        raise DemoError("--archs: an architecture is listed twice")
+    return archs
+
+
+class Pipeline:
+    def __init__(self, out_dir: str, profile: Dict, archs: List[str], threads: int, seed: int,
+                 train_args: List[str] = ()):
+        self.out, self.p, self.archs, self.threads, self.seed = out_dir, profile, archs, threads, seed
+        self.train_args = list(train_args)
+        self.done_dir = os.path.join(out_dir, ".done")
+        self.user_dir = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
+        os.makedirs(self.done_dir, exist_ok=True)
+
+    # -- step bookkeeping ---------------------------------------------------
+    def path(self, *parts) -> str:
+        return os.path.join(self.out, *parts)
+
+    def step(self, name: str, fn, *args) -> None:
+        marker = os.path.join(self.done_dir, name)
+        if os.path.exists(marker):
+            log(f"{name}: done before, reused")
+            return
+        log(f"{name}: running")
+        t0 = time.time()
+        fn(*args)
+        write_text_atomic(f"{time.time() - t0:.1f}\n", marker)
+        log(f"{name}: finished in {time.time() - t0:.1f}s")
+
+    def _fresh_tmp(self, final: str) -> str:
+        tmp = final + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        return tmp
+
+    def _commit_dir(self, tmp: str, final: str) -> None:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+
+    def _run(self, module: str, args: List[str], logfile: str, echo=None) -> None:
+        """Run ``python -m module args``, appending its output to ``logfile``."""
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads),
+                   PYTHONWARNINGS="ignore")
+        cmd = [sys.executable, "-m", module] + args
+        with open(logfile, "a", encoding="utf-8") as lf:
+            lf.write("$ " + " ".join(cmd) + "\n")
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for line in proc.stdout:
+                lf.write(line)
+                lf.flush()
+                if echo:
+                    echo(line)
+            rc = proc.wait()
+        if rc != 0:
+            raise DemoError(f"{module} failed (exit {rc}); see {logfile}")
+
+    # -- steps --------------------------------------------------------------
+    def corpus(self) -> None:
+        final = self.path("corpus")
+        tmp = self._fresh_tmp(final)
+        write_corpus(tmp, SRC, TGT, self.p["sizes"], self.seed)
+        self._commit_dir(tmp, final)
+
+    def bpe(self) -> None:
+        from subword_nmt.apply_bpe import BPE
+        from subword_nmt.learn_bpe import learn_bpe
+
+        final = self.path("bpe")
+        tmp = self._fresh_tmp(final)
+        splits = [s for s, _ in self.p["sizes"]]
+        train_lines = []
+        for lang in (SRC, TGT):
+            with open(self.path("corpus", f"train.{lang}"), encoding="utf-8") as f:
+                train_lines += f.readlines()
+        codes = os.path.join(tmp, "codes")
+        with open(codes, "w", encoding="utf-8") as out:
+            learn_bpe(train_lines, out, self.p["bpe_merges"], min_frequency=2)
+        with open(codes, encoding="utf-8") as f:
+            bpe = BPE(f)
+        for split in splits:
+            for lang in (SRC, TGT):
+                with open(self.path("corpus", f"{split}.{lang}"), encoding="utf-8") as fin, \
+                        open(os.path.join(tmp, f"{split}.{lang}"), "w", encoding="utf-8") as fout:
+                    for line in fin:
+                        fout.write(bpe.process_line(line))
+        self._commit_dir(tmp, final)
+
+    def binarise(self) -> None:
+        final = self.path("data-bin")
+        tmp = self._fresh_tmp(final)
+        pref = lambda s: self.path("bpe", s)
+        self._run("fairseq_cli.preprocess",
+                  ["--source-lang", SRC, "--target-lang", TGT, "--trainpref", pref("train"),
+                   "--validpref", pref("valid"), "--testpref", pref("test"), "--destdir", tmp,
+                   "--joined-dictionary", "--workers", "1"], self.path("logs", "preprocess.log"))
+        self._commit_dir(tmp, final)
+
+    def train(self, arch: str) -> None:
+        p = self.p
+        run = self.path("runs", arch)
+        os.makedirs(run, exist_ok=True)
+
+        def echo(line):
+            if "| valid |" in line or "| train |" in line:
+                stats = json.loads(line[line.index("{"):])
+                if "valid_loss" in stats:
+                    log(f"  {arch} epoch {stats['epoch']}/{p['max_epoch']}: valid loss {stats['valid_loss']}")
+                else:
+                    log(f"  {arch} epoch {stats['epoch']}/{p['max_epoch']}: train loss {stats['train_loss']}, "
+                        f"{stats['train_wps']} tok/s")
+            elif "num. shared model params" in line or "Loaded checkpoint" in line:
+                log("  " + line.split("| ")[-1].strip())
+
+        self._run("fairseq_cli.train", [
+            self.path("data-bin"), "--user-dir", self.user_dir, "--arch", arch,
+            "--encoder-layers", str(p["enc_layers"]), "--decoder-layers", str(p["dec_layers"]),
+            "--encoder-embed-dim", str(p["dim"]), "--decoder-embed-dim", str(p["dim"]),
+            "--encoder-ffn-embed-dim", str(p["ffn"]), "--decoder-ffn-embed-dim", str(p["ffn"]),
+            "--encoder-attention-heads", str(p["heads"]), "--decoder-attention-heads", str(p["heads"]),
+            "--share-all-embeddings", "--dropout", "0.1",
+            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+            "--lr", str(p["lr"]), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(p["warmup"]),
+            "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+            "--max-tokens", str(p["max_tokens"]), "--max-epoch", str(p["max_epoch"]),
+            "--cpu", "--num-workers", "0", "--seed", str(self.seed),
+            "--save-dir", os.path.join(run, "checkpoints"), "--no-epoch-checkpoints",
+            "--log-format", "json", "--log-interval", "1000",
+        ] + self.train_args, os.path.join(run, "train.log"), echo)
+
+    def generate(self, arch: str) -> None:
+        run = self.path("runs", arch)
+        gen_log = os.path.join(run, "generate.out")
+        if os.path.exists(gen_log):
+            os.remove(gen_log)
+        self._run("fairseq_cli.generate", [
+            self.path("data-bin"), "--user-dir", self.user_dir, "--gen-subset", "test",
+            "--path", os.path.join(run, "checkpoints", "checkpoint_best.pt"),
+            "--beam", "4", "--batch-size", "64", "--remove-bpe", "--cpu", "--num-workers", "0",
+            # fairseq 0.12 drops a final batch smaller than this multiple: keep every sentence
+            "--required-batch-size-multiple", "1",
+        ], gen_log)
+        hyps = {}
+        with open(gen_log, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("H-"):
+                    idx, _score, text = line.rstrip("\n").split("\t")
+                    hyps[int(idx[2:])] = text
+        n_test = dict(self.p["sizes"])["test"]
+        if sorted(hyps) != list(range(n_test)):
+            raise DemoError(f"{arch}: generate produced {len(hyps)} of {n_test} test translations; see {gen_log}")
+        # the toy corpus is whitespace-tokenised text, so BPE removal gives the detokenised output
+        write_text_atomic("".join(hyps[i] + "\n" for i in range(n_test)), os.path.join(run, "hyp.txt"))
+
+    def score(self) -> None:
+        runs = [(arch, self.path("runs", arch)) for arch in self.archs]
+        table = collect(runs, self.path("corpus", f"test.{TGT}"),
+                        bs_samples=self.p["bs_samples"], ar_trials=self.p["ar_trials"])
+        write_json_atomic(table, self.path("results.json"))
+        write_text_atomic(format_markdown(table) + "\n", self.path("results.md"))
+        plot_learning_curves(runs, self.path("learning_curve.png"))
+
+    def run_all(self) -> None:
+        os.makedirs(self.path("logs"), exist_ok=True)
+        self.step("corpus", self.corpus)
+        self.step("bpe", self.bpe)
+        self.step("binarise", self.binarise)
+        for arch in self.archs:
+            self.step(f"train.{arch}", self.train, arch)
+            self.step(f"generate.{arch}", self.generate, arch)
+        # the table depends on the set of architectures: always recomputed (seconds)
+        log("score: BLEU, significance tests, results table, learning curve")
+        self.score()
+
+
+def plot_learning_curves(runs, png_path: str) -> None:
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves DEBUG on
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name, run in runs:
+        epochs = parse_train_log(os.path.join(run, "train.log"))["epochs"]
+        tr = [(e["num_updates"], e["train_loss"]) for e in epochs if "train_loss" in e]
+        va = [(e["valid_num_updates"], e["valid_loss"]) for e in epochs if "valid_loss" in e]
+        if tr:
+            axes[0].plot(*zip(*tr), marker="o", label=name)
+        if va:
+            axes[1].plot(*zip(*va), marker="o", label=name)
+    for ax, title in zip(axes, ("training loss", "validation loss")):
+        ax.set_xlabel("updates")
+        ax.set_ylabel("loss (base 2, label-smoothed)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = png_path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, png_path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="fairseq-attn-demo", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--out-dir", default="demo_out", help="where everything goes (default ./demo_out)")
+    ap.add_argument("--quick", action="store_true", help="tiny corpus and 2 epochs (seconds per step; for tests)")
+    ap.add_argument("--archs", default=DEFAULT_ARCHS,
+                    help=f"comma-separated registered architectures, baseline first, or 'all' "
+                         f"(default {DEFAULT_ARCHS})")
+    ap.add_argument("--epochs", type=int, help="training epochs per architecture (default: 12, --quick 2)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--train-args", default="",
+                    help="extra fairseq-train flags for every architecture, e.g. \"--csan-window 5\"")
+    args = ap.parse_args(argv)
+
+    profile = dict(PROFILES["quick" if args.quick else "full"])
+    if args.epochs is not None:
+        profile["max_epoch"] = args.epochs
+    try:
+        archs = resolve_archs(args.archs)
+        if len(archs) < 2:
+            raise DemoError("--archs: give a baseline and at least one system to compare")
+        settings = {k: profile[k] for k in ("sizes", "bpe_merges", "enc_layers", "dec_layers", "dim", "ffn")}
+        settings.update(seed=args.seed, max_epoch=profile["max_epoch"], train_args=args.train_args)
+        _check_settings(args.out_dir, settings)
+        t0 = time.time()
+        log(f"output in {os.path.abspath(args.out_dir)}; architectures: {', '.join(archs)}")
+        Pipeline(args.out_dir, profile, archs, args.threads, args.seed, shlex.split(args.train_args)).run_all()
+    except DemoError as e:
+        print(f"fairseq-attn-demo: error: {e}", file=sys.stderr)
+        return 2
+    with open(os.path.join(args.out_dir, "results.md"), encoding="utf-8") as f:
+        print("\n" + f.read())
+    log(f"done in {time.time() - t0:.0f}s: results.md, results.json, learning_curve.png in {args.out_dir}")
+    return 0
+
+
+def _check_settings(out_dir: str, settings: Dict) -> None:
+    """Refuse to mix outputs of different corpus/model settings in one directory."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "settings.json")
+    settings = json.loads(json.dumps(settings))  # tuples -> lists
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        if old != settings:
+            raise DemoError(f"{out_dir} holds a demo with other settings ({path}); "
+                            f"use another --out-dir or delete it")
+    else:
+        write_json_atomic(settings, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

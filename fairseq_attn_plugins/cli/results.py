@@ -1,0 +1,158 @@
+"""``fairseq-attn-results``: collect finished runs into a table like Table 2 of
+the CSAN paper (Yang et al., 2019): system, #params, training speed, BLEU,
+delta over the baseline, and significance marks (``*`` p < 0.05, ``**`` p < 0.01
+in both paired bootstrap resampling and approximate randomisation, computed by
+sacreBLEU; see :mod:`fairseq_attn_plugins.cli.significance`).
+
+A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
+``evaluate.sh``) holds:
+
+* ``train.log`` -- fairseq-train's log (``--log-format json``): parameter count,
+  per-epoch training speed and losses;
+* ``hyp.txt``   -- detokenised test translations, one per line, in test-set order.
+
+Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...]
+[--json FILE] [--md FILE] [--tokenize 13a]``.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Dict, Optional, Sequence, Tuple
+
+from .significance import paired_tests, read_lines, significance_mark, write_json_atomic
+
+_PARAMS = re.compile(r"num\. shared model params: ([\d,]+)")
+_JSON_TAIL = re.compile(r"\| (train|valid) \| (\{.*\})\s*$")
+
+
+def parse_train_log(path: str) -> Dict:
+    """Parameters, speed and per-epoch losses from a fairseq-train json log.
+
+    A resumed run appends to the same log; the latest value of each epoch wins.
+    """
+    params = None
+    epochs: Dict[int, Dict] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = _PARAMS.search(line)
+            if m:
+                params = int(m.group(1).replace(",", ""))
+                continue
+            m = _JSON_TAIL.search(line)
+            if not m:
+                continue
+            kind, stats = m.group(1), json.loads(m.group(2))
+            ep = epochs.setdefault(int(stats["epoch"]), {"epoch": int(stats["epoch"])})
+            if kind == "train":
+                ep.update(train_loss=float(stats["train_loss"]), train_wps=float(stats["train_wps"]),
+                          train_ups=float(stats["train_ups"]), num_updates=int(float(stats["train_num_updates"])))
+            else:
+                ep.update(valid_loss=float(stats["valid_loss"]),
+                          valid_num_updates=int(float(stats["valid_num_updates"])))
+    curve = [epochs[k] for k in sorted(epochs)]
+    speeds = [e for e in curve if "train_wps" in e]
+    return {
+        "params": params,
+        "epochs": curve,
+        "num_updates": max((e.get("num_updates", 0) for e in curve), default=0),
+        # mean over epochs of fairseq's own per-epoch averages
+        "train_wps": sum(e["train_wps"] for e in speeds) / len(speeds) if speeds else None,
+        "train_ups": sum(e["train_ups"] for e in speeds) / len(speeds) if speeds else None,
+    }
+
+
+def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a",
+            bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
+    """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict."""
+    for name, d in runs:
+        for f in ("train.log", "hyp.txt"):
+            if not os.path.isfile(os.path.join(d, f)):
+                raise FileNotFoundError(f"run {name!r}: {os.path.join(d, f)} is missing "
+                                        f"(train and evaluate the run first)")
+    refs = read_lines(ref_path)
+    systems = [(name, read_lines(os.path.join(d, "hyp.txt"))) for name, d in runs]
+    sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials)
+    rows = []
+    base_bleu = sig["systems"][0]["bleu"]
+    for (name, d), s in zip(runs, sig["systems"]):
+        log = parse_train_log(os.path.join(d, "train.log"))
+        rows.append({
+            "system": name, "run_dir": d, "params": log["params"], "train_wps": log["train_wps"],
+            "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
+            "delta": None if name == runs[0][0] else s["bleu"] - base_bleu,
+            "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
+            # sacreBLEU's p-values are (count + 1) / (n + 1): identical outputs get no mark
+            "mark": significance_mark([s.get("p_bootstrap"), s.get("p_ar")])
+            if abs(s["bleu"] - base_bleu) > 1e-9 else "",
+            "epochs": log["epochs"],
+        })
+    return {"baseline": runs[0][0], "ref": ref_path, "signature": sig["signature"], "rows": rows}
+
+
+def _fmt_params(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}K"
+
+
+def format_markdown(table: Dict) -> str:
+    out = ["| # | System | #Params | Speed (tok/s) | Speed (upd/s) | BLEU | Δ | p (bs) | p (ar) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for i, r in enumerate(table["rows"], 1):
+        delta = "-" if r["delta"] is None else f"{r['delta']:+.2f}"
+        p = lambda v: "-" if v is None else f"{v:.4f}"
+        sp = lambda v, f: "?" if v is None else format(v, f)
+        out.append(f"| {i} | {r['system']} | {_fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
+                   f"{sp(r['train_ups'], '.2f')} | {r['bleu']:.2f}{r['mark']} | {delta} | "
+                   f"{p(r['p_bootstrap'])} | {p(r['p_ar'])} |")
+    out.append("")
+    out.append(f"Baseline: {table['baseline']}. `*` / `**`: better or worse than the baseline with "
+               "p < 0.05 / p < 0.01 in both paired bootstrap resampling and paired approximate "
+               "randomisation (sacreBLEU).")
+    for test, sigs in table["signature"].items():
+        for s in sigs.values():
+            out.append(f"sacreBLEU signature ({test}): `{s}`")
+    return "\n".join(out)
+
+
+def write_text_atomic(text: str, path: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="fairseq-attn-results", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ref", required=True, help="detokenised reference of the test set")
+    p.add_argument("runs", nargs="+", help="run directories (train.log + hyp.txt); the first is the baseline")
+    p.add_argument("--names", nargs="+", help="system names (default: run directory names)")
+    p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (zh for Chinese, ja-mecab for Japanese)")
+    p.add_argument("--bs-samples", type=int, default=1000)
+    p.add_argument("--ar-trials", type=int, default=10000)
+    p.add_argument("--json", metavar="FILE", help="write the table as JSON")
+    p.add_argument("--md", metavar="FILE", help="write the table as markdown")
+    args = p.parse_args(argv)
+    names = args.names or [os.path.basename(os.path.normpath(d)) for d in args.runs]
+    if len(names) != len(args.runs):
+        p.error(f"--names: {len(names)} names for {len(args.runs)} runs")
+    try:
+        table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"fairseq-attn-results: error: {e}", file=sys.stderr)
+        return 2
+    md = format_markdown(table)
+    print(md)
+    if args.md:
+        write_text_atomic(md + "\n", args.md)
+    if args.json:
+        write_json_atomic(table, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

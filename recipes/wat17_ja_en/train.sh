@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# wat17_ja_en: train (settings in env.sh, steps in ../lib/common.sh; see README.md)
+. "$(dirname "$0")/env.sh"
+train_main "$@"

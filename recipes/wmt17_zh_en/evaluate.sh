@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# wmt17_zh_en: evaluate (settings in env.sh, steps in ../lib/common.sh; see README.md)
+. "$(dirname "$0")/env.sh"
+evaluate_main "$@"

@@ -1,0 +1,44 @@
+"""Tiny parallel corpora in real languages for the recipe tests (no network)."""
+
+import os
+import random
+
+# (en, de, zh, ja) phrase tables: subject, verb phrase, object
+_SUBJ = [("The cat", "Die Katze", "猫", "猫は"), ("My brother", "Mein Bruder", "我的哥哥", "私の兄は"),
+         ("The teacher", "Der Lehrer", "老师", "先生は"), ("A small child", "Ein kleines Kind", "一个小孩子", "小さな子供は"),
+         ("The government", "Die Regierung", "政府", "政府は"), ("Our neighbour", "Unser Nachbar", "我们的邻居", "隣人は")]
+_VERB = [("reads", "liest", "读", "を読む"), ("buys", "kauft", "买", "を買う"), ("sees", "sieht", "看见", "を見る"),
+         ("likes", "mag", "喜欢", "が好きだ"), ("needs", "braucht", "需要", "が必要だ")]
+_OBJ = [("a new book", "ein neues Buch", "一本新书", "新しい本"), ("the newspaper", "die Zeitung", "报纸", "新聞"),
+        ("a red car", "ein rotes Auto", "一辆红色的汽车", "赤い車"), ("the old house", "das alte Haus", "那座老房子", "古い家"),
+        ("fresh bread", "frisches Brot", "新鲜的面包", "新鮮なパン"), ("a well-known film", "einen bekannten Film", "一部有名的电影", "有名な映画")]
+_IDX = {"en": 0, "de": 1, "zh": 2, "ja": 3}
+
+
+def sentence(rng, lang_a, lang_b):
+    s, v, o = rng.choice(_SUBJ), rng.choice(_VERB), rng.choice(_OBJ)
+    out = []
+    for lang in (lang_a, lang_b):
+        i = _IDX[lang]
+        if lang in ("en", "de"):
+            out.append(f"{s[i]} {v[i]} {o[i]}.")
+        elif lang == "zh":
+            out.append(f"{s[i]}{v[i]}{o[i]}。")
+        else:
+            out.append(f"{s[i]}{o[i]}{v[i]}。")
+    return out
+
+
+def write_pair(out_dir, src, tgt, sizes=(("train", 120), ("valid", 12), ("test", 12)), seed=0):
+    """Files {split}.{lang}; returns the env vars TRAIN_SRC=... for a recipe."""
+    os.makedirs(out_dir, exist_ok=True)
+    rng = random.Random(seed)
+    env = {}
+    for split, n in sizes:
+        pairs = [sentence(rng, src, tgt) for _ in range(n)]
+        for lang, col in ((src, 0), (tgt, 1)):
+            path = os.path.join(out_dir, f"{split}.{lang}")
+            with open(path, "w", encoding="utf-8") as f:
+                f.writelines(p[col] + "\n" for p in pairs)
+            env[f"{split.upper()}_{'SRC' if col == 0 else 'TGT'}"] = path
+    return env

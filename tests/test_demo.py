@@ -1,0 +1,123 @@
+"""fairseq-attn-demo and fairseq-attn-results."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+
+import fairseq_attn_plugins  # noqa: F401  registers the architectures
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from fairseq_attn_plugins.cli import demo, results
+from fairseq_attn_plugins.toy_corpus import make_corpus
+
+TRAIN_LOG = """\
+2026-01-01 | INFO | fairseq_cli.train | num. shared model params: 208,576 (num. trained: 208,576)
+2026-01-01 | INFO | train | {"epoch": 1, "train_loss": "7.0", "train_wps": "100", "train_ups": "1.0", "train_num_updates": "10"}
+2026-01-01 | INFO | valid | {"epoch": 1, "valid_loss": "6.5", "valid_num_updates": "10"}
+2026-01-01 | INFO | train | {"epoch": 2, "train_loss": "9.9", "train_wps": "999", "train_ups": "9.0", "train_num_updates": "20"}
+2026-01-01 | INFO | fairseq.checkpoint_utils | Loaded checkpoint checkpoint_last.pt (epoch 2 @ 10 updates)
+2026-01-01 | INFO | train | {"epoch": 2, "train_loss": "5.0", "train_wps": "300", "train_ups": "3.0", "train_num_updates": "20"}
+2026-01-01 | INFO | valid | {"epoch": 2, "valid_loss": "4.5", "valid_num_updates": "20"}
+"""
+
+
+def test_parse_train_log_resumed_run(tmp_path):
+    (tmp_path / "train.log").write_text(TRAIN_LOG)
+    log = results.parse_train_log(str(tmp_path / "train.log"))
+    assert log["params"] == 208576 and log["num_updates"] == 20
+    # epoch 2 was re-run after a resume: its last statistics count
+    assert [e["train_loss"] for e in log["epochs"]] == [7.0, 5.0]
+    assert [e["valid_loss"] for e in log["epochs"]] == [6.5, 4.5]
+    assert log["train_wps"] == pytest.approx((100 + 300) / 2) and log["train_ups"] == pytest.approx(2.0)
+
+
+def test_results_table(tmp_path, capsys):
+    refs = [t for _, t in make_corpus(150, seed=5)]
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(refs) + "\n")
+    runs = []
+    for name, keep in (("base", 0.5), ("better", 0.9)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "train.log").write_text(TRAIN_LOG)
+        hyps = [r if (i * 7919 % 100) / 100 < keep else " ".join(r.split()[::-1]) for i, r in enumerate(refs)]
+        (d / "hyp.txt").write_text("\n".join(hyps) + "\n")
+        runs.append(str(d))
+    out_json, out_md = tmp_path / "t.json", tmp_path / "t.md"
+    assert results.main(["--ref", str(ref), *runs, "--json", str(out_json), "--md", str(out_md),
+                         "--ar-trials", "1000"]) == 0
+    table = json.loads(out_json.read_text())
+    bleu = {r["system"]: r["bleu"] for r in table["rows"]}
+    for name in ("base", "better"):
+        hyps = (tmp_path / name / "hyp.txt").read_text().splitlines()
+        assert bleu[name] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+    better = table["rows"][1]
+    assert better["delta"] == pytest.approx(bleu["better"] - bleu["base"]) and better["delta"] > 0
+    assert better["p_bootstrap"] < 0.01 and better["p_ar"] < 0.01 and better["mark"] == "**"
+    assert table["rows"][0]["delta"] is None and better["params"] == 208576
+    md = out_md.read_text()
+    assert "| 2 | better | 208.6K |" in md and "**" in md
+    # a run without translations: clear error, nothing written
+    os.remove(tmp_path / "better" / "hyp.txt")
+    os.remove(out_json)
+    assert results.main(["--ref", str(ref), *runs, "--json", str(out_json)]) == 2
+    assert "hyp.txt is missing" in capsys.readouterr().err and not out_json.exists()
+
+
+def test_archs_come_from_fairseq_registry():
+    ours = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
+    assert demo.registered_archs() == ours
+    everything = demo.resolve_archs("all")
+    assert everything[0] == "transformer_attn_wmt_en_de"
+    assert set(everything) == {a for a in ours if not a.endswith("_big")}
+    with pytest.raises(demo.DemoError, match="unknown architecture.*transformer_nope.*transformer_csan2d_wmt_en_de"):
+        demo.resolve_archs("transformer_attn_wmt_en_de,transformer_nope")
+
+
+def test_demo_bad_archs_fail_before_work(tmp_path, capsys):
+    out = tmp_path / "d"
+    assert demo.main(["--quick", "--out-dir", str(out), "--archs", "transformer_nope"]) == 2
+    assert "transformer_nope" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.e2e
+def test_demo_quick_end_to_end_and_rerun(tmp_path):
+    out = tmp_path / "demo"
+    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-attn-demo"), "--quick", "--out-dir", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    # progress was printed while running, then the table
+    assert "train.transformer_csan2d_wmt_en_de: running" in p.stdout and "epoch 2/2" in p.stdout
+    assert "| 2 | transformer_csan2d_wmt_en_de |" in p.stdout
+    table = json.loads((out / "results.json").read_text())
+    assert [r["system"] for r in table["rows"]] == ["transformer_attn_wmt_en_de", "transformer_csan2d_wmt_en_de"]
+    refs = (out / "corpus" / "test.tgt").read_text().splitlines()
+    for row in table["rows"]:
+        hyps = (out / "runs" / row["system"] / "hyp.txt").read_text().splitlines()
+        assert len(hyps) == len(refs)
+        assert row["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+        assert row["params"] > 0 and row["train_wps"] > 0 and len(row["epochs"]) == 2
+    assert table["rows"][1]["p_bootstrap"] is not None and table["rows"][1]["p_ar"] is not None
+    assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # BPE really segmented the toy corpus
+    assert "@@ " in (out / "bpe" / "train.tgt").read_text()
+
+    # re-running reuses every finished step; a lost step is redone alone
+    sizes = {a: os.path.getsize(out / "runs" / a / "train.log") for a in demo.DEFAULT_ARCHS.split(",")}
+    os.remove(out / ".done" / "generate.transformer_csan2d_wmt_en_de")
+    os.remove(out / "runs" / "transformer_csan2d_wmt_en_de" / "hyp.txt")
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for step in ("corpus", "bpe", "binarise", "train.transformer_attn_wmt_en_de",
+                 "train.transformer_csan2d_wmt_en_de", "generate.transformer_attn_wmt_en_de"):
+        assert f"{step}: done before, reused" in p.stdout
+    assert "generate.transformer_csan2d_wmt_en_de: running" in p.stdout
+    assert sizes == {a: os.path.getsize(out / "runs" / a / "train.log") for a in sizes}
+    assert json.loads((out / "results.json").read_text())["rows"] == table["rows"]
+
+    # other settings in the same folder are refused instead of mixed
+    p = subprocess.run(cmd[:-3] + ["--out-dir", str(out)], capture_output=True, text=True)
+    assert p.returncode == 2 and "other settings" in p.stderr

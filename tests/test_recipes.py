@@ -1,0 +1,233 @@
+"""The recipes on tiny local corpora: real tokenisers, real BPE, real binarisation,
+a few CPU updates, evaluation; the distributed path as 2 CPU (gloo) processes;
+bad input; resuming."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import recipe_data  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPES = os.path.join(ROOT, "recipes")
+TINY_MODEL = ("--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 32 --decoder-embed-dim 32 "
+              "--encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 4 "
+              "--decoder-attention-heads 4")
+
+
+def run(recipe, script, env, check=True):
+    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0",
+                BPE_MERGES="60", MAX_TOKENS="400", WARMUP="2", LOG_INTERVAL="1", SAVE_INTERVAL_UPDATES="2",
+                MODEL_ARGS=TINY_MODEL, GEN_ARGS="--max-len-a 1.2 --max-len-b 5", N_AVG="2")
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    full.update(env)
+    p = subprocess.run(["bash", os.path.join(RECIPES, recipe, script)], env=full, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{recipe}/{script} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def steps(*args):
+    return subprocess.run([sys.executable, os.path.join(RECIPES, "lib", "mt_steps.py"), *args],
+                          capture_output=True, text=True)
+
+
+# ------------------------------------------------------------------ fast checks
+def test_every_recipe_has_thin_scripts():
+    for recipe in ("wmt14_en_de", "wmt17_zh_en", "wat17_ja_en"):
+        for script in ("prepare.sh", "train.sh", "evaluate.sh", "README.md", "env.sh"):
+            assert os.path.isfile(os.path.join(RECIPES, recipe, script)), (recipe, script)
+        for script in ("prepare.sh", "train.sh", "evaluate.sh"):
+            body = [line for line in read(os.path.join(RECIPES, recipe, script))
+                    if line.strip() and not line.startswith("#")]
+            assert len(body) <= 3, f"{recipe}/{script} should only call the shared library"
+
+
+def test_clean_by_length_and_ratio(tmp_path):
+    (tmp_path / "a.src").write_text("a b c\na\n" + "w " * 300 + "\nx y\n")
+    (tmp_path / "a.tgt").write_text("a b c d\na b c d e f\nw\nx\n")
+    p = steps("clean", "--src-in", str(tmp_path / "a.src"), "--tgt-in", str(tmp_path / "a.tgt"),
+              "--src-out", str(tmp_path / "o.src"), "--tgt-out", str(tmp_path / "o.tgt"), "--ratio", "1.5")
+    assert p.returncode == 0, p.stderr
+    # kept: 3/4 tokens (ratio 1.33); dropped: 1/6 (ratio 6), 300 tokens (> 250), 2/1 (ratio 2)
+    assert read(tmp_path / "o.src") == ["a b c"] and read(tmp_path / "o.tgt") == ["a b c d"]
+
+
+def test_compound_splitting_and_hyp_order(tmp_path):
+    (tmp_path / "t").write_text("ein well-known Film , 3-4 x\n")
+    assert steps("split-compounds", str(tmp_path / "t"), str(tmp_path / "o")).returncode == 0
+    assert read(tmp_path / "o") == ["ein well ##AT##-##AT## known Film , 3 ##AT##-##AT## 4 x"]
+    (tmp_path / "g").write_text("S-1\tx\nH-1\t-0.5\tzweite\nH-0\t-0.1\terste\nD-0\t-0.1\terste\n")
+    assert steps("hyps", str(tmp_path / "g"), "--n", "2", "--output", str(tmp_path / "h")).returncode == 0
+    assert read(tmp_path / "h") == ["erste", "zweite"]
+    p = steps("hyps", str(tmp_path / "g"), "--n", "3", "--output", str(tmp_path / "h3"))
+    assert p.returncode != 0 and "2 hypotheses for a test set of 3" in p.stderr and not (tmp_path / "h3").exists()
+
+
+def test_checkpoint_averaging_is_the_mean(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    states = []
+    for i, name in enumerate(["checkpoint1.pt", "checkpoint2.pt", "checkpoint3.pt", "checkpoint_last.pt"]):
+        st = {"model": {"w": torch.randn(3, 4, generator=g), "steps": torch.tensor(i)}, "args": None}
+        torch.save(st, tmp_path / name)
+        states.append(st)
+    out = tmp_path / "avg.pt"
+    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out))
+    assert p.returncode == 0, p.stderr
+    avg = torch.load(out)["model"]
+    # the last two epoch checkpoints (2 and 3), averaged in float64 by hand
+    expected = torch.zeros(3, 4, dtype=torch.float64)
+    for r in range(3):
+        for c in range(4):
+            expected[r, c] = (states[1]["model"]["w"][r, c].double() + states[2]["model"]["w"][r, c].double()) / 2
+    torch.testing.assert_close(avg["w"].double(), expected, rtol=1e-6, atol=1e-7)
+    assert avg["w"].dtype == torch.float32
+
+
+def test_missing_corpus_file_fails_fast(tmp_path):
+    env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de")
+    env["VALID_TGT"] = str(tmp_path / "nope.de")
+    env["WORK"] = str(tmp_path / "work")
+    p = run("wmt14_en_de", "prepare.sh", env, check=False)
+    assert p.returncode == 2
+    assert "VALID_TGT" in p.stderr and "nope.de" in p.stderr and "no such file" in p.stderr
+    assert not os.path.exists(tmp_path / "work" / "data-bin")
+    assert os.listdir(tmp_path / "work" / "raw") == []
+
+
+def test_missing_tool_fails_fast(tmp_path):
+    env = recipe_data.write_pair(str(tmp_path / "data"), "ja", "en")
+    env.update(WORK=str(tmp_path / "work"), TOKENIZER_JA="kytea")  # KyTea is not installed here
+    p = run("wat17_ja_en", "prepare.sh", env, check=False)
+    assert p.returncode == 2
+    assert "kytea" in p.stderr and "fix:" in p.stderr and "TOKENIZER_JA=mecab" in p.stderr
+    assert os.listdir(tmp_path / "work" / "raw") == []
+    # a Python without the package: told how to set it up
+    p = run("wat17_ja_en", "prepare.sh", dict(env, PYTHON="/usr/bin/python3", TOKENIZER_JA=""), check=False)
+    assert p.returncode == 2 and "setup_env.sh" in p.stderr
+
+
+def test_unknown_arch_fails_fast(tmp_path):
+    p = run("wmt14_en_de", "train.sh", {"WORK": str(tmp_path / "work"), "ARCH": "transformer_nope_wmt_en_de"},
+            check=False)
+    assert p.returncode == 2
+    assert "unknown ARCH='transformer_nope_wmt_en_de'" in p.stderr
+    assert "transformer_csan2d_wmt_en_de" in p.stderr  # lists what is registered
+    assert not os.path.exists(tmp_path / "work" / "runs")
+
+
+def test_missing_aspec_says_what_to_do(tmp_path):
+    p = run("wat17_ja_en", "prepare.sh", {"WORK": str(tmp_path / "work")}, check=False)
+    assert p.returncode == 2 and "ASPEC_DIR" in p.stderr and "licen" in p.stderr
+
+
+# ------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def ende(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ende")
+    env = recipe_data.write_pair(str(d / "data"), "en", "de")
+    env["WORK"] = str(d / "work")
+    # an interrupted prepare: binarisation fails half-way (bad option), earlier steps are kept
+    p = run("wmt14_en_de", "prepare.sh", dict(env, PREPROCESS_ARGS="--no-such-option"), check=False)
+    assert p.returncode == 2 and "binarise" in p.stderr
+    assert not os.path.exists(d / "work" / "data-bin") and not os.path.exists(d / "work" / "data-bin.tmp")
+    p = run("wmt14_en_de", "prepare.sh", env)
+    assert "tok.en: done before, skipped" in p.stderr and "clean: done before, skipped" in p.stderr
+    assert "binarise: done before" not in p.stderr
+    return env
+
+
+@pytest.mark.e2e
+def test_wmt14_prepare_train_resume_evaluate(ende):
+    work = ende["WORK"]
+    # real Moses tokenisation (aggressive hyphen splitting) and real BPE
+    assert "well @-@ known" in " ".join(read(os.path.join(work, "tok", "train.en")))
+    assert any("@@ " in line for line in read(os.path.join(work, "bpe", "train.de")))
+    # joined dictionary for shared embeddings
+    assert read(os.path.join(work, "data-bin", "dict.en.txt")) == read(os.path.join(work, "data-bin", "dict.de.txt"))
+
+    run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
+    save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
+    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4"))  # resumes
+    assert "resuming from" in p.stderr
+    log = open(os.path.join(save, "train.log"), encoding="utf-8").read()
+    assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
+    assert '"train_num_updates": "4"' in log
+    assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
+
+    p = run("wmt14_en_de", "evaluate.sh", ende)
+    scores = json.load(open(os.path.join(save, "scores.json")))
+    assert scores["signature"].startswith("nrefs:1|") and "tok:13a" in scores["signature"]
+    assert 0.0 <= scores["sacrebleu"] <= 100.0 and "tokenized_bleu_compound_split" in scores
+    assert scores["lenpen"] == 0.6 and scores["beam"] == 4
+    assert len(read(os.path.join(save, "hyp.txt"))) == len(read(os.path.join(work, "raw", "test.de")))
+    # the averaged checkpoint is built from the last update checkpoints
+    assert len(read(os.path.join(save, "averaged_last2.pt.sources"))) == 2
+    # the score in the file is sacreBLEU's on the written files
+    import sacrebleu
+    expect = sacrebleu.corpus_bleu(read(os.path.join(save, "hyp.txt")), [read(os.path.join(work, "raw", "test.de"))])
+    assert scores["sacrebleu"] == round(expect.score, 2)
+
+
+@pytest.mark.e2e
+def test_gloo_two_processes(ende):
+    save = os.path.join(ende["WORK"], "runs", "gloo")
+    p = run("wmt14_en_de", "train.sh", dict(ende, CPU_WORKERS="2", SAVE_DIR=save, MAX_UPDATE="2",
+                                            SAVE_INTERVAL_UPDATES="1000"))
+    assert "workers=2" in p.stderr and "update_freq=4" in p.stderr  # 8 GPUs / 2 workers
+    log0 = open(os.path.join(save, "train.log"), encoding="utf-8").read()
+    log1 = open(os.path.join(save, "train.rank1.log"), encoding="utf-8").read()
+    assert "training on 2 devices" in log0 and "'distributed_world_size': 2" in log0
+    assert "initialized host" in log0 and "as rank 0" in log0
+    assert "initialized host" in log1 and "as rank 1" in log1
+    assert '"train_num_updates": "2"' in log0
+    # both ranks stepped: the sentences summed over the first epoch's updates (statistics are
+    # all-reduced over workers) exceed rank 0's half of the training data
+    n_train = len(read(os.path.join(ende["WORK"], "bpe", "train.clean.en")))
+    bsz = [int(float(json.loads(line[line.index("{"):])["bsz"])) for line in log0.splitlines()
+           if "| train_inner |" in line and '"epoch": 1,' in line]
+    assert bsz and sum(bsz) > (n_train + 1) // 2, (bsz, n_train)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("recipe,src,tgt", [("wmt17_zh_en", "zh", "en"), ("wat17_ja_en", "ja", "en")])
+def test_cjk_recipes(tmp_path, recipe, src, tgt):
+    env = recipe_data.write_pair(str(tmp_path / "data"), src, tgt, sizes=(("train", 80), ("valid", 8), ("test", 8)))
+    env.update(WORK=str(tmp_path / "work"), MAX_UPDATE="2", BPE_MERGES="40")
+    run(recipe, "prepare.sh", env)
+    tok = read(tmp_path / "work" / "tok" / f"train.{src}")
+    raw = read(tmp_path / "work" / "raw" / f"train.{src}")
+    # the word segmenter split the unsegmented text into several words
+    assert all(" " not in r for r in raw) and all(len(t.split()) >= 3 for t in tok)
+    assert [t.replace(" ", "") for t in tok] == raw
+    # separate vocabularies
+    assert read(tmp_path / "work" / "data-bin" / f"dict.{src}.txt") != read(tmp_path / "work" / "data-bin" / f"dict.{tgt}.txt")
+    run(recipe, "train.sh", env)
+    run(recipe, "evaluate.sh", dict(env, N_AVG="1"))
+    scores = json.load(open(tmp_path / "work" / "runs" / "transformer_attn_wmt_en_de" / "scores.json"))
+    assert "sacrebleu" in scores and scores["lenpen"] == 1.0
+
+
+def test_sentencepiece_option_round_trips(tmp_path):
+    env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de", sizes=(("train", 200),))
+    p = steps("bpe-learn", "--tool", "sentencepiece", "--merges", "80", env["TRAIN_SRC"], env["TRAIN_TGT"],
+              "--output", str(tmp_path / "spm.model"))
+    assert p.returncode == 0, p.stderr
+    p = steps("bpe-apply", "--tool", "sentencepiece", "--codes", str(tmp_path / "spm.model"),
+              env["TRAIN_SRC"], str(tmp_path / "o.en"))
+    assert p.returncode == 0, p.stderr
+    src, pieces = read(env["TRAIN_SRC"]), read(tmp_path / "o.en")
+    assert any(len(p.split()) > len(s.split()) for s, p in zip(src, pieces))  # words were split
+    # what fairseq's --remove-bpe=sentencepiece does gives the input back
+    assert [p.replace(" ", "").replace("\u2581", " ").strip() for p in pieces] == src

@@ -22,6 +22,7 @@ A query whose keys are all masked by a piece (e.g. a CSAN window lying in
 padding) outputs zeros, never NaN.
 """
 
+from contextlib import nullcontext
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -29,7 +30,29 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
+from . import local
 from .piece import AttentionContext, AttentionPiece, AttentionSite
+
+try:  # torch >= 2.3
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    _NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+except ImportError:  # pragma: no cover - older torch has no cuDNN attention backend
+    sdpa_kernel = None
+
+
+def sdpa_backends(q: Tensor, mask: Optional[Tensor], piece_shaped: bool):
+    """Context for the fused call: keep cuDNN attention away from masks/biases made by pieces.
+
+    On an H100 (torch 2.11, cuDNN backend chosen by default) a 1D-CSAN model trained in
+    fp16 got wrong q/k gradients (~100% relative error) from the cuDNN kernel, while the
+    memory-efficient and math kernels agreed with the explicit path
+    (benchmarks/csan1d_fp16_probe.py, benchmarks/RESULTS.md). fairseq's own masks
+    (padding, future mask) keep torch's default choice, as in stock fairseq.
+    """
+    if sdpa_kernel is not None and piece_shaped and mask is not None and q.is_cuda:
+        return sdpa_kernel(_NO_CUDNN)
+    return nullcontext()
 
 BACKENDS = ("auto", "fused", "explicit")
 
@@ -67,6 +90,10 @@ class PluginSelfAttention(MultiheadAttention):
             )
         self._expander = expanders[0] if expanders else None
         self.fused_ok = all(p.fused_ok for p in pieces)
+        # a piece whose mask allows only keys within band_half positions (1D-CSAN) lets
+        # long sequences take the block-local fused path (attention/local.py)
+        bands = [p.band_half for p in pieces if getattr(p, "band_half", None) is not None]
+        self._band_half = min(bands) if bands else None
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
@@ -157,6 +184,7 @@ class PluginSelfAttention(MultiheadAttention):
             b = p.score_bias(q, k, ctx)
             if b is not None:
                 bias = b if bias is None else bias + b
+        piece_shaped = bias is not None and bias is not attn_mask
         piece_masked = False
         for p in self.pieces:
             m = p.allowed_mask(ctx)
@@ -200,9 +228,13 @@ class PluginSelfAttention(MultiheadAttention):
                 mask = bias.to(q.dtype)
                 if allowed is not None:
                     mask = mask.masked_fill(~allowed, float("-inf"))
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
-            )  # (B, H, T, D)
+            with sdpa_backends(q, mask, piece_shaped or piece_masked):
+                if self._use_local(factor, tgt_len, src_len, incremental_state):
+                    out = local.local_sdpa(q, k, v, mask, self._band_half, self.scaling, dropout_p)
+                else:
+                    out = F.scaled_dot_product_attention(
+                        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
+                    )  # (B, H, T, D)
         else:
             out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p)
 
@@ -221,6 +253,12 @@ class PluginSelfAttention(MultiheadAttention):
         if not need_head_weights:
             weights = weights.mean(dim=0)
         return out, weights
+
+    def _use_local(self, factor, tgt_len, src_len, incremental_state) -> bool:
+        """Block-local attention pays off for long self-attention under a narrow band."""
+        return (self._band_half is not None and factor == 1 and incremental_state is None
+                and tgt_len == src_len >= local.LOCAL_MIN_LEN
+                and 2 * self._band_half < local.BLOCK)
 
     def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p):
         """Reference path: materialise the probabilities. Returns (out, probs)."""

@@ -97,6 +97,7 @@ class _CSANBase(AttentionPiece):
         super().__init__(site)
         self.window = args.csan_window
         self.half = self.window // 2
+        self.band_half = self.half  # keys only within half positions: block-local path
 
     def allowed_mask(self, ctx) -> Optional[Tensor]:
         return positions_window(ctx.q_pos, ctx.k_pos, self.half)  # (T, S)

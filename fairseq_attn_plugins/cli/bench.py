@@ -1,0 +1,118 @@
+"""fairseq-attn-bench: speed and memory of every attention variant next to stock fairseq.
+
+Examples::
+
+    fairseq-attn-bench                                   # small model on CPU (a few minutes)
+    fairseq-attn-bench --device cuda --preset base --dtype fp16 --json base.json
+    fairseq-attn-bench --device cuda --preset base --mode sweep   # encoder, lengths 32..1024
+    fairseq-attn-bench --device cuda --mode numerics              # fp16 finite + fused==explicit
+
+See docs/benchmark.md. The code is in :mod:`fairseq_attn_plugins.benchmark`.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+from .. import benchmark as B
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text})")
+    return value
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="fairseq-attn-bench",
+        description="Training throughput, peak memory and beam-4 inference speed of stock fairseq "
+                    "and every registered transformer_attn architecture, measured interleaved in "
+                    "one process; ratios to stock fairseq with each variant's target.")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--preset", choices=sorted(B.PRESETS),
+                   help="model and batch sizes: tiny (smoke test), small (CPU), base / big "
+                        "(fairseq's Transformer-base/big, 4096-token batches; GPU). "
+                        "Default: small on cpu, base on cuda")
+    p.add_argument("--dtype", choices=sorted(B.DTYPES),
+                   help="default fp32 on cpu, fp16 on cuda")
+    p.add_argument("--mode", choices=["train", "sweep", "all", "numerics"], default="train",
+                   help="train: training + inference (default); sweep: encoder alone over "
+                        "sequence lengths; all: both; numerics: fp16 check of every architecture")
+    p.add_argument("--systems", type=str,
+                   help="comma list of variant names or patterns to run besides stock fairseq "
+                        "(default: every registered architecture)")
+    p.add_argument("--repeats", type=_positive, help="interleaved rounds (default from preset)")
+    p.add_argument("--no-infer", action="store_true", help="skip the inference measurement")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=_positive, help="CPU threads for torch (default: torch's)")
+    p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
+    p.add_argument("--markdown", metavar="FILE", help="write the tables as Markdown")
+    return p
+
+
+def _write_atomic(path, text):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".bench-", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _clean(obj):
+    """JSON has no NaN/inf: write them as null."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("fairseq-attn-bench: --device cuda but torch sees no CUDA device")
+    if args.device == "cpu" and args.dtype == "fp16":
+        raise SystemExit("fairseq-attn-bench: --dtype fp16 needs --device cuda (use fp32 or bf16 on cpu)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    patterns = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else None
+    log = lambda *a: print(*a, flush=True)  # noqa: E731
+
+    if args.mode == "numerics":
+        try:
+            report = B.run_numerics(args.device,
+                                    args.dtype or ("fp16" if args.device == "cuda" else "fp32"),
+                                    systems=patterns, log=log)
+        except ValueError as e:
+            raise SystemExit(f"fairseq-attn-bench: {e}")
+        text = B.render_numerics(report)
+        status = 0 if report["ok"] else 1
+    else:
+        try:
+            report = B.run_benchmark(args.device, args.preset, args.dtype, args.mode, patterns,
+                                     args.repeats, args.seed, not args.no_infer, log)
+        except ValueError as e:
+            raise SystemExit(f"fairseq-attn-bench: {e}")
+        text = B.render(report)
+        status = 0
+    print()
+    print(text)
+    if args.json:
+        _write_atomic(args.json, json.dumps(_clean(report), indent=1) + "\n")
+    if args.markdown:
+        _write_atomic(args.markdown, text)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

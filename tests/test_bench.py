@@ -1,0 +1,179 @@
+"""Smoke test of fairseq-attn-bench (tiny CPU config) and checks of its arithmetic.
+
+No timing thresholds: speed goals live in the benchmark's own output.
+"""
+
+import json
+import statistics
+
+import pytest
+import torch
+
+import fairseq_attn_plugins  # noqa: F401
+from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from fairseq_attn_plugins import benchmark as B
+from fairseq_attn_plugins.cli import bench
+
+
+def registered_variants():
+    """Written independently of the benchmark: every base arch of transformer_attn."""
+    out = []
+    for arch, model in ARCH_MODEL_NAME_REGISTRY.items():
+        if model == "transformer_attn" and arch.endswith("_wmt_en_de") and "vaswani" not in arch:
+            out.append(arch[len("transformer_"): -len("_wmt_en_de")])
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    js, md = folder / "out.json", folder / "out.md"
+    rc = bench.main(["--device", "cpu", "--preset", "tiny", "--mode", "all", "--threads", "1",
+                     "--json", str(js), "--markdown", str(md)])
+    assert rc == 0
+    return json.loads(js.read_text()), md.read_text()
+
+
+def test_every_system_is_measured(tiny_report):
+    report, _ = tiny_report
+    variants = registered_variants()
+    assert "attn" in variants and "csan1d" in variants
+    names = [s["name"] for s in report["systems"]]
+    assert names == ["fairseq"] + variants
+    assert [s["arch"] for s in report["systems"]][0] == "transformer_wmt_en_de"
+    for section in ("train", "infer"):
+        assert list(report[section]["systems"]) == names
+    for L in ("8", "16"):
+        assert list(report["sweep"]["lengths"][L]["systems"]) == names
+    meta = report["meta"]
+    assert meta["device"] == "cpu" and meta["preset"] == "tiny" and meta["torch"] == torch.__version__
+
+
+def test_train_figures_and_ratio_arithmetic(tiny_report):
+    report, _ = tiny_report
+    train = report["train"]["systems"]
+    ref_runs = train["fairseq"]["tokens_per_s"]["runs"]
+    assert len(ref_runs) == B.PRESETS["tiny"]["repeats"]
+    for name, e in train.items():
+        runs = e["tokens_per_s"]["runs"]
+        assert all(r > 0 for r in runs)
+        assert e["tokens_per_s"]["median"] == pytest.approx(statistics.median(runs))
+        paired = [a / b for a, b in zip(runs, ref_runs)]
+        assert e["ratio"]["runs"] == pytest.approx(paired)
+        assert e["ratio"]["median"] == pytest.approx(statistics.median(paired))
+        assert e["ratio"]["min"] == pytest.approx(min(paired))
+        assert e["peak_mem_mb"] >= e["static_mem_mb"] > 0
+        assert e["mem_ratio"] == pytest.approx(e["peak_mem_mb"] / train["fairseq"]["peak_mem_mb"])
+    assert train["fairseq"]["ratio"]["median"] == pytest.approx(1.0)
+    # static state: fp32 weights + 2 Adam moments = 3 x 4 bytes per parameter,
+    # plus Adam's 4-byte step counter per parameter tensor
+    for s in report["systems"]:
+        expected = 12 * s["params"] + 4 * s["param_tensors"]
+        assert train[s["name"]]["static_mem_mb"] * 2**20 == pytest.approx(expected)
+
+
+def test_verdicts_follow_targets(tiny_report):
+    report, md = tiny_report
+    train = report["train"]["systems"]
+    for name, v in report["verdicts"].items():
+        target = B.speed_target(name)
+        assert v["speed_target"] == target
+        r = train[name]["ratio"]
+        if target is None:
+            assert v["speed"] == "n/a"
+        else:
+            assert v["speed"].startswith("PASS" if r["median"] >= target else "MISS")
+            assert ("within noise" in v["speed"]) == (r["min"] <= target <= r["max"])
+        # the memory target applies to systems whose attention stays on the fused path
+        paths = next(s["attention_paths"] for s in report["systems"] if s["name"] == name)
+        fused_only = paths["explicit"] == 0
+        assert v["memory_target"] == (B.MEMORY_TARGET if fused_only else None)
+        if fused_only:
+            ok = train[name]["mem_ratio"] <= B.MEMORY_TARGET
+            assert v["memory"] == ("PASS" if ok else "MISS")
+    for name in train:
+        assert f"| {name} |" in md
+    assert "PASS" in md or "MISS" in md
+
+
+def test_inference_and_sweep(tiny_report):
+    report, _ = tiny_report
+    inf = report["infer"]["systems"]
+    # every system decodes exactly the longest source of each batch, then EOS
+    cfg = B.PRESETS["tiny"]
+    batches = B.make_gen_batches(B.make_dictionary(cfg["vocab"]), cfg["gen_sents"], cfg["gen_batch"],
+                                 cfg["max_src"], 1, "cpu")
+    expected = sum((int(b["net_input"]["src_lengths"].max()) + 1) * b["nsentences"] for b in batches)
+    expected /= sum(b["nsentences"] for b in batches)
+    assert expected > 2
+    for e in inf.values():
+        assert e["mean_output_len"] == pytest.approx(expected)
+    ref = inf["fairseq"]["sentences_per_s"]["runs"]
+    for e in inf.values():
+        assert e["ratio"]["runs"] == pytest.approx([a / b for a, b in zip(e["sentences_per_s"]["runs"], ref)])
+    for L, entry in report["sweep"]["lengths"].items():
+        assert entry["batch"] == max(1, B.PRESETS["tiny"]["sweep_tokens"] // int(L))
+        stock = entry["systems"]["fairseq"]["tokens_per_s"]["runs"]
+        for e in entry["systems"].values():
+            assert e["ratio"]["median"] == pytest.approx(
+                statistics.median([a / b for a, b in zip(e["tokens_per_s"]["runs"], stock)]))
+
+
+def test_targets_of_issue5():
+    assert B.speed_target("attn") == 0.98
+    assert B.speed_target("csan1d") == B.speed_target("disan") == B.speed_target("dropattn_c") == 0.95
+    assert B.speed_target("csan2d") == B.speed_target("relpos") == 0.93
+    assert B.speed_target("chained") == B.speed_target("convoluted") == 0.80
+    assert B.speed_target("something_new") is None
+    assert B.is_windowed("csan2d") and not B.is_windowed("relpos")
+    r = {"median": 0.96, "min": 0.9, "max": 0.99}
+    assert B._status(r, 0.95) == "PASS (within noise)"
+    assert B._status(r, 0.98) == "MISS (within noise)"
+    assert B._status(r, 0.8) == "PASS"
+    assert B._status(r, None) == "n/a"
+
+
+def test_batches_are_fairseq_like():
+    d = B.make_dictionary(50)
+    a = B.make_train_batches(d, 200, 3, 30, seed=5, device="cpu")
+    b = B.make_train_batches(d, 200, 3, 30, seed=5, device="cpu")
+    assert len(a) == 3
+    for x, y in zip(a, b):  # identical batches for every system
+        assert torch.equal(x["net_input"]["src_tokens"], y["net_input"]["src_tokens"])
+    pad, eos = d.pad(), d.eos()
+    for batch in a:
+        src, tgt = batch["net_input"]["src_tokens"], batch["target"]
+        prev = batch["net_input"]["prev_output_tokens"]
+        bsz = src.size(0)
+        width = max(src.size(1), tgt.size(1))
+        assert bsz * width <= 200 or bsz == 1
+        assert (src[:, -1] == eos).all()  # left-padded: every source ends with EOS
+        for i in range(bsz):
+            n = int(tgt[i].ne(pad).sum())
+            assert tgt[i, n - 1] == eos and (tgt[i, n:] == pad).all()
+            assert prev[i, 0] == eos and torch.equal(prev[i, 1:n], tgt[i, : n - 1])
+            m = int(src[i].ne(pad).sum())
+            assert int(batch["net_input"]["src_lengths"][i]) == m
+        assert batch["ntokens"] == int(tgt.ne(pad).sum())
+
+
+def test_numerics_mode_on_cpu(tmp_path):
+    js = tmp_path / "num.json"
+    rc = bench.main(["--mode", "numerics", "--threads", "1", "--systems", "attn,csan*", "--json", str(js)])
+    assert rc == 0
+    num = json.loads(js.read_text())
+    assert set(num["archs"]) == {f"transformer_{v}_wmt_en_de" for v in registered_variants()
+                                 if v == "attn" or v.startswith("csan")}
+    for e in num["archs"].values():
+        assert e["ok"] and e["finite"]
+        assert e["fused_vs_explicit_out"] < 1e-5 and e["fused_vs_explicit_grad"] < 1e-5
+
+
+def test_bad_flags_fail_clearly(capsys):
+    with pytest.raises(SystemExit, match="fp16 needs --device cuda"):
+        bench.main(["--dtype", "fp16"])
+    with pytest.raises(SystemExit, match="matches none of the registered variants"):
+        bench.main(["--preset", "tiny", "--systems", "no_such_variant"])
+    with pytest.raises(SystemExit):
+        bench.main(["--repeats", "0"])
+    assert "must be >= 1" in capsys.readouterr().err

@@ -136,3 +136,18 @@ def test_conflicting_pieces_fail_with_reason(a, b):
     with pytest.raises(PieceConfigError, match=f"{a}|{b}") as err:
         piece_args(a, b)
     assert "conflict" in str(err.value)
+
+
+def test_fused_backend_is_decided_by_the_configured_mode():
+    """relpos keys-only and DropAttention's normalized rescaling run fused, so
+    --attn-backend fused is accepted for them and refused for the other modes."""
+    from fairseq_attn_plugins.attention import PieceConfigError
+
+    args = piece_args("relpos", relpos_mode="k", attn_backend="fused")
+    attn = make_attention(args, backend="fused")
+    assert attn.uses_fused_path()
+    for name, flags in (("relpos", dict(relpos_mode="kv")), ("relpos", dict(relpos_mode="tied")),
+                        ("dropattn_e", dict(dropattn_rescale="traditional"))):
+        with pytest.raises(PieceConfigError, match="--attn-backend fused.*" + name):
+            piece_args(name, attn_backend="fused", **flags)
+    assert piece_args("dropattn_e", attn_backend="fused").dropattn_rescale == "normalized"

@@ -60,14 +60,15 @@ def validate_attention_args(args) -> None:
             f"--attn-pieces: {' and '.join(wideners)} conflict: each widens the key axis "
             f"with other heads' keys; at most one such piece per model"
         )
-    if args.attn_backend == "fused":
-        slow = [c.name for c in classes if not c.fused_ok]
-        if slow:
-            raise PieceConfigError(
-                f"--attn-backend fused: pieces {slow} need the explicit path; use 'auto'"
-            )
     for c in classes:
         c.validate(args)
+    if args.attn_backend == "fused":
+        slow = [c.name for c in classes if not c.fused_ok_with(args)]
+        if slow:
+            raise PieceConfigError(
+                f"--attn-backend fused: pieces {slow} need the explicit path with these "
+                f"settings; use --attn-backend auto or explicit"
+            )
 
 
 def build_pieces(args, site: AttentionSite) -> List[AttentionPiece]:

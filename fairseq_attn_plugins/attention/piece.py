@@ -91,6 +91,13 @@ class AttentionPiece(nn.Module):
         """Raise :class:`PieceConfigError` naming the flag when a value is invalid."""
 
     @classmethod
+    def fused_ok_with(cls, args) -> bool:
+        """Whether the piece, configured by ``args``, can run on the fused path (after
+        ``validate``). Pieces whose options decide it override this and set ``fused_ok``
+        per instance accordingly."""
+        return cls.fused_ok
+
+    @classmethod
     def build(cls, args, site: AttentionSite) -> Optional["AttentionPiece"]:
         """Return the piece for ``site``, or ``None`` if it is inactive there."""
         raise NotImplementedError

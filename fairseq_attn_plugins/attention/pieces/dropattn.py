@@ -108,15 +108,15 @@ class _DropAttentionBase(AttentionPiece):
         args.dropattn_layers = getattr(args, "dropattn_layers", "all")
 
     @classmethod
+    def fused_ok_with(cls, args) -> bool:
+        # 'traditional' rescales the probability matrix after the softmax: explicit path
+        return args.dropattn_rescale == "normalized"
+
+    @classmethod
     def validate(cls, args):
         require_float(args, "dropattn_rate", 0.0, 1.0, hi_open=True)
         require_int(args, "dropattn_window", 1)
         require_choice(args, "dropattn_rescale", RESCALES)
-        if args.dropattn_rescale == "traditional" and getattr(args, "attn_backend", "auto") == "fused":
-            raise PieceConfigError(
-                "--dropattn-rescale traditional rescales the probability matrix and needs the "
-                "explicit path; use --attn-backend auto or explicit (or --dropattn-rescale normalized)"
-            )
         for side in parse_sides(args.dropattn_sides, "--dropattn-sides"):
             parse_layer_spec(args.dropattn_layers, getattr(args, f"{side}_layers"),
                              "--dropattn-layers")

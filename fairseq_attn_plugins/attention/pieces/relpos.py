@@ -42,9 +42,8 @@ so a cached decoding step scores exactly as the full-sequence forward.
 
 Backends: the key term is an additive score bias (fused-compatible); the value
 term needs the probabilities, so ``kv`` and ``tied`` run on the explicit path
-while ``k`` runs on the fused path under ``--attn-backend auto``. (``--attn-
-backend fused`` is refused for relpos whatever the mode, because the check
-happens before the mode is known; use ``auto``.)
+while ``k`` runs on the fused path (``auto`` picks it; ``--attn-backend fused``
+is accepted for ``k`` and refused for ``kv``/``tied`` at model build).
 """
 
 import logging
@@ -135,6 +134,11 @@ class RelativePositions(AttentionPiece):
                 logger.info("--relpos-abs-pos drop: setting --no-token-positional-embeddings "
                             "(relative positions replace the sinusoidal embeddings)")
             args.no_token_positional_embeddings = True
+
+    @classmethod
+    def fused_ok_with(cls, args) -> bool:
+        # the a^V value term needs the probabilities; keys only is a score bias
+        return args.relpos_mode == "k"
 
     @classmethod
     def build(cls, args, site: AttentionSite):

@@ -195,6 +195,16 @@ def parse_sides(spec, flag: str) -> Tuple[str, ...]:
     return tuple(s for s in SIDES if s in parts)
 
 
+def covers_site(args, prefix: str, site: AttentionSite, sides: Optional[str] = None) -> bool:
+    """Whether a piece's ``--<prefix>-layers`` (and ``--<prefix>-sides``, or the fixed
+    ``sides`` of an encoder-only piece) select ``site``; raises naming the flag."""
+    side_spec = getattr(args, f"{prefix}_sides") if sides is None else sides
+    if site.side not in parse_sides(side_spec, f"--{prefix}-sides"):
+        return False
+    layers = parse_layer_spec(getattr(args, f"{prefix}_layers"), site.num_layers, f"--{prefix}-layers")
+    return site.layer_idx in layers
+
+
 def require_int(args, attr: str, lo: int, hi: Optional[int] = None, odd: bool = False) -> int:
     """Validate an integer flag ``--attr-name`` and return it."""
     flag = "--" + attr.replace("_", "-")
@@ -241,6 +251,7 @@ __all__ = [
     "AttentionContext",
     "AttentionPiece",
     "AttentionSite",
+    "covers_site",
     "PIECES",
     "PieceConfigError",
     "parse_layer_spec",

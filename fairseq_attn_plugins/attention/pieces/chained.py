@@ -36,7 +36,15 @@ Backends: explicit only (the ``combine`` hook needs the probabilities).
 import torch
 from torch import Tensor, nn
 
-from ..piece import AttentionPiece, AttentionSite, parse_layer_spec, register_piece, require_choice, require_int
+from ..piece import (
+    AttentionPiece,
+    AttentionSite,
+    covers_site,
+    parse_layer_spec,
+    register_piece,
+    require_choice,
+    require_int,
+)
 
 INITS = ("xavier", "first")
 MAX_K = 16
@@ -82,9 +90,7 @@ class ChainedSelfAttention(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side != "encoder":
-            return None
-        if site.layer_idx not in parse_layer_spec(args.chained_layers, site.num_layers, "--chained-layers"):
+        if not covers_site(args, "chained", site, sides="encoder"):
             return None
         return cls(site, args)
 

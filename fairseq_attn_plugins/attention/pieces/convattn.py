@@ -59,6 +59,7 @@ from torch import Tensor, nn
 from ..piece import (
     AttentionPiece,
     AttentionSite,
+    covers_site,
     parse_layer_spec,
     register_piece,
     require_choice,
@@ -124,10 +125,7 @@ class _ConvAttentionBase(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side != "encoder":
-            return None
-        if site.layer_idx not in parse_layer_spec(args.convattn_layers, site.num_layers,
-                                                  "--convattn-layers"):
+        if not covers_site(args, "convattn", site, sides="encoder"):
             return None
         return cls(site, args)
 

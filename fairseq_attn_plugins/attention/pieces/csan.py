@@ -41,6 +41,7 @@ from ..piece import (
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
+    covers_site,
     parse_layer_spec,
     positions_window,
     register_piece,
@@ -87,9 +88,7 @@ class _CSANBase(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side != "encoder":
-            return None
-        if site.layer_idx not in parse_layer_spec(args.csan_layers, site.num_layers, "--csan-layers"):
+        if not covers_site(args, "csan", site, sides="encoder"):
             return None
         return cls(site, args)
 

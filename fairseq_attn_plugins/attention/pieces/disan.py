@@ -48,11 +48,12 @@ from ..piece import (
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
+    covers_site,
     parse_layer_spec,
+    parse_sides,
     register_piece,
     require_choice,
 )
-from ..piece import parse_sides
 
 DIRECTIONS = ("fw", "bw", "nodiag", "all")
 DIAGONAL = ("disable", "keep")
@@ -145,9 +146,7 @@ class DirectionalSelfAttention(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side not in parse_sides(args.disan_sides, "--disan-sides"):
-            return None
-        if site.layer_idx not in parse_layer_spec(args.disan_layers, site.num_layers, "--disan-layers"):
+        if not covers_site(args, "disan", site):
             return None
         return cls(site, parse_directions(args.disan_directions, site.num_heads),
                    args.disan_diagonal == "keep")

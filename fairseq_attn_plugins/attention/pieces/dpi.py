@@ -59,11 +59,12 @@ from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX
 from torch import Tensor, nn
 
 from ..piece import (
-    parse_sides,
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
+    covers_site,
     parse_layer_spec,
+    parse_sides,
     register_piece,
     require_choice,
     require_int,
@@ -154,9 +155,7 @@ class DirectPositionInteractions(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side not in parse_sides(args.dpi_sides, "--dpi-sides"):
-            return None
-        if site.layer_idx not in parse_layer_spec(args.dpi_layers, site.num_layers, "--dpi-layers"):
+        if not covers_site(args, "dpi", site):
             return None
         return cls(site, args)
 

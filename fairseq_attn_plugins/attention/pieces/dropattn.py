@@ -54,13 +54,14 @@ from ..piece import (
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
+    covers_site,
     parse_layer_spec,
+    parse_sides,
     register_piece,
     require_choice,
     require_float,
     require_int,
 )
-from ..piece import parse_sides
 
 RESCALES = ("normalized", "traditional")
 _CONFLICT = "both drop attention weights; pick one of dropattn_c/dropattn_e"
@@ -123,10 +124,7 @@ class _DropAttentionBase(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side not in parse_sides(args.dropattn_sides, "--dropattn-sides"):
-            return None
-        if site.layer_idx not in parse_layer_spec(args.dropattn_layers, site.num_layers,
-                                                  "--dropattn-layers"):
+        if not covers_site(args, "dropattn", site):
             return None
         return cls(site, args.dropattn_rate, args.dropattn_window, args.dropattn_rescale)
 

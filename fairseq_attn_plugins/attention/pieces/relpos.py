@@ -56,6 +56,7 @@ from ..piece import (
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
+    covers_site,
     parse_layer_spec,
     parse_sides,
     register_piece,
@@ -142,10 +143,7 @@ class RelativePositions(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side not in parse_sides(args.relpos_sides, "--relpos-sides"):
-            return None
-        if site.layer_idx not in parse_layer_spec(args.relpos_layers, site.num_layers,
-                                                  "--relpos-layers"):
+        if not covers_site(args, "relpos", site):
             return None
         return cls(site, args.relpos_k, args.relpos_mode)
 

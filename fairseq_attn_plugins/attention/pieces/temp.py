@@ -29,8 +29,14 @@ Backends: fused and explicit (the hook only rescales q, k, v).
 import torch
 from torch import Tensor, nn
 
-from ..piece import AttentionPiece, AttentionSite, parse_layer_spec, parse_sides, register_piece
-
+from ..piece import (
+    AttentionPiece,
+    AttentionSite,
+    covers_site,
+    parse_layer_spec,
+    parse_sides,
+    register_piece,
+)
 
 
 @register_piece
@@ -65,9 +71,7 @@ class LearnableTemperature(AttentionPiece):
 
     @classmethod
     def build(cls, args, site: AttentionSite):
-        if site.side not in parse_sides(args.temp_sides, "--temp-sides"):
-            return None
-        if site.layer_idx not in parse_layer_spec(args.temp_layers, site.num_layers, "--temp-layers"):
+        if not covers_site(args, "temp", site):
             return None
         return cls(site)
 

@@ -277,3 +277,13 @@ def test_model_with_chained_encoder_and_decoder_decodes_incrementally_exactly(fo
             step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
             steps.append(step)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_dense_checkpoint_into_shared_model_names_the_flag():
+    dense = chained_attention(4, chained_w_attn="dense")
+    shared = chained_attention(4)
+    with pytest.raises(RuntimeError, match="--chained-w-attn dense.*model-overrides"):
+        shared.load_state_dict(dense.state_dict())
+    again = chained_attention(4, chained_w_attn="dense", seed=5)
+    again.load_state_dict(dense.state_dict())
+    torch.testing.assert_close(again.pieces[0].w_attn.weight, dense.pieces[0].w_attn.weight)

@@ -152,6 +152,21 @@ class ChainedSelfAttention(AttentionPiece):
                     w[h * D:(h + 1) * D, h, 0, :] = torch.eye(D)
                 self.w_attn.weight.copy_(w.view(H * D, -1))
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # checkpoints from before issue 11 hold the dense W_attn and no --chained-w-attn
+        saved = state_dict.get(prefix + "w_attn.weight")
+        if saved is not None and saved.shape != self.w_attn.weight.shape:
+            other = "dense" if self.form == "shared" else "shared"
+            raise RuntimeError(
+                f"chained ({self.site.side} layer {self.site.layer_idx}): the checkpoint's W_attn "
+                f"has shape {tuple(saved.shape)}, this model's --chained-w-attn {self.form} "
+                f"expects {tuple(self.w_attn.weight.shape)}; a model trained with "
+                f"--chained-w-attn {other} (the only form before issue 11 was dense) loads with "
+                f"--chained-w-attn {other} (fairseq-generate: --model-overrides "
+                f"\"{{'chained_w_attn': '{other}'}}\")"
+            )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _previous_rows(self, ctx, order: int, n_prev: int):
         """Rows 0..n_prev-1 of Att^{order} kept by the earlier decoding steps, or None."""
         if n_prev == 0:

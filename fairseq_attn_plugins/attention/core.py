@@ -167,6 +167,7 @@ class PluginSelfAttention(MultiheadAttention):
             key_padding_mask=kpm,
             training=self.training,
             incremental=incremental_state is not None,
+            cache=saved if incremental_state is not None else None,
         )
 
         for p in self.pieces:

@@ -55,6 +55,10 @@ class AttentionContext:
     #: probabilities seen by post_softmax/value_term/combine are (B, H, T, kv_factor * S),
     #: slot ``s * S + j`` being key position j of the s-th head of the area.
     kv_factor: int = 1
+    #: the layer's incremental-decoding buffer (``None`` outside incremental decoding):
+    #: a piece may keep its own batch-first tensors there under keys prefixed with its
+    #: name; fairseq reorders them with the beam like ``prev_key``.
+    cache: Optional[Dict[str, Optional[Tensor]]] = None
 
 
 class AttentionPiece(nn.Module):

@@ -26,7 +26,8 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..attention.pieces.dpi import san_p_defaults
+from ..attention.pieces.disan import bidirect_defaults
+from ..attention.pieces.dpi import san_p_defaults, san_pr_defaults
 from ..attention import (
     PIECES,
     AttentionSite,
@@ -179,3 +180,7 @@ for _name in PIECES:
     ARCHITECTURES += register_variant(_name, _name)
 # Dufter et al. 2020's SAN+P: positions only through the absolute interaction table
 ARCHITECTURES += register_variant("dpi_sanp", "dpi", san_p_defaults)
+# ... and SAN+P+R: absolute and relative tables, no token position embeddings
+ARCHITECTURES += register_variant("dpi_sanpr", "dpi", san_pr_defaults)
+# the CSAN authors' Bi_Direct (Table 1): H-2N unmasked heads, then N x (fw, bw), diagonal kept
+ARCHITECTURES += register_variant("bidirect", "disan", bidirect_defaults)

@@ -57,11 +57,16 @@ def gaussian_bias(centre: Tensor, width: Tensor, pos_k: Tensor) -> Tensor:
     return -2.0 * diff.pow(2) / width.transpose(1, 2)[..., None].pow(2)
 
 
-def sentence_lengths_and_positions(ctx: AttentionContext):
-    """(pos_q (B|1, T), pos_k (B|1, S), lengths (B|1, 1, 1) float): positions within
+def bias_dtype(q: Tensor) -> torch.dtype:
+    """Biases are computed in float32 at least (float64 stays float64)."""
+    return torch.promote_types(q.dtype, torch.float32)
+
+
+def sentence_lengths_and_positions(ctx: AttentionContext, dtype: torch.dtype = torch.float32):
+    """(pos_q (B|1, T), pos_k (B|1, S), lengths (B|1, 1, 1) of ``dtype``): positions within
     the sentence and the number I of real keys of each sentence."""
     pos_q, pos_k, lengths = sentence_positions(ctx)
-    return pos_q, pos_k, lengths.to(torch.float32)[:, None, None]
+    return pos_q, pos_k, lengths.to(dtype)[:, None, None]
 
 
 def pad_heads(bias: Tensor, num_heads: int) -> Tensor:

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from ..localness import (
     QueryPredictor,
+    bias_dtype,
     gaussian_bias,
     pad_heads,
     refuse_incremental,
@@ -106,8 +107,8 @@ class LocalHard(AttentionPiece):
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
         refuse_incremental(self.name, ctx)
-        p = self.predictor(q).float()  # (B, T, n_l)
-        _, pos_k, length = sentence_lengths_and_positions(ctx)
+        p = self.predictor(q).to(bias_dtype(q))  # (B, T, n_l)
+        _, pos_k, length = sentence_lengths_and_positions(ctx, bias_dtype(q))
         centre = p * (length - 1)
         width = torch.full_like(centre, self.window)
         bias = gaussian_bias(centre, width, pos_k)  # (B, n_l, T, S)

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from ..localness import (
     QueryPredictor,
+    bias_dtype,
     gaussian_bias,
     refuse_incremental,
     sentence_lengths_and_positions,
@@ -82,8 +83,8 @@ class LocalSoft(AttentionPiece):
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
         refuse_incremental(self.name, ctx)
         H = self.site.num_heads
-        y = self.predictor(q).float()  # (B, T, 2H)
-        _, pos_k, length = sentence_lengths_and_positions(ctx)
+        y = self.predictor(q).to(bias_dtype(q))  # (B, T, 2H)
+        _, pos_k, length = sentence_lengths_and_positions(ctx, bias_dtype(q))
         centre = y[..., :H] * (length - 1)  # (B, T, H)
         width = y[..., H:] * length + 0.1
         return gaussian_bias(centre, width, pos_k).to(q.dtype)  # (B, H, T, S)

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 
 from ..localness import (
     QueryPredictor,
+    bias_dtype,
     gaussian_bias,
     pad_heads,
     refuse_incremental,
@@ -136,12 +137,12 @@ class Neighbor(AttentionPiece):
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
         refuse_incremental(self.name, ctx)
         if self.mode == "soft":
-            dist2 = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).to(torch.float32).pow(2)  # (T, S)
-            s = self.std().float()[:, None, None]  # (H, 1, 1)
+            dist2 = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).to(bias_dtype(q)).pow(2)  # (T, S)
+            s = self.std().to(bias_dtype(q))[:, None, None]  # (H, 1, 1)
             return (-dist2[None] / (2 * s.pow(2)))[None].to(q.dtype)  # (1, H, T, S)
-        z = self.predictor(q).float()  # (B, T, n)
-        pos_q, pos_k, length = sentence_lengths_and_positions(ctx)
-        centre = pos_q.to(torch.float32)[..., None].expand_as(z)
+        z = self.predictor(q).to(bias_dtype(q))  # (B, T, n)
+        pos_q, pos_k, length = sentence_lengths_and_positions(ctx, bias_dtype(q))
+        centre = pos_q.to(z.dtype)[..., None].expand_as(z)
         width = z * length + 0.1
         return pad_heads(gaussian_bias(centre, width, pos_k), self.site.num_heads).to(q.dtype)
 

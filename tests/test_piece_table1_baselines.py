@@ -4,6 +4,7 @@ flag errors, the encoder-only refusals, and the parameter deltas at base size.""
 
 import argparse
 import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -412,3 +413,33 @@ def test_parameter_deltas_at_base_size_match_the_formulas():
         assert delta == formula, (name, flags)
         assert (round(delta / 1e6, 1) == paper) == matches, (name, flags, delta)
     assert TABLE1[0][2] == 812_592 and TABLE1[1][2] == 397_068 and TABLE1[7][2] == 42_550_272
+
+
+# ---------------------------------------------------------------- train, generate, resume
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    from cli_helpers import make_data
+
+    return make_data(str(tmp_path_factory.mktemp("data")))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["localsoft", "localhard", "neighbor", "block", "cnns"])
+def test_train_resume_through_user_dir(name, data_dir, tmp_path, caplog):
+    """Every Table 1 architecture resumes from checkpoint_last.pt (its pieces' weights
+    restored) after fairseq-train stopped; generation is covered by test_e2e_cli."""
+    import logging
+
+    from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process
+
+    save = str(tmp_path / "ck")
+    base = [data_dir, "--user-dir", PLUGIN_DIR, "--arch", f"transformer_{name}_wmt_en_de", *TINY, *TRAIN,
+            "--save-dir", save]
+    train_in_process(base + ["--max-update", "2"])
+    first = torch.load(f"{save}/checkpoint_last.pt", weights_only=False)["model"]
+    assert any(".pieces." in k for k in first), "the piece's weights are in the checkpoint"
+    with caplog.at_level(logging.INFO):
+        train_in_process(base + ["--max-update", "3"])
+    assert any(re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", r.getMessage())
+               for r in caplog.records)
+    assert torch.load(f"{save}/checkpoint_last.pt", weights_only=False)["optimizer_history"][-1]["num_updates"] == 3

@@ -346,6 +346,7 @@ def test_decoder_layer_refuses_layer_input_pieces():
     ("localhard", dict(localhard_window="ten"), "--localhard-window"),
     ("neighbor", dict(neighbor_mode="hard"), "--neighbor-mode"),
     ("neighbor", dict(neighbor_init_std=-1.0), "--neighbor-init-std"),
+    ("neighbor", dict(neighbor_init_std=float("inf")), "--neighbor-init-std"),
     ("neighbor", dict(neighbor_std_param="log"), "--neighbor-std-param"),
     ("neighbor", dict(neighbor_heads=9), "--neighbor-heads"),
     ("block", dict(block_size=0), "--block-size"),

@@ -21,6 +21,7 @@ with j the key's position *within its sentence* (0 = first real token), so
 left and right padding give the same bias.
 """
 
+import math
 from typing import Optional
 
 import torch
@@ -88,13 +89,14 @@ def refuse_incremental(name: str, ctx: AttentionContext) -> None:
 
 
 def require_positive(args, attr: str, hi: Optional[float] = None) -> float:
-    """A float flag > 0 (and <= hi); raises naming the flag."""
+    """A finite float flag > 0 (and <= hi); raises naming the flag."""
     flag = "--" + attr.replace("_", "-")
     value = getattr(args, attr)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and math.isfinite(value) and value > 0)
     if ok and hi is not None:
         ok = value <= hi
     if not ok:
-        allowed = "> 0" if hi is None else f"in (0, {hi}]"
+        allowed = "> 0, finite" if hi is None else f"in (0, {hi}]"
         raise PieceConfigError(f"{flag} must be a number {allowed} (got {value!r})")
     return float(value)

@@ -444,3 +444,15 @@ def test_train_resume_through_user_dir(name, data_dir, tmp_path, caplog):
     assert any(re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", r.getMessage())
                for r in caplog.records)
     assert torch.load(f"{save}/checkpoint_last.pt", weights_only=False)["optimizer_history"][-1]["num_updates"] == 3
+
+
+def test_gaussian_bias_is_floored_and_stays_finite_in_fp16():
+    from fairseq_attn_plugins.attention.localness import BIAS_FLOOR, gaussian_bias
+
+    centre = torch.tensor([[[0.0]]])  # (1, T=1, n=1)
+    width = torch.tensor([[[0.1]]])
+    pos_k = torch.tensor([[0, 1, 200]])
+    bias = gaussian_bias(centre, width, pos_k)  # (1, 1, 1, 3)
+    assert_close(bias[0, 0, 0, :2], torch.tensor([0.0, -200.0]))
+    assert float(bias[0, 0, 0, 2]) == BIAS_FLOOR  # -2 * 200^2 / 0.01 = -8e6 without the floor
+    assert torch.isfinite(bias.half()).all()

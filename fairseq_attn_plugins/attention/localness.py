@@ -18,7 +18,8 @@ Gaussian bias, added to the logits after the scaling::
     G_ij = -2 (P_i - j)^2 / D_i^2        (sigma_i = D_i / 2)
 
 with j the key's position *within its sentence* (0 = first real token), so
-left and right padding give the same bias.
+left and right padding give the same bias. The bias is floored at -1e4
+(``BIAS_FLOOR``: exp(-1e4) = 0 in every dtype; it keeps fp16 finite).
 """
 
 import math
@@ -55,7 +56,16 @@ def gaussian_bias(centre: Tensor, width: Tensor, pos_k: Tensor) -> Tensor:
     centre, width: (B|1, T, n) per query and localized head; pos_k (B|1, S).
     Returns (B|1, n, T, S)."""
     diff = centre.transpose(1, 2)[..., None] - pos_k[:, None, None, :].to(centre.dtype)
-    return -2.0 * diff.pow(2) / width.transpose(1, 2)[..., None].pow(2)
+    return clamp_bias(-2.0 * diff.pow(2) / width.transpose(1, 2)[..., None].pow(2))
+
+
+#: the lowest Gaussian bias: exp(-1e4) is 0 in every dtype, and -1e4 stays finite in
+#: fp16 (a window of 0.1 over a long sentence would otherwise overflow to -inf)
+BIAS_FLOOR = -1e4
+
+
+def clamp_bias(bias: Tensor) -> Tensor:
+    return bias.clamp(min=BIAS_FLOOR)
 
 
 def bias_dtype(q: Tensor) -> torch.dtype:

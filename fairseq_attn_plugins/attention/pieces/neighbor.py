@@ -47,6 +47,7 @@ from torch import Tensor, nn
 from ..localness import (
     QueryPredictor,
     bias_dtype,
+    clamp_bias,
     gaussian_bias,
     pad_heads,
     refuse_incremental,
@@ -139,7 +140,7 @@ class Neighbor(AttentionPiece):
         if self.mode == "soft":
             dist2 = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).to(bias_dtype(q)).pow(2)  # (T, S)
             s = self.std().to(bias_dtype(q))[:, None, None]  # (H, 1, 1)
-            return (-dist2[None] / (2 * s.pow(2)))[None].to(q.dtype)  # (1, H, T, S)
+            return clamp_bias(-dist2[None] / (2 * s.pow(2)))[None].to(q.dtype)  # (1, H, T, S)
         z = self.predictor(q).to(bias_dtype(q))  # (B, T, n)
         pos_q, pos_k, length = sentence_lengths_and_positions(ctx, bias_dtype(q))
         centre = pos_q.to(z.dtype)[..., None].expand_as(z)

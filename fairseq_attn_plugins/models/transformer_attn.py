@@ -30,6 +30,7 @@ from ..attention.pieces.disan import bidirect_defaults
 from ..attention.pieces.dpi import san_p_defaults, san_pr_defaults
 from ..attention import (
     PIECES,
+    AttentionPiece,
     AttentionSite,
     PieceConfigError,
     PluginSelfAttention,
@@ -76,6 +77,11 @@ class PluginEncoderLayer(TransformerEncoderLayerBase):
             cfg.encoder.layers, cfg, self.quant_noise, self.quant_noise_block_size,
         )
 
+    def forward(self, x, encoder_padding_mask, attn_mask=None):
+        # pieces may transform the layer input first (Cnns: convolution sublayers)
+        x = self.self_attn.layer_input(x, encoder_padding_mask)
+        return super().forward(x, encoder_padding_mask, attn_mask)
+
 
 class PluginDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer with the plugin self-attention at ``layer_idx``."""
@@ -91,10 +97,16 @@ class PluginDecoderLayer(TransformerDecoderLayerBase):
                 "transformer_attn models"
             )
         args, layer_idx = self._plugin_args
-        return _build_self_attention(
+        attn = _build_self_attention(
             args, "decoder", layer_idx, embed_dim, cfg.decoder.attention_heads,
             cfg.decoder.layers, cfg, self.quant_noise, self.quant_noise_block_size,
         )
+        transforming = [p.name for p in attn.pieces
+                        if type(p).layer_input is not AttentionPiece.layer_input]
+        if transforming:
+            raise PieceConfigError(f"pieces {transforming} transform the layer input (layer_input), "
+                                   f"which only encoder layers support")
+        return attn
 
 
 def _next_index(module) -> int:

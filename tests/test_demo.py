@@ -161,7 +161,8 @@ def test_demo_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
             assert proc.poll() is None, "the demo ended before a mid-epoch checkpoint was saved"
             time.sleep(0.02)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert not (out / ".done" / f"train.{first}").exists()
 

@@ -74,7 +74,7 @@ def read_scores(run_dir: str) -> Dict:
     with open(path, encoding="utf-8") as f:
         scores = json.load(f)
     return {k: scores.get(k) for k in ("tokenized_bleu", "tokenized_bleu_method", "train_pairs",
-                                       "train_data_partial", "signature")}
+                                       "train_data_partial")}
 
 
 def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a",

@@ -240,7 +240,10 @@ def cmd_unpack(args):
                 z.extractall(tmp)
         else:
             with tarfile.open(args.archive) as t:
-                t.extractall(tmp, filter="data")
+                if hasattr(tarfile, "data_filter"):  # refuses absolute paths and links out of DEST
+                    t.extractall(tmp, filter="data")
+                else:  # pragma: no cover  (Python without PEP 706)
+                    t.extractall(tmp)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         die(f"{args.archive}: cannot unpack ({type(e).__name__}: {e}); the download is truncated or "

@@ -66,7 +66,8 @@ Give these parts, or set ALLOW_PARTIAL_DATA=1 to train on less (the pair count g
     s=${f%%:*}; t=${f#*:}
     compgen -G "$s" >/dev/null && compgen -G "$t" >/dev/null || die "LOCAL_$p=$f: no such files"
   done
-  for f in $(extra_pairs_parts "${EXTRA_TRAIN_PAIRS:-}"); do
+  local extra; extra=$(extra_pairs_parts "${EXTRA_TRAIN_PAIRS:-}")  # (not in a for list: its failure stops here)
+  for f in $extra; do
     s=${f#*:}; t=${s#*:}; s=${s%%:*}
     check_pair "$s" "$t" "EXTRA_TRAIN_PAIRS"
   done
@@ -98,7 +99,8 @@ fetch_train() {
     [[ $SRC == zh ]] || { f=$src; src=$tgt; tgt=$f; }  # parts are given zh first
     parts+=("$p:$src:$tgt")
   done
-  for f in $(extra_pairs_parts "${EXTRA_TRAIN_PAIRS:-}"); do parts+=("$f"); done
+  local extra; extra=$(extra_pairs_parts "${EXTRA_TRAIN_PAIRS:-}")
+  for f in $extra; do parts+=("$f"); done
   (( ${#parts[@]} )) || die "no training data: every part is missing"
   concat_parts "${parts[@]}"
   rm -rf "$dl"/*.d

@@ -171,6 +171,9 @@ prepare_main() {
       raw_fp+=(--set "$split=official")
     fi
   done
+  if local_split train && [[ -n ${EXTRA_TRAIN_PAIRS:-} ]]; then
+    die "EXTRA_TRAIN_PAIRS adds to the official training data; with TRAIN_SRC/TRAIN_TGT, concatenate the files into those"
+  fi
   if ! local_split train || ! local_split valid || ! local_split test; then
     if declare -F check_corpus_inputs >/dev/null; then check_corpus_inputs; fi
     local extra=()

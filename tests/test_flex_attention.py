@@ -245,3 +245,21 @@ def test_flex_backend_refuses_attention_dropout():
         make_attention(make_args("relpos", relpos_k=2), backend="flex", dropout=0.1)
     with pytest.raises(Exception, match="--attention-dropout"):
         make_args("relpos", relpos_k=2, attn_backend="flex", attention_dropout=0.1)
+
+
+def test_block_masks_are_reused_only_for_the_same_mask_tensors():
+    """Layers sharing one padding mask share one block mask; another tensor (even with the
+    same content) or an in-place change gets a fresh one that follows its content."""
+    def make(kpm):
+        return flex._block_mask(lambda b, h, i, j: ~kpm[b, j], 2, 9, 9, "cpu", ("test",), (kpm,))
+
+    kpm = torch.zeros(2, 9, dtype=torch.bool)
+    first = make(kpm)
+    assert make(kpm) is first
+    other = kpm.clone()
+    assert make(other) is not first
+    kpm[0, :3] = True  # in place: the version changes
+    changed = make(kpm)
+    assert changed is not first
+    mask = torch_flex.create_mask(changed.mask_mod, 2, 1, 9, 9, device="cpu")  # its element mask
+    assert not bool(mask[0, 0, :, :3].any()) and bool(mask[0, 0, :, 3:].all()) and bool(mask[1].all())

@@ -29,6 +29,8 @@ Neither supports attention dropout (flex_attention has none): the dispatcher
 ``torch.compile`` once (first call compiles, minutes at worst); on CPU it runs eagerly.
 """
 
+import weakref
+from collections import OrderedDict
 from typing import Optional
 
 import torch
@@ -61,8 +63,29 @@ def _kernel(q: Tensor):
     return _flex_mod.flex_attention
 
 
-def _block_mask(mask_mod, B: Optional[int], T: int, S: int, device):
-    return create_block_mask(mask_mod, B, None, T, S, device=device)
+_MASK_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_MASK_CACHE_SIZE = 8
+
+
+def _block_mask(mask_mod, B: Optional[int], T: int, S: int, device, key=None, tensors=()):
+    """``create_block_mask``, reused across the layers of one forward: the layers of an
+    encoder (decoder) see the same padding (future) mask tensors. ``key`` names the mask
+    function's other inputs; ``tensors`` are the mask tensors it reads, matched by
+    identity (weak references: a freed tensor never matches) and in-place version."""
+    if key is None:
+        return create_block_mask(mask_mod, B, None, T, S, device=device)
+    full_key = (key, B, T, S, str(device),
+                tuple((id(t), t._version) if t is not None else None for t in tensors))
+    hit = _MASK_CACHE.get(full_key)
+    if hit is not None and all((r is None and t is None) or (r is not None and r() is t)
+                               for r, t in zip(hit[0], tensors)):
+        _MASK_CACHE.move_to_end(full_key)
+        return hit[1]
+    bm = create_block_mask(mask_mod, B, None, T, S, device=device)
+    _MASK_CACHE[full_key] = (tuple(weakref.ref(t) if t is not None else None for t in tensors), bm)
+    while len(_MASK_CACHE) > _MASK_CACHE_SIZE:
+        _MASK_CACHE.popitem(last=False)
+    return bm
 
 
 def _fused(q, k, v, score_mod, block_mask, scale, lse: bool = False):
@@ -178,7 +201,9 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
 
     masked = kpm is not None or keep is not None
     B_mask = B if kpm is not None else None
-    block_mask = _block_mask(allowed, B_mask, T, S, q.device) if masked else None
+    mask_tensors = (kpm, attn_mask)
+    block_mask = (_block_mask(allowed, B_mask, T, S, q.device, ("relpos", start), mask_tensors)
+                  if masked else None)
     if rel_values is None:
         return _fused(q, k, v, score_mod, block_mask, scale)
     out, lse = _fused(q, k, v, score_mod, block_mask, scale, lse=True)  # lse (B, H, T) fp32
@@ -209,8 +234,11 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
         def right_tail(b, h, i, j):
             return allowed(b, h, i, j) & (j - i - start >= kmax)
 
-        tail_mask = _block_mask(right_tail, B_mask, T, S, q.device)
-        _, lse_r = _fused(q, k, v, score_mod, tail_mask, scale, lse=True)
+        tail_mask = _block_mask(right_tail, B_mask, T, S, q.device,
+                                ("relpos_right_tail", start, kmax), mask_tensors)
+        # only the lse is used: a narrow zero value keeps the p @ v part of the call small
+        v0 = v.new_zeros(B, H, S, min(D, 16))
+        _, lse_r = _fused(q, k, v0, score_mod, tail_mask, scale, lse=True)
         lse_r = lse_r.to(acc)
         has_tail = torch.isfinite(lse_r) & has_key
         lse_r = torch.where(has_tail, lse_r, lse_safe)

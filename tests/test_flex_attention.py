@@ -263,3 +263,29 @@ def test_block_masks_are_reused_only_for_the_same_mask_tensors():
     assert changed is not first
     mask = torch_flex.create_mask(changed.mask_mod, 2, 1, 9, 9, device="cpu")  # its element mask
     assert not bool(mask[0, 0, :, :3].any()) and bool(mask[0, 0, :, 3:].all()) and bool(mask[1].all())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the compiled flex kernel needs CUDA")
+@pytest.mark.parametrize("piece,flags,side", [("relpos", dict(relpos_k=16), "encoder"),
+                                              ("relpos", dict(relpos_k=16), "decoder"),
+                                              ("csan2d", dict(csan_layers="0", csan_window=11), "encoder")])
+def test_cuda_flex_kernel_matches_explicit_in_fp16(piece, flags, side):
+    """GPU only: the compiled Triton kernel (auto picks flex on CUDA) vs explicit, fp16, norm-wise."""
+    args = make_args(piece, **flags)
+    T = 600 if piece == "csan2d" else 70  # windows: flex from FLEX_WINDOW_MIN_LEN on
+    x, kpm = padded_batch([T, T - 17, T // 2], embed_dim=64)
+    mask = None
+    if side == "decoder":
+        kpm, mask = None, torch.triu(torch.full((T, T), float("-inf")), 1).cuda().half()
+    res = []
+    for backend in ("auto", "explicit"):
+        attn = make_attention(args, side=side, embed_dim=64, num_heads=4, backend=backend)
+        randomize(attn)
+        attn = attn.cuda().half().train()
+        xc = x.cuda().half().requires_grad_(True)
+        y, _ = attn(xc, xc, xc, key_padding_mask=None if kpm is None else kpm.cuda(),
+                    attn_mask=mask, need_weights=False)
+        y.float().square().mean().backward()
+        res.append((y.float(), xc.grad.float()))
+    for a, b in zip(res[0], res[1]):
+        assert float((a - b).norm() / b.norm()) < 2e-2

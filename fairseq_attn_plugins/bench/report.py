@@ -139,18 +139,20 @@ def render_numerics(num: dict) -> str:
     lines = [f"fp16 numerics ({num['dtype']} on {num['device']}, tolerance {num['tolerance']}): "
              f"{'all OK' if num['ok'] else 'FAILURES'}", "",
              "| arch | finite | fused vs explicit out / grad | fused vs fp32 out / grad | "
-             "explicit vs fp32 out / grad | ok |", "|---|---|---|---|---|---|"]
+             "explicit vs fp32 out / grad | flex vs explicit out / grad | ok |",
+             "|---|---|---|---|---|---|---|"]
     for arch, e in num["archs"].items():
         if "error" in e:
-            lines.append(f"| {arch} | error: {e['error']} | | | | FAIL |")
+            lines.append(f"| {arch} | error: {e['error']} | | | | | FAIL |")
             continue
         lines.append(
             f"| {arch} | {e['finite']} | {e['fused_vs_explicit_out']:.1e} / {e['fused_vs_explicit_grad']:.1e} | "
             f"{e['fused_vs_fp32_out']:.1e} / {e['fused_vs_fp32_grad']:.1e} | "
             f"{e['explicit_vs_fp32_out']:.1e} / {e['explicit_vs_fp32_grad']:.1e} | "
-            f"{'OK' if e['ok'] else 'FAIL'} |")
+            + (f"{e['flex_vs_explicit_out']:.1e} / {e['flex_vs_explicit_grad']:.1e} | "
+               if "flex_vs_explicit_out" in e else "- (CUDA only) | ")
+            + f"{'OK' if e['ok'] else 'FAIL'} |")
     return "\n".join(lines) + "\n"
-
 
 
 def render_scaling(report: dict) -> str:

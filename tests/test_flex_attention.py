@@ -10,7 +10,6 @@ computes it; the ``cpu_flex_backward`` fixture lifts that check for these tests 
 On CUDA the compiled kernel is checked by ``fairseq-attn-bench --mode numerics``.
 """
 
-import argparse
 import math
 
 import pytest
@@ -20,7 +19,6 @@ from torch.testing import assert_close
 
 from attn_helpers import build_model, make_args, make_attention, padded_batch, token_batch
 from fairseq_attn_plugins.attention import flex
-from fairseq_attn_plugins.attention.pieces.relpos import RelativePositions
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -162,7 +162,7 @@ train_main() {
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   $STEPS check-arch "$ARCH" || exit 2
   [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
-  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH}
+  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
@@ -246,7 +246,7 @@ train_main() {
 evaluate_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
-  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH}
+  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   N_AVG=${N_AVG:-5}; BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-0}
   NGPUS=${NGPUS:-$(detect_gpus)}

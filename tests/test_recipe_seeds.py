@@ -47,6 +47,22 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
     losses = [[p[2] for p in curves.run_curves(str(d / "train.log"))["train_loss"]] for d in dirs]
     assert len(losses[0]) == len(losses[1]) == 4 and losses[0] != losses[1]  # two different trainings
 
+    # a third seed whose training fails (a broken checkpoint): the finished seeds are skipped
+    # (a fairseq re-run would add an update to them), the loop stops at the failing seed
+    before = {d: ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) for d in dirs}
+    seed3 = runs / "transformer_attn_wmt_en_de_seed3"
+    seed3.mkdir()
+    (seed3 / "checkpoint_last.pt").write_bytes(b"not a checkpoint")
+    p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"), check=False)
+    assert p.returncode == 2 and "training failed" in p.stderr and str(seed3) in p.stderr
+    assert p.stderr.count("trained before (max_update=4") == 2
+    os.remove(seed3 / "checkpoint_last.pt")
+    p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"))
+    assert p.stderr.count("trained before (max_update=4") == 2 and f"trained: {seed3}" in p.stderr
+    assert '"train_num_updates": "4"' in (seed3 / "train.log").read_text()
+    for d in dirs:
+        assert ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) == before[d]
+
     run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1"))
     n_test = len(read(tmp_path / "work" / "raw" / "test.de"))
     for d in dirs:

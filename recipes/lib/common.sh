@@ -219,6 +219,11 @@ train_main() {
     args+=(--distributed-world-size "$NGPUS")
     launch=("$PYTHON" -m fairseq_cli.train)
   fi
+  # fairseq 0.12 re-run on a finished run still makes one more update: a finished run is skipped
+  local finished="max_update=$MAX_UPDATE extra=${EXTRA_ARGS:-}"
+  if [[ -f "$SAVE_DIR/.trained" && "$(cat "$SAVE_DIR/.trained")" == "$finished" ]]; then
+    log "trained before ($finished): skipped; delete $SAVE_DIR/.trained to train again"; return 0
+  fi
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
@@ -239,6 +244,7 @@ train_main() {
   for r in "${pids[@]}"; do wait "$r" || rc=$(( rc ? rc : $? )); done
   trap - EXIT
   (( rc == 0 )) || die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from checkpoint_last.pt"
+  echo "$finished" > "$SAVE_DIR/.trained"
   log "trained: $SAVE_DIR"
 }
 

@@ -147,7 +147,8 @@ def plot_curves(groups: Sequence[Tuple[str, Sequence[str]]], png_path: str) -> D
     titles = {"train_loss": "training loss", "valid_loss": "validation loss", "valid_bleu": "validation BLEU"}
     fig, axes = plt.subplots(2, len(curves), figsize=(5 * len(curves), 7), squeeze=False)
     hours = max((b[-1][1] for n in data for b in data[n].values() if b), default=0) > 3 * 3600
-    for name, runs in groups:
+    for i, (name, runs) in enumerate(groups):
+        color = f"C{i % 10}"  # one colour per system in every panel
         for col, c in enumerate(curves):
             band = data[name][c]
             if not band:
@@ -156,11 +157,11 @@ def plot_curves(groups: Sequence[Tuple[str, Sequence[str]]], png_path: str) -> D
                 ax = axes[row][col]
                 xs = [x_of(b) for b in band]
                 mean = [b[2] for b in band]
-                line, = ax.plot(xs, mean, marker="o" if len(band) < 30 else None, markersize=3,
+                ax.plot(xs, mean, color=color, marker="o" if len(band) < 30 else None, markersize=3,
                                 label=f"{name} (n={len(runs)})" if len(runs) > 1 else name)
                 if len(runs) > 1:
                     ax.fill_between(xs, [b[2] - b[3] for b in band], [b[2] + b[3] for b in band],
-                                    color=line.get_color(), alpha=0.25, linewidth=0)
+                                    color=color, alpha=0.25, linewidth=0)
     for col, c in enumerate(curves):
         for row, xlabel in enumerate(("updates", "wall-clock " + ("hours" if hours else "seconds"))):
             ax = axes[row][col]

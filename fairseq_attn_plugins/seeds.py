@@ -25,6 +25,15 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .curves import mean_std
 
+HELP = """\
+several seeds: runs with the same name (default: the folder name without '_seed<N>')
+are seeds of one system. BLEU is printed as mean ± sample standard deviation (n-1)
+over seeds. A system is marked * / ** only if it is significant against the baseline
+(both paired tests, p < 0.05 / p < 0.01) for EVERY pair of a system seed and a
+baseline seed, all in the same direction; the weakest mark is shown. Not pooled
+outputs: pooling counts the variation between training runs as extra test sentences
+and so hides it; every pair must hold whichever seeds one had trained."""
+
 _SEED_DIR = re.compile(r"^(.+)_seed(\d+)$")
 _MARK_RANK = {"": 0, "*": 1, "**": 2}
 

@@ -243,3 +243,11 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
     md = out_md.read_text()
     assert f"{rows['good']['bleu_mean']:.2f} ± {rows['good']['bleu_std']:.2f}**" in md
     assert "sample standard deviation (n-1)" in md and "EVERY pair" in md
+
+
+def test_help_states_std_and_significance_rule(capsys):
+    with pytest.raises(SystemExit):
+        results.main(["--help"])
+    out = capsys.readouterr().out
+    assert "sample standard deviation (n-1)" in out and "EVERY pair" in out and "pooled" in out
+    assert "--curves" in out

@@ -124,7 +124,7 @@ def write_text_atomic(text: str, path: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fairseq-attn-results", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=seeds.HELP)
     p.add_argument("--ref", help="detokenised reference of the test set (required unless only --curves)")
     p.add_argument("runs", nargs="+", help="run directories (train.log + hyp.txt); the first is the baseline")
     p.add_argument("--names", nargs="+", help="system names (default: run directory names without a "

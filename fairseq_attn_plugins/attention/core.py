@@ -19,7 +19,12 @@ and no weights are requested. Shapes follow fairseq: input ``(T, B, C)``,
 ``key_padding_mask`` ``(B, S)`` with True = pad.
 
 A query whose keys are all masked by a piece (e.g. a CSAN window lying in
-padding) outputs zeros, never NaN.
+padding, the first token of a DiSAN forward head) is an *emptied row*: its
+probabilities are zero before ``post_softmax`` / ``value_term`` / ``combine``
+see them (and again after each ``post_softmax``), so it feeds nothing into
+pieces that mix rows (``chained``'s P^k, ``convattn``'s convolution), and its
+output is zero for that head (never NaN). On the fused path the row attends
+anywhere and the head's output row is zeroed, which is the same result.
 """
 
 from contextlib import nullcontext
@@ -214,7 +219,8 @@ class PluginSelfAttention(MultiheadAttention):
                 piece_masked = True
                 allowed = slot_allowed if allowed is None else allowed & slot_allowed
 
-        # rows left without any key: let them attend anywhere, zero them afterwards
+        # rows left without any key: let them attend anywhere (no NaN), then give them zero
+        # probabilities (explicit path) or a zero output per head (fused path)
         empty: Optional[Tensor] = None
         if piece_masked and allowed is not None:
             empty = ~allowed.any(dim=-1, keepdim=True)
@@ -235,11 +241,11 @@ class PluginSelfAttention(MultiheadAttention):
                     out = F.scaled_dot_product_attention(
                         q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
                     )  # (B, H, T, D)
+            if empty is not None:
+                out = out.masked_fill(empty, 0.0)  # per head: no piece mixes heads on this path
         else:
-            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p)
+            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p, empty)
 
-        if empty is not None:
-            out = out.masked_fill(empty, 0.0)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         out = self.out_proj(out)
 
@@ -247,8 +253,6 @@ class PluginSelfAttention(MultiheadAttention):
             return out, None
         if factor > 1:  # fold the widened key axis back onto key positions
             weights = weights.view(bsz, H, tgt_len, factor, src_len).sum(dim=3)
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
         weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
         if not need_head_weights:
             weights = weights.mean(dim=0)
@@ -260,16 +264,23 @@ class PluginSelfAttention(MultiheadAttention):
                 and tgt_len == src_len >= local.LOCAL_MIN_LEN
                 and 2 * self._band_half < local.BLOCK)
 
-    def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p):
-        """Reference path: materialise the probabilities. Returns (out, probs)."""
+    def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p, empty=None):
+        """Reference path: materialise the probabilities. Returns (out, probs).
+
+        ``empty`` (B|1, H|1, T, 1): emptied rows, whose probabilities are zero before and
+        after every ``post_softmax`` and whose per-head output is zero before ``combine``."""
         scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))  # (B, H, T, S)
         if bias is not None:
             scores = scores + bias
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        if empty is not None:
+            probs = probs.masked_fill(empty, 0.0)
         for p in self.pieces:
             probs = p.post_softmax(probs, ctx)
+            if empty is not None:  # a convolution over rows must not refill an emptied row
+                probs = probs.masked_fill(empty, 0.0)
         probs_q = probs.type_as(q)
         if dropout_p > 0:
             probs_q = F.dropout(probs_q, p=dropout_p, training=True)
@@ -278,6 +289,8 @@ class PluginSelfAttention(MultiheadAttention):
             extra = p.value_term(probs_q, ctx)
             if extra is not None:
                 out = out + extra
+        if empty is not None:  # (B, H, T, D): zero per head, before combine mixes heads
+            out = out.masked_fill(empty, 0.0)
         for p in self.pieces:
             out = p.combine(probs_q, v, out, ctx)
         return out, probs

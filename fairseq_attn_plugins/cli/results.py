@@ -2,7 +2,8 @@
 the CSAN paper (Yang et al., 2019): system, #params, training speed, BLEU,
 delta over the baseline, and significance marks (``*`` p < 0.05, ``**`` p < 0.01
 in both paired bootstrap resampling and approximate randomisation, computed by
-sacreBLEU; see :mod:`fairseq_attn_plugins.cli.significance`).
+sacreBLEU, for systems better than the baseline only; see
+:func:`fairseq_attn_plugins.cli.significance.system_mark`).
 
 A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 ``evaluate.sh``) holds:
@@ -22,7 +23,8 @@ import re
 import sys
 from typing import Dict, Optional, Sequence, Tuple
 
-from .significance import paired_tests, read_lines, significance_mark, write_json_atomic
+from .significance import (check_counts, check_output_paths, paired_tests, read_lines,
+                           system_mark, write_json_atomic)
 
 _PARAMS = re.compile(r"num\. shared model params: ([\d,]+)")
 _JSON_TAIL = re.compile(r"\| (train|valid) \| (\{.*\})\s*$")
@@ -84,9 +86,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
             "delta": None if name == runs[0][0] else s["bleu"] - base_bleu,
             "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
-            # sacreBLEU's p-values are (count + 1) / (n + 1): identical outputs get no mark
-            "mark": significance_mark([s.get("p_bootstrap"), s.get("p_ar")])
-            if abs(s["bleu"] - base_bleu) > 1e-9 else "",
+            "mark": system_mark(s, base_bleu),  # better than the baseline only
             "epochs": log["epochs"],
         })
     return {"baseline": runs[0][0], "ref": ref_path, "signature": sig["signature"], "rows": rows}
@@ -109,9 +109,9 @@ def format_markdown(table: Dict) -> str:
                    f"{sp(r['train_ups'], '.2f')} | {r['bleu']:.2f}{r['mark']} | {delta} | "
                    f"{p(r['p_bootstrap'])} | {p(r['p_ar'])} |")
     out.append("")
-    out.append(f"Baseline: {table['baseline']}. `*` / `**`: better or worse than the baseline with "
+    out.append(f"Baseline: {table['baseline']}. `*` / `**`: better than the baseline with "
                "p < 0.05 / p < 0.01 in both paired bootstrap resampling and paired approximate "
-               "randomisation (sacreBLEU).")
+               "randomisation (sacreBLEU); equal or worse systems get no mark.")
     for test, sigs in table["signature"].items():
         for s in sigs.values():
             out.append(f"sacreBLEU signature ({test}): `{s}`")
@@ -141,6 +141,8 @@ def main(argv=None) -> int:
     if len(names) != len(args.runs):
         p.error(f"--names: {len(names)} names for {len(args.runs)} runs")
     try:
+        check_counts(args.bs_samples, args.ar_trials)
+        check_output_paths(args.json, args.md)
         table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials)
     except (FileNotFoundError, ValueError) as e:
         print(f"fairseq-attn-results: error: {e}", file=sys.stderr)

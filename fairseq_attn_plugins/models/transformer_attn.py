@@ -10,6 +10,8 @@ Architectures are named ``transformer_<variant>_wmt_en_de`` (base) and
 on top of fairseq's matching architecture.
 """
 
+import logging
+
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig
@@ -37,6 +39,9 @@ from ..attention import (
     build_pieces,
     validate_attention_args,
 )
+from ..attention.config import pieces_summary, record_explicit_flags
+
+logger = logging.getLogger(__name__)
 
 
 def _build_self_attention(args, side, layer_idx, embed_dim, num_heads, num_layers, cfg, q_noise, qn_block_size):
@@ -134,7 +139,11 @@ class AttnTransformerModel(TransformerModel):
             raise PieceConfigError("--encoder/decoder-layers-to-keep would renumber the layers "
                                    "that pieces are assigned to; not supported")
         validate_attention_args(args)
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        attns = [m for m in model.modules() if isinstance(m, PluginSelfAttention)]
+        logger.info(f"attention pieces per layer (--attn-pieces {args.attn_pieces!r}): "
+                    f"{pieces_summary(attns)}")
+        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -156,6 +165,7 @@ def register_variant(variant: str, pieces: str, extra_defaults=None):
 
     def make(base_fn):
         def arch(args):
+            record_explicit_flags(args)  # before any default: what the user set
             args.attn_pieces = getattr(args, "attn_pieces", pieces)
             if extra_defaults is not None:
                 extra_defaults(args)

@@ -14,10 +14,12 @@ values; the result is NOT renormalised::
   the t output columns:
   ``C_io = b_o + sum_c sum_r W_{o,c,r} sigma(A)_{i+r-k//2, c}`` (t = maximum
   sentence length ``--convattn-max-len``, default 256: t*t*k + t parameters
-  per head and layer, so keep t small; inputs longer than t fail with an error
-  naming the flag -- pass fairseq's ``--max-source-positions t`` so that
-  fairseq refuses long sentences before training starts; an explicit
-  ``--max-source-positions`` larger than t fails at model build).
+  per head and layer, so keep t small. ``--max-source-positions`` (given or
+  fairseq's default 1024) is lowered to t at model build with a warning, so
+  fairseq skips longer training pairs, and the model refuses longer
+  validation pairs before the first update (see ``AttnTransformerModel.
+  max_positions``); an input longer than t that reaches the layer anyway
+  fails with an error naming the flag).
 * ``convattn2d``: per head, one k x k filter (default 3 x 3) plus a bias over
   the (query, key) plane: ``C_ij = b + sum_{r,s} W_{r,s} sigma(A)_{i+r-k//2, j+s-k//2}``.
 

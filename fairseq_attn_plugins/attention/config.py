@@ -62,13 +62,16 @@ def record_explicit_flags(args) -> None:
 
     Called by every ``transformer_attn`` architecture function, which fairseq runs right
     after parsing (model flags have no argparse defaults, so only the user's are present).
-    A namespace that already holds every piece flag is a finished configuration (e.g. a
-    checkpoint saved before this record existed): nothing is recorded, nothing refused."""
+    A namespace that went through ``attention_defaults`` already is a finished configuration
+    (fairseq runs the arch function again on a checkpoint's configuration): one saved before
+    this record existed holds ``attn_backend`` and the flags of every piece registered then
+    (pieces registered later lack theirs): nothing is recorded, nothing refused."""
     if hasattr(args, "attn_explicit_flags"):
         return
     flags = piece_flags()
     present = sorted(dest for dest in flags if hasattr(args, dest))
-    if len(present) < len(flags):
+    finished = len(present) == len(flags) or (hasattr(args, "attn_backend") and 2 * len(present) > len(flags))
+    if not finished:
         args.attn_explicit_flags = ",".join(present)
 
 

@@ -119,7 +119,12 @@ def reference64(attn, x, kpm, causal, seed):
     out = out.masked_fill(empty, 0.0)  # zero per head, before any piece mixes heads
     for p in ref.pieces:
         out = p.combine(probs, v, out, ctx)
-    return output64(ref, out), probs, empty
+    y = output64(ref, out)  # (T, B, C)
+    for p in ref.pieces:
+        extra = p.output_term(out, ctx)  # computed from the heads' output, after out_proj
+        if extra is not None:
+            y = y + extra
+    return y, probs, empty
 
 
 def cases(names):

@@ -11,7 +11,7 @@ of first appearance: the first system is the baseline.
   of the baseline (paired bootstrap and approximate randomisation, through
   :func:`fairseq_attn_plugins.cli.significance.paired_tests`, marked by its
   ``significance_mark``). The system gets a mark only if *every* pair is marked,
-  in the same direction; the mark shown is the weakest of them. Pooling the outputs
+  with the system better (a worse system gets none); the mark shown is the weakest of them. Pooling the outputs
   of all seeds into one test would treat the variation between training runs as
   extra test sentences and so hide it; the all-pairs rule asks that the claim hold
   whichever seed of either system one had happened to train, which is what a
@@ -30,7 +30,7 @@ several seeds: runs with the same name (default: the folder name without '_seed<
 are seeds of one system. BLEU is printed as mean ± sample standard deviation (n-1)
 over seeds. A system is marked * / ** only if it is significant against the baseline
 (both paired tests, p < 0.05 / p < 0.01) for EVERY pair of a system seed and a
-baseline seed, all in the same direction; the weakest mark is shown. Not pooled
+baseline seed, all with the system better; the weakest mark is shown. Not pooled
 outputs: pooling counts the variation between training runs as extra test sentences
 and so hides it; every pair must hold whichever seeds one had trained."""
 
@@ -63,10 +63,11 @@ def group_runs(names: Sequence[str], run_dirs: Sequence[str]) -> "OrderedDict[st
 
 def all_pairs_mark(pairs: Sequence[Tuple[float, str]]) -> str:
     """``pairs``: (BLEU delta, mark) of every (system seed, baseline seed) pair. The weakest
-    mark if every pair is marked and every delta has the same sign, else ''."""
+    mark if every pair is marked and every delta is positive (better than the baseline: a
+    worse system never gets a mark, as in ``significance.system_mark``), else ''."""
     if not pairs or any(m == "" for _, m in pairs):
         return ""
-    if not (all(d > 0 for d, _ in pairs) or all(d < 0 for d, _ in pairs)):
+    if not all(d > 0 for d, _ in pairs):
         return ""
     return min((m for _, m in pairs), key=_MARK_RANK.__getitem__)
 
@@ -148,7 +149,7 @@ def format_markdown(table: Dict) -> str:
     out.append(f"Baseline: {table['baseline']}. BLEU: mean ± sample standard deviation (n-1) over seeds. "
                "`*` / `**`: better or worse than the baseline with p < 0.05 / p < 0.01 in both paired "
                "bootstrap resampling and paired approximate randomisation (sacreBLEU) for EVERY pair of a "
-               "system seed and a baseline seed, all in the same direction (the weakest mark is shown); "
+               "system seed and a baseline seed, all with the system better (the weakest mark is shown); "
                "'pairs sig.' counts the pairs that are.")
     for test, sigs in (table["signature"] or {}).items():
         for s in sigs.values():

@@ -220,6 +220,53 @@ def test_code_carrying_checkpoint_runs_no_code(tmp_path):
     assert path in str(info.value)
 
 
+def _broken_files(tmp_path):
+    """name -> path of files that are not loadable checkpoints, and the words expected."""
+    good = tmp_path / "good.pt"
+    torch.save(_state({}), str(good))
+    data = good.read_bytes()
+    files = {"empty": (b"", "empty"), "truncated": (data[: len(data) // 2], "corrupt or truncated"),
+             "garbage": (b"this is not a checkpoint at all\n" * 3, "corrupt or truncated")}
+    out = {}
+    for name, (content, words) in files.items():
+        path = tmp_path / f"{name}.pt"
+        path.write_bytes(content)
+        out[name] = (str(path), words)
+    return out
+
+
+@pytest.mark.parametrize("loader", ["fairseq", "safe_load"])
+def test_broken_checkpoint_says_corrupt_or_empty_not_security(tmp_path, loader):
+    """Issue 9, item 6: an empty or corrupt file names the file and what is wrong; only a
+    foreign class talks about security."""
+    from fairseq_attn_plugins.checkpoint_safety import CorruptCheckpointError, safe_load
+
+    load = checkpoint_utils.load_checkpoint_to_cpu if loader == "fairseq" else safe_load
+    for name, (path, words) in _broken_files(tmp_path).items():
+        with pytest.raises(CorruptCheckpointError) as info:
+            load(path)
+        msg = str(info.value)
+        assert path in msg and words in msg, (name, msg)
+        assert not isinstance(info.value, UnsafeCheckpointError)
+        for misleading in ("refusing", "arbitrary code", "weights_only", "allowlist"):
+            assert misleading not in msg, (name, msg)
+
+
+def test_safe_load_loads_refuses_and_names_missing_files(tmp_path):
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
+
+    ok = str(tmp_path / "ok.pt")
+    torch.save(_state({}), ok)
+    assert safe_load(ok)["args"].arch == "transformer_attn_wmt_en_de"
+    foreign = str(tmp_path / "foreign.pt")
+    torch.save(_state({"thing": ForeignObject()}), foreign)
+    with pytest.raises(UnsafeCheckpointError, match="ForeignObject"):
+        safe_load(foreign)
+    missing = str(tmp_path / "missing.pt")
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        safe_load(missing)
+
+
 # ---------------------------------------------------------------------------
 # e2e: kill mid-epoch and resume; 2-process distributed training
 # ---------------------------------------------------------------------------

@@ -191,3 +191,47 @@ def test_plot_command_on_tiny_checkpoint(tmp_path, capsys):
         assert 0 <= r["entropy"] <= math.log(n_src) + 1e-6
         if r["side"] == "encoder" and r["layer"] == 0:  # a window of 3 keys bounds the entropy
             assert r["entropy"] <= math.log(3) + 1e-6, r
+
+
+@pytest.mark.e2e
+def test_plot_command_on_stock_fairseq_transformer(tmp_path, capsys):
+    """Issue 9, item 5: a stock ``--arch transformer`` checkpoint gets fairseq's own
+    attention drawn (it used to exit 0 with an empty table), and a too-long sentence
+    ends with a one-line error."""
+    from fairseq import checkpoint_utils
+
+    data = make_data(str(tmp_path), sizes=(("train", 100), ("valid", 10), ("test", 10)))
+    run(train_cmd(data, str(tmp_path / "ck"), "transformer", ["--max-update", "2", "--seed", "1"]))
+    ck = str(tmp_path / "ck" / "checkpoint_last.pt")
+    out_dir, stats_json = tmp_path / "plots", tmp_path / "stats.json"
+    rc = plot.main([data, "--path", ck, "--sentence", "rot kat_pl hund sieht", "--target", "tak hund sieht",
+                    "--out-dir", str(out_dir), "--stats-json", str(stats_json)])
+    assert rc == 0
+    assert sorted(os.listdir(out_dir)) == ["decoder_layer0.png", "decoder_layer1.png",
+                                           "encoder_layer0.png", "encoder_layer1.png"]
+    assert len(json.load(open(stats_json))) == 2 * 2 * 4
+    # the drawn probabilities are fairseq's: rows sum to 1, the decoder's future is empty,
+    # and their head mean equals what fairseq's MultiheadAttention itself returns
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([ck], arg_overrides={"data": data})
+    model = models[0].eval()
+    d = task.source_dictionary
+    src = d.encode_line("rot kat_pl hund sieht", add_if_not_exist=False).long()[None]
+    prev = torch.cat([torch.tensor([d.eos()]), d.encode_line("tak hund sieht", add_if_not_exist=False,
+                                                             append_eos=False).long()])[None]
+    records = plot.collect_attention(model, src, prev)
+    assert len(records) == 4
+    for rec in records:
+        torch.testing.assert_close(rec["probs"].sum(-1), torch.ones(rec["probs"].shape[:2]), rtol=0, atol=1e-5)
+        if rec["side"] == "decoder":
+            T = rec["probs"].size(1)
+            assert float(rec["probs"].triu(1).abs().max()) == 0.0
+            assert torch.equal(rec["allowed"][0], torch.ones(T, T).tril().bool())
+    x = model.encoder.embed_scale * model.encoder.embed_tokens(src) + model.encoder.embed_positions(src)
+    x = x.transpose(0, 1)  # (T, B, C)
+    _, w = model.encoder.layers[0].self_attn(x, x, x, need_weights=True)  # fused, head-averaged
+    torch.testing.assert_close(records[0]["probs"].mean(0), w[0].detach(), rtol=1e-5, atol=1e-6)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        plot.main([data, "--path", ck, "--sentence", " ".join(["rot"] * 1100), "--no-png"])
+    msg = str(info.value.code)
+    assert "1101 tokens" in msg and "1024" in msg and "\n" not in msg, msg

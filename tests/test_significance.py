@@ -81,3 +81,93 @@ def test_bad_input(files, tmp_path, capsys):
     short.write_text("a b c\n")
     rc = significance.main([str(files["ref"]), str(files["base"]), str(short), "--json", str(out_json)])
     assert rc == 2 and "lines" in capsys.readouterr().err and not out_json.exists()
+
+
+# ---- issue 9, item 4: no mark for equal or worse systems, one-line errors ----------
+def _table_row(out, name):
+    return next(line for line in out.splitlines() if line.startswith(f"| {name}"))
+
+
+def test_identical_system_gets_no_mark_and_p_one(files, capsys):
+    """sacreBLEU prints p = 1/(n+1) for a copy of the baseline; we print 1.0 and no mark."""
+    rc = significance.main([str(files["ref"]), str(files["base"]), str(files["base"]),
+                            "--names", "base", "copy", "--ar-trials", "200", "--bs-samples", "200"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    row = _table_row(out, "copy")
+    assert row.startswith("| copy |"), row  # no '*' after the name
+    assert row.endswith("| 1.0000 | 1.0000 |"), row
+
+
+def test_worse_system_gets_no_mark(files, capsys):
+    # 'good' as the baseline: 'base' is much worse (p < 0.01 in both tests) yet unmarked
+    rc = significance.main([str(files["ref"]), str(files["good"]), str(files["base"]),
+                            "--names", "good", "worse", "--ar-trials", "500", "--bs-samples", "500"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    row = _table_row(out, "worse")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "worse"
+    assert float(cells[3]) < 0.01 and float(cells[4]) < 0.01  # significantly different...
+    # ...and the better direction still gets its mark
+    rc = significance.main([str(files["ref"]), str(files["base"]), str(files["good"]),
+                            "--names", "base", "better", "--ar-trials", "500", "--bs-samples", "500"])
+    assert _table_row(capsys.readouterr().out, "better").startswith("| better** |")
+
+
+def test_system_mark_rule():
+    better = {"bleu": 30.0, "p_bootstrap": 0.001, "p_ar": 0.002, "same_as_baseline": False}
+    assert significance.system_mark(better, 29.0) == "**"
+    assert significance.system_mark(better, 30.0) == ""  # equal BLEU: not better
+    assert significance.system_mark(better, 31.0) == ""  # worse
+    assert significance.system_mark({**better, "same_as_baseline": True}, 29.0) == ""
+    assert significance.system_mark({"bleu": 29.0}, 29.0) == ""  # the baseline row
+
+
+def _runs_with(tmp_path, hyps):
+    runs = []
+    for name, path in hyps:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "train.log").write_text("")
+        (d / "hyp.txt").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+        runs.append((name, str(d)))
+    return runs
+
+
+def test_results_table_shares_the_mark_rule(files, tmp_path):
+    from fairseq_attn_plugins.cli import results
+
+    runs = _runs_with(tmp_path, [("good", files["good"]), ("copy", files["good"]), ("worse", files["base"])])
+    table = results.collect(runs, str(files["ref"]), bs_samples=300, ar_trials=300)
+    marks = {r["system"]: r["mark"] for r in table["rows"]}
+    assert marks == {"good": "", "copy": "", "worse": ""}
+    worse = next(r for r in table["rows"] if r["system"] == "worse")
+    assert worse["p_bootstrap"] < 0.01 and worse["delta"] < 0
+
+
+@pytest.mark.parametrize("tool", ["significance", "results"])
+def test_bad_arguments_give_one_line_errors(files, tmp_path, capsys, tool):
+    from fairseq_attn_plugins.cli import results
+
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    if tool == "significance":
+        main, base = significance.main, [str(files["ref"]), str(files["base"]), str(files["good"])]
+        with_empty = [str(files["ref"]), str(files["base"]), str(empty)]
+    else:
+        runs = _runs_with(tmp_path, [("base", files["base"]), ("good", files["good"])])
+        main, base = results.main, ["--ref", str(files["ref"]), runs[0][1], runs[1][1]]
+        with_empty = ["--ref", str(empty), runs[0][1], runs[1][1]]
+    cases = [
+        (with_empty, "empty"),
+        (base + ["--json", str(tmp_path / "no" / "such" / "dir.json")], "does not exist"),
+        (base + ["--bs-samples", "0"], "--bs-samples"),
+        (base + ["--ar-trials", "-3"], "--ar-trials"),
+    ]
+    for argv, words in cases:
+        rc = main(argv)
+        err = capsys.readouterr().err.strip()
+        assert rc == 2, argv
+        assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "no").exists()

@@ -1,6 +1,16 @@
-"""Command-line flags shared by all pieces: which pieces run, and the backend."""
+"""Command-line flags shared by all pieces: which pieces run, and the backend.
 
-from typing import List
+``--attn-pieces`` is the complete list of active pieces: given, it REPLACES the
+pieces of ``--arch`` (``--arch transformer_csan2d_wmt_en_de --attn-pieces relpos``
+runs relpos alone). A flag of a piece that is not active, set explicitly on the
+command line (``--csan-window 5`` there), is refused at model build naming the
+flag and the active pieces, so that a setting can never be ignored silently;
+the model build logs the active pieces per layer.
+"""
+
+import argparse
+import functools
+from typing import Dict, List, Tuple
 
 from .core import BACKENDS
 from .piece import PIECES, AttentionPiece, AttentionSite, PieceConfigError
@@ -11,7 +21,8 @@ def add_attention_args(parser) -> None:
     group.add_argument(
         "--attn-pieces", type=str, metavar="NAMES",
         help="comma-separated attention pieces to combine, from: "
-             + ", ".join(sorted(PIECES)) + " (default: set by --arch; '' = none)",
+             + ", ".join(sorted(PIECES)) + " (default: set by --arch; when given it replaces the "
+             "arch's pieces; '' = none). Flags of pieces not listed are refused",
     )
     group.add_argument(
         "--attn-backend", type=str, metavar="BACKEND",
@@ -30,6 +41,57 @@ def attention_defaults(args) -> None:
     args.attn_backend = getattr(args, "attn_backend", "auto")
     for cls in PIECES.values():
         cls.set_defaults(args)
+
+
+@functools.lru_cache(maxsize=None)
+def _piece_flags(names: Tuple[str, ...]) -> Dict[str, Tuple[str, ...]]:
+    """attribute of each piece flag -> the pieces owning it (shared flags have several)."""
+    owners: Dict[str, List[str]] = {}
+    for name in names:
+        parser = argparse.ArgumentParser(add_help=False)
+        PIECES[name].add_args(parser)
+        for action in parser._actions:
+            owners.setdefault(action.dest, []).append(name)
+    return {dest: tuple(sorted(o)) for dest, o in owners.items()}
+
+
+def piece_flags() -> Dict[str, Tuple[str, ...]]:
+    return _piece_flags(tuple(sorted(PIECES)))
+
+
+def record_explicit_flags(args) -> None:
+    """Note which piece flags the command line set, before any default fills them.
+
+    Called by every ``transformer_attn`` architecture function, which fairseq runs right
+    after parsing (model flags have no argparse defaults, so only the user's are present).
+    A namespace that went through ``attention_defaults`` already is a finished configuration
+    (fairseq runs the arch function again on a checkpoint's configuration): one saved before
+    this record existed holds ``attn_backend`` and the flags of every piece registered then
+    (pieces registered later lack theirs): nothing is recorded, nothing refused."""
+    if hasattr(args, "attn_explicit_flags"):
+        return
+    flags = piece_flags()
+    present = sorted(dest for dest in flags if hasattr(args, dest))
+    finished = len(present) == len(flags) or (hasattr(args, "attn_backend") and 2 * len(present) > len(flags))
+    if not finished:
+        args.attn_explicit_flags = ",".join(present)
+
+
+def check_inactive_flags(args, names: List[str]) -> None:
+    """Refuse an explicitly set flag of a piece that is not among ``names``."""
+    explicit = [d for d in str(getattr(args, "attn_explicit_flags", "") or "").split(",") if d]
+    owners = piece_flags()
+    for dest in explicit:
+        owning = owners.get(dest, ())
+        if owning and not set(owning) & set(names):
+            flag = "--" + dest.replace("_", "-")
+            arch = getattr(args, "arch", None)
+            raise PieceConfigError(
+                f"{flag} belongs to {' / '.join(owning)}, which is not active: the active pieces are "
+                f"{names or 'none'} (--attn-pieces {args.attn_pieces!r}"
+                + (f", --arch {arch}" if arch else "") + "). --attn-pieces replaces the pieces of "
+                f"--arch: add {' or '.join(owning)} to --attn-pieces, or drop {flag}"
+            )
 
 
 def selected_pieces(args) -> List[type]:
@@ -62,6 +124,7 @@ def validate_attention_args(args) -> None:
                 f"--attention-dropout 0 (got {args.attention_dropout})")
     classes = selected_pieces(args)
     names = [c.name for c in classes]
+    check_inactive_flags(args, names)
     for c in classes:
         for other, why in c.conflicts.items():
             if other in names:
@@ -81,6 +144,24 @@ def validate_attention_args(args) -> None:
                 f"--attn-backend fused: pieces {slow} need the explicit path with these "
                 f"settings; use --attn-backend auto or explicit"
             )
+
+
+def pieces_summary(modules) -> str:
+    """One line: the active pieces per layer of ``PluginSelfAttention`` modules, e.g.
+    ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    parts: List[str] = []
+    for side in ("encoder", "decoder"):
+        layers = sorted((m.site.layer_idx, ",".join(p.name for p in m.pieces) or "none")
+                        for m in modules if m.site.side == side)
+        i = 0
+        while i < len(layers):
+            j = i
+            while j + 1 < len(layers) and layers[j + 1][1] == layers[i][1]:
+                j += 1
+            span = f"{layers[i][0]}" if i == j else f"{layers[i][0]}-{layers[j][0]}"
+            parts.append(f"{side} {span}: {layers[i][1]}")
+            i = j + 1
+    return "; ".join(parts)
 
 
 def build_pieces(args, site: AttentionSite) -> List[AttentionPiece]:

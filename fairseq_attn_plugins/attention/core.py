@@ -25,7 +25,12 @@ requested; ``--attn-backend flex`` forces it on any device (the CPU tests). Shap
 ``key_padding_mask`` ``(B, S)`` with True = pad.
 
 A query whose keys are all masked by a piece (e.g. a CSAN window lying in
-padding) outputs zeros, never NaN.
+padding, the first token of a DiSAN forward head) is an *emptied row*: its
+probabilities are zero before ``post_softmax`` / ``value_term`` / ``combine``
+see them (and again after each ``post_softmax``), so it feeds nothing into
+pieces that mix rows (``chained``'s P^k, ``convattn``'s convolution), and its
+output is zero for that head (never NaN). On the fused path the row attends
+anywhere and the head's output row is zeroed, which is the same result.
 """
 
 from contextlib import nullcontext
@@ -254,13 +259,15 @@ class PluginSelfAttention(MultiheadAttention):
                 piece_masked = True
                 allowed = slot_allowed if allowed is None else allowed & slot_allowed
 
-        # rows left without any key: let them attend anywhere, zero them afterwards
+        # rows left without any key: let them attend anywhere (no NaN), then give them zero
+        # probabilities (explicit path) or a zero output per head (fused path)
         empty: Optional[Tensor] = None
         if piece_masked and allowed is not None:
             empty = ~allowed.any(dim=-1, keepdim=True)
             allowed = allowed | empty
 
         weights: Optional[Tensor] = None
+        explicit = False
         if self.uses_fused_path(need_weights) and self._use_flex_window(
                 factor, tgt_len, src_len, incremental_state, dropout_p, q):
             out = flex.masked_attention(q, k, v, bias, allowed, self.scaling)  # (B, H, T, D)
@@ -278,10 +285,11 @@ class PluginSelfAttention(MultiheadAttention):
                         q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
                     )  # (B, H, T, D)
         else:
-            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p)
+            explicit = True  # emptied rows are handled inside, before combine
+            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p, empty)
 
-        if empty is not None:
-            out = out.masked_fill(empty, 0.0)
+        if empty is not None and not explicit:
+            out = out.masked_fill(empty, 0.0)  # fused paths: per head, no piece mixes heads there
         heads_out = out  # (B, H, T, D)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         out = self.out_proj(out)
@@ -294,8 +302,6 @@ class PluginSelfAttention(MultiheadAttention):
             return out, None
         if factor > 1:  # fold the widened key axis back onto key positions
             weights = weights.view(bsz, H, tgt_len, factor, src_len).sum(dim=3)
-        if empty is not None:
-            weights = weights.masked_fill(empty, 0.0)
         weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
         if not need_head_weights:
             weights = weights.mean(dim=0)
@@ -313,16 +319,23 @@ class PluginSelfAttention(MultiheadAttention):
                 and tgt_len == src_len >= local.LOCAL_MIN_LEN
                 and 2 * self._band_half < local.BLOCK)
 
-    def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p):
-        """Reference path: materialise the probabilities. Returns (out, probs)."""
+    def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p, empty=None):
+        """Reference path: materialise the probabilities. Returns (out, probs).
+
+        ``empty`` (B|1, H|1, T, 1): emptied rows, whose probabilities are zero before and
+        after every ``post_softmax`` and whose per-head output is zero before ``combine``."""
         scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))  # (B, H, T, S)
         if bias is not None:
             scores = scores + bias
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        if empty is not None:
+            probs = probs.masked_fill(empty, 0.0)
         for p in self.pieces:
             probs = p.post_softmax(probs, ctx)
+            if empty is not None:  # a convolution over rows must not refill an emptied row
+                probs = probs.masked_fill(empty, 0.0)
         probs_q = probs.type_as(q)
         if dropout_p > 0:
             probs_q = F.dropout(probs_q, p=dropout_p, training=True)
@@ -331,6 +344,8 @@ class PluginSelfAttention(MultiheadAttention):
             extra = p.value_term(probs_q, ctx)
             if extra is not None:
                 out = out + extra
+        if empty is not None:  # (B, H, T, D): zero per head, before combine mixes heads
+            out = out.masked_fill(empty, 0.0)
         for p in self.pieces:
             out = p.combine(probs_q, v, out, ctx)
         return out, probs

@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--train-args", default="",
-                    help="extra fairseq-train flags for every architecture, e.g. \"--csan-window 5\"")
+                    help="extra fairseq-train flags for every architecture, e.g. \"--attention-dropout 0.1\" (a piece's flag is refused for an architecture without that piece)")
     args = ap.parse_args(argv)
 
     profile = dict(PROFILES["quick" if args.quick else "full"])

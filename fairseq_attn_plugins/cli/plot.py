@@ -13,6 +13,12 @@ It prints per-head entropy, Div and disagreement (see
 :mod:`fairseq_attn_plugins.attention_stats`) and, with ``--stats-json``,
 writes them to a file. The sentence must be in the model's input form (same
 tokenisation / BPE as the training data).
+
+Stock fairseq models (``--arch transformer`` and the like) work too: their
+self-attention is fairseq's own ``MultiheadAttention``, whose per-head
+probabilities are taken from fairseq's explicit path. A model without any
+self-attention, or a sentence longer than the model accepts, ends with a
+one-line error.
 """
 
 import argparse
@@ -23,6 +29,7 @@ import sys
 from typing import Dict, List, Optional
 
 import torch
+from fairseq.modules.multihead_attention import MultiheadAttention
 
 from .. import checkpoint_safety  # noqa: F401  (safe loading; importing the package registers the model)
 from ..attention import AttentionContext, PluginSelfAttention
@@ -50,11 +57,13 @@ def allowed_positions(module: PluginSelfAttention, T: int, S: int, key_padding_m
     """(H, T, S) bool: where the pieces, the padding and the causal mask let row 0 of the batch attend."""
     H = module.num_heads
     allowed = torch.ones(H, T, S, dtype=torch.bool)
-    ctx = AttentionContext(site=module.site, bsz=1, tgt_len=T, src_len=S,
-                           q_pos=torch.arange(T), k_pos=torch.arange(S),
-                           key_padding_mask=None if key_padding_mask is None else key_padding_mask[:1].bool(),
-                           training=False, incremental=False)
-    for piece in module.pieces:
+    pieces = getattr(module, "pieces", ())  # fairseq's own MultiheadAttention: none
+    if pieces:
+        ctx = AttentionContext(site=module.site, bsz=1, tgt_len=T, src_len=S,
+                               q_pos=torch.arange(T), k_pos=torch.arange(S),
+                               key_padding_mask=None if key_padding_mask is None else key_padding_mask[:1].bool(),
+                               training=False, incremental=False)
+    for piece in pieces:
         m = piece.allowed_mask(ctx)
         if m is not None:
             m = m.cpu()
@@ -74,10 +83,13 @@ def collect_attention(model, src_tokens: torch.Tensor, prev_output_tokens: torch
     """Run one forward pass; return per self-attention layer the (H, T, S) probabilities.
 
     Each :class:`PluginSelfAttention` is re-run on its own inputs with
-    ``need_head_weights=True`` (explicit path: same probabilities as the fused one).
+    ``need_head_weights=True`` (explicit path: same probabilities as the fused one);
+    fairseq's own self-attention (stock models) likewise, through fairseq's explicit
+    path (a throw-away incremental state keeps it off the fused F.multi_head_attention_forward).
     """
     records: List[Dict] = []
     handles = []
+    where = self_attention_sites(model)
 
     def hook(module, args, kwargs, output):
         kw = dict(kwargs)
@@ -85,19 +97,22 @@ def collect_attention(model, src_tokens: torch.Tensor, prev_output_tokens: torch
                  "static_kv", "attn_mask")
         kw.update(zip(names, args))
         kw["need_weights"], kw["need_head_weights"] = True, True
+        if not isinstance(module, PluginSelfAttention):
+            kw["incremental_state"] = {}  # fairseq's explicit path returns per-head weights
         _, w = module.forward(**kw)  # bypasses the hooks
         probs = w[:, 0].detach().float().cpu()  # (H, T, S)
         T, S = probs.shape[1:]
+        side, layer = where[module]
         records.append({
-            "side": module.site.side,
-            "layer": module.site.layer_idx,
-            "pieces": [p.name for p in module.pieces],
+            "side": side,
+            "layer": layer,
+            "pieces": [p.name for p in getattr(module, "pieces", ())],
             "probs": probs,
             "allowed": allowed_positions(module, T, S, kw.get("key_padding_mask"), kw.get("attn_mask")),
         })
 
-    for m in model.modules():
-        if isinstance(m, PluginSelfAttention) and m.site.side in sides:
+    for m, (side, _) in where.items():
+        if side in sides:
             handles.append(m.register_forward_hook(hook, with_kwargs=True))
     try:
         with torch.no_grad():
@@ -106,6 +121,20 @@ def collect_attention(model, src_tokens: torch.Tensor, prev_output_tokens: torch
         for h in handles:
             h.remove()
     return records
+
+
+def self_attention_sites(model) -> Dict:
+    """module -> (side, layer) for every self-attention of the model: the plugin's
+    :class:`PluginSelfAttention` and fairseq's own ``MultiheadAttention`` (stock models)."""
+    out = {}
+    for side in ("encoder", "decoder"):
+        for layer, block in enumerate(getattr(getattr(model, side, None), "layers", None) or ()):
+            attn = getattr(block, "self_attn", None)
+            if isinstance(attn, PluginSelfAttention):
+                out[attn] = (attn.site.side, attn.site.layer_idx)
+            elif isinstance(attn, MultiheadAttention) and getattr(attn, "self_attention", False):
+                out[attn] = (side, layer)
+    return out
 
 
 def greedy_translate(model, src_tokens: torch.Tensor, eos: int, max_len: int) -> torch.Tensor:
@@ -209,7 +238,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     model = models[0].cpu().float().eval()
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
 
+    if not self_attention_sites(model):
+        sys.exit(f"fairseq-attn-plot: {type(model).__name__} has no self-attention layer this tool "
+                 f"can read (neither fairseq's MultiheadAttention nor the plugin's)")
+    max_src, max_tgt = model.max_positions()
     src = src_dict.encode_line(args.sentence, add_if_not_exist=False, append_eos=True).long()[None]
+    if src.size(1) > max_src:
+        sys.exit(f"fairseq-attn-plot: the sentence has {src.size(1)} tokens (with EOS), more than the "
+                 f"{max_src} this model accepts (--max-source-positions, --convattn-max-len, "
+                 f"--dpi-max-len); give a shorter sentence")
     n_unk = int((src == src_dict.unk()).sum())
     if n_unk:
         print(f"warning: {n_unk} source token(s) not in the dictionary (shown as {src_dict.unk_word})",
@@ -217,12 +254,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.target is not None:
         tgt = tgt_dict.encode_line(args.target, add_if_not_exist=False, append_eos=False).long()
         prev = torch.cat([torch.tensor([tgt_dict.eos()]), tgt])[None]
+        if prev.size(1) > max_tgt:
+            sys.exit(f"fairseq-attn-plot: --target has {prev.size(1)} tokens (with the leading EOS), "
+                     f"more than the {max_tgt} this model accepts; give a shorter target")
     else:
-        prev = greedy_translate(model, src, tgt_dict.eos(), args.max_len)
+        prev = greedy_translate(model, src, tgt_dict.eos(), min(args.max_len, max_tgt - 1))
         print("translation:", tgt_dict.string(prev[0, 1:]) or "(empty; pass --target to force one)")
 
     sides = ("encoder", "decoder") if args.side == "both" else (args.side,)
     records = collect_attention(model, src, prev, sides)
+    if not records:
+        sys.exit(f"fairseq-attn-plot: no {'/'.join(sides)} self-attention layer found in this model")
     src_labels = [src_dict[i] for i in src[0].tolist()]
     tgt_labels = [tgt_dict[i] for i in prev[0].tolist()]
 

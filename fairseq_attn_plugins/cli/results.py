@@ -2,7 +2,8 @@
 the CSAN paper (Yang et al., 2019): system, #params, training speed, BLEU,
 delta over the baseline, and significance marks (``*`` p < 0.05, ``**`` p < 0.01
 in both paired bootstrap resampling and approximate randomisation, computed by
-sacreBLEU; see :mod:`fairseq_attn_plugins.cli.significance`).
+sacreBLEU, for systems better than the baseline only; see
+:func:`fairseq_attn_plugins.cli.significance.system_mark`).
 
 A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 ``evaluate.sh``) holds:
@@ -95,9 +96,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
             "delta": None if name == runs[0][0] else s["bleu"] - base_bleu,
             "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
-            # sacreBLEU's p-values are (count + 1) / (n + 1): identical outputs get no mark
-            "mark": significance_mark([s.get("p_bootstrap"), s.get("p_ar")])
-            if abs(s["bleu"] - base_bleu) > 1e-9 else "",
+            "mark": system_mark(s, base_bleu),  # better than the baseline only
             "epochs": log["epochs"],
         })
         extra = read_scores(d)
@@ -134,7 +133,7 @@ def format_markdown(table: Dict) -> str:
                    f"{sp(r['train_ups'], '.2f')} | {r['bleu']:.2f}{r['mark']} | {delta} | "
                    f"{p(r['p_bootstrap'])} | {p(r['p_ar'])} |" + extra)
     out.append("")
-    out.append(f"Baseline: {table['baseline']}. `*` / `**`: better or worse than the baseline with "
+    out.append(f"Baseline: {table['baseline']}. `*` / `**`: better than the baseline with "
                "p < 0.05 / p < 0.01 in both paired bootstrap resampling and paired approximate "
                "randomisation (sacreBLEU).")
     out.append("BLEU: detokenised sacreBLEU (signatures below).")
@@ -183,6 +182,8 @@ def main(argv=None) -> int:
     if not args.ref and not args.curves:
         p.error("--ref is required (unless only --curves is asked for)")
     try:
+        check_counts(args.bs_samples, args.ar_trials)
+        check_output_paths(args.json, args.md)
         groups = seeds.group_runs(names, args.runs)
         if args.curves:
             plot_curves([(n, [d for _, d in rs]) for n, rs in groups.items()], args.curves)

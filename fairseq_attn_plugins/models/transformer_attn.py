@@ -10,6 +10,11 @@ Architectures are named ``transformer_<variant>_wmt_en_de`` (base) and
 on top of fairseq's matching architecture.
 """
 
+import logging
+import weakref
+
+import numpy as np
+from fairseq import utils
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerConfig
@@ -39,6 +44,9 @@ from ..attention import (
     build_pieces,
     validate_attention_args,
 )
+from ..attention.config import pieces_summary, record_explicit_flags
+
+logger = logging.getLogger(__name__)
 
 
 def _build_self_attention(args, side, layer_idx, embed_dim, num_heads, num_layers, cfg, q_noise, qn_block_size):
@@ -147,7 +155,30 @@ class AttnTransformerModel(TransformerModel):
             raise PieceConfigError("--encoder/decoder-layers-to-keep would renumber the layers "
                                    "that pieces are assigned to; not supported")
         validate_attention_args(args)
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        attns = [m for m in model.modules() if isinstance(m, PluginSelfAttention)]
+        logger.info(f"attention pieces per layer (--attn-pieces {args.attn_pieces!r}): "
+                    f"{pieces_summary(attns)}")
+        if not getattr(args, "disable_validation", False) and hasattr(task, "datasets"):
+            model.__dict__["_validation_check"] = (weakref.ref(task), args)
+        return model
+
+    def max_positions(self):
+        """fairseq's limits (lowered by pieces with position tables: convattn1d, dpi).
+
+        fairseq-train skips longer training pairs with its 'invalid sizes' warning, but
+        checks the validation sets only when it first validates (after an epoch of work).
+        fairseq-train asks for these limits when it builds the training iterator, after
+        loading the validation sets: the first such call refuses there and then a
+        validation pair longer than the limits, unless --skip-invalid-size-inputs-valid-test.
+        """
+        limits = super().max_positions()
+        check = self.__dict__.get("_validation_check")
+        if check is not None:
+            task, args = check[0](), check[1]
+            if task is None or refuse_long_validation(task, args, limits):
+                del self.__dict__["_validation_check"]
+        return limits
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
@@ -161,6 +192,33 @@ class AttnTransformerModel(TransformerModel):
         )
 
 
+def refuse_long_validation(task, args, limits) -> bool:
+    """Raise if a loaded validation set holds a pair longer than ``limits`` (and
+    --skip-invalid-size-inputs-valid-test is not given). Returns True once every
+    validation subset was found loaded and checked."""
+    subsets = [s.strip() for s in str(getattr(args, "valid_subset", "valid")).split(",") if s.strip()]
+    loaded = [s for s in subsets if s in task.datasets]
+    if len(loaded) < len(subsets):
+        return False
+    if getattr(args, "skip_invalid_size_inputs_valid_test", False):
+        return True
+    max_positions = utils.resolve_max_positions(task.max_positions(), limits)
+    for subset in loaded:
+        dataset = task.datasets[subset]
+        if not hasattr(dataset, "filter_indices_by_size"):
+            continue
+        _, ignored = dataset.filter_indices_by_size(np.arange(len(dataset)), max_positions)
+        if len(ignored):
+            raise ValueError(
+                f"validation set {subset!r}: {len(ignored)} sentence pair(s) are longer than this "
+                f"model accepts (max_positions={max_positions}; e.g. pair #{ignored[0]} has sizes "
+                f"{dataset.size(ignored[0])}); refusing before training instead of failing at the "
+                f"first validation. Pass --skip-invalid-size-inputs-valid-test to skip them, or raise "
+                f"the limit (--max-source-positions / --max-target-positions, --convattn-max-len, "
+                f"--dpi-max-len)")
+    return True
+
+
 # ---------------------------------------------------------------------------
 # Architectures. Each variant: base (512/2048/8 heads, 6+6) and big.
 # ---------------------------------------------------------------------------
@@ -169,6 +227,7 @@ def register_variant(variant: str, pieces: str, extra_defaults=None):
 
     def make(base_fn):
         def arch(args):
+            record_explicit_flags(args)  # before any default: what the user set
             args.attn_pieces = getattr(args, "attn_pieces", pieces)
             if extra_defaults is not None:
                 extra_defaults(args)

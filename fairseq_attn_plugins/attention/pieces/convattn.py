@@ -14,10 +14,12 @@ values; the result is NOT renormalised::
   the t output columns:
   ``C_io = b_o + sum_c sum_r W_{o,c,r} sigma(A)_{i+r-k//2, c}`` (t = maximum
   sentence length ``--convattn-max-len``, default 256: t*t*k + t parameters
-  per head and layer, so keep t small; inputs longer than t fail with an error
-  naming the flag -- pass fairseq's ``--max-source-positions t`` so that
-  fairseq refuses long sentences before training starts; an explicit
-  ``--max-source-positions`` larger than t fails at model build).
+  per head and layer, so keep t small. ``--max-source-positions`` (given or
+  fairseq's default 1024) is lowered to t at model build with a warning, so
+  fairseq skips longer training pairs, and the model refuses longer
+  validation pairs before the first update (see ``AttnTransformerModel.
+  max_positions``); an input longer than t that reaches the layer anyway
+  fails with an error naming the flag).
 * ``convattn2d``: per head, one k x k filter (default 3 x 3) plus a bias over
   the (query, key) plane: ``C_ij = b + sum_{r,s} W_{r,s} sigma(A)_{i+r-k//2, j+s-k//2}``.
 
@@ -54,6 +56,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS
 from torch import Tensor, nn
 
 from ..piece import (
@@ -169,20 +172,21 @@ class ConvAttention1D(_ConvAttentionBase):
     @classmethod
     def validate(cls, args):
         super().validate(args)
+        # unset --max-source-positions: fairseq's build_model uses its default (1024)
+        sources = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
         if args.convattn_max_len is None:  # not given: t = min(sources, 256)
-            longest = getattr(args, "max_source_positions", None) or DEFAULT_MAX_LEN
-            args.convattn_max_len = min(longest, DEFAULT_MAX_LEN)
+            args.convattn_max_len = min(sources, DEFAULT_MAX_LEN)
         t = require_int(args, "convattn_max_len", 1, MAX_LEN_LIMIT)
         # t filters of t channels per head grow as t^2 (25M parameters a layer at t = 1024), so
         # instead of refusing a model whose --max-source-positions exceeds t (fairseq-generate
         # re-validates with the task's default 1024), cap it at t: fairseq then refuses longer
         # sources up front (or skips them with --skip-invalid-size-inputs-valid-test)
-        longest = getattr(args, "max_source_positions", None)
-        if longest is not None and longest > t:
+        if sources > t:
             logger.warning(
                 "convattn1d: lowering --max-source-positions from %d to --convattn-max-len %d; "
-                "longer source sentences are refused by fairseq (or skipped with "
-                "--skip-invalid-size-inputs-valid-test)", longest, t)
+                "longer source sentences are skipped in training (fairseq's 'invalid sizes' "
+                "warning) and refused up front in validation and generation (or skipped with "
+                "--skip-invalid-size-inputs-valid-test)", sources, t)
             args.max_source_positions = t
 
     def __init__(self, site: AttentionSite, args):

@@ -65,7 +65,7 @@ table1_main() {
   paper_settings "$TABLE1_DIR"
   mapfile -t rows <<< "$rows"
   for line in "${rows[@]}"; do  # "KEY ARCH"
-    paper_run "table1 ${line% *}" "${line#* }" "$TABLE1_DIR/runs/${line% *}"
+    EVAL_SUBSET=test paper_run "table1 ${line% *}" "${line#* }" "$TABLE1_DIR/runs/${line% *}"
   done
   $PAPER table1 --ref "$WORK/raw/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
     --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" \

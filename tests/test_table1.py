@@ -64,7 +64,7 @@ def test_resolve_rows_never_skips_a_missing_arch():
             table1.resolve_rows(spec, everything)
 
 
-def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys):
+def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys, tmp_path):
     real = table1.registered_archs()
     monkeypatch.setattr(table1, "registered_archs",
                         lambda: [a for a in real if a != "transformer_csan1d_wmt_en_de"])
@@ -72,6 +72,8 @@ def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys):
     assert "1D-CSans (transformer_csan1d_wmt_en_de)" in capsys.readouterr().err
     with pytest.raises(demo.DemoError, match=r"--archs table1: .*transformer_csan1d_wmt_en_de"):
         demo.resolve_archs("table1")
+    assert demo.main(["--quick", "--out-dir", str(tmp_path / "d"), "--archs", "table1"]) == 2
+    assert "transformer_csan1d_wmt_en_de" in capsys.readouterr().err and not (tmp_path / "d").exists()
     monkeypatch.setattr(table1, "registered_archs", lambda: real + [r.arch for r in table1.ROWS])
     assert demo.resolve_archs("table1") == [r.arch for r in table1.ROWS]
     assert paper.main(["rows", "--rows", "csan2d,baseline"]) == 0

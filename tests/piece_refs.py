@@ -159,9 +159,12 @@ def loop_conv2d_attention(probs, kpm, weight, bias, kernel, relu=True):
 
 
 def loop_chain64(probs, v, k, w_attn):
-    """Chained attention written out: z^1 = P V, z^k = P z^{k-1}; per position the
-    heads' K outputs are concatenated (head-major) and multiplied by
-    ``w_attn`` (C, H*K*D). Returns (B, H, T, D) laid out like the core's heads."""
+    """Chained attention written out: z^1 = P V, z^k = P z^{k-1}.
+
+    ``w_attn`` (D, K*D), the shared form (Gupta's W_attn^T): per head and position,
+    out_h = w_attn @ [z^1_h; ...; z^K_h]. ``w_attn`` (C, H*K*D), the dense form: per
+    position the heads' K outputs are concatenated (head-major) and multiplied by it.
+    Returns (B, H, T, D) laid out like the core's heads."""
     B, H, S, D = v.shape
     T = len(probs[0][0])
     chain = [loop_apply64(probs, v)]
@@ -173,6 +176,15 @@ def loop_chain64(probs, v, k, w_attn):
                     for j in range(T):
                         nxt[b, h, i] += probs[b][h][i][j] * prev[b, h, j]
         chain.append(nxt)
+    if tuple(w_attn.shape) == (D, k * D):  # shared by the heads
+        out = torch.zeros(B, H, T, D, dtype=torch.float64)
+        for b in range(B):
+            for h in range(H):
+                for i in range(T):
+                    concat = torch.cat([chain[kk][b, h, i] for kk in range(k)])
+                    for d in range(D):
+                        out[b, h, i, d] = sum(float(w_attn[d, m]) * float(concat[m]) for m in range(k * D))
+        return out
     C = w_attn.size(0)
     y = torch.zeros(B, T, C, dtype=torch.float64)
     for b in range(B):

@@ -42,3 +42,31 @@ def write_pair(out_dir, src, tgt, sizes=(("train", 120), ("valid", 12), ("test",
                 f.writelines(p[col] + "\n" for p in pairs)
             env[f"{split.upper()}_{'SRC' if col == 0 else 'TGT'}"] = path
     return env
+
+
+def parallel_lines(src, tgt, n, seed=0):
+    """n aligned sentence pairs (two lists of lines)."""
+    rng = random.Random(seed)
+    pairs = [sentence(rng, src, tgt) for _ in range(n)]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def write_archive(path, members):
+    """A .tgz/.tar.gz or .zip at ``path`` holding ``members`` {name inside: list of lines}:
+    a local stand-in for a downloaded corpus archive."""
+    import io
+    import tarfile
+    import zipfile
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = {name: "".join(line + "\n" for line in lines).encode("utf-8") for name, lines in members.items()}
+    if path.endswith(".zip"):
+        with zipfile.ZipFile(path, "w") as z:
+            for name, blob in data.items():
+                z.writestr(name, blob)
+    else:
+        with tarfile.open(path, "w:gz") as t:
+            for name, blob in data.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(blob)
+                t.addfile(info, io.BytesIO(blob))
+    return path

@@ -204,9 +204,112 @@ def test_defaults_and_architectures():
     # defaults are checked against a 6-layer model (the lower three layers)
     args = make_args("disan", layers=6)
     assert (args.disan_directions, args.disan_diagonal, args.disan_sides, args.disan_layers) == (
-        "bi", "disable", "encoder", "0-2")
+        "bi", "auto", "encoder", "0-2")
+    assert make_attention(args).pieces[0].keep_diagonal is False  # DiSAN: diagonal disabled
     assert len(make_attention(args, layer_idx=2).pieces) == 1
     assert len(make_attention(args, layer_idx=3).pieces) == 0
     assert len(make_attention(args, side="decoder").pieces) == 0
     assert "transformer_disan_wmt_en_de" in ARCH_MODEL_REGISTRY
     assert "transformer_disan_vaswani_wmt_en_de_big" in ARCH_MODEL_REGISTRY
+
+
+# ---- the CSAN authors' Bi_Direct (attention_di.py), issue 11 -------------------------
+def authors_bi_direct_reference(attn, x, kpm, n_pairs):
+    """attention_di.py written out in float64: heads 0..H-2N-1 unmasked; the others
+    alternate forward (j <= i) / backward (j >= i), diagonal included; pad keys masked.
+    A row without keys (a left-pad query in a forward head) outputs zeros."""
+    q, k, v = projections64(attn, x)
+    B, H, T, D = q.shape
+    out = torch.zeros(B, H, T, D, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                keys = []
+                for j in range(T):
+                    if bool(kpm[b, j]):
+                        continue
+                    if h >= H - 2 * n_pairs:
+                        forward = (h - (H - 2 * n_pairs)) % 2 == 0
+                        if forward and j > i:
+                            continue
+                        if not forward and j < i:
+                            continue
+                    keys.append(j)
+                if not keys:
+                    continue
+                e = [float(q[b, h, i] @ k[b, h, j]) / math.sqrt(D) for j in keys]
+                m = max(e)
+                w = [math.exp(a - m) for a in e]
+                for j, wj in zip(keys, w):
+                    out[b, h, i] += wj / sum(w) * v[b, h, j]
+    return out
+
+
+def test_bidirect_layout_is_the_authors():
+    assert parse_directions("bidirect", 8) == ["all"] * 4 + ["fw", "bw", "fw", "bw"]
+    assert parse_directions("bidirect", 16) == ["all"] * 8 + ["fw", "bw"] * 4
+    assert parse_directions("bidirect:1", 8) == ["all"] * 6 + ["fw", "bw"]
+    assert parse_directions("bidirect:4", 8) == ["fw", "bw"] * 4
+    for bad in ("bidirect:0", "bidirect:5", "bidirect:x"):
+        with pytest.raises(PieceConfigError, match="--disan-directions.*1 <= N <= 4"):
+            parse_directions(bad, 8)
+
+
+@pytest.mark.parametrize("heads, spec, n_pairs", [(8, "bidirect", 2), (4, "bidirect", 1),
+                                                   (8, "bidirect:3", 3)])
+@pytest.mark.parametrize("backend", ["explicit", "fused"])
+@pytest.mark.parametrize("left_pad", [True, False])
+def test_bidirect_matches_authors_loop_reference(heads, spec, n_pairs, backend, left_pad):
+    args = make_args("disan", heads=heads, disan_layers="0", disan_directions=spec)
+    attn = make_attention(args, embed_dim=2 * heads, num_heads=heads, backend=backend).eval()
+    assert attn.pieces[0].keep_diagonal  # --disan-diagonal auto keeps it for bidirect
+    x, kpm = padded_batch([6, 1, 4], embed_dim=2 * heads, left_pad=left_pad)
+    y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+    assert torch.isfinite(y).all()  # left pad: pad queries of forward heads see only pads
+    ref = output64(attn, authors_bi_direct_reference(attn, x, kpm, n_pairs))
+    for got, exp in zip(real_rows(y, kpm), real_rows(ref, kpm)):
+        assert_close(got.double(), exp, rtol=1e-5, atol=1e-5)
+
+
+def test_bidirect_gradients_finite_with_left_padding():
+    attn = make_attention(make_args("disan", disan_layers="0", disan_directions="bidirect")).train()
+    x, kpm = padded_batch([6, 1, 3], left_pad=True)
+    x.requires_grad_(True)
+    attn(x, x, x, key_padding_mask=kpm, need_weights=False)[0].pow(2).sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(attn.q_proj.weight.grad).all()
+
+
+def test_bidirect_diagonal_can_be_disabled_explicitly():
+    args = make_args("disan", disan_layers="0", disan_directions="bidirect", disan_diagonal="disable")
+    assert make_attention(args).pieces[0].keep_diagonal is False
+    args = make_args("disan", disan_layers="0", disan_directions="bi", disan_diagonal="keep")
+    assert make_attention(args).pieces[0].keep_diagonal is True
+
+
+@pytest.mark.parametrize("size, heads, layout", [
+    ("wmt_en_de", 8, ["all"] * 4 + ["fw", "bw", "fw", "bw"]),
+    ("vaswani_wmt_en_de_big", 16, ["all"] * 8 + ["fw", "bw"] * 4),
+])
+def test_bidirect_architectures(size, heads, layout):
+    from fairseq import options
+
+    args = options.parse_args_and_arch(options.get_training_parser(),
+                                       ["/x", "--arch", f"transformer_bidirect_{size}"])
+    assert f"transformer_bidirect_{size}" in ARCH_MODEL_REGISTRY
+    assert (args.attn_pieces, args.disan_directions, args.disan_diagonal, args.disan_layers,
+            args.disan_sides) == ("disan", "bidirect", "auto", "0-2", "encoder")
+    assert args.encoder_attention_heads == heads
+    from fairseq_attn_plugins.attention import AttentionSite, build_pieces, validate_attention_args
+
+    validate_attention_args(args)
+    for layer in range(6):
+        pieces = build_pieces(args, AttentionSite("encoder", layer, 6, heads, 64))
+        if layer < 3:
+            assert pieces[0].directions == layout and pieces[0].keep_diagonal
+        else:
+            assert pieces == []
+    assert build_pieces(args, AttentionSite("decoder", 0, 6, heads, 64)) == []
+    # DiSAN's own masks stay available under their own architecture
+    disan = options.parse_args_and_arch(options.get_training_parser(),
+                                        ["/x", "--arch", f"transformer_disan_{size}"])
+    assert disan.disan_directions == "bi"

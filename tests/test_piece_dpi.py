@@ -171,3 +171,39 @@ def test_first_layer_encoder_only_by_default():
 def test_bad_flags_name_the_flag(flags, flag):
     with pytest.raises(PieceConfigError, match=flag):
         make_args("dpi", **flags)
+
+
+# ---- SAN+P+R architecture (issue 11) --------------------------------------------------
+def test_san_pr_architecture_replaces_the_position_embeddings():
+    """transformer_dpi_sanpr_*: P and R tables on the first layer of encoder and decoder,
+    no token position embeddings; the first encoder layer's self-attention equals the
+    paper's formula written out (A^p_ij + a^r_{i-j+t} per head, in-sentence positions)."""
+    from attn_helpers import build_model
+
+    t = 8
+    pos = ["--dpi-max-len", str(t), "--max-source-positions", str(t), "--max-target-positions", str(t)]
+    model, _, args = build_model("transformer_dpi_sanpr_wmt_en_de", extra=pos)
+    assert (args.attn_pieces, args.dpi_mode, args.dpi_sides, args.dpi_layers) == ("dpi", "pr", "both", "0")
+    assert args.no_token_positional_embeddings
+    assert model.encoder.embed_positions is None and model.decoder.embed_positions is None
+    for stack in (model.encoder, model.decoder):
+        (piece,) = stack.layers[0].self_attn.pieces
+        assert piece.absolute is not None and piece.relative is not None
+        assert not stack.layers[1].self_attn.pieces
+    attn = model.encoder.layers[0].self_attn.double().eval()
+    piece = attn.pieces[0]
+    x, kpm = padded_batch([5, 3], left_pad=True, dtype=torch.float64)
+    y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+    q, k, v = projections64(attn, x)
+    pos_of = [sentence_positions(kpm[b]) for b in range(2)]
+
+    def bias(b, h, i, j):
+        pi, pj = pos_of[b][i], pos_of[b][j]
+        return float(piece.absolute[h, pi, pj]) + float(piece.relative[h, pi - pj + t - 1])
+
+    ref = output64(attn, loop_apply64(loop_probs64(q, k, kpm, bias), v))
+    real = ~kpm.t()
+    torch.testing.assert_close(y[real], ref[real], rtol=1e-6, atol=1e-6)
+    # the big architecture too
+    _, _, big = build_model("transformer_dpi_sanpr_vaswani_wmt_en_de_big", extra=pos)
+    assert (big.dpi_mode, big.dpi_sides, big.no_token_positional_embeddings) == ("pr", "both", True)

@@ -50,10 +50,14 @@ def test_padding_invariance(name, left_pad):
         causal = torch.triu(torch.full((T, T), float("-inf")), 1) if side == "decoder" else None
         if side == "decoder" and left_pad:
             continue  # fairseq right-pads targets; causal + left pad has no meaning
-        out, _ = attn(x, x, x, key_padding_mask=kpm, attn_mask=causal, need_weights=False)
+        x_in = attn.layer_input(x, kpm) if side == "encoder" else x  # model-level hook (cnns)
+        out, _ = attn(x_in, x_in, x_in, key_padding_mask=kpm, attn_mask=causal, need_weights=False)
         for b, n in enumerate(lengths):
             rows = slice(T - n, T) if left_pad else slice(0, n)
             alone = x[rows, b : b + 1]
+            if side == "encoder":
+                alone = attn.layer_input(alone, None)
+                assert_close(x_in[rows, b : b + 1], alone, rtol=1e-5, atol=1e-5)
             mask = causal[:n, :n] if causal is not None else None
             ref, _ = attn(alone, alone, alone, attn_mask=mask, need_weights=False)
             assert_close(out[rows, b : b + 1], ref, rtol=1e-5, atol=1e-5)
@@ -85,6 +89,8 @@ def test_gradients_reach_every_parameter(name):
     for side in active_sides(name):
         attn = make_attention(piece_args(name), side=side).train()
         x, kpm = padded_batch([6, 4])
+        if side == "encoder":
+            x = attn.layer_input(x, kpm)  # model-level hook (cnns)
         out, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
         (out * torch.randn_like(out)).sum().backward()
         for pname, p in attn.named_parameters():

@@ -79,7 +79,10 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
     g = torch.Generator().manual_seed(0)
     states = []
     for i, name in enumerate(["checkpoint1.pt", "checkpoint2.pt", "checkpoint3.pt", "checkpoint_last.pt"]):
-        st = {"model": {"w": torch.randn(3, 4, generator=g), "steps": torch.tensor(i)}, "args": None}
+        st = {"model": {"w": torch.randn(3, 4, generator=g), "steps": torch.tensor(i)}, "args": None, "cfg": None,
+              "optimizer_history": [{"criterion_name": "x", "optimizer_name": "adam",
+                                     "lr_scheduler_state": {"best": 1.0}, "num_updates": i}],
+              "extra_state": {"epoch": i}, "last_optimizer_state": {}}
         torch.save(st, tmp_path / name)
         states.append(st)
     out = tmp_path / "avg.pt"

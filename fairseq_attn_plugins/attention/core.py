@@ -167,6 +167,7 @@ class PluginSelfAttention(MultiheadAttention):
             key_padding_mask=kpm,
             training=self.training,
             incremental=incremental_state is not None,
+            cache=saved if incremental_state is not None else None,
         )
 
         for p in self.pieces:
@@ -240,8 +241,13 @@ class PluginSelfAttention(MultiheadAttention):
 
         if empty is not None:
             out = out.masked_fill(empty, 0.0)
+        heads_out = out  # (B, H, T, D)
         out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
         out = self.out_proj(out)
+        for p in self.pieces:
+            extra = p.output_term(heads_out, ctx)
+            if extra is not None:
+                out = out + extra
 
         if not need_weights:
             return out, None
@@ -253,6 +259,12 @@ class PluginSelfAttention(MultiheadAttention):
         if not need_head_weights:
             weights = weights.mean(dim=0)
         return out, weights
+
+    def layer_input(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """The pieces' ``layer_input`` hooks, in order (called by the encoder layer)."""
+        for p in self.pieces:
+            x = p.layer_input(x, key_padding_mask)
+        return x
 
     def _use_local(self, factor, tgt_len, src_len, incremental_state) -> bool:
         """Block-local attention pays off for long self-attention under a narrow band."""

@@ -11,6 +11,10 @@ A piece is a small ``nn.Module`` that fills only the hooks it needs. The core
     probs     = post_softmax(probs, ctx)                 # explicit path only
     out       = probs @ v + value_term(probs, ctx)       # explicit path only
     out       = combine(probs, v, out, ctx)              # explicit path only
+    y         = out_proj(out) + output_term(out, ctx)    # both paths, (T, B, C)
+
+and, at model level, ``x = layer_input(x, key_padding_mask)`` on the input of
+every encoder layer that holds the piece (before its self-attention sublayer).
 
 A piece that overrides ``post_softmax``, ``value_term`` or ``combine`` must set
 ``fused_ok = False``; the dispatcher then runs the explicit path for that layer.
@@ -55,6 +59,10 @@ class AttentionContext:
     #: probabilities seen by post_softmax/value_term/combine are (B, H, T, kv_factor * S),
     #: slot ``s * S + j`` being key position j of the s-th head of the area.
     kv_factor: int = 1
+    #: the layer's incremental-decoding buffer (``None`` outside incremental decoding):
+    #: a piece may keep its own batch-first tensors there under keys prefixed with its
+    #: name; fairseq reorders them with the beam like ``prev_key``.
+    cache: Optional[Dict[str, Optional[Tensor]]] = None
 
 
 class AttentionPiece(nn.Module):
@@ -126,6 +134,18 @@ class AttentionPiece(nn.Module):
 
     def combine(self, probs: Tensor, v: Tensor, out: Tensor, ctx: AttentionContext) -> Tensor:
         return out
+
+    def output_term(self, out: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
+        """A (T, B, C) term added after the output projection, computed from the heads'
+        output ``out`` (B, H, T, D) that entered it; runs on the fused and explicit paths
+        (Block self-attention: the inter-block context's share of a wider projection)."""
+        return None
+
+    def layer_input(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """Transform the input (T, B, C) of the encoder layer holding this piece, before
+        its self-attention sublayer (Cnns: convolution sublayers). Encoder layers only:
+        a decoder layer refuses a piece that overrides it."""
+        return x
 
     def extra_repr(self) -> str:
         return f"{self.site.side} layer {self.site.layer_idx}"

@@ -42,10 +42,10 @@ SRC, TGT = "src", "tgt"
 PROFILES = {
     "full": dict(sizes=(("train", 4000), ("valid", 200), ("test", 400)), bpe_merges=150,
                  enc_layers=3, dec_layers=2, dim=64, ffn=128, heads=4, max_tokens=1500,
-                 max_epoch=12, warmup=60, lr=3e-3, bs_samples=1000, ar_trials=10000),
+                 max_epoch=12, warmup=60, lr=3e-3, bs_samples=1000, ar_trials=10000, save_updates=10),
     "quick": dict(sizes=(("train", 300), ("valid", 40), ("test", 40)), bpe_merges=60,
                   enc_layers=3, dec_layers=1, dim=32, ffn=64, heads=4, max_tokens=1000,
-                  max_epoch=2, warmup=10, lr=3e-3, bs_samples=1000, ar_trials=1000),
+                  max_epoch=2, warmup=10, lr=3e-3, bs_samples=1000, ar_trials=1000, save_updates=1),
 }
 
 
@@ -204,6 +204,9 @@ class Pipeline:
             "--max-tokens", str(p["max_tokens"]), "--max-epoch", str(p["max_epoch"]),
             "--cpu", "--num-workers", "0", "--seed", str(self.seed),
             "--save-dir", os.path.join(run, "checkpoints"), "--no-epoch-checkpoints",
+            # mid-epoch checkpoints: a killed training resumes at the update where it was saved,
+            # with fairseq's iterator position, so the resumed run equals the uninterrupted one
+            "--save-interval-updates", str(p["save_updates"]), "--keep-interval-updates", "1",
             "--log-format", "json", "--log-interval", "1000",
         ] + self.train_args, os.path.join(run, "train.log"), echo)
 

@@ -9,7 +9,9 @@ A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 
 * ``train.log`` -- fairseq-train's log (``--log-format json``): parameter count,
   per-epoch training speed and losses;
-* ``hyp.txt``   -- detokenised test translations, one per line, in test-set order.
+* ``hyp.txt``   -- detokenised test translations, one per line, in test-set order;
+* ``scores.json`` (recipes' evaluate.sh, optional) -- the tokenised BLEU the papers report
+  (compound-split for En-De) and the number of training pairs, shown as two more columns.
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...]
 [--json FILE] [--md FILE] [--tokenize 13a]``.
@@ -64,6 +66,17 @@ def parse_train_log(path: str) -> Dict:
     }
 
 
+def read_scores(run_dir: str) -> Dict:
+    """The paper-comparable numbers of a recipe run (``scores.json``), or {}."""
+    path = os.path.join(run_dir, "scores.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        scores = json.load(f)
+    return {k: scores.get(k) for k in ("tokenized_bleu", "tokenized_bleu_method", "train_pairs",
+                                       "train_data_partial")}
+
+
 def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a",
             bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
     """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict."""
@@ -89,6 +102,9 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             if abs(s["bleu"] - base_bleu) > 1e-9 else "",
             "epochs": log["epochs"],
         })
+        extra = read_scores(d)
+        rows[-1].update(tok_bleu=extra.get("tokenized_bleu"), tok_bleu_method=extra.get("tokenized_bleu_method"),
+                        train_pairs=extra.get("train_pairs"), train_data_partial=extra.get("train_data_partial"))
     return {"baseline": runs[0][0], "ref": ref_path, "signature": sig["signature"], "rows": rows}
 
 
@@ -99,19 +115,39 @@ def _fmt_params(n: Optional[int]) -> str:
 
 
 def format_markdown(table: Dict) -> str:
-    out = ["| # | System | #Params | Speed (tok/s) | Speed (upd/s) | BLEU | Δ | p (bs) | p (ar) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for i, r in enumerate(table["rows"], 1):
+    rows = table["rows"]
+    # recipe runs (scores.json): also the tokenised BLEU the papers report and the training pairs
+    tok = any(r.get("tok_bleu") is not None for r in rows)
+    pairs = any(r.get("train_pairs") is not None for r in rows)
+    extra_head = (" Tok. BLEU |" if tok else "") + (" Train pairs |" if pairs else "")
+    extra_rule = ("---:|" if tok else "") + ("---:|" if pairs else "")
+    out = ["| # | System | #Params | Speed (tok/s) | Speed (upd/s) | BLEU | Δ | p (bs) | p (ar) |" + extra_head,
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|" + extra_rule]
+    for i, r in enumerate(rows, 1):
         delta = "-" if r["delta"] is None else f"{r['delta']:+.2f}"
         p = lambda v: "-" if v is None else f"{v:.4f}"
         sp = lambda v, f: "?" if v is None else format(v, f)
+        extra = ""
+        if tok:
+            extra += f" {sp(r.get('tok_bleu'), '.2f')} |"
+        if pairs:
+            extra += f" {sp(r.get('train_pairs'), ',d')}{' (partial)' if r.get('train_data_partial') else ''} |"
         out.append(f"| {i} | {r['system']} | {_fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
                    f"{sp(r['train_ups'], '.2f')} | {r['bleu']:.2f}{r['mark']} | {delta} | "
-                   f"{p(r['p_bootstrap'])} | {p(r['p_ar'])} |")
+                   f"{p(r['p_bootstrap'])} | {p(r['p_ar'])} |" + extra)
     out.append("")
     out.append(f"Baseline: {table['baseline']}. `*` / `**`: better or worse than the baseline with "
                "p < 0.05 / p < 0.01 in both paired bootstrap resampling and paired approximate "
                "randomisation (sacreBLEU).")
+    out.append("BLEU: detokenised sacreBLEU (signatures below).")
+    if tok:
+        methods = sorted({r["tok_bleu_method"] for r in rows if r.get("tok_bleu_method")})
+        out.append("Tok. BLEU: tokenised BLEU as the papers report it (" + "; ".join(methods) + "); "
+                   "not comparable across tokenisations.")
+    if pairs:
+        counts = {r.get("train_pairs") for r in rows}
+        out.append("Train pairs: sentence pairs after cleaning" +
+                   (". The runs were trained on different amounts of data." if len(counts) > 1 else "."))
     for test, sigs in table["signature"].items():
         for s in sigs.values():
             out.append(f"sacreBLEU signature ({test}): `{s}`")

@@ -26,9 +26,11 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..attention.pieces.dpi import san_p_defaults
+from ..attention.pieces.disan import bidirect_defaults
+from ..attention.pieces.dpi import san_p_defaults, san_pr_defaults
 from ..attention import (
     PIECES,
+    AttentionPiece,
     AttentionSite,
     PieceConfigError,
     PluginSelfAttention,
@@ -75,6 +77,11 @@ class PluginEncoderLayer(TransformerEncoderLayerBase):
             cfg.encoder.layers, cfg, self.quant_noise, self.quant_noise_block_size,
         )
 
+    def forward(self, x, encoder_padding_mask, attn_mask=None):
+        # pieces may transform the layer input first (Cnns: convolution sublayers)
+        x = self.self_attn.layer_input(x, encoder_padding_mask)
+        return super().forward(x, encoder_padding_mask, attn_mask)
+
 
 class PluginDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer with the plugin self-attention at ``layer_idx``."""
@@ -90,10 +97,16 @@ class PluginDecoderLayer(TransformerDecoderLayerBase):
                 "transformer_attn models"
             )
         args, layer_idx = self._plugin_args
-        return _build_self_attention(
+        attn = _build_self_attention(
             args, "decoder", layer_idx, embed_dim, cfg.decoder.attention_heads,
             cfg.decoder.layers, cfg, self.quant_noise, self.quant_noise_block_size,
         )
+        transforming = [p.name for p in attn.pieces
+                        if type(p).layer_input is not AttentionPiece.layer_input]
+        if transforming:
+            raise PieceConfigError(f"pieces {transforming} transform the layer input (layer_input), "
+                                   f"which only encoder layers support")
+        return attn
 
 
 def _next_index(module) -> int:
@@ -179,3 +192,7 @@ for _name in PIECES:
     ARCHITECTURES += register_variant(_name, _name)
 # Dufter et al. 2020's SAN+P: positions only through the absolute interaction table
 ARCHITECTURES += register_variant("dpi_sanp", "dpi", san_p_defaults)
+# ... and SAN+P+R: absolute and relative tables, no token position embeddings
+ARCHITECTURES += register_variant("dpi_sanpr", "dpi", san_pr_defaults)
+# the CSAN authors' Bi_Direct (Table 1): H-2N unmasked heads, then N x (fw, bw), diagonal kept
+ARCHITECTURES += register_variant("bidirect", "disan", bidirect_defaults)

@@ -1,12 +1,16 @@
 # Shared steps of every recipe: sourced by recipes/*/{prepare,train,evaluate}.sh.
 #
-# A recipe sets SRC, TGT, RECIPE_DIR and its corpus/hyper-parameter defaults,
-# defines fetch_corpora (writes $WORK/raw/{train,valid,test}.{$SRC,$TGT}), then
-# calls prepare_main / train_main / evaluate_main. Every variable below can be
-# overridden from the environment; see docs/recipes.md.
+# A recipe (env.sh) sets SRC, TGT, RECIPE_DIR and its corpus/hyper-parameter defaults and
+# defines fetch_train (writes $WORK/raw/train.{$SRC,$TGT} and train.parts.json) and
+# fetch_split valid|test (the official dev/test sets), optionally check_corpus_inputs
+# (checks before any download) and corpus_settings (what the official data is made from:
+# --set/--in lines for the raw step's fingerprint); the scripts then call prepare_main /
+# train_main / evaluate_main. Every variable below can be overridden from the environment;
+# see docs/recipes.md.
 #
-# Conventions: every step writes to a temporary name and renames when complete,
-# and marks itself done in $WORK/.done/, so re-running resumes where it stopped.
+# Conventions: every step writes to a temporary name and renames when complete, and records
+# in $WORK/.done/ what it was made from, so re-running resumes where it stopped and redoes
+# what changed.
 
 set -euo pipefail
 
@@ -17,13 +21,41 @@ STEPS="$PYTHON $LIB_DIR/mt_steps.py"
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "error: $*" >&2; exit 2; }
 
-# stage NAME CMD...: run CMD unless $WORK/.done/NAME exists; mark it done afterwards.
+# stage NAME [--set KEY=VALUE | --in FILE]... -- CMD...: run CMD unless $WORK/.done/NAME
+# records that it was done from these very settings and input files (sizes, line counts,
+# sha256). Changed settings or inputs: the step is redone (and so, through their inputs,
+# every later step). CMD runs in a subshell with `set -e` in force (a function called as
+# `f || die` would run with `set -e` off), so it stops at its first failing command; a
+# failed step is never marked done.
 stage() {
   local name=$1; shift
-  if [[ -e "$WORK/.done/$name" ]]; then log "$name: done before, skipped"; return 0; fi
-  log "$name"
-  "$@" || die "step '$name' failed (re-run the script to resume from it)"
-  mkdir -p "$WORK/.done" && touch "$WORK/.done/$name"
+  local fp=()
+  while [[ $1 != -- ]]; do fp+=("$1"); shift; done; shift
+  mkdir -p "$WORK/.done"
+  local marker="$WORK/.done/$name" rc=0 changes
+  changes=$($STEPS fingerprint "${fp[@]}" --against "$marker" --out "$marker.want") || rc=$?
+  case $rc in
+    0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
+    1) log "$name";;
+    3) log "$name: redone, its settings or inputs changed since it was done: $changes"; rm -f "$marker";;
+    *) die "step '$name': cannot read its inputs";;
+  esac
+  rc=0
+  set +e
+  ( set -euo pipefail; "$@" )
+  rc=$?
+  set -e
+  (( rc == 0 )) || die "step '$name' failed (exit $rc); it is not marked done: fix the cause and re-run"
+  mv "$marker.want" "$marker"
+}
+
+# Leftovers of a killed run (*.tmp files and folders) are deleted, never used.
+remove_leftovers() {
+  local d
+  for d in "$WORK/raw" "$WORK/tok" "$WORK/bpe" "$WORK/.done" "$WORK/downloads"; do
+    [[ -d $d ]] && find "$d" -maxdepth 1 -name '*.tmp' -exec rm -rf {} +
+  done
+  rm -rf "$DATA.tmp"
 }
 
 recipe_defaults() {
@@ -45,8 +77,8 @@ tokenizer_tool() {  # the tokeniser of a language: TOKENIZER_<lang> overrides
 }
 
 # download URL DEST [SHA256]: resumable (curl -C -), verified, atomic. Without a
-# known checksum the first complete download's sha256 is recorded in
-# $WORK/downloads.sha256 and later downloads are checked against it.
+# known checksum, the sha256 of the first download that unpacks completely is recorded in
+# $WORK/downloads.sha256 (record_download_sum) and later downloads are checked against it.
 download() {
   local url=$1 dest=$2 sum=${3:-}
   local sums="$WORK/downloads.sha256" name; name=$(basename "$dest")
@@ -54,14 +86,33 @@ download() {
   if [[ ! -f "$dest" ]]; then
     command -v curl >/dev/null || die "curl is needed to download $url (or give the corpus as local files)"
     log "downloading $url"
-    curl -fL --retry 5 -C - -o "$dest.part" "$url" || die "download of $url failed; re-run to resume, or give local files"
+    curl -fsSL --retry 5 -C - -o "$dest.part" "$url" || die "download of $url failed; re-run to resume, or give local files"
     mv "$dest.part" "$dest"
   fi
   local got; got=$(sha256sum "$dest" | cut -d' ' -f1)
   if [[ -n "$sum" && "$got" != "$sum" ]]; then
     mv "$dest" "$dest.bad"; die "$dest: sha256 $got, expected $sum (moved to $dest.bad; re-run to download again)"
   fi
-  [[ -n "$sum" ]] || echo "$got  $name" >> "$sums"
+}
+
+record_download_sum() {
+  local sums="$WORK/downloads.sha256" name; name=$(basename "$1")
+  if [[ ! -f "$sums" ]] || ! awk -v n="$name" '$2==n {f=1} END {exit !f}' "$sums"; then
+    echo "$(sha256sum "$1" | cut -d' ' -f1)  $name" >> "$sums"
+  fi
+}
+
+# fetch_archive URL: download and unpack into $WORK/downloads/NAME.d (always unpacked afresh);
+# a truncated or corrupt archive is deleted (re-run to download it again) and stops the step
+fetch_archive() {
+  local url=$1 dl="$WORK/downloads" name; name=$(basename "$url")
+  mkdir -p "$dl"
+  download "$url" "$dl/$name"
+  log "unpacking $name"
+  if ! $STEPS unpack "$dl/$name" "$dl/$name.d"; then
+    rm -f "$dl/$name"; die "$name could not be unpacked and was deleted: re-run to download it again"
+  fi
+  record_download_sum "$dl/$name"
 }
 
 # sacrebleu_testset TEST LANGPAIR SPLIT: an official dev/test set through sacreBLEU (checksummed by sacreBLEU)
@@ -77,68 +128,120 @@ copy_local() {  # copy_local FILE DEST: atomic copy of a user-given corpus file
 }
 
 # ---------------------------------------------------------------- prepare
+# The settings a data-bin is made with: recorded by prepare.sh in $DATA/prepare.json and
+# checked by train.sh and evaluate.sh (PREP_SET: --set KEY=VALUE arguments).
+prepare_settings() {
+  PREP_SET=(--set "SRC=$SRC" --set "TGT=$TGT" --set "JOINT=$JOINT" --set "BPE_TOOL=$BPE_TOOL"
+            --set "BPE_MERGES=$BPE_MERGES" --set "CLEAN=$CLEAN_MIN-$CLEAN_MAX-$CLEAN_RATIO"
+            --set "TOKENIZER_${SRC^^}=$(tokenizer_tool "$SRC")" --set "TOKENIZER_${TGT^^}=$(tokenizer_tool "$TGT")"
+            --set "PREPROCESS_ARGS=${PREPROCESS_ARGS:-}")
+}
+
+# local_split SPLIT (train/valid/test): true when the user gives that split as local files
+local_split() { local s="${1^^}_SRC" t="${1^^}_TGT"; [[ -n "${!s:-}" || -n "${!t:-}" ]]; }
+
+# check_pair SRC_FILE TGT_FILE WHAT: same line count, not empty, each side in its language's script
+check_pair() {
+  local ns nt; ns=$(wc -l < "$1"); nt=$(wc -l < "$2")
+  [[ $ns == "$nt" ]] || die "$3: $1 has $ns lines but $2 has $nt"
+  (( ns > 0 )) || die "$3: $1 is empty"
+  $STEPS check-script "$SRC" "$1" "$TGT" "$2" --what "$3" || exit 2
+}
+
 prepare_main() {
   recipe_defaults
+  prepare_settings
   mkdir -p "$WORK"/{raw,tok,bpe}
-  # 1. everything checked before any long work
-  local tools=(fairseq sacrebleu "$BPE_TOOL") l
+  remove_leftovers
+  # 1. everything checked before any long work: tools, the local corpora (line counts and
+  #    the script of each side), the recipe's own inputs (check_corpus_inputs in env.sh)
+  local tools=(fairseq sacrebleu "$BPE_TOOL") l split
   for l in "$SRC" "$TGT"; do tools+=("$(tokenizer_tool "$l" | sed 's/moses-plain/moses/')"); done
   $STEPS check-tools "${tools[@]}" || exit 2
-  local split side var have_local=0
-  for split in TRAIN VALID TEST; do for side in SRC TGT; do
-    var="${split}_${side}"
-    if [[ -n "${!var:-}" ]]; then
-      have_local=1
-      [[ -f "${!var}" ]] || die "$var=${!var}: no such file. Give an existing file, or unset $var to download the official corpus."
-    fi
-  done; done
-  # 2. raw corpora: local files where given, the official ones otherwise
-  if [[ $have_local == 1 ]]; then
-    for split in train valid test; do
-      local s="${split^^}_SRC" t="${split^^}_TGT"
-      [[ -n "${!s:-}" && -n "${!t:-}" ]] || die "local corpus: set both ${s} and ${t} (or none of the six *_SRC/*_TGT variables)"
-    done
-    stage raw prepare_local_raw
-  else
-    stage raw fetch_corpora
-  fi
+  local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
-    [[ -s "$WORK/raw/$split.$SRC" && -s "$WORK/raw/$split.$TGT" ]] || die "missing $WORK/raw/$split.{$SRC,$TGT}"
+    local s="${split^^}_SRC" t="${split^^}_TGT"
+    if local_split "$split"; then
+      [[ -n "${!s:-}" && -n "${!t:-}" ]] || die "local corpus: set both ${s} and ${t} (or neither, for the official $split data)"
+      [[ -f "${!s}" ]] || die "$s=${!s}: no such file. Give an existing file, or unset $s and $t for the official $split data."
+      [[ -f "${!t}" ]] || die "$t=${!t}: no such file. Give an existing file, or unset $s and $t for the official $split data."
+      check_pair "${!s}" "${!t}" "$s/$t"
+      raw_fp+=(--set "$split=local" --in "${!s}" --in "${!t}")
+    else
+      raw_fp+=(--set "$split=official")
+    fi
   done
+  if local_split train && [[ -n ${EXTRA_TRAIN_PAIRS:-} ]]; then
+    die "EXTRA_TRAIN_PAIRS adds to the official training data; with TRAIN_SRC/TRAIN_TGT, concatenate the files into those"
+  fi
+  if ! local_split train || ! local_split valid || ! local_split test; then
+    if declare -F check_corpus_inputs >/dev/null; then check_corpus_inputs; fi
+    local extra=()
+    if declare -F corpus_settings >/dev/null; then mapfile -t extra < <(corpus_settings); fi
+    raw_fp+=("${extra[@]}")
+  fi
+  # 2. raw corpora: local files where given, the official ones otherwise; checked aligned
+  stage raw "${raw_fp[@]}" -- make_raw
   # 3. tokenise, 4. (joint) BPE, 5. clean by length and ratio, 6. binarise
   for l in "$SRC" "$TGT"; do
-    stage "tok.$l" $STEPS tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" --workers "$WORKERS" \
+    stage "tok.$l" --set "lang=$l" --set "tool=$(tokenizer_tool "$l")" \
+      --in "$WORK/raw/train.$l" --in "$WORK/raw/valid.$l" --in "$WORK/raw/test.$l" -- \
+      $STEPS tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" --workers "$WORKERS" \
       "$WORK/raw/train.$l" "$WORK/tok/train.$l" "$WORK/raw/valid.$l" "$WORK/tok/valid.$l" \
       "$WORK/raw/test.$l" "$WORK/tok/test.$l"
   done
   if [[ $JOINT == 1 ]]; then
-    stage bpe.learn $STEPS bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" \
+    stage bpe.learn --set "tool=$BPE_TOOL" --set "merges=$BPE_MERGES" \
+      --in "$WORK/tok/train.$SRC" --in "$WORK/tok/train.$TGT" -- \
+      $STEPS bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" \
       "$WORK/tok/train.$SRC" "$WORK/tok/train.$TGT" --output "$WORK/bpe/codes"
   else
     for l in "$SRC" "$TGT"; do
-      stage "bpe.learn.$l" $STEPS bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" "$WORK/tok/train.$l" \
+      stage "bpe.learn.$l" --set "tool=$BPE_TOOL" --set "merges=$BPE_MERGES" --in "$WORK/tok/train.$l" -- \
+        $STEPS bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" "$WORK/tok/train.$l" \
         --output "$WORK/bpe/codes.$l"
     done
   fi
   for l in "$SRC" "$TGT"; do
     local codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$l"
-    stage "bpe.$l" $STEPS bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$WORK/tok/train.$l" "$WORK/bpe/train.$l" \
+    stage "bpe.$l" --set "tool=$BPE_TOOL" --in "$codes" \
+      --in "$WORK/tok/train.$l" --in "$WORK/tok/valid.$l" --in "$WORK/tok/test.$l" -- \
+      $STEPS bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$WORK/tok/train.$l" "$WORK/bpe/train.$l" \
       "$WORK/tok/valid.$l" "$WORK/bpe/valid.$l" "$WORK/tok/test.$l" "$WORK/bpe/test.$l"
   done
-  stage clean $STEPS clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" \
+  stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" \
+    --in "$WORK/bpe/train.$SRC" --in "$WORK/bpe/train.$TGT" -- \
+    $STEPS clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" \
     --src-in "$WORK/bpe/train.$SRC" --tgt-in "$WORK/bpe/train.$TGT" \
     --src-out "$WORK/bpe/train.clean.$SRC" --tgt-out "$WORK/bpe/train.clean.$TGT"
-  stage binarise binarise
-  log "prepared: $DATA"
+  local bin_in=() f
+  for f in train.clean valid test; do bin_in+=(--in "$WORK/bpe/$f.$SRC" --in "$WORK/bpe/$f.$TGT"); done
+  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" --in "$WORK/raw/test.$TGT" -- binarise
+  log "prepared: $DATA ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning)"
 }
 
-prepare_local_raw() {
-  local split l
+# make_raw: $WORK/raw/{train,valid,test}.{SRC,TGT} (+ train.parts.json), all checked aligned
+make_raw() {
+  rm -f "$WORK"/raw/*
+  local split
   for split in train valid test; do
     local s="${split^^}_SRC" t="${split^^}_TGT"
-    local ns nt; ns=$(wc -l < "${!s}"); nt=$(wc -l < "${!t}")
-    [[ $ns == "$nt" ]] || die "${!s} has $ns lines but ${!t} has $nt"
-    copy_local "${!s}" "$WORK/raw/$split.$SRC"; copy_local "${!t}" "$WORK/raw/$split.$TGT"
+    if local_split "$split"; then
+      copy_local "${!s}" "$WORK/raw/$split.$SRC"; copy_local "${!t}" "$WORK/raw/$split.$TGT"
+    elif [[ $split == train ]]; then
+      fetch_train
+    else
+      fetch_split "$split"
+    fi
+  done
+  if local_split train; then
+    echo "{\"parts\": {\"local\": $(wc -l < "$WORK/raw/train.$SRC")}, \"missing\": [], \"partial\": false}" \
+      > "$WORK/raw/train.parts.json"
+  fi
+  [[ -f "$WORK/raw/train.parts.json" ]] || die "fetch_train wrote no $WORK/raw/train.parts.json"
+  for split in train valid test; do
+    [[ -f "$WORK/raw/$split.$SRC" && -f "$WORK/raw/$split.$TGT" ]] || die "missing $WORK/raw/$split.{$SRC,$TGT}"
+    check_pair "$WORK/raw/$split.$SRC" "$WORK/raw/$split.$TGT" "raw $split corpus"
   done
 }
 
@@ -149,6 +252,8 @@ binarise() {
     --trainpref "$WORK/bpe/train.clean" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
     --destdir "$DATA.tmp" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$DATA.tmp"; return 1; }
+  $STEPS prepare-record --data "$DATA.tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
+    --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$WORK/raw/test.$TGT" --parts "$WORK/raw/train.parts.json"
   rm -rf "$DATA"; mv "$DATA.tmp" "$DATA"
 }
 
@@ -163,6 +268,9 @@ train_main() {
   $STEPS check-arch "$ARCH" || exit 2
   [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH}
+  # the data-bin must be the one prepared with these settings; a run directory stays on its data
+  prepare_settings
+  $STEPS check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
@@ -178,18 +286,22 @@ train_main() {
   DROPOUT=${DROPOUT:-$( ((big)) && echo 0.3 || echo 0.1 )}
   MAX_UPDATE=${MAX_UPDATE:-$( ((big)) && echo 300000 || echo 100000 )}
   WARMUP=${WARMUP:-4000}
+  ADAM_EPS=${ADAM_EPS:-1e-9}                # Vaswani et al. (2017): epsilon 1e-9
   SAVE_INTERVAL_UPDATES=${SAVE_INTERVAL_UPDATES:-1000}
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
   mkdir -p "$SAVE_DIR"
   local args=("$DATA" --user-dir "$USER_DIR" --arch "$ARCH"
-    --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 0.0
+    --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps "$ADAM_EPS" --clip-norm 0.0
     --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --dropout "$DROPOUT" --weight-decay 0.0
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
     --save-dir "$SAVE_DIR" --save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates 20
     --log-format json --log-interval "${LOG_INTERVAL:-100}" --seed "$SEED")
-  [[ $JOINT == 1 ]] && args+=(--share-all-embeddings)
+  # tied embeddings as Vaswani et al.: all three with a joint vocabulary, else the decoder's
+  # input and output embeddings (SHARE_DECODER_EMBED=0 unties them)
+  if [[ $JOINT == 1 ]]; then args+=(--share-all-embeddings)
+  elif [[ ${SHARE_DECODER_EMBED:-1} == 1 ]]; then args+=(--share-decoder-input-output-embed); fi
   [[ $FP16 == 1 ]] && args+=(--fp16)
   # shellcheck disable=SC2206
   args+=(${MODEL_ARGS:-} ${EXTRA_ARGS:-})
@@ -247,14 +359,20 @@ evaluate_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH}
-  N_AVG=${N_AVG:-5}; BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
-  SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-0}
+  local big=0; [[ $ARCH == *_big ]] && big=1
+  N_AVG=${N_AVG:-$( ((big)) && echo 20 || echo 5 )}   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
+  BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
+  SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
   EVAL_SUBSET=${EVAL_SUBSET:-test}           # or valid (the CSAN paper's Figure 2)
   NGPUS=${NGPUS:-$(detect_gpus)}
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
   [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
+  prepare_settings
+  $STEPS check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
+    --require --print-pairs > "$SAVE_DIR/data.check.json.tmp" || exit 2
+  mv "$SAVE_DIR/data.check.json.tmp" "$SAVE_DIR/data.check.json"
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
-  $STEPS average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt"
+  $STEPS average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$ckpt.json" || exit 2
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
   local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
   log "generating (beam $BEAM, lenpen $LENPEN)"
@@ -268,47 +386,43 @@ evaluate_main() {
   $STEPS hyps "$SAVE_DIR/generate.out" --n "$n" --output "$SAVE_DIR/hyp.tok.txt"
   $STEPS detok --lang "$TGT" "$SAVE_DIR/hyp.tok.txt" "$SAVE_DIR/hyp.txt"
   local tokargs=()
-  if [[ $TOK_BLEU == 1 ]]; then  # tokenised BLEU with compound splitting, as the papers report for En-De
+  if [[ $TOK_BLEU == 1 && $(tokenizer_tool "$TGT") == moses ]]; then
+    # tokenised BLEU as the papers report it: tokenizer.perl WITHOUT -a on the detokenised output
+    # and reference (+ compound splitting for German), multi-bleu.perl
+    local method="moses tokenizer.perl (no -a) on detokenised text, multi-bleu.perl"
     $STEPS tokenize --lang "$TGT" --tool moses-plain "$SAVE_DIR/hyp.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
       "$WORK/raw/$EVAL_SUBSET.$TGT" "$SAVE_DIR/ref.tokbleu.txt"
-    $STEPS split-compounds "$SAVE_DIR/hyp.tokbleu.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
-      "$SAVE_DIR/ref.tokbleu.txt" "$SAVE_DIR/ref.tokbleu.txt"
-    tokargs=(--tok-hyp "$SAVE_DIR/hyp.tokbleu.txt" --tok-ref "$SAVE_DIR/ref.tokbleu.txt")
+    if [[ $TGT == de ]]; then
+      $STEPS split-compounds "$SAVE_DIR/hyp.tokbleu.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
+        "$SAVE_DIR/ref.tokbleu.txt" "$SAVE_DIR/ref.tokbleu.txt"
+      method="moses tokenizer.perl (no -a) on detokenised text, compound splitting (##AT##-##AT##), multi-bleu.perl"
+    fi
+    tokargs=(--tok-hyp "$SAVE_DIR/hyp.tokbleu.txt" --tok-ref "$SAVE_DIR/ref.tokbleu.txt" --tok-method "$method")
   fi
   $STEPS score --hyp "$SAVE_DIR/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
-    --extra "{\"arch\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN}" \
+    --record "$ckpt.json" --record "$SAVE_DIR/data.check.json" \
+    --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
     --output "$SAVE_DIR/scores.json"
   log "scores: $SAVE_DIR/scores.json; compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 
-# concat_tgz_corpora DL_DIR PREFIX...: extract the downloaded archives and concatenate
-# PREFIX.$SRC / PREFIX.$TGT (paths inside the archives) into $WORK/raw/train.*
-concat_tgz_corpora() {
-  local dl=$1; shift
-  local ex="$dl/extracted" a p
-  rm -rf "$ex.tmp"; mkdir -p "$ex.tmp"
-  for a in "$dl"/*.tgz "$dl"/*.tar.gz; do [[ -f $a ]] && tar -xzf "$a" -C "$ex.tmp"; done
-  for p in "$@"; do
-    [[ -f "$ex.tmp/$p.$SRC" && -f "$ex.tmp/$p.$TGT" ]] || die "archive member $p.{$SRC,$TGT} not found in $dl"
-  done
-  local l
-  for l in "$SRC" "$TGT"; do
-    for p in "$@"; do cat "$ex.tmp/$p.$l"; done > "$WORK/raw/train.$l.tmp"
-  done
-  for l in "$SRC" "$TGT"; do mv "$WORK/raw/train.$l.tmp" "$WORK/raw/train.$l"; done
-  rm -rf "$ex.tmp"
+# concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:
+# line counts, script of each side), with the pair count of each part in train.parts.json.
+# MISSING_PARTS (array): parts left out, recorded as such.
+concat_parts() {
+  local args=() p
+  for p in "$@"; do args+=(--part "$p"); done
+  $STEPS concat-parts "${args[@]}" --src-lang "$SRC" --tgt-lang "$TGT" \
+    --src-out "$WORK/raw/train.$SRC" --tgt-out "$WORK/raw/train.$TGT" \
+    --record "$WORK/raw/train.parts.json" --missing ${MISSING_PARTS[@]+"${MISSING_PARTS[@]}"}
 }
 
-# append_local_pairs "a.src:a.tgt b.src:b.tgt": add user-given parallel files to the training data
-append_local_pairs() {
-  local pair s t
+# extra_pairs_parts "a.src:a.tgt b.src:b.tgt": EXTRA_TRAIN_PAIRS as concat_parts arguments
+extra_pairs_parts() {
+  local pair i=0
   for pair in $1; do
-    s=${pair%%:*}; t=${pair#*:}
-    [[ -f $s && -f $t ]] || die "EXTRA_TRAIN_PAIRS: $s or $t does not exist"
-    [[ $(wc -l < "$s") == "$(wc -l < "$t")" ]] || die "EXTRA_TRAIN_PAIRS: $s and $t differ in length"
-  done
-  for pair in $1; do
-    s=${pair%%:*}; t=${pair#*:}
-    cat "$s" >> "$WORK/raw/train.$SRC.tmp"; cat "$t" >> "$WORK/raw/train.$TGT.tmp"
+    i=$((i + 1))
+    [[ -f ${pair%%:*} && -f ${pair#*:} ]] || die "EXTRA_TRAIN_PAIRS: ${pair%%:*} or ${pair#*:} does not exist"
+    echo "extra$i:${pair%%:*}:${pair#*:}"
   done
 }

@@ -1,7 +1,8 @@
-"""Directional self-attention (``disan``), Shen, Zhou, Long, Jiang, Pan and
+"""Directional self-attention (``disan``): Shen, Zhou, Long, Jiang, Pan and
 Zhang, AAAI 2018, "DiSAN: Directional Self-Attention Network for RNN/CNN-Free
-Language Understanding" (arXiv:1709.04696); the multi-head split is the
-``Bi_Direct`` locality baseline of Yang et al. 2019 (CSAN paper, Table 1).
+Language Understanding" (arXiv:1709.04696), and the ``Bi_Direct`` locality
+baseline of Yang et al. 2019 (CSAN paper, Table 1) as the CSAN authors wrote it
+(baosongyang/Context-Aware-SAN ``layers/attention_di.py``).
 
 Each head h gets a positional mask M^h added to the scores (-inf = blocked)::
 
@@ -12,20 +13,41 @@ Each head h gets a positional mask M^h added to the scores (-inf = blocked)::
     no-diagonal:     M_ij = 0 if j != i else -inf   (everything but itself)
     all:             M_ij = 0                        (unmasked head)
 
-``--disan-diagonal disable`` (default, as DiSAN) excludes j = i from the fw/bw
-masks; ``keep`` allows it (j <= i / j >= i).
+``--disan-diagonal`` for the fw/bw masks: ``disable`` excludes j = i (DiSAN),
+``keep`` allows it (j <= i / j >= i), ``auto`` (default) keeps it for the
+``bidirect`` layout (as attention_di.py) and disables it for the others.
 
-Heads (``--disan-directions``): ``bi`` (default, Bi_Direct) gives the first
-ceil(H/2) heads the forward mask and the others the backward mask; or a count
-list such as ``fw:4,bw:4`` or ``fw:2,bw:2,nodiag:2,all:2`` (heads in that order,
-counts summing to the number of heads), or one name per head
-(``fw,bw,fw,bw``). A single name (``fw``) applies to every head.
+Heads (``--disan-directions``):
+
+* ``bidirect`` / ``bidirect:N``: the authors' Bi_Direct (attention_di.py,
+  ``multiplicative_attention(..., num_heads - 2 * di_heads, di_heads)``): the
+  first H - 2N heads unmasked, the remaining 2N alternating fw, bw, fw, bw
+  (``tile(concat([forward, backward]), [1, di_heads, 1, 1])``), diagonal
+  included (``matrix_band_part(ones, -1, 0)``). The code has no config value
+  for N (``di_heads`` defaults to 0); the spec
+  (shared/design/csan_table1_baselines.md §6) infers N = 2 for 8 heads
+  (4 unmasked + 2 fw + 2 bw) from the authors' commented-out code, so plain
+  ``bidirect`` takes N = H / 4, half the heads directional (N = 4 for the big
+  model's 16 heads: a decision, the paper reports base only). The authors add
+  -1e9 instead of -inf; a row left without keys (with left padding, a pad
+  query of a forward head sees only pads) outputs zeros here, never NaN.
+* DiSAN's own masks: ``bi`` (default of the piece: the first ceil(H/2) heads
+  forward, the others backward, diagonal disabled); a count list such as
+  ``fw:4,bw:4`` or ``fw:2,bw:2,nodiag:2,all:2`` (heads in that order, counts
+  summing to the number of heads); one name per head (``fw,bw,fw,bw``); a
+  single name (``fw``) for every head.
+
+Architectures: ``transformer_bidirect_wmt_en_de`` /
+``transformer_bidirect_vaswani_wmt_en_de_big`` are Bi_Direct (``bidirect``,
+lower 3 encoder layers: the spec states no layers for it and the CSAN paper
+applies every locality model of Table 1 to the lowest three encoder layers);
+``transformer_disan_*`` keep DiSAN's ``bi`` masks.
 
 Sides and layers: ``--disan-sides`` (default ``encoder``) and
-``--disan-layers`` (default ``0-2``, the lower three layers, the setting of the
-CSAN paper's locality comparison). In the decoder the causal mask already hides
-later keys, so backward heads would see nothing: decoder-side DiSAN accepts
-only fw / nodiag / all heads and is refused with a message otherwise.
+``--disan-layers`` (default ``0-2``, the lower three layers). In the decoder the
+causal mask already hides later keys, so backward heads would see nothing:
+decoder-side DiSAN accepts only fw / nodiag / all heads and is refused with a
+message otherwise.
 
 A query with no allowed key (the first token of a forward head with the
 diagonal disabled, the last of a backward head) outputs zeros, never NaN (the
@@ -34,7 +56,7 @@ parameters.
 
 Not included: DiSAN's multi-dimensional (feature-wise) token2token attention
 and its fusion gate; this piece is the directional masking inside the
-Transformer's multi-head dot-product attention (the Bi_Direct baseline).
+Transformer's multi-head dot-product attention.
 
 Backends: a boolean ``allowed_mask`` (1, H, T, S): fused and explicit paths.
 """
@@ -56,14 +78,46 @@ from ..piece import (
 )
 
 DIRECTIONS = ("fw", "bw", "nodiag", "all")
-DIAGONAL = ("disable", "keep")
+DIAGONAL = ("auto", "disable", "keep")
+
+
+def bidirect_defaults(args) -> None:
+    """Defaults of ``transformer_bidirect_*``: the authors' Bi_Direct heads (diagonal
+    included through ``--disan-diagonal auto``); explicit flags still win."""
+    args.disan_directions = getattr(args, "disan_directions", "bidirect")
+
+
+def bidirect_layout(spec: str, num_heads: int, flag: str) -> List[str]:
+    """``bidirect[:N]``: H - 2N unmasked heads, then N times (fw, bw)."""
+    _, _, count = spec.partition(":")
+    n = num_heads // 4
+    if count:
+        try:
+            n = int(count)
+        except ValueError:
+            n = -1
+    if n < 1 or 2 * n > num_heads:
+        raise PieceConfigError(
+            f"{flag}: {spec!r} needs N directional pairs with 1 <= N <= {num_heads // 2} "
+            f"({num_heads} heads; plain 'bidirect' takes N = heads/4 = {num_heads // 4})"
+        )
+    return ["all"] * (num_heads - 2 * n) + ["fw", "bw"] * n
+
+
+def keeps_diagonal(args) -> bool:
+    """``--disan-diagonal``: auto = keep for the bidirect layout, disable for DiSAN's masks."""
+    if args.disan_diagonal == "auto":
+        return str(args.disan_directions).strip().lower().startswith("bidirect")
+    return args.disan_diagonal == "keep"
 
 
 def parse_directions(spec, num_heads: int, flag: str = "--disan-directions") -> List[str]:
     """Per-head direction names for ``num_heads`` heads; raises naming ``flag``."""
     text = str(spec).strip().lower()
-    allowed = (f"'bi', one of {list(DIRECTIONS)}, counts such as 'fw:4,bw:4' summing to "
-               f"{num_heads}, or {num_heads} comma-separated names")
+    allowed = (f"'bidirect[:N]', 'bi', one of {list(DIRECTIONS)}, counts such as 'fw:4,bw:4' "
+               f"summing to {num_heads}, or {num_heads} comma-separated names")
+    if text.startswith("bidirect"):
+        return bidirect_layout(text, num_heads, flag)
     if text == "bi":
         n_fw = (num_heads + 1) // 2
         return ["fw"] * n_fw + ["bw"] * (num_heads - n_fw)
@@ -112,12 +166,15 @@ class DirectionalSelfAttention(AttentionPiece):
     @classmethod
     def add_args(cls, parser):
         parser.add_argument("--disan-directions", type=str, metavar="SPEC",
-                            help="DiSAN per-head masks: 'bi' (half forward, half backward; "
-                                 "default), one of fw/bw/nodiag/all for every head, counts "
-                                 "'fw:4,bw:4' in head order, or one name per head")
+                            help="DiSAN per-head masks: 'bidirect[:N]' (the CSAN authors' "
+                                 "Bi_Direct: H-2N unmasked heads, then N x fw,bw; N = H/4 by "
+                                 "default), 'bi' (DiSAN: half forward, half backward; default), "
+                                 "one of fw/bw/nodiag/all for every head, counts 'fw:4,bw:4' in "
+                                 "head order, or one name per head")
         parser.add_argument("--disan-diagonal", type=str, metavar="MODE",
-                            help="DiSAN forward/backward masks: 'disable' the query's own "
-                                 "position (paper, default) or 'keep' it")
+                            help="forward/backward masks: 'keep' the query's own position, "
+                                 "'disable' it (DiSAN) or 'auto' (default: keep for bidirect, "
+                                 "disable otherwise)")
         parser.add_argument("--disan-sides", type=str, metavar="SIDES",
                             help="DiSAN in self-attention of: 'encoder' (default), 'decoder' or "
                                  "'encoder,decoder' (decoder: fw/nodiag/all heads only)")
@@ -127,7 +184,7 @@ class DirectionalSelfAttention(AttentionPiece):
     @classmethod
     def set_defaults(cls, args):
         args.disan_directions = getattr(args, "disan_directions", "bi")
-        args.disan_diagonal = getattr(args, "disan_diagonal", "disable")
+        args.disan_diagonal = getattr(args, "disan_diagonal", "auto")
         args.disan_sides = getattr(args, "disan_sides", "encoder")
         args.disan_layers = getattr(args, "disan_layers", "0-2")
 
@@ -149,7 +206,7 @@ class DirectionalSelfAttention(AttentionPiece):
         if not covers_site(args, "disan", site):
             return None
         return cls(site, parse_directions(args.disan_directions, site.num_heads),
-                   args.disan_diagonal == "keep")
+                   keeps_diagonal(args))
 
     def __init__(self, site: AttentionSite, directions: List[str], keep_diagonal: bool = False):
         super().__init__(site)

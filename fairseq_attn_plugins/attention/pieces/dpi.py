@@ -47,7 +47,11 @@ configuration ``--dpi-mode p --no-token-positional-embeddings`` (fairseq's
 flag; it removes the embeddings of encoder AND decoder, so use
 ``--dpi-sides both`` then). The piece never turns the embeddings off itself;
 :func:`san_p_defaults` holds these defaults for an architecture that
-documents them (e.g. ``register_variant("dpi_sanp", "dpi", san_p_defaults)``).
+documents them: ``transformer_dpi_sanp_*``. SAN+P+R (both tables, no token
+position embeddings, the paper's combined replacement of the embeddings) is
+:func:`san_pr_defaults`: ``transformer_dpi_sanpr_*``. The plain ``dpi``
+architectures keep fairseq's sinusoidal embeddings and add P+R on top (SAN+PE
+plus the tables, not a configuration of the paper).
 
 Backends: fused and explicit (the tables are an additive bias).
 """
@@ -85,6 +89,16 @@ def san_p_defaults(args) -> None:
     both sides. Explicit flags still win (``getattr`` defaults)."""
     args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", True)
     args.dpi_mode = getattr(args, "dpi_mode", "p")
+    args.dpi_sides = getattr(args, "dpi_sides", "both")
+
+
+def san_pr_defaults(args) -> None:
+    """Defaults of the paper's SAN+P+R (its Tables 2b/2c row "SAN+P+R"): A^p + A^r
+    replace the position embeddings ("we propose to replace embeddings with a direct
+    position interaction matrix"), so ``--dpi-mode pr`` with fairseq's token position
+    embeddings off and the tables on both sides, first layer. Explicit flags still win."""
+    args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", True)
+    args.dpi_mode = getattr(args, "dpi_mode", "pr")
     args.dpi_sides = getattr(args, "dpi_sides", "both")
 
 

@@ -171,9 +171,12 @@ def mark_arrow(mark: str, delta: Optional[float]) -> str:
 
 
 def format_markdown(table: Dict) -> str:
-    out = ["| Model | Parameter | Speed | BLEU | △ | p (bs / ar) | Parameter, base size "
-           "| paper: Parameter | Speed | BLEU | △ |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    # recipe runs (scores.json) also have the tokenised BLEU the paper reports
+    tok = any(r.get("tok_bleu") is not None for r in table["rows"])
+    out = ["| Model | Parameter | Speed | BLEU | △ | p (bs / ar) |" + (" tok. BLEU | tok. △ |" if tok else "")
+           + " Parameter, base size | paper: Parameter | Speed | BLEU | △ |",
+           "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if tok else "") + "---:|---:|---:|---:|---:|"]
+    base_tok = table["rows"][0].get("tok_bleu")
     for r in table["rows"]:
         first = r["params_delta"] is None
         pp = r["paper"]
@@ -188,13 +191,19 @@ def format_markdown(table: Dict) -> str:
         p_params = f"{pp['params']:.1f}M" if first else f"+{pp['params']:.1f}M"
         p_speed = f"{pp['speed']:.2f}" if first else f"{pp['speed']:+.2f}"
         p_delta = "-" if first else f"{pp['delta']:+.2f}"
+        tok_cells = ""
+        if tok:
+            t = r.get("tok_bleu")
+            tok_cells = " ? | ? |" if t is None else f" {t:.2f} | " + (
+                "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
         out.append(f"| {r['label']} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
-                   f"| {delta} | {pvals} | {full} | {p_params} | {p_speed} | {pp['bleu']:.2f} | {p_delta} |")
+                   f"| {delta} | {pvals} |{tok_cells} {full} | {p_params} | {p_speed} | {pp['bleu']:.2f} | {p_delta} |")
     out += ["",
             "Parameter: the model's parameters (baseline) and the increase over the baseline; Speed: "
             "training steps (updates) per second, and its difference; △: BLEU over the baseline. "
             "↑/⇑ (↓/⇓): significantly better (worse) than the baseline, p < 0.05 / 0.01 in both paired "
             "bootstrap resampling and paired approximate randomisation (sacreBLEU). "
+            "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
             "\"Parameter, base size\": each architecture built at Transformer-base size with its "
             "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De)."]
     for test, sigs in table["signature"].items():

@@ -232,6 +232,7 @@ def check_table1(work, keys):
     out = os.path.join(work, "table1")
     table = json.load(open(os.path.join(out, "table1.json")))
     md = read(os.path.join(out, "table1.md"))
+    head = [c.strip() for c in md[0].split("|")[1:-1]]
     refs = read(os.path.join(work, "raw", "test.de"))
     assert [r["key"] for r in table["rows"]] == keys
     base = table["rows"][0]
@@ -260,7 +261,12 @@ def check_table1(work, keys):
         cells = [c.strip() for c in line.split("|")[1:-1]]
         assert cells[1] == table1.fmt_params_delta(count - base_count)
         assert cells[2] == f"{r['speed_delta']:+.2f}" and cells[3].startswith(f"{r['bleu']:.2f}")
-        assert cells[4] == f"{r['delta']:+.2f}" and cells[6] == table1.fmt_params_delta(full - base_full)
+        assert cells[4] == f"{r['delta']:+.2f}" and cells[head.index("Parameter, base size")] == \
+            table1.fmt_params_delta(full - base_full)
+        # the paper's metric from the run's scores.json, and its difference
+        tok = json.load(open(os.path.join(r["run_dir"], "scores.json")))["tokenized_bleu"]
+        assert cells[head.index("tok. BLEU")] == f"{tok:.2f}"
+        assert cells[head.index("tok. △")] == f"{tok - base['tok_bleu']:+.2f}"
     return table
 
 

@@ -151,10 +151,11 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
 
 
 def fmt_params_delta(n: int) -> str:
-    """``+0.1M`` as the paper prints it; below 0.05M (toy models) in thousands."""
+    """``+0.1M`` as the paper prints it; below 0.05M (toy models, Neighbor's scalars) in
+    thousands, below 1000 exactly."""
     if n == 0 or abs(n) >= 50_000:
         return f"{n / 1e6:+.1f}M"
-    return f"{n / 1e3:+.1f}K"
+    return f"{n / 1e3:+.1f}K" if abs(n) >= 1000 else f"{n:+d}"
 
 
 def fmt_params(n: int) -> str:

@@ -362,7 +362,7 @@ def test_demo_writes_table1_only_for_table1_rows(tmp_path):
     t = json.loads((out / "table1.json").read_text())
     assert [r["key"] for r in t["rows"]] == ["baseline", "csan2d"] and t["rows"][1]["params_delta"] == 1
     assert t["rows"][1]["base_size_params_delta"] == 0  # CSAN adds no parameters at base size either
-    assert "| + 2D-CSans | +0.0K | +1.00 |" in (out / "table1.md").read_text()
+    assert "| + 2D-CSans | +1 | +1.00 |" in (out / "table1.md").read_text()
     # disan is not a Table 1 row: no table1, and none left from before
     demo.Pipeline(str(out), profile, [archs[0], archs[2]], 1, 1).write_table1()
     assert not (out / "table1.json").exists() and not (out / "table1.md").exists()

@@ -5,7 +5,7 @@ self-attention k_proj.weight and overall, for each backend restriction."""
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from fairseq_attn_plugins import benchmark as B
+from fairseq_attn_plugins import bench as B
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 
 dev = torch.device("cuda")

@@ -16,7 +16,9 @@ def add_attention_args(parser) -> None:
     group.add_argument(
         "--attn-backend", type=str, metavar="BACKEND",
         help="attention backend: 'auto' (fused scaled_dot_product_attention whenever every "
-             "piece allows it), 'fused' or 'explicit' (default auto)",
+             "piece allows it; on CUDA flex_attention for relpos kv/tied and long CSAN windows), "
+             "'fused', 'explicit', or 'flex' (flex_attention for relpos kv/tied and band-masked "
+             "layers on any device; needs --attention-dropout 0) (default auto)",
     )
     for cls in PIECES.values():
         cls.add_args(group)
@@ -48,6 +50,16 @@ def validate_attention_args(args) -> None:
         raise PieceConfigError(
             f"--attn-backend must be one of {list(BACKENDS)} (got {args.attn_backend!r})"
         )
+    if args.attn_backend == "flex":
+        from . import flex
+
+        if not flex.HAVE_FLEX:
+            raise PieceConfigError("--attn-backend flex needs torch.nn.attention.flex_attention "
+                                   "(torch >= 2.9)")
+        if getattr(args, "attention_dropout", 0.0):
+            raise PieceConfigError(
+                f"--attn-backend flex: flex_attention has no attention dropout; needs "
+                f"--attention-dropout 0 (got {args.attention_dropout})")
     classes = selected_pieces(args)
     names = [c.name for c in classes]
     for c in classes:

@@ -15,7 +15,13 @@ with the pieces (see :mod:`.piece`) filling the hooks. Two backends:
   transform it, and whenever attention weights are requested).
 
 ``backend="auto"`` picks the fused path whenever every active piece allows it
-and no weights are requested. Shapes follow fairseq: input ``(T, B, C)``,
+and no weights are requested. Third, ``flex`` (:mod:`.flex`,
+``torch.nn.attention.flex_attention``): relative positions with keys and values
+(relpos kv/tied as the layer's only piece) without the probability matrix, and
+band-masked layers (CSAN windows) with the blocks outside the band skipped.
+``auto`` takes it on CUDA only (relpos kv/tied always, bands from
+``flex.FLEX_WINDOW_MIN_LEN`` positions), with attention dropout 0 and no weights
+requested; ``--attn-backend flex`` forces it on any device (the CPU tests). Shapes follow fairseq: input ``(T, B, C)``,
 ``key_padding_mask`` ``(B, S)`` with True = pad.
 
 A query whose keys are all masked by a piece (e.g. a CSAN window lying in
@@ -30,7 +36,7 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
-from . import local
+from . import flex, local
 from .piece import AttentionContext, AttentionPiece, AttentionSite
 
 try:  # torch >= 2.3
@@ -54,7 +60,7 @@ def sdpa_backends(q: Tensor, mask: Optional[Tensor], piece_shaped: bool):
         return sdpa_kernel(_NO_CUDNN)
     return nullcontext()
 
-BACKENDS = ("auto", "fused", "explicit")
+BACKENDS = ("auto", "fused", "explicit", "flex")
 
 
 class PluginSelfAttention(MultiheadAttention):
@@ -94,6 +100,16 @@ class PluginSelfAttention(MultiheadAttention):
         # long sequences take the block-local fused path (attention/local.py)
         bands = [p.band_half for p in pieces if getattr(p, "band_half", None) is not None]
         self._band_half = min(bands) if bands else None
+        # relpos kv/tied alone in the layer: the flex_attention path (attention/flex.py)
+        self._flex_piece = (pieces[0] if len(pieces) == 1 and getattr(pieces[0], "flex_path_ok", False)
+                            else None)
+        if backend == "flex":
+            if not flex.HAVE_FLEX:
+                raise ValueError("--attn-backend flex needs torch.nn.attention.flex_attention "
+                                 "(torch >= 2.9)")
+            if dropout > 0 and (self._flex_piece is not None or self._band_half is not None):
+                raise ValueError(f"--attn-backend flex: flex_attention has no attention dropout; "
+                                 f"needs --attention-dropout 0 (got {dropout})")
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
@@ -108,6 +124,21 @@ class PluginSelfAttention(MultiheadAttention):
                 raise RuntimeError(f"--attn-backend fused: pieces {names} need the explicit path")
             return False
         return True
+
+    def uses_flex_relpos(self, need_weights: bool, dropout_p: float, on_cuda: bool) -> bool:
+        """relpos kv/tied through flex_attention: forced by backend flex, on CUDA by auto."""
+        if self._flex_piece is None or need_weights or self.backend not in ("auto", "flex"):
+            return False
+        if self.backend == "flex":
+            return True
+        return on_cuda and dropout_p == 0 and flex.HAVE_FLEX
+
+    def _use_flex_window(self, factor, tgt_len, src_len, incremental_state, dropout_p, q) -> bool:
+        """Band-masked self-attention through block-sparse flex_attention."""
+        if (self._band_half is None or self.backend not in ("auto", "flex") or dropout_p > 0
+                or incremental_state is not None or tgt_len != src_len or not flex.HAVE_FLEX):
+            return False
+        return self.backend == "flex" or (q.is_cuda and tgt_len >= flex.FLEX_WINDOW_MIN_LEN)
 
     # ------------------------------------------------------------------
     def forward(
@@ -170,6 +201,14 @@ class PluginSelfAttention(MultiheadAttention):
             cache=saved if incremental_state is not None else None,
         )
 
+        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        if self.uses_flex_relpos(need_weights, dropout_p, q.is_cuda):
+            if dropout_p > 0:
+                raise RuntimeError("--attn-backend flex: flex_attention has no attention dropout")
+            out = self._flex_piece.flex_forward(q, k, v, start, kpm, attn_mask, self.scaling)
+            out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B, H, T, D) -> (T, B, C)
+            return self.out_proj(out), None
+
         for p in self.pieces:
             q, k, v = p.transform_qkv(q, k, v, ctx)
 
@@ -221,9 +260,11 @@ class PluginSelfAttention(MultiheadAttention):
             empty = ~allowed.any(dim=-1, keepdim=True)
             allowed = allowed | empty
 
-        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         weights: Optional[Tensor] = None
-        if self.uses_fused_path(need_weights):
+        if self.uses_fused_path(need_weights) and self._use_flex_window(
+                factor, tgt_len, src_len, incremental_state, dropout_p, q):
+            out = flex.masked_attention(q, k, v, bias, allowed, self.scaling)  # (B, H, T, D)
+        elif self.uses_fused_path(need_weights):
             mask = allowed
             if bias is not None:
                 mask = bias.to(q.dtype)

@@ -7,7 +7,9 @@ Examples::
     fairseq-attn-bench --device cuda --preset base --mode sweep   # encoder, lengths 32..1024
     fairseq-attn-bench --device cuda --mode numerics              # fp16 finite + fused==explicit
 
-See docs/benchmark.md. The code is in :mod:`fairseq_attn_plugins.benchmark`.
+    fairseq-attn-bench --device cuda --preset base --mode scaling  # stock base vs big: time vs FLOP ratio
+
+See docs/benchmark.md. The code is in :mod:`fairseq_attn_plugins.bench`.
 """
 
 import argparse
@@ -17,7 +19,7 @@ import os
 import sys
 import tempfile
 
-from .. import benchmark as B
+from .. import bench as B
 
 
 def _positive(text):
@@ -40,9 +42,10 @@ def build_parser():
                         "Default: small on cpu, base on cuda")
     p.add_argument("--dtype", choices=sorted(B.DTYPES),
                    help="default fp32 on cpu, fp16 on cuda")
-    p.add_argument("--mode", choices=["train", "sweep", "all", "numerics"], default="train",
+    p.add_argument("--mode", choices=[*B.MODES, "numerics"], default="train",
                    help="train: training + inference (default); sweep: encoder alone over "
-                        "sequence lengths; all: both; numerics: fp16 check of every architecture")
+                        "sequence lengths; all: both; scaling: stock base vs big, measured time "
+                        "ratio next to the FLOP ratio; numerics: fp16 check of every architecture")
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")

@@ -32,7 +32,8 @@ import fairseq_attn_plugins
 from fairseq_attn_plugins import table1
 from fairseq_attn_plugins.toy_corpus import write_corpus
 
-from .results import collect, format_markdown, parse_train_log, write_text_atomic
+from ..curves import plot_curves
+from .results import collect, format_markdown, write_text_atomic
 from .significance import write_json_atomic
 
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
@@ -271,33 +272,9 @@ class Pipeline:
 
 
 def plot_learning_curves(runs, png_path: str) -> None:
-    import logging
-
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import leaves DEBUG on
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for name, run in runs:
-        epochs = parse_train_log(os.path.join(run, "train.log"))["epochs"]
-        tr = [(e["num_updates"], e["train_loss"]) for e in epochs if "train_loss" in e]
-        va = [(e["valid_num_updates"], e["valid_loss"]) for e in epochs if "valid_loss" in e]
-        if tr:
-            axes[0].plot(*zip(*tr), marker="o", label=name)
-        if va:
-            axes[1].plot(*zip(*va), marker="o", label=name)
-    for ax, title in zip(axes, ("training loss", "validation loss")):
-        ax.set_xlabel("updates")
-        ax.set_ylabel("loss (base 2, label-smoothed)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    tmp = png_path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png_path)
+    """Training and validation loss against updates and wall-clock time (the plot of
+    ``fairseq-attn-results --curves``, one run per architecture)."""
+    plot_curves([(name, [run]) for name, run in runs], png_path)
 
 
 def main(argv=None) -> int:

@@ -14,20 +14,22 @@ A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
   (compound-split for En-De) and the number of training pairs, shown as two more columns.
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...]
-[--json FILE] [--md FILE] [--tokenize 13a]``.
+[--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]``.
+
+Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
+one row per system with BLEU as mean ± sample std (n-1) and a mark only when every
+seed pair against the baseline is significant (:mod:`fairseq_attn_plugins.seeds`).
+``--curves FILE.png``: learning curves of every run (:mod:`fairseq_attn_plugins.curves`).
 """
 
 import argparse
-import json
 import os
-import re
 import sys
 from typing import Dict, Optional, Sequence, Tuple
 
+from .. import seeds
+from ..curves import plot_curves, read_log_records
 from .significance import paired_tests, read_lines, significance_mark, write_json_atomic
-
-_PARAMS = re.compile(r"num\. shared model params: ([\d,]+)")
-_JSON_TAIL = re.compile(r"\| (train|valid) \| (\{.*\})\s*$")
 
 
 def parse_train_log(path: str) -> Dict:
@@ -37,23 +39,18 @@ def parse_train_log(path: str) -> Dict:
     """
     params = None
     epochs: Dict[int, Dict] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            m = _PARAMS.search(line)
-            if m:
-                params = int(m.group(1).replace(",", ""))
-                continue
-            m = _JSON_TAIL.search(line)
-            if not m:
-                continue
-            kind, stats = m.group(1), json.loads(m.group(2))
-            ep = epochs.setdefault(int(stats["epoch"]), {"epoch": int(stats["epoch"])})
-            if kind == "train":
-                ep.update(train_loss=float(stats["train_loss"]), train_wps=float(stats["train_wps"]),
-                          train_ups=float(stats["train_ups"]), num_updates=int(float(stats["train_num_updates"])))
-            else:
-                ep.update(valid_loss=float(stats["valid_loss"]),
-                          valid_num_updates=int(float(stats["valid_num_updates"])))
+    for kind, stats in read_log_records(path):  # the parser shared with the learning curves
+        if kind == "params":
+            params = stats["params"]
+        if kind not in ("train", "valid"):
+            continue
+        ep = epochs.setdefault(int(stats["epoch"]), {"epoch": int(stats["epoch"])})
+        if kind == "train":
+            ep.update(train_loss=float(stats["train_loss"]), train_wps=float(stats["train_wps"]),
+                      train_ups=float(stats["train_ups"]), num_updates=int(float(stats["train_num_updates"])))
+        else:
+            ep.update(valid_loss=float(stats["valid_loss"]),
+                      valid_num_updates=int(float(stats["valid_num_updates"])))
     curve = [epochs[k] for k in sorted(epochs)]
     speeds = [e for e in curve if "train_wps" in e]
     return {
@@ -163,25 +160,43 @@ def write_text_atomic(text: str, path: str) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fairseq-attn-results", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--ref", required=True, help="detokenised reference of the test set")
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=seeds.HELP)
+    p.add_argument("--ref", help="detokenised reference of the test set (required unless only --curves)")
     p.add_argument("runs", nargs="+", help="run directories (train.log + hyp.txt); the first is the baseline")
-    p.add_argument("--names", nargs="+", help="system names (default: run directory names)")
+    p.add_argument("--names", nargs="+", help="system names (default: run directory names without a "
+                   "'_seed<N>' suffix); runs with the same name are seeds of one system: BLEU is then "
+                   "printed as mean ± sample std (n-1) over seeds, and marked significant only if it is so "
+                   "against the baseline for every pair of seeds (see fairseq_attn_plugins/seeds.py)")
+    p.add_argument("--curves", metavar="FILE.png", help="draw training/validation loss (and validation BLEU "
+                   "if logged) against updates and wall-clock time from the runs' train.log; seeds as "
+                   "mean ± std bands")
     p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (zh for Chinese, ja-mecab for Japanese)")
     p.add_argument("--bs-samples", type=int, default=1000)
     p.add_argument("--ar-trials", type=int, default=10000)
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
     p.add_argument("--md", metavar="FILE", help="write the table as markdown")
     args = p.parse_args(argv)
-    names = args.names or [os.path.basename(os.path.normpath(d)) for d in args.runs]
+    names = args.names or seeds.default_names(args.runs)
     if len(names) != len(args.runs):
         p.error(f"--names: {len(names)} names for {len(args.runs)} runs")
+    if not args.ref and not args.curves:
+        p.error("--ref is required (unless only --curves is asked for)")
     try:
-        table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials)
+        groups = seeds.group_runs(names, args.runs)
+        if args.curves:
+            plot_curves([(n, [d for _, d in rs]) for n, rs in groups.items()], args.curves)
+            print(f"learning curves: {args.curves}")
+        if not args.ref:
+            return 0
+        if len(groups) < len(args.runs):  # several seeds of a system
+            table = seeds.collect_seeds(groups, args.ref, args.tokenize, args.bs_samples, args.ar_trials)
+            md = seeds.format_markdown(table)
+        else:
+            table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials)
+            md = format_markdown(table)
     except (FileNotFoundError, ValueError) as e:
         print(f"fairseq-attn-results: error: {e}", file=sys.stderr)
         return 2
-    md = format_markdown(table)
     print(md)
     if args.md:
         write_text_atomic(md + "\n", args.md)

@@ -267,7 +267,7 @@ train_main() {
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   $STEPS check-arch "$ARCH" || exit 2
   [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
-  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH}
+  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   # the data-bin must be the one prepared with these settings; a run directory stays on its data
   prepare_settings
   $STEPS check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
@@ -331,6 +331,11 @@ train_main() {
     args+=(--distributed-world-size "$NGPUS")
     launch=("$PYTHON" -m fairseq_cli.train)
   fi
+  # fairseq 0.12 re-run on a finished run still makes one more update: a finished run is skipped
+  local finished="max_update=$MAX_UPDATE extra=${EXTRA_ARGS:-}"
+  if [[ -f "$SAVE_DIR/.trained" && "$(cat "$SAVE_DIR/.trained")" == "$finished" ]]; then
+    log "trained before ($finished): skipped; delete $SAVE_DIR/.trained to train again"; return 0
+  fi
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
@@ -351,6 +356,7 @@ train_main() {
   for r in "${pids[@]}"; do wait "$r" || rc=$(( rc ? rc : $? )); done
   trap - EXIT
   (( rc == 0 )) || die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from checkpoint_last.pt"
+  echo "$finished" > "$SAVE_DIR/.trained"
   log "trained: $SAVE_DIR"
 }
 
@@ -358,7 +364,7 @@ train_main() {
 evaluate_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
-  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH}
+  SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   local big=0; [[ $ARCH == *_big ]] && big=1
   N_AVG=${N_AVG:-$( ((big)) && echo 20 || echo 5 )}   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
   BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
 # wat17_ja_en: evaluate (settings in env.sh, steps in ../lib/common.sh; see README.md)
 . "$(dirname "$0")/env.sh"
-evaluate_main "$@"
+. "$(dirname "$0")/../lib/seeds.sh"
+for_each_seed evaluate_main "$@"

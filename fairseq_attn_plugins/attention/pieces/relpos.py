@@ -51,6 +51,12 @@ Backends: the key term is an additive score bias (fused-compatible); the value
 term needs the probabilities, so ``kv`` and ``tied`` run on the explicit path
 while ``k`` runs on the fused path (``auto`` picks it; ``--attn-backend fused``
 is accepted for ``k`` and refused for ``kv``/``tied`` at model build).
+``kv``/``tied`` have a third path, ``flex`` (:func:`..flex.relpos_attention`): the
+key term as a flex_attention ``score_mod``, the value term rebuilt from the
+log-sum-exp (window probabilities + the two tails' masses), no probability
+matrix. ``auto`` takes it on CUDA when relpos is the layer's only piece and
+attention dropout is 0; ``--attn-backend flex`` forces it (CPU tests). The
+explicit path stays the reference.
 """
 
 import logging
@@ -59,6 +65,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
+from .. import flex
 from ..piece import (
     AttentionPiece,
     AttentionSite,
@@ -201,6 +208,17 @@ class RelativePositions(AttentionPiece):
         # sum the probabilities falling on each table row, then one small matmul
         per_row = probs.new_zeros(B, H, T, 2 * self.k + 1).scatter_add_(-1, idx, probs)
         return torch.matmul(per_row, table.to(probs.dtype))
+
+    @property
+    def flex_path_ok(self) -> bool:
+        """kv/tied have a value term: the flex path is what avoids the probability matrix."""
+        return self.value_table() is not None
+
+    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
+                     attn_mask, scale: float) -> Tensor:
+        """The whole attention of this layer through flex_attention, (B, H, T, D)."""
+        return flex.relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k, start,
+                                     key_padding_mask, attn_mask, scale)
 
     def extra_repr(self):
         return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"

@@ -1,0 +1,171 @@
+"""Verdicts (PASS / MISS / unmeasured) and Markdown rendering."""
+
+import datetime
+import platform
+
+import torch
+
+from .systems import LONG, LONG_TARGETS, STOCK, is_windowed, memory_target
+from .timing import MAX_SPREAD, _status, fmt_ratio
+
+
+def verdicts(report, targets) -> dict:
+    """PASS / MISS per system and target; a speed ratio whose per-round spread exceeds
+    +-3 % is "unmeasured" (never PASS/MISS). Memory ratios (peaks, no timing noise) are
+    judged directly."""
+    import fnmatch
+
+    v = {}
+    paths = {s["name"]: s.get("attention_paths") for s in report["systems"]}
+    train = report.get("train", {}).get("systems", {})
+    for name, e in train.items():
+        if name == STOCK:
+            continue
+        item = {"speed_target": targets.get(name), "speed": _status(e["ratio"], targets.get(name))}
+        fused = bool(paths.get(name)) and paths[name]["explicit"] == 0
+        mt = memory_target(name, fused)
+        item["memory_target"] = mt
+        item["memory"] = "n/a" if mt is None else ("PASS" if e["mem_ratio"] <= mt else "MISS")
+        v[name] = item
+    sweep = report.get("sweep", {}).get("lengths", {})
+    for L, entry in sweep.items():
+        if int(L) < LONG:
+            continue
+        for name, e in entry.get("systems", {}).items():
+            if name == STOCK:
+                continue
+            if is_windowed(name):
+                v.setdefault(name, {})[f"long_{L}"] = _status(e["ratio"], 1.0)
+            for pattern, at, speed, mem in LONG_TARGETS:
+                if int(L) == at and fnmatch.fnmatchcase(name, pattern):
+                    v.setdefault(name, {})[f"long_{L}"] = _status(e["ratio"], speed)
+                    v[name][f"long_{L}_memory"] = "PASS" if e["mem_ratio"] <= mem else "MISS"
+    return v
+
+
+def meta(device, preset, dtype, mode, cfg) -> dict:
+    import fairseq
+
+    m = {"date": datetime.date.today().isoformat(), "device": str(device), "preset": preset,
+         "dtype": dtype, "mode": mode, "torch": torch.__version__, "fairseq": fairseq.__version__,
+         "python": platform.python_version(), "machine": platform.machine(),
+         "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()}}
+    if device.type == "cuda":
+        m["gpu"] = torch.cuda.get_device_name(device)
+        m["cuda"] = torch.version.cuda
+    return m
+
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------
+def _fmt(x, nd=2):
+    return "-" if x is None else (f"{x:.{nd}f}" if isinstance(x, float) else str(x))
+
+
+def render(report: dict) -> str:
+    """Markdown tables of absolute figures, ratios to stock fairseq and verdicts."""
+    m = report["meta"]
+    if "scaling" in report:
+        return render_scaling(report)
+    lines = [f"### {m['preset']} preset, {m['dtype']} on {m.get('gpu', m['device'])} "
+             f"(torch {m['torch']}, fairseq {m['fairseq']}, {m['date']})", ""]
+    errs = [s for s in report["systems"] if "error" in s]
+    for s in errs:
+        lines.append(f"- **{s['name']}** could not be built: {s['error']}")
+    v = report.get("verdicts", {})
+    tr, inf = report.get("train"), report.get("infer")
+    if tr:
+        lines += [f"Training: {tr['batches']} batches x update-freq {tr.get('update_freq', 1)}, "
+                  f"{tr['tokens_per_pass']} target tokens per pass, {tr['passes']} pass(es) per "
+                  f"measurement, {tr['repeats']} interleaved rounds, timed by {tr.get('timer', '?')}; "
+                  f"ratio = median of per-round ratios to stock fairseq +- their spread (half the "
+                  f"range); a ratio spread beyond +-{100 * MAX_SPREAD:.0f}% is unmeasured.", ""]
+        head = "| system | train tok/s | ratio +-spread | target | speed | peak MB | mem ratio | mem |"
+        sep = "|---|---:|---|---:|---|---:|---:|---|"
+        if inf:
+            head += " infer sent/s | infer ratio |"
+            sep += "---:|---:|"
+        lines += [head, sep]
+        for name, e in tr["systems"].items():
+            r = e["ratio"]
+            vv = v.get(name, {})
+            row = (f"| {name} | {e['tokens_per_s']['median']:.0f} | "
+                   f"{fmt_ratio(r)} | "
+                   f"{_fmt(vv.get('speed_target'))} | {vv.get('speed', 'reference')} | "
+                   f"{e['peak_mem_mb']:.0f} | {e['mem_ratio']:.3f} | {vv.get('memory', 'reference')} |")
+            if inf:
+                ie = inf["systems"][name]
+                row += f" {ie['sentences_per_s']['median']:.1f} | {fmt_ratio(ie['ratio'])} |"
+            lines.append(row)
+        lines.append("")
+    sw = report.get("sweep")
+    if sw:
+        lengths = list(sw["lengths"])
+        names = []
+        for e in sw["lengths"].values():
+            names += [n for n in e.get("systems", {}) if n not in names]
+        lines += [f"Encoder-only length sweep (forward + backward, {sw['tokens_per_batch']} tokens "
+                  f"per batch): throughput ratio to stock fairseq (median +-spread) / activation "
+                  f"memory ratio.",
+                  "", "| system | " + " | ".join(f"L={L}" for L in lengths) + " |",
+                  "|---|" + "---|" * len(lengths)]
+        for name in names:
+            cells = []
+            for L in lengths:
+                e = sw["lengths"][L].get("systems", {}).get(name)
+                f = sw["lengths"][L].get("failed", {}).get(name)
+                cells.append(f"{e['ratio']['median']:.2f} +-{100 * e['ratio']['spread']:.0f}% / "
+                             f"{e['mem_ratio']:.2f}" if e else
+                             ("OOM" if f else "-"))
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        ref_row = [f"{sw['lengths'][L]['systems'][STOCK]['tokens_per_s']['median']:.0f}"
+                   if STOCK in sw["lengths"][L].get("systems", {}) else "-" for L in lengths]
+        lines.append(f"| (stock tok/s) | " + " | ".join(ref_row) + " |")
+        for name, err in sw.get("build_errors", {}).items():
+            lines.append(f"- **{name}** could not be built for the sweep: {err}")
+        long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()
+                  if k.startswith("long_")]
+        if long_v:
+            lines += ["", f"Long-sequence targets (windowed faster than dense stock at L >= {LONG}; "
+                      f"relpos >= 0.7 and memory <= 1.5 at L = 1024): " + "; ".join(long_v)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def render_numerics(num: dict) -> str:
+    lines = [f"fp16 numerics ({num['dtype']} on {num['device']}, tolerance {num['tolerance']}): "
+             f"{'all OK' if num['ok'] else 'FAILURES'}", "",
+             "| arch | finite | fused vs explicit out / grad | fused vs fp32 out / grad | "
+             "explicit vs fp32 out / grad | flex vs explicit out / grad | ok |",
+             "|---|---|---|---|---|---|---|"]
+    for arch, e in num["archs"].items():
+        if "error" in e:
+            lines.append(f"| {arch} | error: {e['error']} | | | | | FAIL |")
+            continue
+        lines.append(
+            f"| {arch} | {e['finite']} | {e['fused_vs_explicit_out']:.1e} / {e['fused_vs_explicit_grad']:.1e} | "
+            f"{e['fused_vs_fp32_out']:.1e} / {e['fused_vs_fp32_grad']:.1e} | "
+            f"{e['explicit_vs_fp32_out']:.1e} / {e['explicit_vs_fp32_grad']:.1e} | "
+            + (f"{e['flex_vs_explicit_out']:.1e} / {e['flex_vs_explicit_grad']:.1e} | "
+               if "flex_vs_explicit_out" in e else "- (CUDA only) | ")
+            + f"{'OK' if e['ok'] else 'FAIL'} |")
+    return "\n".join(lines) + "\n"
+
+
+def render_scaling(report: dict) -> str:
+    """Stock base vs big: measured time ratio (spread) next to the FLOP ratio."""
+    m, sc = report["meta"], report["scaling"]
+    r = sc["time_ratio"]
+    sec = sc["seconds"]
+    verdict = "unmeasured" if r["spread"] > MAX_SPREAD else (
+        f"time / FLOP ratio = {r['median'] / sc['flop_ratio']:.2f}")
+    return "\n".join([
+        f"### stock base vs big, {m['preset']} preset, {m['dtype']} on {m.get('gpu', m['device'])} "
+        f"(torch {m['torch']}, {m['date']})", "",
+        "| model | seconds per pass (median +-spread) | training FLOPs per pass |", "|---|---:|---:|",
+        f"| base | {fmt_ratio(sec['base'])} | {sc['flops_per_pass']['base']:.3e} |",
+        f"| big | {fmt_ratio(sec['big'])} | {sc['flops_per_pass']['big']:.3e} |", "",
+        f"time ratio big/base {fmt_ratio(r)} vs FLOP ratio {sc['flop_ratio']:.3f}: {verdict}", ""])

@@ -1,0 +1,95 @@
+"""The benchmark driver: build every system, then train / infer / sweep interleaved."""
+
+import gc
+
+import torch
+
+from .infer import bench_infer
+from .report import meta, verdicts
+from .sweep import bench_sweep
+from .systems import (DTYPES, PRESETS, STOCK, attention_paths, build_model, discover_systems,
+                      make_dictionary, scaling_sizes)
+from .train import bench_scaling, bench_train
+
+MODES = ("train", "sweep", "all", "scaling")
+
+
+def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=None,
+                  repeats=None, seed=1, infer=True, log=print) -> dict:
+    device = torch.device(device)
+    preset = preset or ("small" if device.type == "cpu" else "base")
+    dtype = dtype or ("fp32" if device.type == "cpu" else "fp16")
+    cfg = dict(PRESETS[preset])
+    if repeats:
+        cfg["repeats"] = repeats
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    report = {"meta": meta(device, preset, dtype, mode, cfg)}
+    if mode == "scaling":
+        report["scaling"] = run_scaling(cfg, device, dtype, seed, log)
+        return report
+    sys_list = discover_systems(cfg.get("big", False), systems)
+    dictionary = make_dictionary(cfg["vocab"])
+    models, entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
+                                 max(256, cfg["max_src"] + 1) if mode != "sweep" else
+                                 max(256, max(cfg["sweep_lengths"])), log)
+    report["systems"] = entries
+    log(f"systems: {', '.join(models)} | preset {preset}, {dtype} on {device}")
+    if mode in ("train", "all"):
+        report["train"] = bench_train(models, dictionary, cfg, device, seed, log)
+        if infer:
+            report["infer"] = bench_infer(models, dictionary, cfg, device, seed, log)
+    if mode == "all":  # rebuild with position tables long enough for the sweep
+        del models
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        models, sweep_entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
+                                           max(256, max(cfg["sweep_lengths"])), log)
+    if mode in ("sweep", "all"):
+        report["sweep"] = bench_sweep(models, cfg, device, seed, log)
+        if mode == "all":
+            report["sweep"]["build_errors"] = {e["name"]: e["error"] for e in sweep_entries
+                                               if "error" in e}
+    targets = {s["name"]: s["target"] for s in report["systems"]}
+    report["verdicts"] = verdicts(report, targets)
+    return report
+
+
+def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, log):
+    """Build every system (a broken variant is reported, the others still run)."""
+    models, entries = {}, []
+    for s in sys_list:
+        entry = {"name": s.name, "arch": s.arch, "target": s.target}
+        try:
+            m = build_model(s.arch, dictionary, cfg["sizes"], seed, max_source_positions=max_positions,
+                            max_target_positions=max_positions)
+            m = m.to(device=device, dtype=DTYPES[dtype])
+            entry["params"] = sum(p.numel() for p in m.parameters())
+            entry["param_tensors"] = sum(1 for _ in m.parameters())
+            entry["attention_paths"] = attention_paths(m)
+            models[s.name] = m
+        except Exception as e:
+            entry["error"] = f"{type(e).__name__}: {e}"
+            log(f"! {s.name}: cannot build (max positions {max_positions}): {entry['error']}")
+        entries.append(entry)
+    if STOCK not in models:
+        raise RuntimeError(f"stock fairseq model failed to build: {entries[0].get('error')}")
+    return models, entries
+
+
+
+
+def run_scaling(cfg, device, dtype, seed, log) -> dict:
+    """Stock fairseq base vs big on the same batches (see :func:`.train.bench_scaling`)."""
+    dictionary = make_dictionary(cfg["vocab"])
+    sizes = scaling_sizes(cfg)
+    models = {}
+    for name in ("base", "big"):
+        m = build_model("transformer_wmt_en_de", dictionary, sizes[name], seed,
+                        max_source_positions=max(256, cfg["max_src"] + 1))
+        models[name] = m.to(device=device, dtype=DTYPES[dtype])
+    out = bench_scaling(models, sizes, dictionary, cfg, device, seed, log)
+    out["sizes"] = sizes
+    return out

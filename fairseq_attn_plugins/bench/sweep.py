@@ -1,0 +1,61 @@
+"""Encoder alone over sequence lengths, forward + backward, fixed tokens per batch."""
+
+import torch
+
+from .systems import STOCK
+from .timing import PeakMemory, Timer, _ratios, _summary, _sync, interleaved
+
+def bench_sweep(models, cfg, device, seed, log):
+    """Encoder alone, forward + backward, fixed tokens per batch, no padding."""
+    g = torch.Generator().manual_seed(seed + 2)
+    out = {"tokens_per_batch": cfg["sweep_tokens"], "steps": cfg["sweep_steps"], "lengths": {}}
+    for L in cfg["sweep_lengths"]:
+        bsz = max(1, cfg["sweep_tokens"] // L)
+        d = next(iter(models.values())).encoder.dictionary
+        src = torch.randint(d.nspecial, len(d), (bsz, L), generator=g).to(device)
+        lengths = torch.full((bsz,), L, dtype=torch.long, device=device)
+        peaks, failed = {}, {}
+
+        def step(m):
+            enc = m.encoder(src, src_lengths=lengths)["encoder_out"][0]
+            enc.float().square().mean().backward()
+            for p in m.parameters():
+                p.grad = None
+
+        for name, m in list(models.items()):
+            m.train()
+            try:
+                step(m)
+            except torch.cuda.OutOfMemoryError as e:  # reported, not fatal
+                failed[name] = f"OOM: {e}".splitlines()[0]
+        alive = [n for n in models if n not in failed]
+        if STOCK not in alive:
+            out["lengths"][str(L)] = {"failed": failed}
+            continue
+        _sync(device)
+
+        def measure(name, r):
+            with PeakMemory(device) as mem:
+                timer = Timer(device).start()
+                for _ in range(cfg["sweep_steps"]):
+                    step(models[name])
+                dt = timer.stop()
+            peaks[name] = max(peaks.get(name, 0), mem.peak_bytes)
+            return bsz * L * cfg["sweep_steps"] / dt
+
+        log(f"sweep: length {L}, batch {bsz}")
+        runs = interleaved(alive, max(2, cfg["repeats"] // 2 + 1), measure, lambda *_: None)
+        entry = {"batch": bsz, "systems": {}}
+        for name in alive:
+            entry["systems"][name] = {
+                "tokens_per_s": _summary(runs[name]),
+                "ratio": _ratios(runs[name], runs[STOCK]),
+                "peak_mem_mb": peaks[name] / 2**20,
+                "mem_ratio": peaks[name] / peaks[STOCK] if peaks[STOCK] else float("nan"),
+            }
+        if failed:
+            entry["failed"] = failed
+        out["lengths"][str(L)] = entry
+    return out
+
+

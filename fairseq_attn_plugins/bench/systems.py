@@ -1,0 +1,168 @@
+"""What is compared: stock fairseq and every transformer_attn architecture, their targets
+(issue 5 speed targets, issue 12 relpos/windowed targets) and the size presets."""
+
+import argparse
+import fnmatch
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+
+STOCK = "fairseq"
+MODEL_NAME = "transformer_attn"
+
+# ---------------------------------------------------------------------------
+# Targets of issue 5 (training throughput ratio to stock fairseq). Matched by
+# variant name (fnmatch patterns, first match wins); a variant with no match has
+# no stated target and is reported as "n/a", never as a pass.
+# ---------------------------------------------------------------------------
+SPEED_TARGETS = [
+    ("attn", 0.98),
+    ("csan1d", 0.95), ("disan*", 0.95), ("bidirect", 0.95), ("drop*", 0.95),
+    ("csan2d", 0.93), ("relpos*", 0.93), ("rel_pos*", 0.93),
+    ("chain*", 0.80), ("conv*", 0.80),
+]
+MEMORY_TARGET = 1.10  # for systems whose attention stays on the fused path
+# Issue 12 (relpos kv, k = 16, on the flex path): memory at WMT lengths, and at L = 1024
+# in the sweep throughput >= 0.7 and memory <= 1.5.
+MEMORY_TARGETS = [("relpos*", 1.15), ("rel_pos*", 1.15)]
+LONG_TARGETS = [("relpos*", 1024, 0.7, 1.5)]
+WINDOWED = ["csan*"]  # should beat the dense baseline at length >= LONG
+LONG = 512
+
+
+def speed_target(variant: str) -> Optional[float]:
+    for pattern, target in SPEED_TARGETS:
+        if fnmatch.fnmatchcase(variant, pattern):
+            return target
+    return None
+
+
+def memory_target(variant: str, fused_only: bool) -> Optional[float]:
+    for pattern, target in MEMORY_TARGETS:
+        if fnmatch.fnmatchcase(variant, pattern):
+            return target
+    return MEMORY_TARGET if fused_only else None
+
+
+def is_windowed(variant: str) -> bool:
+    return any(fnmatch.fnmatchcase(variant, p) for p in WINDOWED)
+
+
+# ---------------------------------------------------------------------------
+# Presets. tiny: CI smoke test; small: CPU; base/big: GPU (fairseq's own sizes).
+# ---------------------------------------------------------------------------
+PRESETS = {
+    "tiny": dict(sizes=dict(embed=16, ffn=32, heads=4, layers=3), vocab=64, max_tokens=96,
+                 n_batches=1, passes=1, repeats=2, gen_sents=2, gen_batch=2, max_len_b=2, max_src=12,
+                 sweep_lengths=(8, 16), sweep_tokens=32, sweep_steps=1),
+    "small": dict(sizes=dict(embed=256, ffn=1024, heads=4, layers=3), vocab=8000, max_tokens=1024,
+                  n_batches=4, passes=1, repeats=3, gen_sents=16, gen_batch=16, max_len_b=10, max_src=64,
+                  sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
+    # GPU: 4096-token batches x update-freq 4 (16K tokens per optimizer step, as the WMT
+    # recipes), 2 warm-up passes, 7 interleaved rounds timed with CUDA events
+    "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, update_freq=4, n_batches=16,
+                 passes=2, warmup=2, repeats=7, gen_sents=256, gen_batch=128, max_len_b=10, max_src=250,
+                 sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=20),
+    "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, update_freq=4, n_batches=16,
+                passes=1, warmup=2, repeats=7, gen_sents=128, gen_batch=128, max_len_b=10, max_src=250,
+                sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=20),
+}
+#: fairseq's transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big sizes
+FAIRSEQ_SIZES = {"base": dict(embed=512, ffn=2048, heads=8, layers=6),
+                 "big": dict(embed=1024, ffn=4096, heads=16, layers=6)}
+
+
+def scaling_sizes(cfg: dict) -> dict:
+    """Sizes of the stock base and big models of the base-vs-big check: fairseq's own on the
+    GPU presets, else the preset's and the same doubled in width (as big doubles base)."""
+    if cfg["sizes"] is None:
+        return dict(FAIRSEQ_SIZES)
+    s = cfg["sizes"]
+    return {"base": dict(s), "big": dict(s, embed=2 * s["embed"], ffn=2 * s["ffn"], heads=2 * s["heads"])}
+
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+# ---------------------------------------------------------------------------
+# Systems: stock fairseq + every registered transformer_attn architecture
+# ---------------------------------------------------------------------------
+@dataclass
+class System:
+    name: str  # "fairseq" or the variant ("attn", "csan1d", ...)
+    arch: str
+    target: Optional[float]
+
+
+def discover_systems(big: bool = False, patterns: Optional[List[str]] = None) -> List[System]:
+    """Stock fairseq first, then every architecture registered for ``transformer_attn``."""
+    import fairseq_attn_plugins  # noqa: F401  (registers the model and its architectures)
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    suffix = "_vaswani_wmt_en_de_big" if big else "_wmt_en_de"
+    systems = [System(STOCK, "transformer" + suffix, None)]
+    for arch, model in ARCH_MODEL_NAME_REGISTRY.items():
+        if model != MODEL_NAME or not arch.startswith("transformer_") or not arch.endswith(suffix):
+            continue
+        variant = arch[len("transformer_"): -len(suffix)]
+        if not big and variant.endswith("_vaswani"):
+            continue
+        systems.append(System(variant, arch, speed_target(variant)))
+    if patterns:
+        keep = [s for s in systems[1:] if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
+        if not keep:
+            names = [s.name for s in systems[1:]]
+            raise ValueError(f"--systems {patterns} matches none of the registered variants {names}")
+        systems = systems[:1] + keep
+    return systems
+
+
+class _FakeTask:
+    def __init__(self, dictionary):
+        self.source_dictionary = dictionary
+        self.target_dictionary = dictionary
+
+
+def make_dictionary(n_symbols: int):
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(n_symbols - d.nspecial):
+        d.add_symbol(f"w{i}")
+    d.finalize(padding_factor=8)
+    return d
+
+
+def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra):
+    """Build ``arch`` without the CLI. Same seed -> same initial weights."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    extra.setdefault("max_source_positions", 1024)
+    extra.setdefault("max_target_positions", extra["max_source_positions"])
+    args = argparse.Namespace(share_all_embeddings=True, **extra)
+    if sizes:
+        for side in ("encoder", "decoder"):
+            setattr(args, f"{side}_embed_dim", sizes["embed"])
+            setattr(args, f"{side}_ffn_embed_dim", sizes["ffn"])
+            setattr(args, f"{side}_attention_heads", sizes["heads"])
+            setattr(args, f"{side}_layers", sizes["layers"])
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(seed)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, _FakeTask(dictionary))
+
+
+def attention_paths(model) -> Dict[str, int]:
+    """How many self-attention modules run fused / flex (relpos) / explicit (training, no weights)."""
+    from fairseq_attn_plugins.attention import PluginSelfAttention
+
+    counts = {"fused": 0, "flex": 0, "explicit": 0}
+    for m in model.modules():
+        if isinstance(m, PluginSelfAttention):
+            if m.uses_flex_relpos(False, m.dropout_module.p, m.q_proj.weight.is_cuda):
+                counts["flex"] += 1
+            else:
+                counts["fused" if m.uses_fused_path(False) else "explicit"] += 1
+    return counts
+
+

@@ -1,0 +1,159 @@
+"""Low-noise measuring: GPU-side timers, peak memory, interleaved rounds, ratio spread.
+
+* :class:`Timer` times the GPU work with CUDA events (recorded on the stream, read after
+  one synchronisation: no host overhead inside the measurement); on CPU it falls back to
+  ``time.perf_counter``.
+* every ratio is the median of paired per-round ratios, printed with its **spread**:
+  ``(max - min) / (2 * median)`` of those per-round ratios, i.e. "+-x %". A ratio whose
+  spread exceeds :data:`MAX_SPREAD` (+-3 %) is **unmeasured**: no PASS/MISS is judged on it.
+"""
+
+import ctypes
+import gc
+import os
+import statistics
+import threading
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+# ---------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class PeakMemory:
+    """Transient peak memory of a block: CUDA max allocated, or sampled RSS on CPU."""
+
+    def __init__(self, device):
+        self.device = device
+        self.peak_bytes = 0
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.before = torch.cuda.memory_allocated(self.device)
+        else:
+            gc.collect()
+            _malloc_trim()
+            self.before = _rss()
+            self._peak = self.before
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.is_set():
+            self._peak = max(self._peak, _rss())
+            time.sleep(0.002)
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak_bytes = torch.cuda.max_memory_allocated(self.device) - self.before
+        else:
+            self._stop.set()
+            self._thread.join()
+            self._peak = max(self._peak, _rss())
+            self.peak_bytes = self._peak - self.before
+        return False
+
+
+def _rss() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # not Linux: ru_maxrss cannot show per-system growth
+        return 0
+
+
+def _malloc_trim():
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+#: a ratio whose per-round spread exceeds +-3 % is reported as unmeasured
+MAX_SPREAD = 0.03
+
+
+def spread(values: List[float]) -> float:
+    """Half the range of the per-round values relative to their median: the "+-x" of a ratio."""
+    return (max(values) - min(values)) / (2 * statistics.median(values))
+
+
+def is_measured(summary: dict, max_spread: float = MAX_SPREAD) -> bool:
+    return len(summary["runs"]) >= 2 and summary["spread"] <= max_spread
+
+
+def _summary(values: List[float]) -> dict:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "spread": spread(values), "runs": list(values)}
+
+
+def _ratios(sys_runs: List[float], ref_runs: List[float]) -> dict:
+    """Paired per-round ratios to stock fairseq and their median/min/max."""
+    r = [a / b for a, b in zip(sys_runs, ref_runs)]
+    return _summary(r)
+
+
+def interleaved(systems: List[str], repeats: int, measure, log=print) -> Dict[str, List]:
+    """Round r measures every system once, the order rotated by r."""
+    runs = {s: [] for s in systems}
+    for r in range(repeats):
+        order = systems[r % len(systems):] + systems[: r % len(systems)]
+        for s in order:
+            runs[s].append(measure(s, r))
+        log(f"  round {r + 1}/{repeats} done")
+    return runs
+
+
+def _status(ratio: dict, target: Optional[float], higher_is_better=True) -> str:
+    """PASS / MISS against ``target``, or "unmeasured" when the ratio's spread exceeds
+    +-3 % (or it has fewer than 2 rounds): a noisy ratio is never judged."""
+    if target is None:
+        return "n/a"
+    if not is_measured(ratio):
+        return "unmeasured"
+    ok = ratio["median"] >= target if higher_is_better else ratio["median"] <= target
+    return "PASS" if ok else "MISS"
+
+
+def fmt_ratio(ratio: dict) -> str:
+    """``0.934 +-1.2%`` (median of per-round ratios and their spread)."""
+    return f"{ratio['median']:.3f} +-{100 * ratio['spread']:.1f}%"
+
+
+class Timer:
+    """Seconds of device work between ``start()`` and ``stop()``.
+
+    CUDA: events recorded on the current stream, read after one synchronisation, so the
+    figure is GPU time, not host launch overhead. CPU: ``time.perf_counter``."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+
+    def start(self):
+        if self.cuda:
+            self._a = torch.cuda.Event(enable_timing=True)
+            self._b = torch.cuda.Event(enable_timing=True)
+            self._a.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        if self.cuda:
+            self._b.record()
+            self._b.synchronize()
+            return self._a.elapsed_time(self._b) / 1000.0
+        return time.perf_counter() - self._t0
+
+

@@ -113,7 +113,7 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
     The vocabulary is a dummy one; the embeddings cancel out of the difference
     with the baseline built on the same vocabulary.
     """
-    from fairseq_attn_plugins.benchmark import build_model, make_dictionary
+    from fairseq_attn_plugins.bench.systems import build_model, make_dictionary
 
     model = build_model(arch, make_dictionary(n_symbols), None, seed=0)
     return sum(p.numel() for p in model.parameters())

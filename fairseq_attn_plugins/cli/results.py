@@ -23,6 +23,7 @@ seed pair against the baseline is significant (:mod:`fairseq_attn_plugins.seeds`
 """
 
 import argparse
+import json
 import os
 import sys
 from typing import Dict, Optional, Sequence, Tuple

@@ -23,6 +23,7 @@ setup(
             "fairseq-attn-results = fairseq_attn_plugins.cli.results:main",
             "fairseq-attn-bench = fairseq_attn_plugins.cli.bench:main",
             "fairseq-attn-plot = fairseq_attn_plugins.cli.plot:main",
+            "fairseq-attn-paper = fairseq_attn_plugins.cli.paper:main",
         ]
     },
 )

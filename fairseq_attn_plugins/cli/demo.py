@@ -29,6 +29,7 @@ import time
 from typing import Dict, List
 
 import fairseq_attn_plugins
+from fairseq_attn_plugins import table1
 from fairseq_attn_plugins.toy_corpus import write_corpus
 
 from ..curves import plot_curves
@@ -65,6 +66,11 @@ def registered_archs() -> List[str]:
 
 def resolve_archs(spec: str) -> List[str]:
     known = registered_archs()
+    if spec == "table1":  # every row of the CSAN paper's Table 1; a missing one is an error
+        try:
+            return [row.arch for row in table1.resolve_rows("all")]
+        except table1.Table1Error as e:
+            raise DemoError(f"--archs table1: {e}; or list the architectures with --archs A,B,...") from None
     if spec == "all":  # every base-size variant (big ones are the same models with other defaults)
         base = [a for a in known if not a.endswith("_big")]
         return ["transformer_attn_wmt_en_de"] + [a for a in base if a != "transformer_attn_wmt_en_de"]
@@ -236,6 +242,21 @@ class Pipeline:
         write_json_atomic(table, self.path("results.json"))
         write_text_atomic(format_markdown(table) + "\n", self.path("results.md"))
         plot_learning_curves(runs, self.path("learning_curve.png"))
+        self.write_table1()
+
+    def write_table1(self) -> None:
+        """The CSAN paper's Table 1 layout, when every architecture is one of its rows."""
+        by_arch = {row.arch: row for row in table1.ROWS}
+        if self.archs[0] != table1.ROWS[0].arch or not all(a in by_arch for a in self.archs):
+            for name in ("table1.json", "table1.md"):  # none from an earlier set of architectures
+                if os.path.exists(self.path(name)):
+                    os.remove(self.path(name))
+            return
+        t = table1.build_table([(by_arch[a], self.path("runs", a)) for a in self.archs],
+                               self.path("corpus", f"test.{TGT}"), bs_samples=self.p["bs_samples"],
+                               ar_trials=self.p["ar_trials"])
+        write_json_atomic(t, self.path("table1.json"))
+        write_text_atomic(table1.format_markdown(t) + "\n", self.path("table1.md"))
 
     def run_all(self) -> None:
         os.makedirs(self.path("logs"), exist_ok=True)
@@ -262,8 +283,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default="demo_out", help="where everything goes (default ./demo_out)")
     ap.add_argument("--quick", action="store_true", help="tiny corpus and 2 epochs (seconds per step; for tests)")
     ap.add_argument("--archs", default=DEFAULT_ARCHS,
-                    help=f"comma-separated registered architectures, baseline first, or 'all' "
-                         f"(default {DEFAULT_ARCHS})")
+                    help=f"comma-separated registered architectures, baseline first, 'all', or "
+                         f"'table1' (every row of the CSAN paper's Table 1; default {DEFAULT_ARCHS})")
     ap.add_argument("--epochs", type=int, help="training epochs per architecture (default: 12, --quick 2)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     ap.add_argument("--seed", type=int, default=1)
@@ -289,6 +310,10 @@ def main(argv=None) -> int:
         return 2
     with open(os.path.join(args.out_dir, "results.md"), encoding="utf-8") as f:
         print("\n" + f.read())
+    t1 = os.path.join(args.out_dir, "table1.md")
+    if os.path.exists(t1):
+        with open(t1, encoding="utf-8") as f:
+            print("Table 1 layout (table1.md):\n\n" + f.read())
     log(f"done in {time.time() - t0:.0f}s: results.md, results.json, learning_curve.png in {args.out_dir}")
     return 0
 

@@ -369,9 +369,10 @@ evaluate_main() {
   N_AVG=${N_AVG:-$( ((big)) && echo 20 || echo 5 )}   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
   BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
+  EVAL_SUBSET=${EVAL_SUBSET:-test}           # or valid (the CSAN paper's Figure 2)
   NGPUS=${NGPUS:-$(detect_gpus)}
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
-  [[ -f "$WORK/raw/test.$TGT" ]] || die "no test reference $WORK/raw/test.$TGT: run prepare.sh first"
+  [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
   prepare_settings
   $STEPS check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
     --require --print-pairs > "$SAVE_DIR/data.check.json.tmp" || exit 2
@@ -382,12 +383,12 @@ evaluate_main() {
   local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
   log "generating (beam $BEAM, lenpen $LENPEN)"
   # --required-batch-size-multiple 1: fairseq 0.12 silently drops a final batch smaller than the multiple
-  $PYTHON -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset test \
+  $PYTHON -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset "$EVAL_SUBSET" \
     --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 --required-batch-size-multiple 1 "${cpu[@]}" \
     ${GEN_ARGS:-} > "$SAVE_DIR/generate.out.tmp" 2> "$SAVE_DIR/generate.err" \
     || { tail -5 "$SAVE_DIR/generate.err" >&2; die "fairseq-generate failed; see $SAVE_DIR/generate.err"; }
   mv "$SAVE_DIR/generate.out.tmp" "$SAVE_DIR/generate.out"
-  local n; n=$(wc -l < "$WORK/raw/test.$TGT")
+  local n; n=$(wc -l < "$WORK/raw/$EVAL_SUBSET.$TGT")
   $STEPS hyps "$SAVE_DIR/generate.out" --n "$n" --output "$SAVE_DIR/hyp.tok.txt"
   $STEPS detok --lang "$TGT" "$SAVE_DIR/hyp.tok.txt" "$SAVE_DIR/hyp.txt"
   local tokargs=()
@@ -396,7 +397,7 @@ evaluate_main() {
     # and reference (+ compound splitting for German), multi-bleu.perl
     local method="moses tokenizer.perl (no -a) on detokenised text, multi-bleu.perl"
     $STEPS tokenize --lang "$TGT" --tool moses-plain "$SAVE_DIR/hyp.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
-      "$WORK/raw/test.$TGT" "$SAVE_DIR/ref.tokbleu.txt"
+      "$WORK/raw/$EVAL_SUBSET.$TGT" "$SAVE_DIR/ref.tokbleu.txt"
     if [[ $TGT == de ]]; then
       $STEPS split-compounds "$SAVE_DIR/hyp.tokbleu.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
         "$SAVE_DIR/ref.tokbleu.txt" "$SAVE_DIR/ref.tokbleu.txt"
@@ -404,7 +405,7 @@ evaluate_main() {
     fi
     tokargs=(--tok-hyp "$SAVE_DIR/hyp.tokbleu.txt" --tok-ref "$SAVE_DIR/ref.tokbleu.txt" --tok-method "$method")
   fi
-  $STEPS score --hyp "$SAVE_DIR/hyp.txt" --ref "$WORK/raw/test.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
+  $STEPS score --hyp "$SAVE_DIR/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$ckpt.json" --record "$SAVE_DIR/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
     --output "$SAVE_DIR/scores.json"

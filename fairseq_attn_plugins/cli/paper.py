@@ -1,0 +1,144 @@
+"""``fairseq-attn-paper``: the CSAN paper's Table 1 and Figures 2-3 from finished runs.
+
+Sub-commands (the recipes' ``table1.sh`` / ``figure2.sh`` / ``figure3.sh`` train
+and evaluate the runs, then call these):
+
+* ``rows [--rows all|KEY,...]`` -- the Table 1 rows as ``KEY ARCH`` lines, in the
+  paper's order; fails naming any row whose architecture is not registered;
+* ``table1 --ref REF --runs-dir DIR [--rows ...]`` -- renders Table 1 from
+  ``DIR/<key>/{train.log,hyp.txt}`` (markdown on stdout, ``--md``, ``--json``);
+* ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F``;
+* ``figure3 --ref REF --baseline NAME=HYP --system NAME=HYP... --png F``.
+"""
+
+import argparse
+import sys
+from typing import List, Tuple
+
+from fairseq_attn_plugins import paper_figures, table1
+
+from .results import write_text_atomic
+from .significance import write_json_atomic
+
+
+def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
+    out = []
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise ValueError(f"{flag} {item!r}: expected NAME=PATH")
+        if numeric:
+            try:
+                name = int(name)
+            except ValueError:
+                raise ValueError(f"{flag} {item!r}: {name!r} is not an integer") from None
+        out.append((name, value))
+    return out
+
+
+def cmd_rows(args) -> None:
+    for row in table1.resolve_rows(args.rows):
+        print(row.key, row.arch)
+
+
+def cmd_table1(args) -> None:
+    rows = table1.resolve_rows(args.rows)
+    table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, args.tokenize,
+                               args.bs_samples, args.ar_trials, base_size=not args.no_base_size)
+    md = table1.format_markdown(table)
+    print(md)
+    if args.md:
+        write_text_atomic(md + "\n", args.md)
+    if args.json:
+        write_json_atomic(table, args.json)
+
+
+def cmd_figure2(args) -> None:
+    windows = paper_figures.sweep_points(args.ref, _pairs(args.window, "--window", True), args.tokenize)
+    heads = paper_figures.sweep_points(args.ref, _pairs(args.heads, "--heads", True), args.tokenize)
+    if not windows and not heads:
+        raise ValueError("give --window W=RUN_DIR and/or --heads N=RUN_DIR")
+    paper_figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
+    data = {"ref": args.ref, "window_2d": args.window_2d, "windows": windows, "heads": heads,
+            "baseline_bleu": args.baseline_bleu}
+    for name, pts in (("1D-CSAN window", windows), ("2D-CSAN heads", heads)):
+        for p in pts:
+            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}")
+    if args.json:
+        write_json_atomic(data, args.json)
+
+
+def cmd_figure3(args) -> None:
+    refs = paper_figures.read_lines(args.ref)
+    (base_name, base_path), = _pairs([args.baseline], "--baseline", False)
+    systems = [(n, paper_figures.read_lines(p)) for n, p in _pairs(args.system, "--system", False)]
+    if not systems:
+        raise ValueError("give at least one --system NAME=HYP")
+    data = paper_figures.ngram_improvement(refs, (base_name, paper_figures.read_lines(base_path)),
+                                           systems, args.tokenize)
+    paper_figures.plot_figure3(data, args.png)
+    print("| system | " + " | ".join(f"{o}-gram" for o in data["orders"]) + " |")
+    print("|---|" + "---:|" * len(data["orders"]))
+    print(f"| {base_name} (accuracy) | " + " | ".join(f"{p:.2f}" for p in data["baseline"]["precisions"]) + " |")
+    for s in data["systems"]:
+        print(f"| {s['name']} (gap) | " + " | ".join(f"{g:+.2f}" for g in s["improvement"]) + " |")
+    if args.json:
+        write_json_atomic(data, args.json)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="fairseq-attn-paper", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    rows_help = f"'all' or comma-separated rows: {', '.join(table1.ROW_BY_KEY)}"
+
+    p = sub.add_parser("rows", help="list the Table 1 rows (KEY ARCH)")
+    p.add_argument("--rows", default="all", help=rows_help)
+    p.set_defaults(fn=cmd_rows)
+
+    p = sub.add_parser("table1", help="render Table 1 from run directories")
+    p.add_argument("--ref", required=True, help="detokenised test reference")
+    p.add_argument("--runs-dir", required=True, help="holds one run directory per row")
+    p.add_argument("--rows", default="all", help=rows_help)
+    p.add_argument("--by", choices=("key", "arch"), default="key",
+                   help="run directories are named by row key (recipes) or by architecture (demo)")
+    p.add_argument("--no-base-size", action="store_true",
+                   help="skip building each architecture at base size for the parameter column")
+    p.set_defaults(fn=cmd_table1)
+
+    p = sub.add_parser("figure2", help="plot the window / head sweeps")
+    p.add_argument("--ref", required=True, help="detokenised validation reference")
+    p.add_argument("--window", nargs="+", default=[], metavar="W=RUN_DIR", help="1D-CSAN runs by window size")
+    p.add_argument("--heads", nargs="+", default=[], metavar="N=RUN_DIR", help="2D-CSAN runs by attended heads")
+    p.add_argument("--window-2d", type=int, default=11, help="the 2D-CSAN window of the head sweep (label)")
+    p.add_argument("--baseline-bleu", type=float, help="draw the baseline's BLEU as a line")
+    p.add_argument("--png", required=True)
+    p.set_defaults(fn=cmd_figure2)
+
+    p = sub.add_parser("figure3", help="plot the n-gram accuracy gaps over the baseline")
+    p.add_argument("--ref", required=True)
+    p.add_argument("--baseline", required=True, metavar="NAME=HYP")
+    p.add_argument("--system", nargs="+", default=[], metavar="NAME=HYP")
+    p.add_argument("--png", required=True)
+    p.set_defaults(fn=cmd_figure3)
+
+    for p in sub.choices.values():
+        if p.prog.endswith(" rows"):
+            continue
+        p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")
+        p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
+        if p.prog.endswith(" table1"):
+            p.add_argument("--md", metavar="FILE", help="also write the table as markdown")
+            p.add_argument("--bs-samples", type=int, default=1000)
+            p.add_argument("--ar-trials", type=int, default=10000)
+    args = ap.parse_args(argv)
+    try:
+        args.fn(args)
+    except (table1.Table1Error, FileNotFoundError, ValueError) as e:
+        print(f"fairseq-attn-paper {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+"""Table 1 of the CSAN paper (Yang et al., 2019): the one list of its rows.
+
+Every command that reproduces Table 1 (``recipes/*/table1.sh``,
+``fairseq-attn-paper table1``, ``fairseq-attn-demo --archs table1``) takes its
+rows, their architectures and the paper's printed numbers from :data:`ROWS`.
+
+The order is the paper's (baseline, Bi_Direct, Rel_Pos, Neighbor, Local_Hard,
+Local_Soft, Block, Cnns, 1D-CSans, 2D-CSans). A row whose architecture is not
+registered is never skipped silently: :func:`resolve_rows` fails naming it,
+unless the rows are restricted (``--rows`` / ``ROWS=``).
+
+Rendering (:func:`build_table`, :func:`format_markdown`) lays the table out as
+the paper does -- Parameter (baseline absolute, others ``+x.xM``), Speed
+(steps/s, others as the difference), BLEU, delta -- and adds the significance
+marks of the package's paired tests (``fairseq_attn_plugins.cli.results.collect``,
+sacreBLEU's bootstrap and approximate randomisation), each row's parameter
+delta at Transformer-base size (the models built with their default settings)
+and the paper's numbers beside ours.
+"""
+
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class Row:
+    key: str             # name for --rows / ROWS=
+    name: str            # as printed in the paper
+    cite: str            # the paper's citation for the row ("" for the CSAN rows)
+    arch: str            # the fairseq architecture that reproduces it
+    paper_params: float  # millions: absolute for the baseline, the increase otherwise
+    paper_speed: float   # steps/s: absolute for the baseline, the difference otherwise
+    paper_bleu: float    # WMT14 En-De newstest2014
+
+    @property
+    def label(self) -> str:
+        """The row's first cell as in the paper."""
+        text = f"{self.name} {self.cite}".strip()
+        return text if self.key == BASELINE else f"+ {text}"
+
+
+# Yang et al. 2019, Table 1 (WMT14 En-De, Transformer-base, 8 P40 GPUs).
+ROWS: Tuple[Row, ...] = (
+    Row(BASELINE, "Transformer-Base", "Vaswani et al. (2017)", "transformer_attn_wmt_en_de", 88.0, 1.28, 27.31),
+    Row("bi_direct", "Bi_Direct", "Shen et al. (2018a)", "transformer_bidirect_wmt_en_de", 0.0, -0.00, 27.58),
+    Row("rel_pos", "Rel_Pos", "Shaw et al. (2018)", "transformer_relpos_wmt_en_de", 0.1, -0.11, 27.63),
+    Row("neighbor", "Neighbor", "Sperber et al. (2018)", "transformer_neighbor_wmt_en_de", 0.4, -0.06, 27.60),
+    Row("local_hard", "Local_Hard", "Luong et al. (2015)", "transformer_localhard_wmt_en_de", 0.4, -0.06, 27.73),
+    Row("local_soft", "Local_Soft", "Yang et al. (2018)", "transformer_localsoft_wmt_en_de", 0.8, -0.09, 27.81),
+    Row("block", "Block", "Shen et al. (2018b)", "transformer_block_wmt_en_de", 6.0, -0.33, 27.59),
+    Row("cnns", "Cnns", "Yu et al. (2018)", "transformer_cnns_wmt_en_de", 42.6, -0.54, 27.70),
+    Row("csan1d", "1D-CSans", "", "transformer_csan1d_wmt_en_de", 0.0, -0.00, 27.86),
+    Row("csan2d", "2D-CSans", "", "transformer_csan2d_wmt_en_de", 0.0, -0.06, 28.18),
+)
+ROW_BY_KEY: Dict[str, Row] = {r.key: r for r in ROWS}
+
+
+class Table1Error(ValueError):
+    pass
+
+
+def registered_archs() -> List[str]:
+    import fairseq_attn_plugins  # noqa: F401  registers the architectures
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    return sorted(ARCH_MODEL_REGISTRY)
+
+
+def missing_rows(rows: Sequence[Row], registered: Optional[Sequence[str]] = None) -> List[Row]:
+    """The rows whose architecture fairseq does not know."""
+    known = set(registered_archs() if registered is None else registered)
+    return [r for r in rows if r.arch not in known]
+
+
+def resolve_rows(spec: str = "all", registered: Optional[Sequence[str]] = None) -> List[Row]:
+    """``"all"`` or comma-separated row keys -> rows in the paper's order.
+
+    The baseline is always needed (every other column is relative to it). A row
+    whose architecture is not registered is an error naming it.
+    """
+    if spec.strip() == "all":
+        rows = list(ROWS)
+    else:
+        keys = [k.strip() for k in spec.split(",") if k.strip()]
+        unknown = [k for k in keys if k not in ROW_BY_KEY]
+        if unknown:
+            raise Table1Error(f"--rows: unknown row(s) {', '.join(unknown)}; Table 1 rows are "
+                              f"{', '.join(ROW_BY_KEY)} (or 'all')")
+        if len(keys) != len(set(keys)):
+            raise Table1Error("--rows: a row is listed twice")
+        if BASELINE not in keys:
+            raise Table1Error(f"--rows: include '{BASELINE}' (every other column is relative to it)")
+        if len(keys) < 2:
+            raise Table1Error("--rows: give the baseline and at least one other row")
+        rows = [r for r in ROWS if r.key in keys]
+    missing = missing_rows(rows, registered)
+    if missing:
+        present = [r.key for r in rows if r not in missing]
+        raise Table1Error(
+            "Table 1 row(s) without a registered architecture: "
+            + ", ".join(f"{r.name} ({r.arch})" for r in missing)
+            + ". Install the version of fairseq_attn_plugins that has them, or restrict the rows, "
+            f"e.g. --rows {','.join(present)} (ROWS={','.join(present)} for the recipe)")
+    return rows
+
+
+# ---------------------------------------------------------------- parameters at base size
+def base_size_params(arch: str, n_symbols: int = 1000) -> int:
+    """Parameters of ``arch`` built with its own (Transformer-base) defaults.
+
+    The vocabulary is a dummy one; the embeddings cancel out of the difference
+    with the baseline built on the same vocabulary.
+    """
+    from fairseq_attn_plugins.bench.systems import build_model, make_dictionary
+
+    model = build_model(arch, make_dictionary(n_symbols), None, seed=0)
+    return sum(p.numel() for p in model.parameters())
+
+
+# ---------------------------------------------------------------- the table
+def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
+                bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True) -> Dict:
+    """``runs``: (row, run_dir) with the baseline first; each run_dir holds
+    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.cli.results`)."""
+    from fairseq_attn_plugins.cli.results import collect
+
+    if not runs or runs[0][0].key != BASELINE:
+        raise Table1Error("Table 1 needs the baseline run first")
+    table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials)
+    base = table["rows"][0]
+    base_full = base_size_params(runs[0][0].arch) if base_size else None
+    out_rows = []
+    for (row, _), r in zip(runs, table["rows"]):
+        first = row.key == BASELINE
+        full = (base_full if first else base_size_params(row.arch)) if base_size else None
+        if r["params"] is None or r["train_ups"] is None:
+            raise Table1Error(f"{row.key}: {r['run_dir']}/train.log has no parameter count or "
+                              "training speed (is the training finished?)")
+        out_rows.append(dict(
+            r, key=row.key, label=row.label, arch=row.arch,
+            params_delta=None if first else r["params"] - base["params"],
+            speed_delta=None if first else r["train_ups"] - base["train_ups"],
+            base_size_params=full,
+            base_size_params_delta=None if (first or full is None) else full - base_full,
+            paper={"params": row.paper_params, "speed": row.paper_speed, "bleu": row.paper_bleu,
+                   "delta": None if first else round(row.paper_bleu - ROWS[0].paper_bleu, 2)},
+        ))
+    return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"], "rows": out_rows}
+
+
+def fmt_params_delta(n: int) -> str:
+    """``+0.1M`` as the paper prints it; below 0.05M (toy models, Neighbor's scalars) in
+    thousands, below 1000 exactly."""
+    if n == 0 or abs(n) >= 50_000:
+        return f"{n / 1e6:+.1f}M"
+    return f"{n / 1e3:+.1f}K" if abs(n) >= 1000 else f"{n:+d}"
+
+
+def fmt_params(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 50_000 else f"{n / 1e3:.1f}K"
+
+
+def mark_arrow(mark: str, delta: Optional[float]) -> str:
+    """The paper's marks: up arrows (p < 0.05 / 0.01) above the baseline, down arrows below."""
+    if not mark or delta is None or delta == 0:
+        return ""
+    if delta > 0:
+        return "⇑" if mark == "**" else "↑"
+    return "⇓" if mark == "**" else "↓"
+
+
+def format_markdown(table: Dict) -> str:
+    # recipe runs (scores.json) also have the tokenised BLEU the paper reports
+    tok = any(r.get("tok_bleu") is not None for r in table["rows"])
+    out = ["| Model | Parameter | Speed | BLEU | △ | p (bs / ar) |" + (" tok. BLEU | tok. △ |" if tok else "")
+           + " Parameter, base size | paper: Parameter | Speed | BLEU | △ |",
+           "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if tok else "") + "---:|---:|---:|---:|---:|"]
+    base_tok = table["rows"][0].get("tok_bleu")
+    for r in table["rows"]:
+        first = r["params_delta"] is None
+        pp = r["paper"]
+        params = fmt_params(r["params"]) if first else fmt_params_delta(r["params_delta"])
+        speed = f"{r['train_ups']:.2f}" if first else f"{r['speed_delta']:+.2f}"
+        delta = "-" if first else f"{r['delta']:+.2f}"
+        pvals = "-" if first else f"{r['p_bootstrap']:.4f} / {r['p_ar']:.4f}"
+        if r["base_size_params"] is None:
+            full = "-"
+        else:
+            full = fmt_params(r["base_size_params"]) if first else fmt_params_delta(r["base_size_params_delta"])
+        p_params = f"{pp['params']:.1f}M" if first else f"+{pp['params']:.1f}M"
+        p_speed = f"{pp['speed']:.2f}" if first else f"{pp['speed']:+.2f}"
+        p_delta = "-" if first else f"{pp['delta']:+.2f}"
+        tok_cells = ""
+        if tok:
+            t = r.get("tok_bleu")
+            tok_cells = " ? | ? |" if t is None else f" {t:.2f} | " + (
+                "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
+        out.append(f"| {r['label']} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
+                   f"| {delta} | {pvals} |{tok_cells} {full} | {p_params} | {p_speed} | {pp['bleu']:.2f} | {p_delta} |")
+    out += ["",
+            "Parameter: the model's parameters (baseline) and the increase over the baseline; Speed: "
+            "training steps (updates) per second, and its difference; △: BLEU over the baseline. "
+            "↑/⇑ (↓/⇓): significantly better (worse) than the baseline, p < 0.05 / 0.01 in both paired "
+            "bootstrap resampling and paired approximate randomisation (sacreBLEU). "
+            "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
+            "\"Parameter, base size\": each architecture built at Transformer-base size with its "
+            "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De)."]
+    for test, sigs in table["signature"].items():
+        for s in sigs.values():
+            out.append(f"sacreBLEU signature ({test}): `{s}`")
+    return "\n".join(out)
+
+
+def run_dirs(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Tuple[Row, str]]:
+    """(row, runs_dir/<key or arch>) for each row."""
+    return [(r, os.path.join(runs_dir, getattr(r, by))) for r in rows]

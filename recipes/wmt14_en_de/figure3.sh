@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# wmt14_en_de: the CSAN paper's Figure 3 (steps in ../lib/paper.sh; see docs/recipes.md)
+. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/../lib/paper.sh"
+figure3_main "$@"

@@ -1,0 +1,368 @@
+"""The CSAN paper's Table 1 and Figures 2-3 as commands (fairseq-attn-paper, recipes/*/table1.sh,
+figure2.sh, figure3.sh, fairseq-attn-demo --archs table1)."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+import sacrebleu
+import torch
+
+import fairseq_attn_plugins  # noqa: F401  registers the architectures
+from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq_attn_plugins import paper_figures, table1
+from fairseq_attn_plugins.cli import demo, paper, results
+from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RECIPE = os.path.join(ROOT, "recipes", "wmt14_en_de")
+# the rows whose architectures exist on this branch; the all-rows test covers the others
+CI_ROWS = "baseline,rel_pos,csan1d,csan2d"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+# ------------------------------------------------------------------ the rows
+def test_rows_are_the_papers():
+    assert [r.key for r in table1.ROWS] == ["baseline", "bi_direct", "rel_pos", "neighbor", "local_hard",
+                                            "local_soft", "block", "cnns", "csan1d", "csan2d"]
+    assert len({r.arch for r in table1.ROWS}) == len(table1.ROWS)
+    assert all(r.arch.startswith("transformer_") and r.arch.endswith("_wmt_en_de") for r in table1.ROWS)
+    # the paper's printed delta column equals BLEU minus the baseline's 27.31
+    printed = [0.27, 0.32, 0.29, 0.42, 0.50, 0.28, 0.39, 0.55, 0.87]
+    assert [round(r.paper_bleu - table1.ROWS[0].paper_bleu, 2) for r in table1.ROWS[1:]] == printed
+    assert table1.ROWS[0].label == "Transformer-Base Vaswani et al. (2017)"
+    assert table1.ROWS[-1].label == "+ 2D-CSans"
+
+
+def test_resolve_rows_never_skips_a_missing_arch():
+    everything = [r.arch for r in table1.ROWS]
+    assert table1.resolve_rows("all", everything) == list(table1.ROWS)
+    # paper order whatever the order asked
+    assert [r.key for r in table1.resolve_rows("csan2d, baseline,rel_pos", everything)] == \
+        ["baseline", "rel_pos", "csan2d"]
+    without = [a for a in everything if a not in ("transformer_localsoft_wmt_en_de", "transformer_cnns_wmt_en_de")]
+    with pytest.raises(table1.Table1Error) as e:
+        table1.resolve_rows("all", without)
+    msg = str(e.value)
+    assert "Local_Soft (transformer_localsoft_wmt_en_de)" in msg and "Cnns (transformer_cnns_wmt_en_de)" in msg
+    assert "--rows baseline,bi_direct,rel_pos,neighbor,local_hard,block,csan1d,csan2d" in msg
+    assert [r.key for r in table1.resolve_rows("baseline,block", without)] == ["baseline", "block"]
+    with pytest.raises(table1.Table1Error, match="transformer_localsoft_wmt_en_de"):
+        table1.resolve_rows("baseline,local_soft", without)
+    for spec, match in (("baseline,nope", "unknown row.*nope"), ("csan1d,csan2d", "include 'baseline'"),
+                        ("baseline", "at least one other"), ("baseline,csan1d,csan1d", "twice")):
+        with pytest.raises(table1.Table1Error, match=match):
+            table1.resolve_rows(spec, everything)
+
+
+def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys, tmp_path):
+    real = table1.registered_archs()
+    monkeypatch.setattr(table1, "registered_archs",
+                        lambda: [a for a in real if a != "transformer_csan1d_wmt_en_de"])
+    assert paper.main(["rows", "--rows", CI_ROWS]) == 2
+    assert "1D-CSans (transformer_csan1d_wmt_en_de)" in capsys.readouterr().err
+    with pytest.raises(demo.DemoError, match=r"--archs table1: .*transformer_csan1d_wmt_en_de"):
+        demo.resolve_archs("table1")
+    assert demo.main(["--quick", "--out-dir", str(tmp_path / "d"), "--archs", "table1"]) == 2
+    assert "transformer_csan1d_wmt_en_de" in capsys.readouterr().err and not (tmp_path / "d").exists()
+    monkeypatch.setattr(table1, "registered_archs", lambda: real + [r.arch for r in table1.ROWS])
+    assert demo.resolve_archs("table1") == [r.arch for r in table1.ROWS]
+    assert paper.main(["rows", "--rows", "csan2d,baseline"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["baseline transformer_attn_wmt_en_de",
+                                                    "csan2d transformer_csan2d_wmt_en_de"]
+
+
+# ------------------------------------------------------------------ Figure 3: n-gram accuracy
+def plain_ngram_stats(hyps, refs):
+    """Clipped n-gram matches and hypothesis n-grams (n = 1..4), counted by hand on whitespace tokens."""
+    counts, totals = [0] * 4, [0] * 4
+    for hyp, ref in zip(hyps, refs):
+        h, r = hyp.split(), ref.split()
+        for n in range(1, 5):
+            hc, rc = Counter(), Counter()
+            for i in range(len(h) - n + 1):
+                hc[tuple(h[i:i + n])] += 1
+            for i in range(len(r) - n + 1):
+                rc[tuple(r[i:i + n])] += 1
+            for gram, c in hc.items():
+                counts[n - 1] += min(c, rc[gram])
+            totals[n - 1] += max(len(h) - n + 1, 0)
+    return counts, totals
+
+
+def perturbed(refs, seed, p):
+    rng = random.Random(seed)
+    out = []
+    for r in refs:
+        w = r.split()
+        if rng.random() < p and len(w) > 2:
+            i = rng.randrange(len(w) - 1)
+            w[i], w[i + 1] = w[i + 1], w[i]
+        if rng.random() < p:
+            w = w[:-1] + [w[0]]
+        out.append(" ".join(w))
+    return out
+
+
+@pytest.mark.parametrize("tokenize", ["none", "13a"])  # toy target words: 13a tokenises them as whitespace
+def test_ngram_improvement_equals_plain_counting(tokenize):
+    refs = [t for _, t in make_corpus(120, seed=3)]
+    base, sys1 = perturbed(refs, 1, 0.7), perturbed(refs, 2, 0.3)
+    data = paper_figures.ngram_improvement(refs, ("base", base), [("sys", sys1)], tokenize)
+    prec = {}
+    for name, hyps, got in (("base", base, data["baseline"]), ("sys", sys1, data["systems"][0])):
+        counts, totals = plain_ngram_stats(hyps, refs)
+        assert got["counts"] == counts and got["totals"] == totals
+        prec[name] = torch.tensor([100.0 * c / t for c, t in zip(counts, totals)], dtype=torch.float64)
+        torch.testing.assert_close(torch.tensor(got["precisions"], dtype=torch.float64), prec[name])
+    torch.testing.assert_close(torch.tensor(data["systems"][0]["improvement"], dtype=torch.float64),
+                               prec["sys"] - prec["base"])
+    assert all(g > 0 for g in data["systems"][0]["improvement"])  # fewer perturbations, better n-grams
+
+
+def test_figure_commands_write_pngs(tmp_path, capsys):
+    refs = [t for _, t in make_corpus(60, seed=4)]
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    runs = {}
+    for name, p in (("w3", 0.6), ("w11", 0.2), ("h1", 0.5), ("h3", 0.1)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "hyp.txt").write_text("\n".join(perturbed(refs, len(name) + int(p * 10), p)) + "\n")
+        runs[name] = d
+    ref = str(tmp_path / "ref")
+    assert paper.main(["figure2", "--ref", ref, "--window", f"11={runs['w11']}", f"3={runs['w3']}",
+                       "--heads", f"1={runs['h1']}", f"3={runs['h3']}", "--png", str(tmp_path / "f2.png"),
+                       "--json", str(tmp_path / "f2.json")]) == 0
+    assert (tmp_path / "f2.png").read_bytes()[:8] == PNG
+    f2 = json.loads((tmp_path / "f2.json").read_text())
+    assert [p["value"] for p in f2["windows"]] == [3, 11] and [p["value"] for p in f2["heads"]] == [1, 3]
+    for p in f2["windows"] + f2["heads"]:
+        assert p["bleu"] == pytest.approx(sacrebleu.corpus_bleu(read(os.path.join(p["run_dir"], "hyp.txt")),
+                                                                [refs]).score)
+    assert paper.main(["figure3", "--ref", ref, "--baseline", f"base={runs['w3']}/hyp.txt",
+                       "--system", f"a={runs['w11']}/hyp.txt", f"b={runs['h3']}/hyp.txt",
+                       "--png", str(tmp_path / "f3.png"), "--json", str(tmp_path / "f3.json")]) == 0
+    assert (tmp_path / "f3.png").read_bytes()[:8] == PNG
+    f3 = json.loads((tmp_path / "f3.json").read_text())
+    assert [s["name"] for s in f3["systems"]] == ["a", "b"] and f3["orders"] == [1, 2, 3, 4]
+    # bad input: one-line errors, nothing written
+    capsys.readouterr()
+    assert paper.main(["figure2", "--ref", ref, "--window", f"x={runs['w3']}", "--png", str(tmp_path / "x.png")]) == 2
+    assert paper.main(["figure2", "--ref", ref, "--window", f"5={tmp_path}", "--png", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "'x' is not an integer" in err and "hyp.txt is missing" in err and not (tmp_path / "x.png").exists()
+
+
+TRAIN_LOG = """\
+2026-01-01 | INFO | fairseq_cli.train | num. shared model params: {params:,} (num. trained: {params:,})
+2026-01-01 | INFO | train | {{"epoch": 1, "train_loss": "7.0", "train_wps": "100", "train_ups": "{ups}", "train_num_updates": "10"}}
+"""
+
+
+def test_table1_layout_from_runs(tmp_path):
+    refs = [t for _, t in make_corpus(150, seed=5)]
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    spec = {"baseline": (41_500, 2.5, 0.5), "rel_pos": (41_500 + 1_234, 2.25, 0.9), "csan2d": (41_500, 2.4, 0.5)}
+    for key, (params, ups, keep) in spec.items():
+        d = tmp_path / "runs" / key
+        d.mkdir(parents=True)
+        (d / "train.log").write_text(TRAIN_LOG.format(params=params, ups=ups))
+        hyps = [r if (i * 7919 % 100) / 100 < keep else " ".join(r.split()[::-1]) for i, r in enumerate(refs)]
+        (d / "hyp.txt").write_text("\n".join(hyps) + "\n")
+    out = tmp_path / "t.json"
+    assert paper.main(["table1", "--ref", str(tmp_path / "ref"), "--runs-dir", str(tmp_path / "runs"),
+                       "--rows", "baseline,rel_pos,csan2d", "--no-base-size", "--ar-trials", "1000",
+                       "--json", str(out), "--md", str(tmp_path / "t.md")]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["key"] for r in rows] == ["baseline", "rel_pos", "csan2d"]
+    assert rows[1]["params_delta"] == 1234 and rows[2]["params_delta"] == 0
+    assert rows[1]["speed_delta"] == pytest.approx(-0.25) and rows[2]["speed_delta"] == pytest.approx(-0.1)
+    md = (tmp_path / "t.md").read_text().splitlines()
+    bleu = {r["key"]: r["bleu"] for r in rows}
+    assert md[2].startswith(f"| Transformer-Base Vaswani et al. (2017) | 41.5K | 2.50 | {bleu['baseline']:.2f} | - |")
+    # the better system: significant in both tests -> the paper's double arrow
+    assert rows[1]["mark"] == "**" and md[3].startswith(
+        f"| + Rel_Pos Shaw et al. (2018) | +1.2K | -0.25 | {bleu['rel_pos']:.2f}⇑ | "
+        f"{bleu['rel_pos'] - bleu['baseline']:+.2f} |")
+    assert md[3].endswith("| +0.1M | -0.11 | 27.63 | +0.32 |")
+    # same translations as the baseline: no mark
+    assert md[4].startswith(f"| + 2D-CSans | +0.0M | -0.10 | {bleu['csan2d']:.2f} | +0.00 |")
+
+
+# ------------------------------------------------------------------ the recipe, end to end
+def recipe(script, env, check=True):
+    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", BPE_MERGES="60")
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    full.update(env)
+    p = subprocess.run(["bash", os.path.join(RECIPE, script)], env=full, capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{script} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+@pytest.fixture(scope="module")
+def toy_work(tmp_path_factory):
+    """The toy pair (fairseq_attn_plugins.toy_corpus) as local corpus files, prepared by prepare.sh."""
+    d = tmp_path_factory.mktemp("table1")
+    write_corpus(str(d / "data"), "en", "de", (("train", 300), ("valid", 30), ("test", 40)), seed=1)
+    env = {"WORK": str(d / "work"), "QUICK": "1"}
+    for split in ("train", "valid", "test"):
+        env[f"{split.upper()}_SRC"] = str(d / "data" / f"{split}.en")
+        env[f"{split.upper()}_TGT"] = str(d / "data" / f"{split}.de")
+    recipe("prepare.sh", env)
+    return env
+
+
+def real_param_count(run_dir):
+    from fairseq import checkpoint_utils
+    models, _ = checkpoint_utils.load_model_ensemble([os.path.join(run_dir, "checkpoint_last.pt")])
+    return sum(p.numel() for p in models[0].parameters())
+
+
+def check_table1(work, keys):
+    out = os.path.join(work, "table1")
+    table = json.load(open(os.path.join(out, "table1.json")))
+    md = read(os.path.join(out, "table1.md"))
+    head = [c.strip() for c in md[0].split("|")[1:-1]]
+    refs = read(os.path.join(work, "raw", "test.de"))
+    assert [r["key"] for r in table["rows"]] == keys
+    base = table["rows"][0]
+    base_count = real_param_count(base["run_dir"])
+    base_log = results.parse_train_log(os.path.join(base["run_dir"], "train.log"))
+    base_full = table1.base_size_params(base["arch"])
+    for i, r in enumerate(table["rows"]):
+        assert r["run_dir"] == os.path.join(out, "runs", r["key"])
+        hyps = read(os.path.join(r["run_dir"], "hyp.txt"))
+        assert len(hyps) == len(refs)
+        assert r["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+        count = real_param_count(r["run_dir"])
+        assert r["params"] == count
+        log = results.parse_train_log(os.path.join(r["run_dir"], "train.log"))
+        assert r["train_ups"] == pytest.approx(log["train_ups"]) and log["num_updates"] == 40
+        line = md[2 + i]
+        assert line.startswith(f"| {table1.ROW_BY_KEY[r['key']].label} |"), line
+        if i == 0:
+            assert r["base_size_params"] == base_full
+            continue
+        assert r["params_delta"] == count - base_count
+        assert r["speed_delta"] == pytest.approx(log["train_ups"] - base_log["train_ups"])
+        assert r["delta"] == pytest.approx(r["bleu"] - base["bleu"])
+        full = table1.base_size_params(r["arch"])
+        assert r["base_size_params_delta"] == full - base_full
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells[1] == table1.fmt_params_delta(count - base_count)
+        assert cells[2] == f"{r['speed_delta']:+.2f}" and cells[3].startswith(f"{r['bleu']:.2f}")
+        assert cells[4] == f"{r['delta']:+.2f}" and cells[head.index("Parameter, base size")] == \
+            table1.fmt_params_delta(full - base_full)
+        # the paper's metric from the run's scores.json, and its difference
+        tok = json.load(open(os.path.join(r["run_dir"], "scores.json")))["tokenized_bleu"]
+        assert cells[head.index("tok. BLEU")] == f"{tok:.2f}"
+        assert cells[head.index("tok. △")] == f"{tok - base['tok_bleu']:+.2f}"
+    return table
+
+
+@pytest.mark.e2e
+def test_table1_recipe_end_to_end(toy_work):
+    work = toy_work["WORK"]
+    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS))
+    assert "| Model | Parameter | Speed | BLEU |" in p.stdout
+    table = check_table1(work, CI_ROWS.split(","))
+    # Rel_Pos adds its tables; the CSAN rows add nothing (the paper's +0.0M)
+    rows = {r["key"]: r for r in table["rows"]}
+    assert rows["rel_pos"]["params_delta"] > 0 and rows["rel_pos"]["base_size_params_delta"] > 0
+    assert rows["csan1d"]["params_delta"] == 0 and rows["csan2d"]["base_size_params_delta"] == 0
+
+    # re-running reuses every finished row and renders the same table
+    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS))
+    for key in CI_ROWS.split(","):
+        assert f"table1 {key}: done before, reused" in p.stderr
+    again = json.load(open(os.path.join(work, "table1", "table1.json")))
+    assert [r["bleu"] for r in again["rows"]] == [r["bleu"] for r in table["rows"]]
+    # other settings in the same folder are refused
+    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE="41"), check=False)
+    assert p.returncode == 2 and "other settings" in p.stderr
+
+    # Figure 3 from the Table 1 runs: sacreBLEU's statistics, checked by plain counting
+    recipe("figure3.sh", toy_work)
+    f3 = json.load(open(os.path.join(work, "table1", "figure3.json")))
+    assert open(os.path.join(work, "table1", "figure3.png"), "rb").read(8) == PNG
+    refs = read(os.path.join(work, "raw", "test.de"))
+    base_c, base_t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", "baseline", "hyp.txt")), refs)
+    assert [s["name"] for s in f3["systems"]] == ["csan1d", "csan2d"]
+    for s in f3["systems"]:
+        c, t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", s["name"], "hyp.txt")), refs)
+        gap = [100.0 * a / b - 100.0 * x / y if b and y else None for a, b, x, y in zip(c, t, base_c, base_t)]
+        for g, want in zip(s["improvement"], gap):
+            if want is not None:
+                assert g == pytest.approx(want)
+
+
+def test_table1_recipe_refuses_missing_rows_before_work(tmp_path):
+    work = tmp_path / "work"
+    p = recipe("table1.sh", {"WORK": str(work), "ROWS": "baseline,nope"}, check=False)
+    assert p.returncode == 2 and "unknown row(s) nope" in p.stderr and not work.exists()
+    missing = [r for r in table1.ROWS if r.arch not in ARCH_MODEL_REGISTRY]
+    if not missing:
+        pytest.skip("every Table 1 architecture is registered: nothing is missing")
+    p = recipe("table1.sh", {"WORK": str(work)}, check=False)  # ROWS=all
+    assert p.returncode == 2 and not work.exists()
+    for r in missing:
+        assert f"{r.name} ({r.arch})" in p.stderr
+
+
+@pytest.mark.e2e
+def test_table1_recipe_all_rows(toy_work):
+    missing = [r.arch for r in table1.ROWS if r.arch not in ARCH_MODEL_REGISTRY]
+    if missing:
+        pytest.skip(f"Table 1 architectures not registered on this branch: {', '.join(missing)}")
+    recipe("table1.sh", dict(toy_work, ROWS="all"))
+    check_table1(toy_work["WORK"], [r.key for r in table1.ROWS])
+
+
+@pytest.mark.e2e
+def test_figure2_recipe(toy_work):
+    work = toy_work["WORK"]
+    p = recipe("figure2.sh", dict(toy_work, WINDOWS="3", HEADS="3"))
+    assert "1D-CSAN window 3: BLEU" in p.stdout and "2D-CSAN heads 3: BLEU" in p.stdout
+    out = os.path.join(work, "figure2")
+    assert open(os.path.join(out, "figure2.png"), "rb").read(8) == PNG
+    f2 = json.load(open(os.path.join(out, "figure2.json")))
+    refs = read(os.path.join(work, "raw", "valid.de"))  # the paper's Figure 2 is on the validation set
+    for p_, run, flags in ((f2["windows"][0], "csan1d_w3", "--csan-window 3"),
+                           (f2["heads"][0], "csan2d_h3", "--csan-window 11 --csan-heads 3")):
+        assert p_["run_dir"] == os.path.join(out, "runs", run) and p_["value"] == 3
+        hyps = read(os.path.join(p_["run_dir"], "hyp.txt"))
+        assert p_["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
+        log = open(os.path.join(p_["run_dir"], "train.log"), encoding="utf-8").read()
+        assert flags in log  # the sweep's flag reached fairseq-train
+
+
+def test_demo_writes_table1_only_for_table1_rows(tmp_path):
+    out = tmp_path / "demo"
+    refs = [t for _, t in make_corpus(80, seed=6)]
+    (out / "corpus").mkdir(parents=True)
+    (out / "corpus" / "test.tgt").write_text("\n".join(refs) + "\n")
+    archs = ["transformer_attn_wmt_en_de", "transformer_csan2d_wmt_en_de", "transformer_disan_wmt_en_de"]
+    for i, arch in enumerate(archs):
+        d = out / "runs" / arch
+        d.mkdir(parents=True)
+        (d / "train.log").write_text(TRAIN_LOG.format(params=1000 + i, ups=2.0 + i))
+        (d / "hyp.txt").write_text("\n".join(perturbed(refs, i, 0.5)) + "\n")
+    profile = dict(demo.PROFILES["quick"], ar_trials=200, bs_samples=200)
+    demo.Pipeline(str(out), profile, archs[:2], 1, 1).write_table1()
+    t = json.loads((out / "table1.json").read_text())
+    assert [r["key"] for r in t["rows"]] == ["baseline", "csan2d"] and t["rows"][1]["params_delta"] == 1
+    assert t["rows"][1]["base_size_params_delta"] == 0  # CSAN adds no parameters at base size either
+    assert "| + 2D-CSans | +1 | +1.00 |" in (out / "table1.md").read_text()
+    # disan is not a Table 1 row: no table1, and none left from before
+    demo.Pipeline(str(out), profile, [archs[0], archs[2]], 1, 1).write_table1()
+    assert not (out / "table1.json").exists() and not (out / "table1.md").exists()

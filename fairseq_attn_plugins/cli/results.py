@@ -31,7 +31,8 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from .. import seeds
 from ..curves import plot_curves, read_log_records
-from .significance import paired_tests, read_lines, significance_mark, write_json_atomic
+from .significance import (check_counts, check_output_paths, paired_tests, read_lines,
+                           system_mark, write_json_atomic)
 
 
 def parse_train_log(path: str) -> Dict:

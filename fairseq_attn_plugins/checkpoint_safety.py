@@ -43,12 +43,15 @@ def fairseq_checkpoint_globals():
     try:  # numpy scalars (e.g. best validation loss) in extra_state
         import numpy as np
 
-        allowed += [np.dtype, type(np.dtype("float64")), type(np.dtype("float32"))]
+        # scalars and plain numeric arrays: --eval-bleu keeps BLEU counts (int64 arrays) in the
+        # meters, and best_checkpoint_metric values may be any numeric numpy type
+        allowed += [np.dtype, np.ndarray]
+        allowed += sorted({type(np.dtype(c)) for c in "?bhilqBHILQefdgFDG"}, key=str)
         try:
-            from numpy._core.multiarray import scalar
+            from numpy._core.multiarray import _reconstruct, scalar
         except ImportError:  # numpy < 2
-            from numpy.core.multiarray import scalar
-        allowed.append(scalar)
+            from numpy.core.multiarray import _reconstruct, scalar
+        allowed += [scalar, _reconstruct]
     except ImportError:  # pragma: no cover
         pass
     try:  # training meters in extra_state["train_meters"]

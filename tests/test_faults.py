@@ -267,6 +267,26 @@ def test_safe_load_loads_refuses_and_names_missing_files(tmp_path):
         safe_load(missing)
 
 
+def test_safe_load_accepts_the_numpy_values_fairseq_keeps(tmp_path):
+    """--eval-bleu keeps int64 BLEU-count arrays in the meters and a numpy best metric:
+    such a checkpoint must resume; an object array (arbitrary pickles inside) stays refused."""
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
+
+    extra = {"best": np.float64(27.3), "counts": np.array([5, 3, 2, 1], dtype=np.int64),
+             "totals": np.arange(4, dtype=np.int32), "flag": np.bool_(True),
+             "step": np.int64(7), "half": np.float16(0.5), "mat": np.ones((2, 3))}
+    path = str(tmp_path / "numpy.pt")
+    torch.save(_state(extra), path)
+    got = safe_load(path)["extra_state"]
+    for key, value in extra.items():
+        assert type(got[key]) is type(value) and got[key].dtype == value.dtype, key
+        np.testing.assert_array_equal(got[key], value)
+    bad = str(tmp_path / "object_array.pt")
+    torch.save(_state({"x": np.array([ForeignObject()], dtype=object)}), bad)
+    with pytest.raises(UnsafeCheckpointError):
+        safe_load(bad)
+
+
 # ---------------------------------------------------------------------------
 # e2e: kill mid-epoch and resume; 2-process distributed training
 # ---------------------------------------------------------------------------

@@ -89,13 +89,9 @@ class ChainedSelfAttention(AttentionPiece):
         Choice("chained_init", "xavier", INITS, metavar="INIT",
                help="W_attn initialisation: 'xavier' (default) or 'first' (identity "
                     "on P V, zero on P^k V for k>1: starts as the baseline)"),
-        Sides("chained_sides", "encoder",
-              help="chained attention in self-attention of: 'encoder' (default), "
-                   "'decoder' or 'encoder,decoder' (alias 'both'); the decoder "
-                   "decodes incrementally with a cache of the earlier orders"),
-        Layers("chained_layers", "all",
-               help="layers (0-based) with chained attention: '0,1', '0-2', "
-                    "'all' (default 'all')"),
+        Sides("chained_sides", "encoder", "chained attention",
+              note="the decoder decodes incrementally with a cache of the earlier orders"),
+        Layers("chained_layers", "all", "layers with chained attention"),
     )
 
     def __init__(self, site: AttentionSite, args):

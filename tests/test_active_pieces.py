@@ -1,4 +1,4 @@
-"""``--attn-pieces`` never drops a setting silently (issue 9, item 2).
+"""``--attn-pieces`` never drops a setting silently.
 
 ``--attn-pieces`` replaces the pieces of ``--arch``; a flag of a piece that is then not
 active, set explicitly on the command line, is refused at model build naming the flag

@@ -88,7 +88,7 @@ def test_verdicts_follow_targets(tiny_report):
             assert v["speed"] == "unmeasured"
         else:
             assert v["speed"] == ("PASS" if r["median"] >= target else "MISS")
-        # memory: 1.15 for relpos (issue 12), 1.10 for systems whose attention is all fused
+        # memory: 1.15 for relpos, 1.10 for systems whose attention is all fused
         paths = next(s["attention_paths"] for s in report["systems"] if s["name"] == name)
         fused_only = paths["explicit"] == 0
         expected = 1.15 if name.startswith("relpos") else (1.10 if fused_only else None)
@@ -126,7 +126,7 @@ def test_inference_and_sweep(tiny_report):
                 statistics.median([a / b for a, b in zip(e["tokens_per_s"]["runs"], stock)]))
 
 
-def test_targets_of_issue5():
+def test_speed_and_memory_targets_per_variant():
     assert B.speed_target("attn") == 0.98
     assert B.speed_target("csan1d") == B.speed_target("disan") == B.speed_target("dropattn_c") == 0.95
     assert B.speed_target("csan2d") == B.speed_target("relpos") == 0.93

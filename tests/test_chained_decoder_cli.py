@@ -1,4 +1,4 @@
-"""Chained self-attention in the decoder (issue 13, item 3) through fairseq-train and
+"""Chained self-attention in the decoder through fairseq-train and
 fairseq-generate --user-dir: beam search decodes incrementally with the cache of the
 earlier orders, and every hypothesis' per-token scores equal the full (non-incremental)
 forward pass of the same checkpoint on that hypothesis."""

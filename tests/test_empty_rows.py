@@ -1,4 +1,4 @@
-"""Rows emptied by a mask contribute nothing anywhere (issue 9, item 1).
+"""Rows emptied by a mask contribute nothing anywhere.
 
 For every registered piece and every allowed pair (the registry loop of
 ``reliability_helpers.compatible_sets``), a test-only piece empties chosen

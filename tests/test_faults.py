@@ -237,7 +237,7 @@ def _broken_files(tmp_path):
 
 @pytest.mark.parametrize("loader", ["fairseq", "safe_load"])
 def test_broken_checkpoint_says_corrupt_or_empty_not_security(tmp_path, loader):
-    """Issue 9, item 6: an empty or corrupt file names the file and what is wrong; only a
+    """An empty or corrupt file names the file and what is wrong; only a
     foreign class talks about security."""
     from fairseq_attn_plugins.checkpoint_safety import CorruptCheckpointError, safe_load
 

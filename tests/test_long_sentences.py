@@ -1,5 +1,5 @@
 """Sentences longer than convattn1d's / dpi's position tables never crash a run
-(issue 9, item 3), through fairseq-train / fairseq-generate --user-dir on a corpus
+through fairseq-train / fairseq-generate --user-dir on a corpus
 holding one long sentence in train, valid and test:
 
 * training skips it with fairseq's 'invalid sizes' warning;

@@ -1,5 +1,5 @@
 """Parameter deltas at Transformer-base size (512 dims, 8 heads of 64, 6+6 layers) of the
-pieces fixed in issue 11 A, each computed from its formula, checked against the built
+pieces whose papers state a parameter count, each computed from its formula, checked against the built
 model and printed next to the paper's number (run with ``-s`` to see them)."""
 
 import pytest

@@ -213,7 +213,7 @@ def test_defaults_and_architectures():
     assert "transformer_disan_vaswani_wmt_en_de_big" in ARCH_MODEL_REGISTRY
 
 
-# ---- the CSAN authors' Bi_Direct (attention_di.py), issue 11 -------------------------
+# ---- the CSAN authors' Bi_Direct (attention_di.py) -------------------------------
 def authors_bi_direct_reference(attn, x, kpm, n_pairs):
     """attention_di.py written out in float64: heads 0..H-2N-1 unmasked; the others
     alternate forward (j <= i) / backward (j >= i), diagonal included; pad keys masked.

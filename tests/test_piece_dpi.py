@@ -173,7 +173,7 @@ def test_bad_flags_name_the_flag(flags, flag):
         make_args("dpi", **flags)
 
 
-# ---- SAN+P+R architecture (issue 11) --------------------------------------------------
+# ---- SAN+P+R architecture --------------------------------------------------------
 def test_san_pr_architecture_replaces_the_position_embeddings():
     """transformer_dpi_sanpr_*: P and R tables on the first layer of encoder and decoder,
     no token position embeddings; the first encoder layer's self-attention equals the

@@ -195,7 +195,7 @@ def test_plot_command_on_tiny_checkpoint(tmp_path, capsys):
 
 @pytest.mark.e2e
 def test_plot_command_on_stock_fairseq_transformer(tmp_path, capsys):
-    """Issue 9, item 5: a stock ``--arch transformer`` checkpoint gets fairseq's own
+    """A stock ``--arch transformer`` checkpoint gets fairseq's own
     attention drawn (it used to exit 0 with an empty table), and a too-long sentence
     ends with a one-line error."""
     from fairseq import checkpoint_utils

@@ -1,4 +1,4 @@
-"""Recipes whose numbers can be published (issue 10), on tiny local corpora; downloads are
+"""Recipes whose numbers can be published, on tiny local corpora; downloads are
 stubbed by local archives served through file:// addresses (curl reads them like http)."""
 
 import json

@@ -1,5 +1,5 @@
 """SEEDS="1 2" in the recipes: one run folder per seed, resumed per seed, evaluated per
-seed, and their learning curves as bands (issue 13)."""
+seed, and their learning curves as bands."""
 
 import json
 import os

@@ -1,4 +1,4 @@
-"""Several seeds and learning curves in fairseq-attn-results (issue 13, items 1 and 2).
+"""Several seeds and learning curves in fairseq-attn-results.
 
 The logs in tests/data/ are real fairseq-train output (--log-format json, a 1-layer
 model on the toy corpus): ``fairseq_json_bleu.train.log`` with --eval-bleu,

@@ -83,7 +83,7 @@ def test_bad_input(files, tmp_path, capsys):
     assert rc == 2 and "lines" in capsys.readouterr().err and not out_json.exists()
 
 
-# ---- issue 9, item 4: no mark for equal or worse systems, one-line errors ----------
+# ---- no mark for equal or worse systems, one-line errors ----------
 def _table_row(out, name):
     return next(line for line in out.splitlines() if line.startswith(f"| {name}"))
 

@@ -1,5 +1,5 @@
 """What is compared: stock fairseq and every transformer_attn architecture, their targets
-(issue 5 speed targets, issue 12 relpos/windowed targets) and the size presets."""
+(speed targets, relpos/windowed memory targets) and the size presets."""
 
 import argparse
 import fnmatch
@@ -12,7 +12,7 @@ STOCK = "fairseq"
 MODEL_NAME = "transformer_attn"
 
 # ---------------------------------------------------------------------------
-# Targets of issue 5 (training throughput ratio to stock fairseq). Matched by
+# Speed targets (training throughput ratio to stock fairseq). Matched by
 # variant name (fnmatch patterns, first match wins); a variant with no match has
 # no stated target and is reported as "n/a", never as a pass.
 # ---------------------------------------------------------------------------
@@ -23,7 +23,7 @@ SPEED_TARGETS = [
     ("chain*", 0.80), ("conv*", 0.80),
 ]
 MEMORY_TARGET = 1.10  # for systems whose attention stays on the fused path
-# Issue 12 (relpos kv, k = 16, on the flex path): memory at WMT lengths, and at L = 1024
+# relpos kv (k = 16, on the flex path): memory at WMT lengths, and at L = 1024
 # in the sweep throughput >= 0.7 and memory <= 1.5.
 MEMORY_TARGETS = [("relpos*", 1.15), ("rel_pos*", 1.15)]
 LONG_TARGETS = [("relpos*", 1024, 0.7, 1.5)]

@@ -21,6 +21,7 @@ from torch.testing import assert_close
 
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.models.hydra_config import model_config_class
+from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
 from reliability_helpers import TINY, arch_pieces, arch_test_flags, bin_dir, cli, env, make_data, user_dir
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
@@ -98,7 +99,7 @@ def test_yaml_and_command_line_build_identical_models(arch, data, task, tmp_path
     assert list(a) == list(b)
     for key in a:
         assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
-    for field in model_config_class().__dataclass_fields__:
+    for field in model_config_class(AttnTransformerModel).__dataclass_fields__:
         if not field.startswith("_"):
             assert getattr(from_yaml.args, field, None) == getattr(from_cli.args, field, None), (arch, field)
     pieces = [p.name for m in from_yaml.modules() for p in getattr(m, "pieces", [])]

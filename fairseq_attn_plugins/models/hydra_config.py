@@ -6,9 +6,9 @@ function on it and builds the model through ``TransformerConfig.from_namespace``
 copies the extra keys of an argparse ``Namespace`` but not those of a ``DictConfig``: the
 piece flags were lost (``AttributeError: invalid argument attn_pieces``).
 
-:func:`model_config_class` is a ``FairseqDataclass`` with one field per model flag:
-fairseq's Transformer flags and, derived from the piece declarations, ``--attn-pieces``,
-``--attn-backend`` and every piece setting. Every field defaults to ``None`` = not given,
+:func:`model_config_class` is a ``FairseqDataclass`` with one field per model flag
+(``AttnTransformerModel.add_args``): fairseq's Transformer flags and, derived from the piece
+declarations, ``--attn-pieces``, ``--attn-backend`` and every piece setting. Every field defaults to ``None`` = not given,
 so that the architecture sets the default, exactly as on the command line (fairseq's model
 flags have no argparse defaults either). :func:`namespace_from_config` checks a yaml's
 model section against its fields (an unknown key or a value of the wrong type is refused,
@@ -28,10 +28,9 @@ import functools
 from typing import Any, Optional
 
 from fairseq.dataclass import FairseqDataclass
-from fairseq.models.transformer import TransformerModel
 from omegaconf import OmegaConf, open_dict
 
-from ..attention import PieceConfigError, add_attention_args
+from ..attention import PieceConfigError
 
 # keys a finished configuration holds besides the flags (a checkpoint's model section)
 _EXTRA_FIELDS = {
@@ -49,13 +48,13 @@ def _field_type(action) -> type:
 
 
 @functools.lru_cache(maxsize=None)
-def model_config_class():
-    """``TransformerAttnConfig``: one ``Optional`` field per flag of the ``transformer_attn``
-    model, default ``None`` (= not given: the architecture decides). Built on first use, when
-    every piece is registered."""
+def model_config_class(model_cls):
+    """``TransformerAttnConfig``: one ``Optional`` field per flag that ``model_cls.add_args``
+    declares (fairseq's Transformer flags, the attention flags, every piece setting), default
+    ``None`` (= not given: the architecture decides). Built on first use, when every piece is
+    registered."""
     parser = argparse.ArgumentParser(add_help=False)
-    TransformerModel.add_args(parser)  # what AttnTransformerModel.add_args adds
-    add_attention_args(parser)
+    model_cls.add_args(parser)
     specs = {a.dest: (_field_type(a), a.help or "") for a in parser._actions}
     specs.update({k: v for k, v in _EXTRA_FIELDS.items() if k not in specs})
     fields = [
@@ -90,14 +89,20 @@ def _convert(key: str, value, typ):
     return converted
 
 
-def namespace_from_config(cfg) -> argparse.Namespace:
+def namespace_from_config(cfg, model_cls) -> argparse.Namespace:
     """The yaml's model section as the command line's ``Namespace``: keys checked against
     the fields of :func:`model_config_class` and converted to their types (``csan_layers: 0``
-    -> ``'0'``), values left ``None`` dropped (= not given), ``arch`` taken from ``_name``."""
-    fields = model_config_class().__dataclass_fields__
+    -> ``'0'``), values left ``None`` dropped (= not given), ``arch`` taken from ``_name``.
+    A finished configuration (a checkpoint's, holding the architecture function's record
+    ``attn_explicit_flags``) is taken as it is: it may hold keys that are no flags."""
+    fields = model_config_class(model_cls).__dataclass_fields__
+    finished = cfg.get("attn_explicit_flags", None) is not None
     values = {}
     for key, value in OmegaConf.to_container(cfg, resolve=True).items():
         if key.startswith("_") or value is None:
+            continue
+        if key not in fields and finished:
+            values[key] = value
             continue
         if key not in fields:
             close = difflib.get_close_matches(key, list(fields), n=3)

@@ -149,7 +149,7 @@ class AttnTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         if is_config(args):  # fairseq-hydra-train (or its checkpoint): build from the Namespace
-            namespace = namespace_from_config(args)
+            namespace = namespace_from_config(args, cls)
             model = cls.build_model(namespace, task)
             write_back(args, namespace)
             return model
@@ -234,7 +234,7 @@ def register_variant(variant: str, pieces: str, preset=None):
     def make(base_fn):
         def arch(args):
             if is_config(args):  # a yaml's model section: the command line's Namespace
-                namespace = namespace_from_config(args)
+                namespace = namespace_from_config(args, AttnTransformerModel)
                 arch(namespace)
                 write_back(args, namespace)
                 return

@@ -23,8 +23,8 @@ shared by the layers of the encoder (of the decoder) that hold the piece; T5
 computes it in the first layer and reuses it in the others. The table is a
 parameter of the first such layer (it appears once in the state dict), the
 other layers read it from there. ``layer``: one table per layer.
-Parameters at base size: 32 x 8 = 256 per stack (512 per layer with
-``layer``). Initialisation: normal with std d_model^-1/2, as Hugging Face's T5
+Parameters at base size: 32 x 8 = 256 per stack, 512 in all (``layer``:
+256 per layer, 3,072 in all). Initialisation: normal with std d_model^-1/2, as Hugging Face's T5
 (``factor`` 1). T5 does not scale q.k by 1/sqrt(d) (it folds the scale into the
 initialisation of q); here the bias is added to the scaled score as every piece
 does, which only reparametrises the learned table.

@@ -36,6 +36,8 @@ neighbouring heads are widened after the rotation, so every slot's key carries
 its own position's rotation and the score still depends on n - m only.
 """
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -86,8 +88,9 @@ class RotaryPositions(AttentionPiece):
     @classmethod
     def validate(cls, args):
         theta = args.rope_theta
-        if not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0:
-            raise PieceConfigError(f"--rope-theta must be a number > 0 (got {theta!r})")
+        if (not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0
+                or not math.isfinite(theta)):
+            raise PieceConfigError(f"--rope-theta must be a finite number > 0 (got {theta!r})")
         if require_float(args, "rope_fraction", 0.0, 1.0) == 0.0:
             raise PieceConfigError("--rope-fraction must be a number in (0, 1] (got 0.0)")
         validate_placement(args, "rope", "rotary positions")

@@ -2,14 +2,13 @@
 
 ``--attn-pieces`` is the complete list of active pieces: given, it REPLACES the
 pieces of ``--arch`` (``--arch transformer_csan2d_wmt_en_de --attn-pieces relpos``
-runs relpos alone). A flag of a piece that is not active, set explicitly on the
-command line (``--csan-window 5`` there), is refused at model build naming the
-flag and the active pieces, so that a setting can never be ignored silently;
-the model build logs the active pieces per layer.
+runs relpos alone; ``--attn-pieces none`` runs no piece, an empty value is
+refused). A flag of a piece that is not active, set explicitly on the command
+line (``--csan-window 5`` there), is refused at model build naming the flag and
+the active pieces (:func:`check_inactive_flags`), so that a setting can never be
+ignored silently; the model build logs the active pieces per layer.
 """
 
-import argparse
-import functools
 from typing import Dict, List, Tuple
 
 from .core import BACKENDS
@@ -22,7 +21,7 @@ def add_attention_args(parser) -> None:
         "--attn-pieces", type=str, metavar="NAMES",
         help="comma-separated attention pieces to combine, from: "
              + ", ".join(sorted(PIECES)) + " (default: set by --arch; when given it replaces the "
-             "arch's pieces; '' = none). Flags of pieces not listed are refused",
+             "arch's pieces; 'none' = no piece). Flags of pieces not listed are refused",
     )
     group.add_argument(
         "--attn-backend", type=str, metavar="BACKEND",
@@ -43,20 +42,13 @@ def attention_defaults(args) -> None:
         cls.set_defaults(args)
 
 
-@functools.lru_cache(maxsize=None)
-def _piece_flags(names: Tuple[str, ...]) -> Dict[str, Tuple[str, ...]]:
+def piece_flags() -> Dict[str, Tuple[str, ...]]:
     """attribute of each piece flag -> the pieces owning it (shared flags have several)."""
     owners: Dict[str, List[str]] = {}
-    for name in names:
-        parser = argparse.ArgumentParser(add_help=False)
-        PIECES[name].add_args(parser)
-        for action in parser._actions:
-            owners.setdefault(action.dest, []).append(name)
-    return {dest: tuple(sorted(o)) for dest, o in owners.items()}
-
-
-def piece_flags() -> Dict[str, Tuple[str, ...]]:
-    return _piece_flags(tuple(sorted(PIECES)))
+    for name, cls in PIECES.items():
+        for s in cls.all_settings():
+            owners.setdefault(s.name, []).append(name)
+    return {dest: tuple(sorted(o)) for dest, o in sorted(owners.items())}
 
 
 def record_explicit_flags(args) -> None:
@@ -74,6 +66,11 @@ def record_explicit_flags(args) -> None:
     present = sorted(dest for dest in flags if hasattr(args, dest))
     finished = len(present) == len(flags) or (hasattr(args, "attn_backend") and 2 * len(present) > len(flags))
     if not finished:
+        if hasattr(args, "attn_pieces") and not str(args.attn_pieces or "").strip():
+            raise PieceConfigError(
+                f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
+                f"without a word; expected 'none' (no piece) or pieces from {sorted(PIECES)}"
+            )
         args.attn_explicit_flags = ",".join(present)
 
 
@@ -95,7 +92,12 @@ def check_inactive_flags(args, names: List[str]) -> None:
 
 
 def selected_pieces(args) -> List[type]:
+    """The piece classes of ``--attn-pieces`` (``none`` and an empty value: no piece)."""
     names = [n.strip() for n in str(args.attn_pieces or "").split(",") if n.strip()]
+    if names == ["none"]:
+        return []
+    if "none" in names:
+        raise PieceConfigError(f"--attn-pieces: 'none' stands alone (got {args.attn_pieces!r})")
     unknown = [n for n in names if n not in PIECES]
     if unknown:
         raise PieceConfigError(

@@ -22,13 +22,10 @@ left and right padding give the same bias. The bias is floored at -1e4
 (``BIAS_FLOOR``: exp(-1e4) = 0 in every dtype; it keeps fp16 finite).
 """
 
-import math
-from typing import Optional
-
 import torch
 from torch import Tensor, nn
 
-from .piece import AttentionContext, PieceConfigError
+from .piece import AttentionContext
 from .positions import sentence_positions
 
 
@@ -96,17 +93,3 @@ def refuse_incremental(name: str, ctx: AttentionContext) -> None:
             f"{name}: incremental decoding is not supported (the piece needs the whole "
             f"sentence: encoder only)"
         )
-
-
-def require_positive(args, attr: str, hi: Optional[float] = None) -> float:
-    """A finite float flag > 0 (and <= hi); raises naming the flag."""
-    flag = "--" + attr.replace("_", "-")
-    value = getattr(args, attr)
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-          and math.isfinite(value) and value > 0)
-    if ok and hi is not None:
-        ok = value <= hi
-    if not ok:
-        allowed = "> 0, finite" if hi is None else f"in (0, {hi}]"
-        raise PieceConfigError(f"{flag} must be a number {allowed} (got {value!r})")
-    return float(value)

@@ -20,15 +20,39 @@ A piece that overrides ``post_softmax``, ``value_term`` or ``combine`` must set
 ``fused_ok = False``; the dispatcher then runs the explicit path for that layer.
 
 Every piece class is registered with :func:`register_piece` and declares its
-command-line flags (``add_args``), its defaults (``set_defaults``), its flag
-validation (``validate``) and a factory (``build``) that returns ``None`` for
-layers where the piece is inactive.
+settings once, as data (``settings``: :mod:`.settings`); the base class derives
+from them the flags (``add_args``), the defaults (``set_defaults``), the
+validation (``validate``), which layers hold the piece (``covers``) and the
+factory (``build``, ``None`` where the piece is inactive). A piece adds only
+what its math needs: ``check_combination`` for rules that tie several flags
+together, ``from_args`` when its constructor takes something else than
+``(site, args)``, ``architectures`` for named presets of its flags.
 """
 
 from dataclasses import dataclass
-from typing import ClassVar, Dict, Optional, Tuple, Type
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
 
 from torch import Tensor, nn
+
+from .settings import (  # noqa: F401  (re-exported: a piece file imports from here)
+    LAYERS,
+    SIDES,
+    SIDES_ROLE,
+    Choice,
+    Float,
+    Int,
+    Layers,
+    PieceConfigError,
+    Setting,
+    Sides,
+    Text,
+    parse_layer_spec,
+    parse_sides,
+    require_choice,
+    require_float,
+    require_int,
+    require_positive,
+)
 
 
 @dataclass(frozen=True)
@@ -81,22 +105,92 @@ class AttentionPiece(nn.Module):
     #: (used by the shared tests that loop over the registry).
     test_flags: ClassVar[Dict[str, object]] = {}
 
+    # ---- settings, as data ---------------------------------------------
+    #: the piece's flags: exactly one ``Layers(...)``, and ``Sides(...)`` unless ``sides`` is fixed
+    settings: ClassVar[Tuple[Setting, ...]] = ()
+    #: the self-attentions of a piece without a ``Sides`` setting (``("encoder",)``)
+    sides: ClassVar[Optional[Tuple[str, ...]]] = None
+    #: flags of a sibling piece that this one accepts and does not use (csan1d takes
+    #: ``--csan-heads`` of csan2d), so that commands and checkpoints setting them still build
+    unused_settings: ClassVar[Tuple[Setting, ...]] = ()
+    #: named presets: ``transformer_<key>_wmt_en_de`` (and ``..._vaswani_wmt_en_de_big``)
+    #: run this piece with these flag defaults (explicit flags still win); the plain
+    #: ``transformer_<name>_*`` architectures are registered for every piece
+    architectures: ClassVar[Dict[str, Dict[str, Any]]] = {}
+
     def __init__(self, site: AttentionSite):
         super().__init__()
         self.site = site
 
-    # ---- configuration -------------------------------------------------
     @classmethod
-    def add_args(cls, parser) -> None:  # pragma: no cover - trivial default
-        """Add the piece's flags. Never pass ``default=`` (see DEVELOPERS.md)."""
+    def all_settings(cls) -> Tuple[Setting, ...]:
+        return tuple(cls.settings) + tuple(cls.unused_settings)
 
     @classmethod
-    def set_defaults(cls, args) -> None:  # pragma: no cover - trivial default
-        """Fill missing flags with ``getattr(args, name, default)``."""
+    def add_args(cls, parser) -> None:
+        """The piece's flags, without ``default=`` (the architectures set defaults)."""
+        for s in cls.all_settings():
+            s.add_to(parser)
 
     @classmethod
-    def validate(cls, args) -> None:  # pragma: no cover - trivial default
-        """Raise :class:`PieceConfigError` naming the flag when a value is invalid."""
+    def set_defaults(cls, args) -> None:
+        """Fill every flag of the piece missing from ``args`` with its default."""
+        for s in cls.all_settings():
+            s.fill_default(args)
+
+    @classmethod
+    def validate(cls, args) -> None:
+        """Check every setting, then ``check_combination``; raise :class:`PieceConfigError`
+        naming the flag and the allowed values."""
+        for s in cls.settings:
+            if s.role == SIDES_ROLE:
+                cls.covered_sides(args)
+            elif s.role == LAYERS:
+                cls.layers_per_side(args)
+            else:
+                s.check(args)
+        cls.check_combination(args)
+
+    @classmethod
+    def check_combination(cls, args) -> None:
+        """Rules that tie several flags, or a flag and the model, together (after the
+        single-flag checks). Raise :class:`PieceConfigError` naming the flags."""
+
+    @classmethod
+    def layers_setting(cls) -> Setting:
+        return next(s for s in cls.settings if s.role == LAYERS)
+
+    @classmethod
+    def covered_sides(cls, args) -> Tuple[str, ...]:
+        """The self-attentions (``encoder``/``decoder``) the piece applies to."""
+        if cls.sides is not None:
+            return tuple(cls.sides)
+        s = next(s for s in cls.settings if s.role == SIDES_ROLE)
+        return parse_sides(getattr(args, s.name), s.flag)
+
+    @classmethod
+    def layers_per_side(cls, args) -> Dict[str, Tuple[int, ...]]:
+        """side -> the layers holding the piece; refuses a layer list that leaves the
+        piece active on no layer of the model (it was listed in ``--attn-pieces``)."""
+        s = cls.layers_setting()
+        spec = getattr(args, s.name)
+        layers = {side: parse_layer_spec(spec, getattr(args, f"{side}_layers"), s.flag)
+                  for side in cls.covered_sides(args)}
+        if not any(layers.values()):
+            raise PieceConfigError(
+                f"{s.flag} {spec!r} leaves {cls.name} active on no layer of the model; expected "
+                f"0-based layers such as '0', '0-2' or 'all', or leave {cls.name} out of "
+                f"--attn-pieces (--attn-pieces none for no piece)"
+            )
+        return layers
+
+    @classmethod
+    def covers(cls, args, site: AttentionSite) -> bool:
+        """Whether the piece is active at ``site`` (its sides and layer list)."""
+        if site.side not in cls.covered_sides(args):
+            return False
+        s = cls.layers_setting()
+        return site.layer_idx in parse_layer_spec(getattr(args, s.name), site.num_layers, s.flag)
 
     @classmethod
     def fused_ok_with(cls, args) -> bool:
@@ -107,8 +201,13 @@ class AttentionPiece(nn.Module):
 
     @classmethod
     def build(cls, args, site: AttentionSite) -> Optional["AttentionPiece"]:
-        """Return the piece for ``site``, or ``None`` if it is inactive there."""
-        raise NotImplementedError
+        """The piece for ``site``, or ``None`` if it is inactive there."""
+        return cls.from_args(site, args) if cls.covers(args, site) else None
+
+    @classmethod
+    def from_args(cls, site: AttentionSite, args) -> "AttentionPiece":
+        """Construct the piece for an active ``site``; ``cls(site, args)`` by default."""
+        return cls(site, args)
 
     # ---- hooks -----------------------------------------------------------
     def transform_qkv(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext):
@@ -151,115 +250,29 @@ class AttentionPiece(nn.Module):
         return f"{self.site.side} layer {self.site.layer_idx}"
 
 
-class PieceConfigError(ValueError):
-    """An invalid flag value or an incompatible set of pieces."""
-
-
 PIECES: Dict[str, Type[AttentionPiece]] = {}
 
 
 def register_piece(cls: Type[AttentionPiece]) -> Type[AttentionPiece]:
+    """Add a piece class to the registry, after checking its settings declaration."""
     if not cls.name or cls.name in PIECES:
         raise ValueError(f"piece name {cls.name!r} is empty or registered twice")
+    roles = [s.role for s in cls.settings]
+    if roles.count(LAYERS) != 1:
+        raise ValueError(f"piece {cls.name!r}: declare exactly one Layers(...) setting")
+    if (SIDES_ROLE in roles) == (cls.sides is not None):
+        raise ValueError(f"piece {cls.name!r}: declare either a Sides(...) setting or fixed `sides`")
+    names = [s.name for s in cls.all_settings()]
+    if len(set(names)) != len(names):
+        raise ValueError(f"piece {cls.name!r}: a setting is declared twice in {names}")
+    for other in PIECES.values():
+        for mine in cls.all_settings():
+            theirs = next((s for s in other.all_settings() if s.name == mine.name), None)
+            if theirs is not None and theirs != mine:
+                raise ValueError(f"piece {cls.name!r}: setting {mine.name!r} differs from the one "
+                                 f"of {other.name!r}; share one declaration")
     PIECES[cls.name] = cls
     return cls
-
-
-def parse_layer_spec(spec, num_layers: int, flag: str) -> Tuple[int, ...]:
-    """Parse a layer list such as ``"0,1,2"``, ``"0-2"``, ``"all"`` or ``"none"``.
-
-    Layers are 0-based from the embeddings, so "the lower 3 layers" is ``0-2``.
-    """
-    text = str(spec).strip().lower()
-    if text in ("all", "*"):
-        return tuple(range(num_layers))
-    if text in ("none", ""):
-        return ()
-    layers = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                layers.update(range(lo, hi + 1))
-            else:
-                layers.add(int(part))
-    except ValueError:
-        raise PieceConfigError(
-            f"{flag}: cannot parse {spec!r}; expected 0-based layer indices such as "
-            f"'0,1,2', a range '0-2', 'all' or 'none'"
-        ) from None
-    bad = sorted(i for i in layers if i < 0 or i >= num_layers)
-    if bad:
-        raise PieceConfigError(
-            f"{flag}: layer index {bad} out of range; this model has {num_layers} "
-            f"layers, allowed indices are 0..{num_layers - 1}"
-        )
-    return tuple(sorted(layers))
-
-
-SIDES = ("encoder", "decoder")
-
-
-def parse_sides(spec, flag: str) -> Tuple[str, ...]:
-    """Which self-attentions a piece applies to: ``"encoder"``, ``"decoder"``,
-    ``"encoder,decoder"`` (or its alias ``"both"``); raises naming ``flag``."""
-    text = str(spec).strip().lower()
-    parts = SIDES if text == "both" else tuple(s.strip() for s in text.split(",") if s.strip())
-    if not parts or any(s not in SIDES for s in parts):
-        raise PieceConfigError(
-            f"{flag} must be 'encoder', 'decoder' or 'encoder,decoder' (alias 'both') (got {spec!r})"
-        )
-    return tuple(s for s in SIDES if s in parts)
-
-
-def covers_site(args, prefix: str, site: AttentionSite, sides: Optional[str] = None) -> bool:
-    """Whether a piece's ``--<prefix>-layers`` (and ``--<prefix>-sides``, or the fixed
-    ``sides`` of an encoder-only piece) select ``site``; raises naming the flag."""
-    side_spec = getattr(args, f"{prefix}_sides") if sides is None else sides
-    if site.side not in parse_sides(side_spec, f"--{prefix}-sides"):
-        return False
-    layers = parse_layer_spec(getattr(args, f"{prefix}_layers"), site.num_layers, f"--{prefix}-layers")
-    return site.layer_idx in layers
-
-
-def require_int(args, attr: str, lo: int, hi: Optional[int] = None, odd: bool = False) -> int:
-    """Validate an integer flag ``--attr-name`` and return it."""
-    flag = "--" + attr.replace("_", "-")
-    value = getattr(args, attr)
-    allowed = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-    if odd:
-        allowed = "odd and " + allowed
-    if (
-        not isinstance(value, int)
-        or isinstance(value, bool)
-        or value < lo
-        or (hi is not None and value > hi)
-        or (odd and value % 2 == 0)
-    ):
-        raise PieceConfigError(f"{flag} must be an integer {allowed} (got {value!r})")
-    return value
-
-
-def require_choice(args, attr: str, choices) -> str:
-    flag = "--" + attr.replace("_", "-")
-    value = getattr(args, attr)
-    if value not in choices:
-        raise PieceConfigError(f"{flag} must be one of {list(choices)} (got {value!r})")
-    return value
-
-
-def require_float(args, attr: str, lo: float, hi: float, hi_open: bool = False) -> float:
-    flag = "--" + attr.replace("_", "-")
-    value = getattr(args, attr)
-    ok = isinstance(value, (int, float)) and lo <= value and (value < hi if hi_open else value <= hi)
-    if not ok:
-        raise PieceConfigError(
-            f"{flag} must be a number in [{lo}, {hi}{')' if hi_open else ']'} (got {value!r})"
-        )
-    return float(value)
 
 
 def positions_window(q_pos: Tensor, k_pos: Tensor, half: int) -> Tensor:
@@ -271,9 +284,16 @@ __all__ = [
     "AttentionContext",
     "AttentionPiece",
     "AttentionSite",
-    "covers_site",
+    "Choice",
+    "Float",
+    "Int",
+    "Layers",
     "PIECES",
     "PieceConfigError",
+    "SIDES",
+    "Setting",
+    "Sides",
+    "Text",
     "parse_layer_spec",
     "parse_sides",
     "positions_window",
@@ -281,4 +301,5 @@ __all__ = [
     "require_choice",
     "require_float",
     "require_int",
+    "require_positive",
 ]

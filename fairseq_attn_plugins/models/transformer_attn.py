@@ -31,8 +31,6 @@ from fairseq.modules.transformer_layer import (
     TransformerEncoderLayerBase,
 )
 
-from ..attention.pieces.disan import bidirect_defaults
-from ..attention.pieces.dpi import san_p_defaults, san_pr_defaults
 from ..attention import (
     PIECES,
     AttentionPiece,
@@ -222,15 +220,17 @@ def refuse_long_validation(task, args, limits) -> bool:
 # ---------------------------------------------------------------------------
 # Architectures. Each variant: base (512/2048/8 heads, 6+6) and big.
 # ---------------------------------------------------------------------------
-def register_variant(variant: str, pieces: str, extra_defaults=None):
-    """Register ``transformer_<variant>_wmt_en_de`` and ``..._vaswani_wmt_en_de_big``."""
+def register_variant(variant: str, pieces: str, preset=None):
+    """Register ``transformer_<variant>_wmt_en_de`` and ``..._vaswani_wmt_en_de_big``:
+    ``--attn-pieces pieces`` and the flag defaults of ``preset`` (explicit flags win)."""
+    preset = dict(preset or {})
 
     def make(base_fn):
         def arch(args):
             record_explicit_flags(args)  # before any default: what the user set
             args.attn_pieces = getattr(args, "attn_pieces", pieces)
-            if extra_defaults is not None:
-                extra_defaults(args)
+            for attr, value in preset.items():
+                setattr(args, attr, getattr(args, attr, value))
             base_fn(args)
             attention_defaults(args)
 
@@ -245,13 +245,10 @@ def register_variant(variant: str, pieces: str, extra_defaults=None):
     return names
 
 
-# the plugin's baseline (no piece active), then one variant per registered piece
+# the plugin's baseline (no piece active), then one variant per registered piece and one
+# per named preset a piece declares (``architectures``: dpi_sanp, dpi_sanpr, bidirect, ...)
 ARCHITECTURES = register_variant("attn", "")
-for _name in PIECES:
+for _name, _cls in PIECES.items():
     ARCHITECTURES += register_variant(_name, _name)
-# Dufter et al. 2020's SAN+P: positions only through the absolute interaction table
-ARCHITECTURES += register_variant("dpi_sanp", "dpi", san_p_defaults)
-# ... and SAN+P+R: absolute and relative tables, no token position embeddings
-ARCHITECTURES += register_variant("dpi_sanpr", "dpi", san_pr_defaults)
-# the CSAN authors' Bi_Direct (Table 1): H-2N unmasked heads, then N x (fw, bw), diagonal kept
-ARCHITECTURES += register_variant("bidirect", "disan", bidirect_defaults)
+    for _variant, _preset in _cls.architectures.items():
+        ARCHITECTURES += register_variant(_variant, _name, _preset)

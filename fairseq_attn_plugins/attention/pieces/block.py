@@ -55,14 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..localness import refuse_incremental
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    register_piece,
-    require_int,
-)
+from ..piece import AttentionPiece, AttentionSite, Int, Layers, register_piece
 from ..positions import sentence_positions
 
 MAX_BLOCK = 1024
@@ -88,30 +81,14 @@ class BlockSelfAttention(AttentionPiece):
                    "pick one of block/chained",
     }
     test_flags = {"block_layers": "0", "block_size": 2}
-
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--block-size", type=int, metavar="B",
-                            help=f"tokens per block, 1..{MAX_BLOCK} (default 4)")
-        parser.add_argument("--block-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) with block self-attention: '0-2', 'all' "
-                                 "(default 'all', as in the authors' code)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.block_size = getattr(args, "block_size", 4)
-        args.block_layers = getattr(args, "block_layers", "all")
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "block_size", 1, MAX_BLOCK)
-        parse_layer_spec(args.block_layers, args.encoder_layers, "--block-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "block", site, sides="encoder"):
-            return None
-        return cls(site, args)
+    sides = ("encoder",)
+    settings = (
+        Int("block_size", 4, hi=MAX_BLOCK, metavar="B",
+            help=f"tokens per block, 1..{MAX_BLOCK} (default 4)"),
+        Layers("block_layers", "all",
+               help="encoder layers (0-based) with block self-attention: '0-2', 'all' "
+                    "(default 'all', as in the authors' code)"),
+    )
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)

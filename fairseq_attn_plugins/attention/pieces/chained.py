@@ -51,16 +51,7 @@ Backends: explicit only (the ``combine`` hook needs the probabilities).
 import torch
 from torch import Tensor, nn
 
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    parse_sides,
-    register_piece,
-    require_choice,
-    require_int,
-)
+from ..piece import AttentionPiece, AttentionSite, Choice, Int, Layers, Sides, register_piece
 
 INITS = ("xavier", "first")
 W_ATTN_FORMS = ("shared", "dense")
@@ -86,48 +77,25 @@ class ChainedSelfAttention(AttentionPiece):
                   "and P^k is undefined",
     }
     test_flags = {"chained_layers": "0", "chained_k": 3, "chained_sides": "both"}
-
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--chained-k", type=int, metavar="K",
-                            help=f"chained attention: number K of chained outputs P^k V, k=1..K, "
-                                 f"1..{MAX_K} (default 4; K=1 is standard attention)")
-        parser.add_argument("--chained-w-attn", type=str, metavar="FORM",
-                            help="chained attention projection W_attn: 'shared' (one K*D x D "
-                                 "matrix shared by the heads, Gupta 2019; default) or 'dense' "
-                                 "(Linear(H*K*D -> C) mixing the heads)")
-        parser.add_argument("--chained-sides", type=str, metavar="SIDES",
-                            help="chained attention in self-attention of: 'encoder' (default), "
-                                 "'decoder' or 'encoder,decoder' (alias 'both'); the decoder "
-                                 "decodes incrementally with a cache of the earlier orders")
-        parser.add_argument("--chained-layers", type=str, metavar="LAYERS",
-                            help="layers (0-based) with chained attention: '0,1', '0-2', "
-                                 "'all' (default 'all')")
-        parser.add_argument("--chained-init", type=str, metavar="INIT",
-                            help="W_attn initialisation: 'xavier' (default) or 'first' (identity "
-                                 "on P V, zero on P^k V for k>1: starts as the baseline)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.chained_k = getattr(args, "chained_k", 4)
-        args.chained_w_attn = getattr(args, "chained_w_attn", "shared")
-        args.chained_sides = getattr(args, "chained_sides", "encoder")
-        args.chained_layers = getattr(args, "chained_layers", "all")
-        args.chained_init = getattr(args, "chained_init", "xavier")
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "chained_k", 1, MAX_K)
-        require_choice(args, "chained_w_attn", W_ATTN_FORMS)
-        require_choice(args, "chained_init", INITS)
-        for side in parse_sides(args.chained_sides, "--chained-sides"):
-            parse_layer_spec(args.chained_layers, getattr(args, f"{side}_layers"), "--chained-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "chained", site):
-            return None
-        return cls(site, args)
+    settings = (
+        Int("chained_k", 4, hi=MAX_K, metavar="K",
+            help=f"chained attention: number K of chained outputs P^k V, k=1..K, "
+                 f"1..{MAX_K} (default 4; K=1 is standard attention)"),
+        Choice("chained_w_attn", "shared", W_ATTN_FORMS, metavar="FORM",
+               help="chained attention projection W_attn: 'shared' (one K*D x D "
+                    "matrix shared by the heads, Gupta 2019; default) or 'dense' "
+                    "(Linear(H*K*D -> C) mixing the heads)"),
+        Choice("chained_init", "xavier", INITS, metavar="INIT",
+               help="W_attn initialisation: 'xavier' (default) or 'first' (identity "
+                    "on P V, zero on P^k V for k>1: starts as the baseline)"),
+        Sides("chained_sides", "encoder",
+              help="chained attention in self-attention of: 'encoder' (default), "
+                   "'decoder' or 'encoder,decoder' (alias 'both'); the decoder "
+                   "decodes incrementally with a cache of the earlier orders"),
+        Layers("chained_layers", "all",
+               help="layers (0-based) with chained attention: '0,1', '0-2', "
+                    "'all' (default 'all')"),
+    )
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)

@@ -41,15 +41,7 @@ import torch.nn.functional as F
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    register_piece,
-    require_choice,
-    require_int,
-)
+from ..piece import AttentionPiece, AttentionSite, Choice, Int, Layers, register_piece
 
 CONVS = ("separable", "full")
 MAX_CONVS = 64
@@ -87,39 +79,19 @@ class ConvSublayers(AttentionPiece):
     incremental_ok = False
     conflicts = {}
     test_flags = {"cnns_layers": "0", "cnns_convs": 2, "cnns_kernel": 3}
-
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--cnns-convs", type=int, metavar="N",
-                            help=f"convolution sublayers before each selected encoder layer, "
-                                 f"1..{MAX_CONVS} (default 4)")
-        parser.add_argument("--cnns-kernel", type=int, metavar="K",
-                            help=f"convolution width, odd, 1..{MAX_KERNEL} (default 7)")
-        parser.add_argument("--cnns-conv", type=str, metavar="KIND",
-                            help="'separable' (depthwise + pointwise, QANet; default) or 'full'")
-        parser.add_argument("--cnns-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) preceded by convolutions: '0-2', 'all' "
-                                 "(default '0-2', the lower 3 layers)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.cnns_convs = getattr(args, "cnns_convs", 4)
-        args.cnns_kernel = getattr(args, "cnns_kernel", 7)
-        args.cnns_conv = getattr(args, "cnns_conv", "separable")
-        args.cnns_layers = getattr(args, "cnns_layers", "0-2")
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "cnns_convs", 1, MAX_CONVS)
-        require_int(args, "cnns_kernel", 1, MAX_KERNEL, odd=True)
-        require_choice(args, "cnns_conv", CONVS)
-        parse_layer_spec(args.cnns_layers, args.encoder_layers, "--cnns-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "cnns", site, sides="encoder"):
-            return None
-        return cls(site, args)
+    sides = ("encoder",)
+    settings = (
+        Int("cnns_convs", 4, hi=MAX_CONVS,
+            help=f"convolution sublayers before each selected encoder layer, "
+                 f"1..{MAX_CONVS} (default 4)"),
+        Int("cnns_kernel", 7, hi=MAX_KERNEL, odd=True, metavar="K",
+            help=f"convolution width, odd, 1..{MAX_KERNEL} (default 7)"),
+        Choice("cnns_conv", "separable", CONVS, metavar="KIND",
+               help="'separable' (depthwise + pointwise, QANet; default) or 'full'"),
+        Layers("cnns_layers", "0-2",
+               help="encoder layers (0-based) preceded by convolutions: '0-2', 'all' "
+                    "(default '0-2', the lower 3 layers)"),
+    )
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)

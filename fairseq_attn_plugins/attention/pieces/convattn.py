@@ -59,15 +59,7 @@ import torch.nn.functional as F
 from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS
 from torch import Tensor, nn
 
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    register_piece,
-    require_choice,
-    require_int,
-)
+from ..piece import AttentionPiece, AttentionSite, Choice, Int, Layers, register_piece
 from ..positions import sentence_positions
 
 ACTIVATIONS = ("relu", "linear")
@@ -78,6 +70,24 @@ DEFAULT_MAX_LEN = 256
 MAX_LEN_LIMIT = 4096
 ONE_CONV_REASON = ("convattn1d and convattn2d are alternative convolutions of the same "
                    "probabilities (the paper compares them); pick one")
+KERNEL = Int("convattn_kernel", 3, hi=MAX_KERNEL, odd=True, metavar="K",
+             help=f"convoluted attention: filter width k (1D: k query rows; 2D: "
+                  f"k x k), odd, 1..{MAX_KERNEL} (default 3)")
+LAYERS = Layers("convattn_layers", "all",
+                help="encoder layers (0-based) with convoluted attention: '0', '0-2', "
+                     "'all' (default 'all', as in the authors' code)")
+ACTIVATION = Choice("convattn_activation", "relu", ACTIVATIONS, metavar="ACT",
+                    help="activation after the convolution: 'relu' (default) or 'linear'")
+INIT = Choice("convattn_init", "glorot", INITS, metavar="INIT",
+              help="filter initialisation: 'glorot' (uniform, zero bias; default) or "
+                   "'identity' (starts as the baseline)")
+# None = not given: resolved against --max-source-positions in ConvAttention1D.validate
+MAX_LEN = Int("convattn_max_len", None, hi=MAX_LEN_LIMIT, metavar="T",
+              help=f"convattn1d: maximum sentence length t = number of filters and "
+                   f"channels per head, 1..{MAX_LEN_LIMIT} (default: "
+                   f"min(--max-source-positions, {DEFAULT_MAX_LEN}); when that lowers t "
+                   f"below --max-source-positions, the latter is lowered to t with a "
+                   f"warning, so fairseq refuses or skips longer sources)")
 CSAN2D_REASON = ("convoluted attention convolves one head's query x key plane; 2D-CSAN's widened "
                  "key axis concatenates several heads' keys, so the kernel would mix unrelated heads")
 
@@ -86,51 +96,8 @@ class _ConvAttentionBase(AttentionPiece):
     fused_ok = False
     incremental_ok = False
     conflicts = {"csan2d": CSAN2D_REASON}
-
-    @classmethod
-    def add_args(cls, parser):
-        # shared by convattn1d and convattn2d: add once
-        if any(a.dest == "convattn_kernel" for a in parser._actions):
-            return
-        parser.add_argument("--convattn-kernel", type=int, metavar="K",
-                            help=f"convoluted attention: filter width k (1D: k query rows; 2D: "
-                                 f"k x k), odd, 1..{MAX_KERNEL} (default 3)")
-        parser.add_argument("--convattn-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) with convoluted attention: '0', '0-2', "
-                                 "'all' (default 'all', as in the authors' code)")
-        parser.add_argument("--convattn-activation", type=str, metavar="ACT",
-                            help="activation after the convolution: 'relu' (default) or 'linear'")
-        parser.add_argument("--convattn-init", type=str, metavar="INIT",
-                            help="filter initialisation: 'glorot' (uniform, zero bias; default) or "
-                                 "'identity' (starts as the baseline)")
-        parser.add_argument("--convattn-max-len", type=int, metavar="T",
-                            help=f"convattn1d: maximum sentence length t = number of filters and "
-                                 f"channels per head, 1..{MAX_LEN_LIMIT} (default: "
-                                 f"min(--max-source-positions, {DEFAULT_MAX_LEN}); when that lowers t "
-                                 f"below --max-source-positions, the latter is lowered to t with a "
-                                 f"warning, so fairseq refuses or skips longer sources)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.convattn_kernel = getattr(args, "convattn_kernel", 3)
-        args.convattn_layers = getattr(args, "convattn_layers", "all")
-        args.convattn_activation = getattr(args, "convattn_activation", "relu")
-        args.convattn_init = getattr(args, "convattn_init", "glorot")
-        # None = not given: resolved against --max-source-positions in ConvAttention1D.validate
-        args.convattn_max_len = getattr(args, "convattn_max_len", None)
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "convattn_kernel", 1, MAX_KERNEL, odd=True)
-        require_choice(args, "convattn_activation", ACTIVATIONS)
-        require_choice(args, "convattn_init", INITS)
-        parse_layer_spec(args.convattn_layers, args.encoder_layers, "--convattn-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "convattn", site, sides="encoder"):
-            return None
-        return cls(site, args)
+    sides = ("encoder",)
+    settings = (KERNEL, LAYERS, ACTIVATION, INIT)
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)
@@ -168,15 +135,16 @@ class ConvAttention1D(_ConvAttentionBase):
     conflicts = {"csan2d": CSAN2D_REASON, "convattn2d": ONE_CONV_REASON}
     # --max-source-positions <= t makes fairseq refuse longer sentences up front
     test_flags = {"convattn_layers": "0", "convattn_max_len": 16, "max_source_positions": 16}
+    settings = (KERNEL, LAYERS, ACTIVATION, INIT, MAX_LEN)
 
     @classmethod
     def validate(cls, args):
-        super().validate(args)
         # unset --max-source-positions: fairseq's build_model uses its default (1024)
         sources = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
         if args.convattn_max_len is None:  # not given: t = min(sources, 256)
             args.convattn_max_len = min(sources, DEFAULT_MAX_LEN)
-        t = require_int(args, "convattn_max_len", 1, MAX_LEN_LIMIT)
+        super().validate(args)
+        t = args.convattn_max_len
         # t filters of t channels per head grow as t^2 (25M parameters a layer at t = 1024), so
         # instead of refusing a model whose --max-source-positions exceeds t (fairseq-generate
         # re-validates with the task's default 1024), cap it at t: fairseq then refuses longer
@@ -233,6 +201,7 @@ class ConvAttention2D(_ConvAttentionBase):
     name = "convattn2d"
     conflicts = {"csan2d": CSAN2D_REASON, "convattn1d": ONE_CONV_REASON}
     test_flags = {"convattn_layers": "0"}
+    unused_settings = (MAX_LEN,)
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site, args)

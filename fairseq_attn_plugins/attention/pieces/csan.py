@@ -43,58 +43,33 @@ from torch import Tensor
 
 from ..piece import (
     AttentionPiece,
-    AttentionSite,
+    Choice,
+    Int,
+    Layers,
     PieceConfigError,
-    covers_site,
-    parse_layer_spec,
     positions_window,
     register_piece,
-    require_choice,
-    require_int,
 )
 
 HEAD_EDGES = ("cut", "wrap", "authors")
+WINDOW = Int("csan_window", 11, odd=True, metavar="M1",
+             help="CSAN window size M+1 in positions, odd, >= 1 (default 11)")
+LAYERS = Layers("csan_layers", "0-2",
+                help="encoder layers (0-based) with CSAN: '0,1,2', '0-2', 'all' "
+                     "(default '0-2', the lower 3 layers)")
+HEADS = Int("csan_heads", 3, hi="encoder_attention_heads", odd=True, metavar="N1",
+            help="2D-CSAN: number N+1 of adjacent heads in the area, odd, "
+                 "1..encoder heads (default 3)")
+HEAD_EDGE = Choice("csan_head_edge", "cut", HEAD_EDGES,
+                   help="2D-CSAN at the first/last head: 'cut' (area cut short, default), "
+                        "'wrap' (circular keys and values) or 'authors' (keys wrap, "
+                        "values clamp, as in the authors' code)")
+ONE_CSAN = "2D-CSAN already contains the 1D window; pick one of csan1d/csan2d"
 
 
 class _CSANBase(AttentionPiece):
-    conflicts = {}
+    sides = ("encoder",)
     test_flags = {"csan_layers": "0", "csan_window": 3}
-
-    @classmethod
-    def add_args(cls, parser):
-        # shared by csan1d and csan2d: add once
-        if any(a.dest == "csan_window" for a in parser._actions):
-            return
-        parser.add_argument("--csan-window", type=int, metavar="M1",
-                            help="CSAN window size M+1 in positions, odd, >= 1 (default 11)")
-        parser.add_argument("--csan-heads", type=int, metavar="N1",
-                            help="2D-CSAN: number N+1 of adjacent heads in the area, odd, "
-                                 "1..encoder heads (default 3)")
-        parser.add_argument("--csan-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) with CSAN: '0,1,2', '0-2', 'all' "
-                                 "(default '0-2', the lower 3 layers)")
-        parser.add_argument("--csan-head-edge", type=str, metavar="MODE",
-                            help="2D-CSAN at the first/last head: 'cut' (area cut short, default), "
-                                 "'wrap' (circular keys and values) or 'authors' (keys wrap, "
-                                 "values clamp, as in the authors' code)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.csan_window = getattr(args, "csan_window", 11)
-        args.csan_heads = getattr(args, "csan_heads", 3)
-        args.csan_layers = getattr(args, "csan_layers", "0-2")
-        args.csan_head_edge = getattr(args, "csan_head_edge", "cut")
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "csan_window", 1, odd=True)
-        parse_layer_spec(args.csan_layers, args.encoder_layers, "--csan-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "csan", site, sides="encoder"):
-            return None
-        return cls(site, args)
 
     def __init__(self, site, args):
         super().__init__(site)
@@ -111,7 +86,9 @@ class CSAN1D(_CSANBase):
     """1D convolutional self-attention (Yang et al. 2019). See module docstring."""
 
     name = "csan1d"
-    conflicts = {"csan2d": "2D-CSAN already contains the 1D window; pick one of csan1d/csan2d"}
+    conflicts = {"csan2d": ONE_CSAN}
+    settings = (WINDOW, LAYERS)
+    unused_settings = (HEADS, HEAD_EDGE)
 
     def extra_repr(self):
         return f"window={self.window}, layer={self.site.layer_idx}"
@@ -123,13 +100,8 @@ class CSAN2D(_CSANBase):
 
     name = "csan2d"
     expands_kv = True
-    conflicts = {"csan1d": "2D-CSAN already contains the 1D window; pick one of csan1d/csan2d"}
-
-    @classmethod
-    def validate(cls, args):
-        super().validate(args)
-        require_int(args, "csan_heads", 1, args.encoder_attention_heads, odd=True)
-        require_choice(args, "csan_head_edge", HEAD_EDGES)
+    conflicts = {"csan1d": ONE_CSAN}
+    settings = (WINDOW, LAYERS, HEADS, HEAD_EDGE)
 
     def __init__(self, site, args):
         super().__init__(site, args)

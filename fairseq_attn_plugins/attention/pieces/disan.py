@@ -69,22 +69,16 @@ from torch import Tensor
 from ..piece import (
     AttentionPiece,
     AttentionSite,
+    Choice,
+    Layers,
     PieceConfigError,
-    covers_site,
-    parse_layer_spec,
-    parse_sides,
+    Sides,
+    Text,
     register_piece,
-    require_choice,
 )
 
 DIRECTIONS = ("fw", "bw", "nodiag", "all")
 DIAGONAL = ("auto", "disable", "keep")
-
-
-def bidirect_defaults(args) -> None:
-    """Defaults of ``transformer_bidirect_*``: the authors' Bi_Direct heads (diagonal
-    included through ``--disan-diagonal auto``); explicit flags still win."""
-    args.disan_directions = getattr(args, "disan_directions", "bidirect")
 
 
 def bidirect_layout(spec: str, num_heads: int, flag: str) -> List[str]:
@@ -162,36 +156,29 @@ class DirectionalSelfAttention(AttentionPiece):
     name = "disan"
     conflicts = {}
     test_flags = {"disan_layers": "0"}
+    settings = (
+        Text("disan_directions", "bi",
+             help="DiSAN per-head masks: 'bidirect[:N]' (the CSAN authors' "
+                  "Bi_Direct: H-2N unmasked heads, then N x fw,bw; N = H/4 by "
+                  "default), 'bi' (DiSAN: half forward, half backward; default), "
+                  "one of fw/bw/nodiag/all for every head, counts 'fw:4,bw:4' in "
+                  "head order, or one name per head"),
+        Choice("disan_diagonal", "auto", DIAGONAL,
+               help="forward/backward masks: 'keep' the query's own position, "
+                    "'disable' it (DiSAN) or 'auto' (default: keep for bidirect, "
+                    "disable otherwise)"),
+        Sides("disan_sides", "encoder",
+              help="DiSAN in self-attention of: 'encoder' (default), 'decoder' or "
+                   "'encoder,decoder' (decoder: fw/nodiag/all heads only)"),
+        Layers("disan_layers", "0-2",
+               help="DiSAN: layers (0-based) '0,1,2', '0-2', 'all' (default 0-2)"),
+    )
+    # the CSAN authors' Bi_Direct heads (diagonal included through --disan-diagonal auto)
+    architectures = {"bidirect": {"disan_directions": "bidirect"}}
 
     @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--disan-directions", type=str, metavar="SPEC",
-                            help="DiSAN per-head masks: 'bidirect[:N]' (the CSAN authors' "
-                                 "Bi_Direct: H-2N unmasked heads, then N x fw,bw; N = H/4 by "
-                                 "default), 'bi' (DiSAN: half forward, half backward; default), "
-                                 "one of fw/bw/nodiag/all for every head, counts 'fw:4,bw:4' in "
-                                 "head order, or one name per head")
-        parser.add_argument("--disan-diagonal", type=str, metavar="MODE",
-                            help="forward/backward masks: 'keep' the query's own position, "
-                                 "'disable' it (DiSAN) or 'auto' (default: keep for bidirect, "
-                                 "disable otherwise)")
-        parser.add_argument("--disan-sides", type=str, metavar="SIDES",
-                            help="DiSAN in self-attention of: 'encoder' (default), 'decoder' or "
-                                 "'encoder,decoder' (decoder: fw/nodiag/all heads only)")
-        parser.add_argument("--disan-layers", type=str, metavar="LAYERS",
-                            help="DiSAN: layers (0-based) '0,1,2', '0-2', 'all' (default 0-2)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.disan_directions = getattr(args, "disan_directions", "bi")
-        args.disan_diagonal = getattr(args, "disan_diagonal", "auto")
-        args.disan_sides = getattr(args, "disan_sides", "encoder")
-        args.disan_layers = getattr(args, "disan_layers", "0-2")
-
-    @classmethod
-    def validate(cls, args):
-        require_choice(args, "disan_diagonal", DIAGONAL)
-        for side in parse_sides(args.disan_sides, "--disan-sides"):
+    def check_combination(cls, args):
+        for side in cls.covered_sides(args):
             heads = parse_directions(args.disan_directions, getattr(args, f"{side}_attention_heads"))
             if side == "decoder" and "bw" in heads:
                 raise PieceConfigError(
@@ -199,14 +186,10 @@ class DirectionalSelfAttention(AttentionPiece):
                     "--disan-sides includes the decoder, whose causal mask leaves backward heads "
                     "no keys: use --disan-sides encoder, or only fw/nodiag/all heads"
                 )
-            parse_layer_spec(args.disan_layers, getattr(args, f"{side}_layers"), "--disan-layers")
 
     @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "disan", site):
-            return None
-        return cls(site, parse_directions(args.disan_directions, site.num_heads),
-                   keeps_diagonal(args))
+    def from_args(cls, site: AttentionSite, args):
+        return cls(site, parse_directions(args.disan_directions, site.num_heads), keeps_diagonal(args))
 
     def __init__(self, site: AttentionSite, directions: List[str], keep_diagonal: bool = False):
         super().__init__(site)

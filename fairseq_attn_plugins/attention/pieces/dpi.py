@@ -46,10 +46,10 @@ SAN+P (positions only through A^p, no token position embeddings) is the
 configuration ``--dpi-mode p --no-token-positional-embeddings`` (fairseq's
 flag; it removes the embeddings of encoder AND decoder, so use
 ``--dpi-sides both`` then). The piece never turns the embeddings off itself;
-:func:`san_p_defaults` holds these defaults for an architecture that
-documents them: ``transformer_dpi_sanp_*``. SAN+P+R (both tables, no token
-position embeddings, the paper's combined replacement of the embeddings) is
-:func:`san_pr_defaults`: ``transformer_dpi_sanpr_*``. The plain ``dpi``
+:data:`SAN_P` holds these defaults for the architecture that documents them:
+``transformer_dpi_sanp_*``. SAN+P+R (both tables, no token position
+embeddings, the paper's combined replacement of the embeddings) is
+:data:`SAN_PR`: ``transformer_dpi_sanpr_*``. The plain ``dpi``
 architectures keep fairseq's sinusoidal embeddings and add P+R on top (SAN+PE
 plus the tables, not a configuration of the paper).
 
@@ -65,13 +65,12 @@ from torch import Tensor, nn
 from ..piece import (
     AttentionPiece,
     AttentionSite,
+    Choice,
+    Int,
+    Layers,
     PieceConfigError,
-    covers_site,
-    parse_layer_spec,
-    parse_sides,
+    Sides,
     register_piece,
-    require_choice,
-    require_int,
 )
 from ..positions import sentence_positions
 
@@ -81,25 +80,14 @@ INITS = ("glorot", "zeros")
 MAX_LEN_LIMIT = 8192
 
 
-def san_p_defaults(args) -> None:
-    """Defaults of the paper's SAN+P configuration, for an architecture's
-    ``extra_defaults``: positions only through A^p (``--dpi-mode p``), fairseq's
-    token position embeddings off (``--no-token-positional-embeddings``, which
-    removes them from encoder and decoder alike) and therefore the tables on
-    both sides. Explicit flags still win (``getattr`` defaults)."""
-    args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", True)
-    args.dpi_mode = getattr(args, "dpi_mode", "p")
-    args.dpi_sides = getattr(args, "dpi_sides", "both")
-
-
-def san_pr_defaults(args) -> None:
-    """Defaults of the paper's SAN+P+R (its Tables 2b/2c row "SAN+P+R"): A^p + A^r
-    replace the position embeddings ("we propose to replace embeddings with a direct
-    position interaction matrix"), so ``--dpi-mode pr`` with fairseq's token position
-    embeddings off and the tables on both sides, first layer. Explicit flags still win."""
-    args.no_token_positional_embeddings = getattr(args, "no_token_positional_embeddings", True)
-    args.dpi_mode = getattr(args, "dpi_mode", "pr")
-    args.dpi_sides = getattr(args, "dpi_sides", "both")
+# The paper's SAN+P: positions only through A^p (``--dpi-mode p``), fairseq's token
+# position embeddings off (``--no-token-positional-embeddings`` removes them from encoder
+# and decoder alike) and therefore the tables on both sides: ``transformer_dpi_sanp_*``.
+SAN_P = {"no_token_positional_embeddings": True, "dpi_mode": "p", "dpi_sides": "both"}
+# The paper's SAN+P+R (its Tables 2b/2c row "SAN+P+R"): A^p + A^r replace the position
+# embeddings ("we propose to replace embeddings with a direct position interaction
+# matrix"), tables on both sides, first layer: ``transformer_dpi_sanpr_*``.
+SAN_PR = {"no_token_positional_embeddings": True, "dpi_mode": "pr", "dpi_sides": "both"}
 
 
 @register_piece
@@ -111,52 +99,39 @@ class DirectPositionInteractions(AttentionPiece):
     # fairseq's --max-source/target-positions must not exceed --dpi-max-len (checked at build)
     test_flags = {"dpi_layers": "0", "dpi_max_len": 16, "dpi_sides": "both",
                   "max_source_positions": 16, "max_target_positions": 16}
+    settings = (
+        Choice("dpi_mode", "pr", MODES,
+               help="direct position interactions: 'p' (absolute t x t table), "
+                    "'r' (relative, one scalar per offset) or 'pr' (both; default)"),
+        Int("dpi_max_len", 1024, hi=MAX_LEN_LIMIT, metavar="T",
+            help="maximum sentence length t of the position tables, "
+                 f"1..{MAX_LEN_LIMIT}; longer inputs fail (default 1024, fairseq's "
+                 "--max-source-positions)"),
+        Sides("dpi_sides", "encoder",
+              help="add the tables to the 'encoder', 'decoder' or 'encoder,decoder' (alias "
+                   "'both') self-attentions (default 'encoder')"),
+        Choice("dpi_relative_form", "paper", RELATIVE_FORMS, metavar="FORM",
+               help="relative table: 'paper' (a_{i-j+t}, default) or 'circulant' "
+                    "(the authors' code: symmetric circulant from 2t values)"),
+        Choice("dpi_init", "glorot", INITS, metavar="INIT",
+               help="table initialisation: 'glorot' (truncated normal as in the "
+                    "authors' code, default) or 'zeros'"),
+        Layers("dpi_layers", "0",
+               help="layers (0-based) with position tables: '0', '0-2', 'all' "
+                    "(default '0', the first layer as in the paper)"),
+    )
+    architectures = {"dpi_sanp": SAN_P, "dpi_sanpr": SAN_PR}
 
     @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--dpi-mode", type=str, metavar="MODE",
-                            help="direct position interactions: 'p' (absolute t x t table), "
-                                 "'r' (relative, one scalar per offset) or 'pr' (both; default)")
-        parser.add_argument("--dpi-max-len", type=int, metavar="T",
-                            help="maximum sentence length t of the position tables, "
-                                 f"1..{MAX_LEN_LIMIT}; longer inputs fail (default 1024, fairseq's "
-                                 "--max-source-positions)")
-        parser.add_argument("--dpi-layers", type=str, metavar="LAYERS",
-                            help="layers (0-based) with position tables: '0', '0-2', 'all' "
-                                 "(default '0', the first layer as in the paper)")
-        parser.add_argument("--dpi-sides", type=str, metavar="SIDE",
-                            help="add the tables to the 'encoder', 'decoder' or 'encoder,decoder' (alias 'both') "
-                                 "self-attentions (default 'encoder')")
-        parser.add_argument("--dpi-relative-form", type=str, metavar="FORM",
-                            help="relative table: 'paper' (a_{i-j+t}, default) or 'circulant' "
-                                 "(the authors' code: symmetric circulant from 2t values)")
-        parser.add_argument("--dpi-init", type=str, metavar="INIT",
-                            help="table initialisation: 'glorot' (truncated normal as in the "
-                                 "authors' code, default) or 'zeros'")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.dpi_mode = getattr(args, "dpi_mode", "pr")
-        args.dpi_max_len = getattr(args, "dpi_max_len", 1024)
-        args.dpi_layers = getattr(args, "dpi_layers", "0")
-        args.dpi_sides = getattr(args, "dpi_sides", "encoder")
-        args.dpi_relative_form = getattr(args, "dpi_relative_form", "paper")
-        args.dpi_init = getattr(args, "dpi_init", "glorot")
-
-    @classmethod
-    def validate(cls, args):
-        require_choice(args, "dpi_mode", MODES)
-        t = require_int(args, "dpi_max_len", 1, MAX_LEN_LIMIT)
-        sides = parse_sides(args.dpi_sides, "--dpi-sides")
-        require_choice(args, "dpi_relative_form", RELATIVE_FORMS)
-        require_choice(args, "dpi_init", INITS)
+    def check_combination(cls, args):
+        t = args.dpi_max_len
+        sides = cls.covered_sides(args)
         for side, positions_flag, fairseq_default in (
             ("encoder", "max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS),
             ("decoder", "max_target_positions", DEFAULT_MAX_TARGET_POSITIONS),
         ):
             if side not in sides:
                 continue
-            parse_layer_spec(args.dpi_layers, getattr(args, f"{side}_layers"), "--dpi-layers")
             # unset -> fairseq's TransformerModel.build_model uses its default (1024)
             longest = getattr(args, positions_flag, None) or fairseq_default
             if longest > t:
@@ -166,12 +141,6 @@ class DirectPositionInteractions(AttentionPiece):
                     f"raise --dpi-max-len (1..{MAX_LEN_LIMIT}) or lower "
                     f"--{positions_flag.replace('_', '-')}"
                 )
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "dpi", site):
-            return None
-        return cls(site, args)
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)

@@ -53,14 +53,13 @@ from torch import Tensor
 from ..piece import (
     AttentionPiece,
     AttentionSite,
+    Choice,
+    Float,
+    Int,
+    Layers,
     PieceConfigError,
-    covers_site,
-    parse_layer_spec,
-    parse_sides,
+    Sides,
     register_piece,
-    require_choice,
-    require_float,
-    require_int,
 )
 
 RESCALES = ("normalized", "traditional")
@@ -79,34 +78,23 @@ class _DropAttentionBase(AttentionPiece):
     columns: bool = False
     fused_ok = True  # the default (normalized) is fused-compatible; 'traditional' instances: False
     test_flags = {"dropattn_layers": "0"}
-
-    @classmethod
-    def add_args(cls, parser):
-        if any(a.dest == "dropattn_rate" for a in parser._actions):  # shared: add once
-            return
-        parser.add_argument("--dropattn-rate", type=float, metavar="P",
-                            help="DropAttention: fraction p of attention weights (e) or key "
-                                 "columns (c) dropped in training, in [0, 1) (default 0.2)")
-        parser.add_argument("--dropattn-window", type=int, metavar="W",
-                            help="DropAttention: each drop covers W contiguous key positions; "
-                                 "drops start with probability p/W; integer >= 1 (default 2)")
-        parser.add_argument("--dropattn-rescale", type=str, metavar="MODE",
-                            help="DropAttention rescaling: 'normalized' (renormalise rows to "
-                                 "sum 1, paper default; fused-compatible) or 'traditional' "
-                                 "(multiply by 1/(1-p))")
-        parser.add_argument("--dropattn-sides", type=str, metavar="SIDES",
-                            help="DropAttention in self-attention of: 'encoder', 'decoder' or "
-                                 "'encoder,decoder' (default)")
-        parser.add_argument("--dropattn-layers", type=str, metavar="LAYERS",
-                            help="DropAttention: layers (0-based) '0,1', '0-2', 'all' (default all)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.dropattn_rate = getattr(args, "dropattn_rate", 0.2)
-        args.dropattn_window = getattr(args, "dropattn_window", 2)
-        args.dropattn_rescale = getattr(args, "dropattn_rescale", "normalized")
-        args.dropattn_sides = getattr(args, "dropattn_sides", "encoder,decoder")
-        args.dropattn_layers = getattr(args, "dropattn_layers", "all")
+    settings = (
+        Float("dropattn_rate", 0.2, lo=0.0, hi=1.0, hi_open=True, metavar="P",
+              help="DropAttention: fraction p of attention weights (e) or key "
+                   "columns (c) dropped in training, in [0, 1) (default 0.2)"),
+        Int("dropattn_window", 2, metavar="W",
+            help="DropAttention: each drop covers W contiguous key positions; "
+                 "drops start with probability p/W; integer >= 1 (default 2)"),
+        Choice("dropattn_rescale", "normalized", RESCALES,
+               help="DropAttention rescaling: 'normalized' (renormalise rows to "
+                    "sum 1, paper default; fused-compatible) or 'traditional' "
+                    "(multiply by 1/(1-p))"),
+        Sides("dropattn_sides", "encoder,decoder",
+              help="DropAttention in self-attention of: 'encoder', 'decoder' or "
+                   "'encoder,decoder' (default)"),
+        Layers("dropattn_layers", "all",
+               help="DropAttention: layers (0-based) '0,1', '0-2', 'all' (default all)"),
+    )
 
     @classmethod
     def fused_ok_with(cls, args) -> bool:
@@ -114,18 +102,7 @@ class _DropAttentionBase(AttentionPiece):
         return args.dropattn_rescale == "normalized"
 
     @classmethod
-    def validate(cls, args):
-        require_float(args, "dropattn_rate", 0.0, 1.0, hi_open=True)
-        require_int(args, "dropattn_window", 1)
-        require_choice(args, "dropattn_rescale", RESCALES)
-        for side in parse_sides(args.dropattn_sides, "--dropattn-sides"):
-            parse_layer_spec(args.dropattn_layers, getattr(args, f"{side}_layers"),
-                             "--dropattn-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "dropattn", site):
-            return None
+    def from_args(cls, site: AttentionSite, args):
         return cls(site, args.dropattn_rate, args.dropattn_window, args.dropattn_rescale)
 
     def __init__(self, site: AttentionSite, p: float = 0.2, window: int = 2,

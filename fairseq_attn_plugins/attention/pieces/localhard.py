@@ -46,17 +46,9 @@ from ..localness import (
     gaussian_bias,
     pad_heads,
     refuse_incremental,
-    require_positive,
     sentence_lengths_and_positions,
 )
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    register_piece,
-    require_int,
-)
+from ..piece import AttentionPiece, AttentionSite, Float, Int, Layers, register_piece
 
 
 @register_piece
@@ -67,36 +59,18 @@ class LocalHard(AttentionPiece):
     incremental_ok = False
     conflicts = {}
     test_flags = {"localhard_layers": "0", "localhard_heads": 2, "localhard_window": 4.0}
-
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--localhard-heads", type=int, metavar="N",
-                            help="number n_l of localized heads (the last n_l), 1..encoder heads "
-                                 "(default 4)")
-        parser.add_argument("--localhard-window", type=float, metavar="D",
-                            help="fixed window D of the Gaussian (sigma = D/2), a number > 0 "
-                                 "(default 10)")
-        parser.add_argument("--localhard-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) with the local bias: '0-2', 'all' "
-                                 "(default '0-2', the lower 3 layers)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.localhard_heads = getattr(args, "localhard_heads", 4)
-        args.localhard_window = getattr(args, "localhard_window", 10.0)
-        args.localhard_layers = getattr(args, "localhard_layers", "0-2")
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "localhard_heads", 1, args.encoder_attention_heads)
-        require_positive(args, "localhard_window")
-        parse_layer_spec(args.localhard_layers, args.encoder_layers, "--localhard-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "localhard", site, sides="encoder"):
-            return None
-        return cls(site, args)
+    sides = ("encoder",)
+    settings = (
+        Int("localhard_heads", 4, hi="encoder_attention_heads",
+            help="number n_l of localized heads (the last n_l), 1..encoder heads "
+                 "(default 4)"),
+        Float("localhard_window", 10.0, positive=True, metavar="D",
+              help="fixed window D of the Gaussian (sigma = D/2), a number > 0 "
+                   "(default 10)"),
+        Layers("localhard_layers", "0-2",
+               help="encoder layers (0-based) with the local bias: '0-2', 'all' "
+                    "(default '0-2', the lower 3 layers)"),
+    )
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)

@@ -33,7 +33,6 @@ through SDPA). Encoder only: P and D need the whole sentence (I), so the
 decoder's incremental decoding is refused (``incremental_ok = False``).
 """
 
-import torch
 from torch import Tensor
 
 from ..localness import (
@@ -43,7 +42,7 @@ from ..localness import (
     refuse_incremental,
     sentence_lengths_and_positions,
 )
-from ..piece import AttentionPiece, AttentionSite, covers_site, parse_layer_spec, register_piece
+from ..piece import AttentionPiece, AttentionSite, Layers, register_piece
 
 
 @register_piece
@@ -54,28 +53,14 @@ class LocalSoft(AttentionPiece):
     incremental_ok = False
     conflicts = {}
     test_flags = {"localsoft_layers": "0"}
+    sides = ("encoder",)
+    settings = (
+        Layers("localsoft_layers", "0-2",
+               help="encoder layers (0-based) with the learned Gaussian localness bias: "
+                    "'0-2', 'all' (default '0-2', the lower 3 layers)"),
+    )
 
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--localsoft-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) with the learned Gaussian localness bias: "
-                                 "'0-2', 'all', 'none' (default '0-2', the lower 3 layers)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.localsoft_layers = getattr(args, "localsoft_layers", "0-2")
-
-    @classmethod
-    def validate(cls, args):
-        parse_layer_spec(args.localsoft_layers, args.encoder_layers, "--localsoft-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "localsoft", site, sides="encoder"):
-            return None
-        return cls(site)
-
-    def __init__(self, site: AttentionSite):
+    def __init__(self, site: AttentionSite, args=None):
         super().__init__(site)
         C, H = site.num_heads * site.head_dim, site.num_heads
         self.predictor = QueryPredictor(C, C, 2 * H)

@@ -51,18 +51,9 @@ from ..localness import (
     gaussian_bias,
     pad_heads,
     refuse_incremental,
-    require_positive,
     sentence_lengths_and_positions,
 )
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    register_piece,
-    require_choice,
-    require_int,
-)
+from ..piece import AttentionPiece, AttentionSite, Choice, Float, Int, Layers, register_piece
 
 MODES = ("soft", "predicted")
 STD_PARAMS = ("square", "plain")
@@ -76,45 +67,23 @@ class Neighbor(AttentionPiece):
     incremental_ok = False
     conflicts = {}
     test_flags = {"neighbor_layers": "0", "neighbor_init_std": 2.0}
-
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--neighbor-mode", type=str, metavar="MODE",
-                            help="'soft' (learned std per head, the original; default) or "
-                                 "'predicted' (window predicted per query, matches the +0.4M)")
-        parser.add_argument("--neighbor-init-std", type=float, metavar="S",
-                            help="soft: initial std of the Gaussian in positions, > 0 (default 5)")
-        parser.add_argument("--neighbor-std-param", type=str, metavar="P",
-                            help="soft: std = parameter squared ('square', xnmt's default) or "
-                                 "the parameter itself ('plain')")
-        parser.add_argument("--neighbor-heads", type=int, metavar="N",
-                            help="predicted: number of localized heads (the last N), "
-                                 "1..encoder heads (default 4)")
-        parser.add_argument("--neighbor-layers", type=str, metavar="LAYERS",
-                            help="encoder layers (0-based) with the bias: '0-2', 'all' "
-                                 "(default '0-2', the lower 3 layers)")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.neighbor_mode = getattr(args, "neighbor_mode", "soft")
-        args.neighbor_init_std = getattr(args, "neighbor_init_std", 5.0)
-        args.neighbor_std_param = getattr(args, "neighbor_std_param", "square")
-        args.neighbor_heads = getattr(args, "neighbor_heads", 4)
-        args.neighbor_layers = getattr(args, "neighbor_layers", "0-2")
-
-    @classmethod
-    def validate(cls, args):
-        require_choice(args, "neighbor_mode", MODES)
-        require_positive(args, "neighbor_init_std")
-        require_choice(args, "neighbor_std_param", STD_PARAMS)
-        require_int(args, "neighbor_heads", 1, args.encoder_attention_heads)
-        parse_layer_spec(args.neighbor_layers, args.encoder_layers, "--neighbor-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "neighbor", site, sides="encoder"):
-            return None
-        return cls(site, args)
+    sides = ("encoder",)
+    settings = (
+        Choice("neighbor_mode", "soft", MODES,
+               help="'soft' (learned std per head, the original; default) or "
+                    "'predicted' (window predicted per query, matches the +0.4M)"),
+        Float("neighbor_init_std", 5.0, positive=True, metavar="S",
+              help="soft: initial std of the Gaussian in positions, > 0 (default 5)"),
+        Choice("neighbor_std_param", "square", STD_PARAMS, metavar="P",
+               help="soft: std = parameter squared ('square', xnmt's default) or "
+                    "the parameter itself ('plain')"),
+        Int("neighbor_heads", 4, hi="encoder_attention_heads",
+            help="predicted: number of localized heads (the last N), "
+                 "1..encoder heads (default 4)"),
+        Layers("neighbor_layers", "0-2",
+               help="encoder layers (0-based) with the bias: '0-2', 'all' "
+                    "(default '0-2', the lower 3 layers)"),
+    )
 
     def __init__(self, site: AttentionSite, args):
         super().__init__(site)

@@ -69,13 +69,12 @@ from .. import flex
 from ..piece import (
     AttentionPiece,
     AttentionSite,
+    Choice,
+    Int,
+    Layers,
     PieceConfigError,
-    covers_site,
-    parse_layer_spec,
-    parse_sides,
+    Sides,
     register_piece,
-    require_choice,
-    require_int,
 )
 
 logger = logging.getLogger(__name__)
@@ -99,46 +98,31 @@ class RelativePositions(AttentionPiece):
     fused_ok = False
     conflicts = {}
     test_flags = {"relpos_layers": "0", "relpos_k": 2}
+    settings = (
+        Int("relpos_k", 16, metavar="K",
+            help="relative positions: clipping distance k, integer >= 1; "
+                 "tables have 2k+1 rows (default 16)"),
+        Choice("relpos_mode", "kv", MODES,
+               help="relative positions: 'kv' separate key and value tables "
+                    "(paper, default), 'k' keys only, 'tied' one table for both "
+                    "(OpenNMT-py)"),
+        Sides("relpos_sides", "encoder,decoder",
+              help="relative positions in self-attention of: 'encoder', 'decoder' "
+                   "or 'encoder,decoder' (default)"),
+        Layers("relpos_layers", "all",
+               help="relative positions: layers (0-based) '0,1', '0-2', 'all' "
+                    "(default all)"),
+        Choice("relpos_abs_pos", "drop", ABS_POS,
+               help="relative positions: 'drop' the sinusoidal position embeddings "
+                    "(paper, default; sets --no-token-positional-embeddings, needs "
+                    "--relpos-sides encoder,decoder) or 'keep' them as well"),
+    )
 
     @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--relpos-k", type=int, metavar="K",
-                            help="relative positions: clipping distance k, integer >= 1; "
-                                 "tables have 2k+1 rows (default 16)")
-        parser.add_argument("--relpos-mode", type=str, metavar="MODE",
-                            help="relative positions: 'kv' separate key and value tables "
-                                 "(paper, default), 'k' keys only, 'tied' one table for both "
-                                 "(OpenNMT-py)")
-        parser.add_argument("--relpos-sides", type=str, metavar="SIDES",
-                            help="relative positions in self-attention of: 'encoder', 'decoder' "
-                                 "or 'encoder,decoder' (default)")
-        parser.add_argument("--relpos-layers", type=str, metavar="LAYERS",
-                            help="relative positions: layers (0-based) '0,1', '0-2', 'all' "
-                                 "(default all)")
-        parser.add_argument("--relpos-abs-pos", type=str, metavar="MODE",
-                            help="relative positions: 'drop' the sinusoidal position embeddings "
-                                 "(paper, default; sets --no-token-positional-embeddings, needs "
-                                 "--relpos-sides encoder,decoder) or 'keep' them as well")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.relpos_k = getattr(args, "relpos_k", 16)
-        args.relpos_mode = getattr(args, "relpos_mode", "kv")
-        args.relpos_sides = getattr(args, "relpos_sides", "encoder,decoder")
-        args.relpos_layers = getattr(args, "relpos_layers", "all")
-        args.relpos_abs_pos = getattr(args, "relpos_abs_pos", "drop")
-
-    @classmethod
-    def validate(cls, args):
-        require_int(args, "relpos_k", 1)
-        require_choice(args, "relpos_mode", MODES)
-        sides = parse_sides(args.relpos_sides, "--relpos-sides")
-        layer_sets = {}
-        for side in sides:
-            n = getattr(args, f"{side}_layers")
-            layer_sets[side] = parse_layer_spec(args.relpos_layers, n, "--relpos-layers")
-        if require_choice(args, "relpos_abs_pos", ABS_POS) == "drop":
-            if set(sides) != {"encoder", "decoder"} or not all(layer_sets.values()):
+    def check_combination(cls, args):
+        if args.relpos_abs_pos == "drop":
+            layer_sets = cls.layers_per_side(args)
+            if set(layer_sets) != {"encoder", "decoder"} or not all(layer_sets.values()):
                 raise PieceConfigError(
                     "--relpos-abs-pos drop (the default) removes the token position embeddings of "
                     "both encoder and decoder, so it needs --relpos-sides encoder,decoder and at "
@@ -156,9 +140,7 @@ class RelativePositions(AttentionPiece):
         return args.relpos_mode == "k"
 
     @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "relpos", site):
-            return None
+    def from_args(cls, site: AttentionSite, args):
         return cls(site, args.relpos_k, args.relpos_mode)
 
     def __init__(self, site: AttentionSite, k: int = 16, mode: str = "kv"):

@@ -29,14 +29,7 @@ Backends: fused and explicit (the hook only rescales q, k, v).
 import torch
 from torch import Tensor, nn
 
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    covers_site,
-    parse_layer_spec,
-    parse_sides,
-    register_piece,
-)
+from ..piece import AttentionPiece, AttentionSite, Layers, Sides, register_piece
 
 
 @register_piece
@@ -46,36 +39,16 @@ class LearnableTemperature(AttentionPiece):
     name = "temp"
     conflicts = {}
     test_flags = {"temp_layers": "0", "temp_sides": "both"}
+    settings = (
+        Layers("temp_layers", "all",
+               help="layers (0-based) with learnable temperature: '0,1', '0-2' or "
+                    "'all' (default 'all')"),
+        Sides("temp_sides", "encoder",
+              help="learnable temperature on the 'encoder', 'decoder' or 'encoder,decoder' "
+                   "(alias 'both') self-attentions (default 'encoder')"),
+    )
 
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--temp-layers", type=str, metavar="LAYERS",
-                            help="layers (0-based) with learnable temperature: '0,1', '0-2', "
-                                 "'all' or 'none' (default 'all')")
-        parser.add_argument("--temp-sides", type=str, metavar="SIDE",
-                            help="learnable temperature on the 'encoder', 'decoder' or 'encoder,decoder' (alias 'both') "
-                                 "self-attentions (default 'encoder')")
-
-    @classmethod
-    def set_defaults(cls, args):
-        args.temp_layers = getattr(args, "temp_layers", "all")
-        args.temp_sides = getattr(args, "temp_sides", "encoder")
-
-    @classmethod
-    def validate(cls, args):
-        sides = parse_sides(args.temp_sides, "--temp-sides")
-        if "encoder" in sides:
-            parse_layer_spec(args.temp_layers, args.encoder_layers, "--temp-layers")
-        if "decoder" in sides:
-            parse_layer_spec(args.temp_layers, args.decoder_layers, "--temp-layers")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "temp", site):
-            return None
-        return cls(site)
-
-    def __init__(self, site: AttentionSite):
+    def __init__(self, site: AttentionSite, args=None):
         super().__init__(site)
         H = site.num_heads
         self.tau_q = nn.Parameter(torch.ones(H))

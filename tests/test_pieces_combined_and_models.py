@@ -10,7 +10,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, toy_dictionary
 from fairseq_attn_plugins.attention import PIECES
-from fairseq_attn_plugins.attention.pieces.dpi import san_p_defaults
+from fairseq_attn_plugins.attention.pieces.dpi import SAN_P
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
 from piece_refs import (
     assert_padding_invariant,
@@ -135,8 +135,7 @@ def test_san_p_without_token_position_embeddings():
     def encode(model, tokens):
         return model.encoder(tokens, src_lengths=lengths)["encoder_out"][0][:, 0]  # (T, C)
 
-    sanp = argparse.Namespace()
-    san_p_defaults(sanp)
+    sanp = argparse.Namespace(**SAN_P)
     assert vars(sanp) == dict(no_token_positional_embeddings=True, dpi_mode="p", dpi_sides="both")
     flags = dict(vars(sanp), dpi_max_len=16)
     for arch, order_blind in (("transformer_attn_wmt_en_de", True), ("transformer_dpi_wmt_en_de", False)):

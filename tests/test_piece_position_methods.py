@@ -79,7 +79,7 @@ def test_rope_score_depends_on_distance_only():
 def test_rope_flags_refused_with_allowed_values():
     with pytest.raises(PieceConfigError, match="--rope-fraction must be a number in"):
         make_args("rope", rope_fraction=1.5)
-    with pytest.raises(PieceConfigError, match="--rope-theta must be a finite number > 0"):
+    with pytest.raises(PieceConfigError, match="--rope-theta must be a number > 0, finite"):
         make_args("rope", rope_theta=0)
     with pytest.raises(PieceConfigError, match="--rope-fraction 0.1 rotates no pair"):
         make_attention(make_args("rope", rope_fraction=0.1), embed_dim=16, num_heads=2)
@@ -210,7 +210,7 @@ def test_t5bias_table_shared_by_the_layers_of_each_stack():
 def test_t5bias_flags_refused_with_allowed_values():
     with pytest.raises(PieceConfigError, match="--t5-buckets must be an even integer"):
         make_args("t5bias", t5_buckets=9)
-    with pytest.raises(PieceConfigError, match="--t5-max-distance must be an integer >= 17"):
+    with pytest.raises(PieceConfigError, match="--t5-max-distance must be an integer > --t5-buckets / 2 = 16"):
         make_args("t5bias", t5_max_distance=16)
     with pytest.raises(PieceConfigError, match="--t5-sharing must be one of"):
         make_args("t5bias", t5_sharing="model")

@@ -13,9 +13,9 @@ positions: :data:`POSITION_CONFLICTS` refuses any two of them together.
 """
 
 import logging
-from typing import Dict
+from typing import Dict, Tuple
 
-from .piece import PieceConfigError, parse_layer_spec, parse_sides, require_choice
+from .settings import Choice, Layers, PieceConfigError, Setting, Sides
 
 logger = logging.getLogger(__name__)
 
@@ -38,38 +38,34 @@ def position_conflicts(name: str) -> Dict[str, str]:
     }
 
 
-def add_placement_args(parser, prefix: str, method: str) -> None:
+def placement_settings(prefix: str, method: str) -> Tuple[Setting, ...]:
     """``--<prefix>-sides``, ``--<prefix>-layers``, ``--<prefix>-abs-pos``."""
-    parser.add_argument(f"--{prefix}-sides", type=str, metavar="SIDES",
-                        help=f"{method} in self-attention of: 'encoder', 'decoder' or "
-                             f"'encoder,decoder' (default)")
-    parser.add_argument(f"--{prefix}-layers", type=str, metavar="LAYERS",
-                        help=f"{method}: layers (0-based) '0,1', '0-2', 'all' (default all)")
-    parser.add_argument(f"--{prefix}-abs-pos", type=str, metavar="MODE",
-                        help=f"{method}: 'drop' the sinusoidal token position embeddings (the "
-                             f"paper, default; sets --no-token-positional-embeddings, needs the "
-                             f"piece on encoder and decoder) or 'keep' them as well")
+    return (
+        Sides(f"{prefix}_sides", "encoder,decoder",
+              help=f"{method} in self-attention of: 'encoder', 'decoder' or 'encoder,decoder' "
+                   f"(default encoder,decoder)"),
+        Layers(f"{prefix}_layers", "all",
+               help=f"{method}: layers (0-based) '0,1', '0-2', 'all' (default all)"),
+        Choice(f"{prefix}_abs_pos", "drop", ABS_POS,
+               help=f"{method}: 'drop' the sinusoidal token position embeddings (the paper, "
+                    f"default drop; sets --no-token-positional-embeddings, needs the piece on "
+                    f"encoder and decoder) or 'keep' them as well"),
+    )
 
 
-def placement_defaults(args, prefix: str) -> None:
-    for attr, default in (("sides", "encoder,decoder"), ("layers", "all"), ("abs_pos", "drop")):
-        setattr(args, f"{prefix}_{attr}", getattr(args, f"{prefix}_{attr}", default))
-
-
-def validate_placement(args, prefix: str, method: str) -> None:
-    """Check sides and layers; with ``abs-pos drop`` turn the token position embeddings off."""
-    sides = parse_sides(getattr(args, f"{prefix}_sides"), f"--{prefix}-sides")
-    layers = getattr(args, f"{prefix}_layers")
-    covered = {side: parse_layer_spec(layers, getattr(args, f"{side}_layers"), f"--{prefix}-layers")
-               for side in sides}
-    if require_choice(args, f"{prefix}_abs_pos", ABS_POS) != "drop":
+def replace_token_positions(piece_cls, args, prefix: str, method: str) -> None:
+    """With ``--<prefix>-abs-pos drop`` turn fairseq's token position embeddings off,
+    refusing a placement that leaves one side without the method."""
+    if getattr(args, f"{prefix}_abs_pos") != "drop":
         return
-    if set(sides) != {"encoder", "decoder"} or not all(covered.values()):
+    covered = piece_cls.layers_per_side(args)
+    if set(covered) != {"encoder", "decoder"} or not all(covered.values()):
         raise PieceConfigError(
             f"--{prefix}-abs-pos drop (the default) removes the token position embeddings of both "
             f"encoder and decoder, so it needs --{prefix}-sides encoder,decoder and at least one "
             f"{prefix} layer on each (got --{prefix}-sides {getattr(args, f'{prefix}_sides')!r}, "
-            f"--{prefix}-layers {layers!r}); use --{prefix}-abs-pos keep otherwise")
+            f"--{prefix}-layers {getattr(args, f'{prefix}_layers')!r}); use --{prefix}-abs-pos "
+            f"keep otherwise")
     if not getattr(args, "no_token_positional_embeddings", False):
         logger.info(f"--{prefix}-abs-pos drop: setting --no-token-positional-embeddings "
                     f"({method} replaces the sinusoidal embeddings)")

@@ -46,8 +46,8 @@ import torch
 from torch import Tensor
 
 from .. import flex
-from ..piece import AttentionPiece, AttentionSite, covers_site, register_piece
-from ..position_methods import add_placement_args, placement_defaults, position_conflicts, validate_placement
+from ..piece import AttentionPiece, AttentionSite, register_piece
+from ..position_methods import placement_settings, position_conflicts, replace_token_positions
 
 
 def alibi_slopes(num_heads: int) -> List[float]:
@@ -70,22 +70,14 @@ class ALiBi(AttentionPiece):
     test_flags = {"alibi_layers": "0"}
     flex_path_ok = True
 
-    @classmethod
-    def add_args(cls, parser):
-        add_placement_args(parser, "alibi", "ALiBi")
+    settings = placement_settings("alibi", "ALiBi")
 
     @classmethod
-    def set_defaults(cls, args):
-        placement_defaults(args, "alibi")
+    def check_combination(cls, args):
+        replace_token_positions(cls, args, "alibi", "ALiBi")
 
     @classmethod
-    def validate(cls, args):
-        validate_placement(args, "alibi", "ALiBi")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "alibi", site):
-            return None
+    def from_args(cls, site: AttentionSite, args):
         return cls(site)
 
     def __init__(self, site: AttentionSite):

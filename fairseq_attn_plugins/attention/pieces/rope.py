@@ -36,13 +36,11 @@ neighbouring heads are widened after the rotation, so every slot's key carries
 its own position's rotation and the score still depends on n - m only.
 """
 
-import math
-
 import torch
 from torch import Tensor
 
-from ..piece import AttentionPiece, AttentionSite, PieceConfigError, covers_site, register_piece, require_float
-from ..position_methods import add_placement_args, placement_defaults, position_conflicts, validate_placement
+from ..piece import AttentionPiece, AttentionSite, Float, PieceConfigError, register_piece
+from ..position_methods import placement_settings, position_conflicts, replace_token_positions
 
 
 def rotated_dims(head_dim: int, fraction: float) -> int:
@@ -70,35 +68,21 @@ class RotaryPositions(AttentionPiece):
     conflicts = position_conflicts("rope")
     test_flags = {"rope_layers": "0", "rope_fraction": 0.5}
 
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--rope-theta", type=float, metavar="BASE",
-                            help="rotary positions: frequency base, > 0 (default 10000, the paper)")
-        parser.add_argument("--rope-fraction", type=float, metavar="F",
-                            help="rotary positions: fraction of each head's dimensions rotated, "
-                                 "in (0, 1], rounded down to an even count (default 1.0)")
-        add_placement_args(parser, "rope", "rotary positions")
+    settings = (
+        Float("rope_theta", 10000.0, positive=True, metavar="BASE",
+              help="rotary positions: frequency base, a finite number > 0 (default 10000.0, "
+                   "the paper)"),
+        Float("rope_fraction", 1.0, positive=True, hi=1.0, metavar="F",
+              help="rotary positions: fraction of each head's dimensions rotated, in (0, 1], "
+                   "rounded down to an even count (default 1.0)"),
+    ) + placement_settings("rope", "rotary positions")
 
     @classmethod
-    def set_defaults(cls, args):
-        args.rope_theta = getattr(args, "rope_theta", 10000.0)
-        args.rope_fraction = getattr(args, "rope_fraction", 1.0)
-        placement_defaults(args, "rope")
+    def check_combination(cls, args):
+        replace_token_positions(cls, args, "rope", "rotary positions")
 
     @classmethod
-    def validate(cls, args):
-        theta = args.rope_theta
-        if (not isinstance(theta, (int, float)) or isinstance(theta, bool) or not theta > 0
-                or not math.isfinite(theta)):
-            raise PieceConfigError(f"--rope-theta must be a finite number > 0 (got {theta!r})")
-        if require_float(args, "rope_fraction", 0.0, 1.0) == 0.0:
-            raise PieceConfigError("--rope-fraction must be a number in (0, 1] (got 0.0)")
-        validate_placement(args, "rope", "rotary positions")
-
-    @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "rope", site):
-            return None
+    def from_args(cls, site: AttentionSite, args):
         return cls(site, float(args.rope_theta), float(args.rope_fraction))
 
     def __init__(self, site: AttentionSite, theta: float = 10000.0, fraction: float = 1.0):

@@ -50,17 +50,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from ..piece import (
-    AttentionPiece,
-    AttentionSite,
-    PieceConfigError,
-    covers_site,
-    parse_layer_spec,
-    register_piece,
-    require_choice,
-    require_int,
-)
-from ..position_methods import add_placement_args, placement_defaults, position_conflicts, validate_placement
+from ..piece import AttentionPiece, AttentionSite, Choice, Int, PieceConfigError, parse_layer_spec, register_piece
+from ..position_methods import placement_settings, position_conflicts, replace_token_positions
 
 SHARING = ("stack", "layer")
 
@@ -98,44 +89,35 @@ class T5RelativeBias(AttentionPiece):
     conflicts = position_conflicts("t5bias")
     test_flags = {"t5_layers": "0", "t5_buckets": 8, "t5_max_distance": 6}
 
-    @classmethod
-    def add_args(cls, parser):
-        parser.add_argument("--t5-buckets", type=int, metavar="N",
-                            help="T5 relative bias: number of distance buckets, an even integer "
-                                 ">= 4 (default 32)")
-        parser.add_argument("--t5-max-distance", type=int, metavar="M",
-                            help="T5 relative bias: distance from which every key shares the last "
-                                 "bucket, integer > buckets/2 (default 128)")
-        parser.add_argument("--t5-sharing", type=str, metavar="MODE",
-                            help="T5 relative bias: 'stack' one table per encoder/decoder shared "
-                                 "by its layers (T5, default) or 'layer' one table per layer")
-        add_placement_args(parser, "t5", "T5 relative bias")
+    settings = (
+        Int("t5_buckets", 32, lo=4,
+            help="T5 relative bias: number of distance buckets, an even integer >= 4 (default 32)"),
+        Int("t5_max_distance", 128, lo=3, metavar="M",
+            help="T5 relative bias: distance from which every key shares the last bucket, "
+                 "integer > buckets/2 (default 128)"),
+        Choice("t5_sharing", "stack", SHARING,
+               help="T5 relative bias: 'stack' one table per encoder/decoder shared by its "
+                    "layers (T5, default stack) or 'layer' one table per layer"),
+    ) + placement_settings("t5", "T5 relative bias")
 
     @classmethod
-    def set_defaults(cls, args):
-        args.t5_buckets = getattr(args, "t5_buckets", 32)
-        args.t5_max_distance = getattr(args, "t5_max_distance", 128)
-        args.t5_sharing = getattr(args, "t5_sharing", "stack")
-        placement_defaults(args, "t5")
-
-    @classmethod
-    def validate(cls, args):
-        n = require_int(args, "t5_buckets", 4)
+    def check_combination(cls, args):
+        n = args.t5_buckets
         if n % 2:
             raise PieceConfigError(f"--t5-buckets must be an even integer >= 4 (got {n}): "
                                    f"the encoder splits the buckets between the two directions")
-        # causal side: exact buckets below n/2, log-spaced ones from there to the max distance
-        require_int(args, "t5_max_distance", n // 2 + 1)
-        require_choice(args, "t5_sharing", SHARING)
-        validate_placement(args, "t5", "T5 relative bias")
+        if args.t5_max_distance <= n // 2:
+            # the causal side has exact buckets below n/2, log-spaced ones up to the distance
+            raise PieceConfigError(f"--t5-max-distance must be an integer > --t5-buckets / 2 = "
+                                   f"{n // 2} (got {args.t5_max_distance})")
+        replace_token_positions(cls, args, "t5", "T5 relative bias")
 
     @classmethod
-    def build(cls, args, site: AttentionSite):
-        if not covers_site(args, "t5", site):
-            return None
+    def from_args(cls, site: AttentionSite, args):
         owner = None
         if args.t5_sharing == "stack":
-            first = parse_layer_spec(args.t5_layers, site.num_layers, "--t5-layers")[0]
+            spec = parse_layer_spec(args.t5_layers, site.num_layers, "--t5-layers")
+            first = spec[0]
             key = (id(args), site.side)
             if site.layer_idx != first:  # fairseq builds a stack's layers in order
                 ref = _STACK_TABLES.get(key)

@@ -245,8 +245,9 @@ class Pipeline:
         self.write_table1()
 
     def write_table1(self) -> None:
-        """The CSAN paper's Table 1 layout, when every architecture is one of its rows."""
-        by_arch = {row.arch: row for row in table1.ROWS}
+        """The CSAN paper's Table 1 layout, when every architecture is one of its rows (or an
+        extra position row: RoPE, ALiBi, T5 bias)."""
+        by_arch = {row.arch: row for row in table1.ROWS + table1.EXTRA_ROWS}
         if self.archs[0] != table1.ROWS[0].arch or not all(a in by_arch for a in self.archs):
             for name in ("table1.json", "table1.md"):  # none from an earlier set of architectures
                 if os.path.exists(self.path(name)):

@@ -42,6 +42,8 @@ def cmd_rows(args) -> None:
 
 def cmd_table1(args) -> None:
     rows = table1.resolve_rows(args.rows)
+    if args.rows.strip() == "all":  # the extra rows (RoPE, ALiBi, T5 bias) whose runs are there
+        rows = table1.with_present_extras(rows, args.runs_dir, args.by)
     table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, args.tokenize,
                                args.bs_samples, args.ar_trials, base_size=not args.no_base_size)
     md = table1.format_markdown(table)
@@ -89,7 +91,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fairseq-attn-paper", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    rows_help = f"'all' or comma-separated rows: {', '.join(table1.ROW_BY_KEY)}"
+    rows_help = (f"'all' (the paper's rows; table1 adds the extra rows "
+                 f"{', '.join(r.key for r in table1.EXTRA_ROWS)} whose runs are present) or "
+                 f"comma-separated rows, 'all' among them: {', '.join(table1.ROW_BY_KEY)}")
 
     p = sub.add_parser("rows", help="list the Table 1 rows (KEY ARCH)")
     p.add_argument("--rows", default="all", help=rows_help)

@@ -75,11 +75,11 @@ class RotaryPositions(AttentionPiece):
         Float("rope_fraction", 1.0, positive=True, hi=1.0, metavar="F",
               help="rotary positions: fraction of each head's dimensions rotated, in (0, 1], "
                    "rounded down to an even count (default 1.0)"),
-    ) + placement_settings("rope", "rotary positions")
+    ) + placement_settings("rope", "rotary position embedding")
 
     @classmethod
     def check_combination(cls, args):
-        replace_token_positions(cls, args, "rope", "rotary positions")
+        replace_token_positions(cls, args, "rope", "rotary position embedding")
 
     @classmethod
     def from_args(cls, site: AttentionSite, args):

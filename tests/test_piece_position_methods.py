@@ -215,6 +215,9 @@ def test_t5bias_flags_refused_with_allowed_values():
         make_args("t5bias", t5_max_distance=16)
     with pytest.raises(PieceConfigError, match="--t5-sharing must be one of"):
         make_args("t5bias", t5_sharing="model")
+    with pytest.raises(PieceConfigError, match="--t5-sharing stack .* fully_sharded"):
+        make_args("t5bias", ddp_backend="fully_sharded")
+    make_args("t5bias", ddp_backend="fully_sharded", t5_sharing="layer")
 
 
 # ---------------------------------------------------------------- in the model

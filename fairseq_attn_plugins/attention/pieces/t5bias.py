@@ -22,7 +22,8 @@ Sharing (``--t5-sharing``): ``stack`` (default, T5): one table (N, H) per stack,
 shared by the layers of the encoder (of the decoder) that hold the piece; T5
 computes it in the first layer and reuses it in the others. The table is a
 parameter of the first such layer (it appears once in the state dict), the
-other layers read it from there. ``layer``: one table per layer.
+other layers read it from there (refused with ``--ddp-backend fully_sharded``,
+which shards each layer on its own). ``layer``: one table per layer.
 Parameters at base size: 32 x 8 = 256 per stack, 512 in all (``layer``:
 256 per layer, 3,072 in all). Initialisation: normal with std d_model^-1/2, as Hugging Face's T5
 (``factor`` 1). T5 does not scale q.k by 1/sqrt(d) (it folds the scale into the
@@ -110,6 +111,10 @@ class T5RelativeBias(AttentionPiece):
             # the causal side has exact buckets below n/2, log-spaced ones up to the distance
             raise PieceConfigError(f"--t5-max-distance must be an integer > --t5-buckets / 2 = "
                                    f"{n // 2} (got {args.t5_max_distance})")
+        if args.t5_sharing == "stack" and getattr(args, "ddp_backend", None) == "fully_sharded":
+            raise PieceConfigError("--t5-sharing stack shares one table between layers, which "
+                                   "--ddp-backend fully_sharded wraps (shards) separately; use "
+                                   "--t5-sharing layer or another --ddp-backend")
         replace_token_positions(cls, args, "t5", "T5 relative bias")
 
     @classmethod

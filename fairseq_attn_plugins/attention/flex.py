@@ -170,6 +170,19 @@ def _split_attn_mask(attn_mask: Optional[Tensor]):
     return attn_mask.masked_fill(~keep, 0.0), keep
 
 
+def _allowed_mod(kpm: Optional[Tensor], keep: Optional[Tensor]):
+    """``mask_mod``: key j is no pad of row b (``kpm`` (B, S), True = pad) and ``keep[i, j]``."""
+    def allowed(b, h, i, j):
+        ok = j >= 0
+        if kpm is not None:
+            ok = ok & ~kpm[b, j]
+        if keep is not None:
+            ok = ok & keep[i, j]
+        return ok
+
+    return allowed
+
+
 def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
                      rel_values: Optional[Tensor], kmax: int, start: int,
                      key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
@@ -193,14 +206,7 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
             score = score + add[i, j]
         return score
 
-    def allowed(b, h, i, j):
-        ok = j >= 0
-        if kpm is not None:
-            ok = ok & ~kpm[b, j]
-        if keep is not None:
-            ok = ok & keep[i, j]
-        return ok
-
+    allowed = _allowed_mod(kpm, keep)
     masked = kpm is not None or keep is not None
     B_mask = B if kpm is not None else None
     mask_tensors = (kpm, attn_mask)
@@ -276,16 +282,8 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, sta
             score = score + add[i, j]
         return score
 
-    def allowed(b, h, i, j):
-        ok = j >= 0
-        if kpm is not None:
-            ok = ok & ~kpm[b, j]
-        if keep is not None:
-            ok = ok & keep[i, j]
-        return ok
-
     block_mask = None
     if kpm is not None or keep is not None:
-        block_mask = _block_mask(allowed, B if kpm is not None else None, T, S, q.device,
+        block_mask = _block_mask(_allowed_mod(kpm, keep), B if kpm is not None else None, T, S, q.device,
                                  ("distance_bias", start), (kpm, attn_mask))
     return _fused(q, k, v, score_mod, block_mask, scale)

@@ -110,14 +110,25 @@ def Text(name: str, default, help: str, metavar: str = "SPEC") -> Setting:
     return Setting(name, str, default, help, metavar)
 
 
-def Layers(name: str, default: str, help: str, metavar: str = "LAYERS") -> Setting:
-    """The piece's layer list: ``'0,1,2'``, ``'0-2'``, ``'all'`` (0-based from the embeddings)."""
+def Layers(name: str, default: str, what: str = "", note: str = "", help: Optional[str] = None,
+           metavar: str = "LAYERS") -> Setting:
+    """The piece's layer list: ``'0,1,2'``, ``'0-2'``, ``'all'`` (0-based from the embeddings).
+    The help is derived: ``what`` names the layers (``"encoder layers with CSAN"``), ``note``
+    explains the default (``"the lower 3 layers"``)."""
+    if help is None:
+        help = (f"{what}: 0-based layers such as '0', '0,1,2', '0-2', or 'all' "
+                f"(default {default!r}{', ' + note if note else ''})")
     return Setting(name, str, default, help, metavar, role=LAYERS)
 
 
-def Sides(name: str, default: str, help: str, metavar: str = "SIDES") -> Setting:
+def Sides(name: str, default: str, what: str = "", note: str = "", help: Optional[str] = None,
+          metavar: str = "SIDES") -> Setting:
     """The self-attentions the piece applies to: ``'encoder'``, ``'decoder'``,
-    ``'encoder,decoder'`` (alias ``'both'``)."""
+    ``'encoder,decoder'`` (alias ``'both'``). The help is derived from ``what`` (the piece,
+    ``"relative positions"``) and ``note``."""
+    if help is None:
+        help = (f"{what} in the self-attention of: 'encoder', 'decoder' or 'encoder,decoder' "
+                f"(alias 'both'){'; ' + note if note else ''} (default {default!r})")
     return Setting(name, str, default, help, metavar, role=SIDES_ROLE)
 
 

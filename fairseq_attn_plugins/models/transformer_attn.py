@@ -43,6 +43,7 @@ from ..attention import (
     validate_attention_args,
 )
 from ..attention.config import pieces_summary, record_explicit_flags
+from .hydra_config import is_config, namespace_from_config, write_back
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,11 @@ class AttnTransformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
+        if is_config(args):  # fairseq-hydra-train (or its checkpoint): build from the Namespace
+            namespace = namespace_from_config(args)
+            model = cls.build_model(namespace, task)
+            write_back(args, namespace)
+            return model
         transformer_wmt_en_de(args)  # fairseq's base defaults for anything still missing
         attention_defaults(args)
         if getattr(args, "encoder_layers_to_keep", None) or getattr(args, "decoder_layers_to_keep", None):
@@ -227,6 +233,11 @@ def register_variant(variant: str, pieces: str, preset=None):
 
     def make(base_fn):
         def arch(args):
+            if is_config(args):  # a yaml's model section: the command line's Namespace
+                namespace = namespace_from_config(args)
+                arch(namespace)
+                write_back(args, namespace)
+                return
             record_explicit_flags(args)  # before any default: what the user set
             args.attn_pieces = getattr(args, "attn_pieces", pieces)
             for attr, value in preset.items():

@@ -85,9 +85,8 @@ class BlockSelfAttention(AttentionPiece):
     settings = (
         Int("block_size", 4, hi=MAX_BLOCK, metavar="B",
             help=f"tokens per block, 1..{MAX_BLOCK} (default 4)"),
-        Layers("block_layers", "all",
-               help="encoder layers (0-based) with block self-attention: '0-2', 'all' "
-                    "(default 'all', as in the authors' code)"),
+        Layers("block_layers", "all", "encoder layers with block self-attention",
+               note="as in the authors' code"),
     )
 
     def __init__(self, site: AttentionSite, args):

@@ -17,7 +17,8 @@ powers. The K outputs are then projected back by W_attn (``--chained-w-attn``):
   98,304 on the 6 encoder layers; the paper reports +0.11% parameters.
 * ``dense``: ``Linear(H K D -> C)`` over the concatenation of every head's K
   outputs (mixes heads; C H K D = 1,048,576 per base layer, +6.29M on 6
-  layers). Kept as an option: it is what this piece did before issue 11.
+  layers). Kept as an option: checkpoints saved before ``--chained-w-attn``
+  existed hold this form.
 
 W_O: the paper's layer description has no output projection after W_attn
 (nor before it: "the final output is the concatenation of the heads"); the
@@ -32,7 +33,7 @@ chosen); ``--chained-init`` ``xavier`` (default, fairseq's init for
 projections) or ``first`` (W_attn = I on the k = 1 block and 0 elsewhere:
 starts as the baseline).
 
-Decoder (issue 13): under the causal mask row i of P is zero beyond i, so row
+Decoder: under the causal mask row i of P is zero beyond i, so row
 i of P^k V = sum_{j<=i} P_ij (P^{k-1} V)_j needs only rows <= i of the previous
 order. In incremental decoding the piece keeps, per layer, the rows of
 Att^{h,1} .. Att^{h,K-1} of every position decoded so far in the layer's
@@ -88,13 +89,9 @@ class ChainedSelfAttention(AttentionPiece):
         Choice("chained_init", "xavier", INITS, metavar="INIT",
                help="W_attn initialisation: 'xavier' (default) or 'first' (identity "
                     "on P V, zero on P^k V for k>1: starts as the baseline)"),
-        Sides("chained_sides", "encoder",
-              help="chained attention in self-attention of: 'encoder' (default), "
-                   "'decoder' or 'encoder,decoder' (alias 'both'); the decoder "
-                   "decodes incrementally with a cache of the earlier orders"),
-        Layers("chained_layers", "all",
-               help="layers (0-based) with chained attention: '0,1', '0-2', "
-                    "'all' (default 'all')"),
+        Sides("chained_sides", "encoder", "chained attention",
+              note="the decoder decodes incrementally with a cache of the earlier orders"),
+        Layers("chained_layers", "all", "layers with chained attention"),
     )
 
     def __init__(self, site: AttentionSite, args):
@@ -121,7 +118,7 @@ class ChainedSelfAttention(AttentionPiece):
                 self.w_attn.weight.copy_(w.view(H * D, -1))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # checkpoints from before issue 11 hold the dense W_attn and no --chained-w-attn
+        # checkpoints saved before --chained-w-attn existed hold the dense W_attn and no such flag
         saved = state_dict.get(prefix + "w_attn.weight")
         if saved is not None and saved.shape != self.w_attn.weight.shape:
             other = "dense" if self.form == "shared" else "shared"
@@ -129,7 +126,7 @@ class ChainedSelfAttention(AttentionPiece):
                 f"chained ({self.site.side} layer {self.site.layer_idx}): the checkpoint's W_attn "
                 f"has shape {tuple(saved.shape)}, this model's --chained-w-attn {self.form} "
                 f"expects {tuple(self.w_attn.weight.shape)}; a model trained with "
-                f"--chained-w-attn {other} (the only form before issue 11 was dense) loads with "
+                f"--chained-w-attn {other} (checkpoints saved before the flag existed are dense) loads with "
                 f"--chained-w-attn {other} (fairseq-generate: --model-overrides "
                 f"\"{{'chained_w_attn': '{other}'}}\")"
             )

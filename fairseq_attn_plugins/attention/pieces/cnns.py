@@ -77,7 +77,6 @@ class ConvSublayers(AttentionPiece):
 
     name = "cnns"
     incremental_ok = False
-    conflicts = {}
     test_flags = {"cnns_layers": "0", "cnns_convs": 2, "cnns_kernel": 3}
     sides = ("encoder",)
     settings = (
@@ -88,9 +87,8 @@ class ConvSublayers(AttentionPiece):
             help=f"convolution width, odd, 1..{MAX_KERNEL} (default 7)"),
         Choice("cnns_conv", "separable", CONVS, metavar="KIND",
                help="'separable' (depthwise + pointwise, QANet; default) or 'full'"),
-        Layers("cnns_layers", "0-2",
-               help="encoder layers (0-based) preceded by convolutions: '0-2', 'all' "
-                    "(default '0-2', the lower 3 layers)"),
+        Layers("cnns_layers", "0-2", "encoder layers preceded by convolutions",
+               note="the lower 3 layers"),
     )
 
     def __init__(self, site: AttentionSite, args):

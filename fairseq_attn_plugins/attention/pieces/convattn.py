@@ -73,9 +73,8 @@ ONE_CONV_REASON = ("convattn1d and convattn2d are alternative convolutions of th
 KERNEL = Int("convattn_kernel", 3, hi=MAX_KERNEL, odd=True, metavar="K",
              help=f"convoluted attention: filter width k (1D: k query rows; 2D: "
                   f"k x k), odd, 1..{MAX_KERNEL} (default 3)")
-LAYERS = Layers("convattn_layers", "all",
-                help="encoder layers (0-based) with convoluted attention: '0', '0-2', "
-                     "'all' (default 'all', as in the authors' code)")
+LAYERS = Layers("convattn_layers", "all", "encoder layers with convoluted attention",
+                note="as in the authors' code")
 ACTIVATION = Choice("convattn_activation", "relu", ACTIVATIONS, metavar="ACT",
                     help="activation after the convolution: 'relu' (default) or 'linear'")
 INIT = Choice("convattn_init", "glorot", INITS, metavar="INIT",

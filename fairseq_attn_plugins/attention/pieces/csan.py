@@ -54,9 +54,7 @@ from ..piece import (
 HEAD_EDGES = ("cut", "wrap", "authors")
 WINDOW = Int("csan_window", 11, odd=True, metavar="M1",
              help="CSAN window size M+1 in positions, odd, >= 1 (default 11)")
-LAYERS = Layers("csan_layers", "0-2",
-                help="encoder layers (0-based) with CSAN: '0,1,2', '0-2', 'all' "
-                     "(default '0-2', the lower 3 layers)")
+LAYERS = Layers("csan_layers", "0-2", "encoder layers with CSAN", note="the lower 3 layers")
 HEADS = Int("csan_heads", 3, hi="encoder_attention_heads", odd=True, metavar="N1",
             help="2D-CSAN: number N+1 of adjacent heads in the area, odd, "
                  "1..encoder heads (default 3)")

@@ -154,7 +154,6 @@ class DirectionalSelfAttention(AttentionPiece):
     """DiSAN directional masks / Bi_Direct heads (Shen et al. 2018). See module docstring."""
 
     name = "disan"
-    conflicts = {}
     test_flags = {"disan_layers": "0"}
     settings = (
         Text("disan_directions", "bi",
@@ -167,11 +166,8 @@ class DirectionalSelfAttention(AttentionPiece):
                help="forward/backward masks: 'keep' the query's own position, "
                     "'disable' it (DiSAN) or 'auto' (default: keep for bidirect, "
                     "disable otherwise)"),
-        Sides("disan_sides", "encoder",
-              help="DiSAN in self-attention of: 'encoder' (default), 'decoder' or "
-                   "'encoder,decoder' (decoder: fw/nodiag/all heads only)"),
-        Layers("disan_layers", "0-2",
-               help="DiSAN: layers (0-based) '0,1,2', '0-2', 'all' (default 0-2)"),
+        Sides("disan_sides", "encoder", "DiSAN", note="decoder: fw/nodiag/all heads only"),
+        Layers("disan_layers", "0-2", "layers with DiSAN masks", note="the lower 3 layers"),
     )
     # the CSAN authors' Bi_Direct heads (diagonal included through --disan-diagonal auto)
     architectures = {"bidirect": {"disan_directions": "bidirect"}}

@@ -95,7 +95,6 @@ class DirectPositionInteractions(AttentionPiece):
     """Learned absolute/relative position scalars on the logits (Dufter et al. 2020)."""
 
     name = "dpi"
-    conflicts = {}
     # fairseq's --max-source/target-positions must not exceed --dpi-max-len (checked at build)
     test_flags = {"dpi_layers": "0", "dpi_max_len": 16, "dpi_sides": "both",
                   "max_source_positions": 16, "max_target_positions": 16}
@@ -107,18 +106,14 @@ class DirectPositionInteractions(AttentionPiece):
             help="maximum sentence length t of the position tables, "
                  f"1..{MAX_LEN_LIMIT}; longer inputs fail (default 1024, fairseq's "
                  "--max-source-positions)"),
-        Sides("dpi_sides", "encoder",
-              help="add the tables to the 'encoder', 'decoder' or 'encoder,decoder' (alias "
-                   "'both') self-attentions (default 'encoder')"),
+        Sides("dpi_sides", "encoder", "position tables"),
         Choice("dpi_relative_form", "paper", RELATIVE_FORMS, metavar="FORM",
                help="relative table: 'paper' (a_{i-j+t}, default) or 'circulant' "
                     "(the authors' code: symmetric circulant from 2t values)"),
         Choice("dpi_init", "glorot", INITS, metavar="INIT",
                help="table initialisation: 'glorot' (truncated normal as in the "
                     "authors' code, default) or 'zeros'"),
-        Layers("dpi_layers", "0",
-               help="layers (0-based) with position tables: '0', '0-2', 'all' "
-                    "(default '0', the first layer as in the paper)"),
+        Layers("dpi_layers", "0", "layers with position tables", note="the first layer as in the paper"),
     )
     architectures = {"dpi_sanp": SAN_P, "dpi_sanpr": SAN_PR}
 

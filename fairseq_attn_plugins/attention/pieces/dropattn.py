@@ -89,11 +89,8 @@ class _DropAttentionBase(AttentionPiece):
                help="DropAttention rescaling: 'normalized' (renormalise rows to "
                     "sum 1, paper default; fused-compatible) or 'traditional' "
                     "(multiply by 1/(1-p))"),
-        Sides("dropattn_sides", "encoder,decoder",
-              help="DropAttention in self-attention of: 'encoder', 'decoder' or "
-                   "'encoder,decoder' (default)"),
-        Layers("dropattn_layers", "all",
-               help="DropAttention: layers (0-based) '0,1', '0-2', 'all' (default all)"),
+        Sides("dropattn_sides", "encoder,decoder", "DropAttention"),
+        Layers("dropattn_layers", "all", "layers with DropAttention"),
     )
 
     @classmethod

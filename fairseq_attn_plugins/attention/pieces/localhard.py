@@ -57,7 +57,6 @@ class LocalHard(AttentionPiece):
 
     name = "localhard"
     incremental_ok = False
-    conflicts = {}
     test_flags = {"localhard_layers": "0", "localhard_heads": 2, "localhard_window": 4.0}
     sides = ("encoder",)
     settings = (
@@ -67,9 +66,8 @@ class LocalHard(AttentionPiece):
         Float("localhard_window", 10.0, positive=True, metavar="D",
               help="fixed window D of the Gaussian (sigma = D/2), a number > 0 "
                    "(default 10)"),
-        Layers("localhard_layers", "0-2",
-               help="encoder layers (0-based) with the local bias: '0-2', 'all' "
-                    "(default '0-2', the lower 3 layers)"),
+        Layers("localhard_layers", "0-2", "encoder layers with the local bias",
+               note="the lower 3 layers"),
     )
 
     def __init__(self, site: AttentionSite, args):

@@ -51,13 +51,11 @@ class LocalSoft(AttentionPiece):
 
     name = "localsoft"
     incremental_ok = False
-    conflicts = {}
     test_flags = {"localsoft_layers": "0"}
     sides = ("encoder",)
     settings = (
-        Layers("localsoft_layers", "0-2",
-               help="encoder layers (0-based) with the learned Gaussian localness bias: "
-                    "'0-2', 'all' (default '0-2', the lower 3 layers)"),
+        Layers("localsoft_layers", "0-2", "encoder layers with the learned Gaussian localness bias",
+               note="the lower 3 layers"),
     )
 
     def __init__(self, site: AttentionSite, args=None):

@@ -65,7 +65,6 @@ class Neighbor(AttentionPiece):
 
     name = "neighbor"
     incremental_ok = False
-    conflicts = {}
     test_flags = {"neighbor_layers": "0", "neighbor_init_std": 2.0}
     sides = ("encoder",)
     settings = (
@@ -80,9 +79,7 @@ class Neighbor(AttentionPiece):
         Int("neighbor_heads", 4, hi="encoder_attention_heads",
             help="predicted: number of localized heads (the last N), "
                  "1..encoder heads (default 4)"),
-        Layers("neighbor_layers", "0-2",
-               help="encoder layers (0-based) with the bias: '0-2', 'all' "
-                    "(default '0-2', the lower 3 layers)"),
+        Layers("neighbor_layers", "0-2", "encoder layers with the bias", note="the lower 3 layers"),
     )
 
     def __init__(self, site: AttentionSite, args):

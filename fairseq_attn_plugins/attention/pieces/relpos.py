@@ -96,7 +96,6 @@ class RelativePositions(AttentionPiece):
     # class-level: conservative (full relpos needs the explicit path);
     # instances with --relpos-mode k set fused_ok = True.
     fused_ok = False
-    conflicts = {}
     test_flags = {"relpos_layers": "0", "relpos_k": 2}
     settings = (
         Int("relpos_k", 16, metavar="K",
@@ -106,12 +105,8 @@ class RelativePositions(AttentionPiece):
                help="relative positions: 'kv' separate key and value tables "
                     "(paper, default), 'k' keys only, 'tied' one table for both "
                     "(OpenNMT-py)"),
-        Sides("relpos_sides", "encoder,decoder",
-              help="relative positions in self-attention of: 'encoder', 'decoder' "
-                   "or 'encoder,decoder' (default)"),
-        Layers("relpos_layers", "all",
-               help="relative positions: layers (0-based) '0,1', '0-2', 'all' "
-                    "(default all)"),
+        Sides("relpos_sides", "encoder,decoder", "relative positions"),
+        Layers("relpos_layers", "all", "layers with relative positions"),
         Choice("relpos_abs_pos", "drop", ABS_POS,
                help="relative positions: 'drop' the sinusoidal position embeddings "
                     "(paper, default; sets --no-token-positional-embeddings, needs "

@@ -37,15 +37,10 @@ class LearnableTemperature(AttentionPiece):
     """Per-head learnable scalars on W_q, W_k, W_v (Dufter et al. 2020). See module docstring."""
 
     name = "temp"
-    conflicts = {}
     test_flags = {"temp_layers": "0", "temp_sides": "both"}
     settings = (
-        Layers("temp_layers", "all",
-               help="layers (0-based) with learnable temperature: '0,1', '0-2' or "
-                    "'all' (default 'all')"),
-        Sides("temp_sides", "encoder",
-              help="learnable temperature on the 'encoder', 'decoder' or 'encoder,decoder' "
-                   "(alias 'both') self-attentions (default 'encoder')"),
+        Layers("temp_layers", "all", "layers with learnable temperature"),
+        Sides("temp_sides", "encoder", "learnable temperature"),
     )
 
     def __init__(self, site: AttentionSite, args=None):

@@ -41,11 +41,8 @@ def position_conflicts(name: str) -> Dict[str, str]:
 def placement_settings(prefix: str, method: str) -> Tuple[Setting, ...]:
     """``--<prefix>-sides``, ``--<prefix>-layers``, ``--<prefix>-abs-pos``."""
     return (
-        Sides(f"{prefix}_sides", "encoder,decoder",
-              help=f"{method} in self-attention of: 'encoder', 'decoder' or 'encoder,decoder' "
-                   f"(default encoder,decoder)"),
-        Layers(f"{prefix}_layers", "all",
-               help=f"{method}: layers (0-based) '0,1', '0-2', 'all' (default all)"),
+        Sides(f"{prefix}_sides", "encoder,decoder", method, "the paper's setting"),
+        Layers(f"{prefix}_layers", "all", f"layers with {method}", "every layer, the paper's setting"),
         Choice(f"{prefix}_abs_pos", "drop", ABS_POS,
                help=f"{method}: 'drop' the sinusoidal token position embeddings (the paper, "
                     f"default drop; sets --no-token-positional-embeddings, needs the piece on "

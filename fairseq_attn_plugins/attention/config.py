@@ -26,8 +26,8 @@ def add_attention_args(parser) -> None:
     group.add_argument(
         "--attn-backend", type=str, metavar="BACKEND",
         help="attention backend: 'auto' (fused scaled_dot_product_attention whenever every "
-             "piece allows it; on CUDA flex_attention for relpos kv/tied and long CSAN windows), "
-             "'fused', 'explicit', or 'flex' (flex_attention for relpos kv/tied and band-masked "
+             "piece allows it; on CUDA flex_attention for relpos kv/tied, alibi and long CSAN windows), "
+             "'fused', 'explicit', or 'flex' (flex_attention for relpos kv/tied, alibi and band-masked "
              "layers on any device; needs --attention-dropout 0) (default auto)",
     )
     for cls in PIECES.values():

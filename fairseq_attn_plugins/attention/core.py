@@ -16,10 +16,11 @@ with the pieces (see :mod:`.piece`) filling the hooks. Two backends:
 
 ``backend="auto"`` picks the fused path whenever every active piece allows it
 and no weights are requested. Third, ``flex`` (:mod:`.flex`,
-``torch.nn.attention.flex_attention``): relative positions with keys and values
-(relpos kv/tied as the layer's only piece) without the probability matrix, and
-band-masked layers (CSAN windows) with the blocks outside the band skipped.
-``auto`` takes it on CUDA only (relpos kv/tied always, bands from
+``torch.nn.attention.flex_attention``): a piece with its own ``flex_forward``
+as the layer's only piece (relpos kv/tied: relative positions with keys and
+values without the probability matrix; alibi: its penalty as a ``score_mod``),
+and band-masked layers (CSAN windows) with the blocks outside the band skipped.
+``auto`` takes it on CUDA only (such a piece always, bands from
 ``flex.FLEX_WINDOW_MIN_LEN`` positions), with attention dropout 0 and no weights
 requested; ``--attn-backend flex`` forces it on any device (the CPU tests). Shapes follow fairseq: input ``(T, B, C)``,
 ``key_padding_mask`` ``(B, S)`` with True = pad.
@@ -105,7 +106,7 @@ class PluginSelfAttention(MultiheadAttention):
         # long sequences take the block-local fused path (attention/local.py)
         bands = [p.band_half for p in pieces if getattr(p, "band_half", None) is not None]
         self._band_half = min(bands) if bands else None
-        # relpos kv/tied alone in the layer: the flex_attention path (attention/flex.py)
+        # a piece with flex_forward (relpos kv/tied, alibi) alone in the layer: flex_attention
         self._flex_piece = (pieces[0] if len(pieces) == 1 and getattr(pieces[0], "flex_path_ok", False)
                             else None)
         if backend == "flex":
@@ -131,7 +132,7 @@ class PluginSelfAttention(MultiheadAttention):
         return True
 
     def uses_flex_relpos(self, need_weights: bool, dropout_p: float, on_cuda: bool) -> bool:
-        """relpos kv/tied through flex_attention: forced by backend flex, on CUDA by auto."""
+        """The piece's flex_forward (relpos kv/tied, alibi): forced by backend flex, on CUDA by auto."""
         if self._flex_piece is None or need_weights or self.backend not in ("auto", "flex"):
             return False
         if self.backend == "flex":

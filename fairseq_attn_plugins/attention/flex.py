@@ -23,6 +23,8 @@ runs eagerly, densely, which is what the exactness tests use):
   (1D-/2D-CSAN windows, band masks generally) as a ``mask_mod``/``score_mod``;
   ``create_block_mask`` marks the key blocks outside the band, which the kernel skips:
   O(T * window) work instead of O(T^2).
+* :func:`distance_bias_attention`: ALiBi's per-head linear distance penalty as a
+  ``score_mod`` (no bias tensor), padding and the future mask as a block mask.
 
 Neither supports attention dropout (flex_attention has none): the dispatcher
 (:mod:`.core`) uses them only with dropout 0. On CUDA ``flex_attention`` is wrapped in
@@ -168,6 +170,19 @@ def _split_attn_mask(attn_mask: Optional[Tensor]):
     return attn_mask.masked_fill(~keep, 0.0), keep
 
 
+def _allowed_mod(kpm: Optional[Tensor], keep: Optional[Tensor]):
+    """``mask_mod``: key j is no pad of row b (``kpm`` (B, S), True = pad) and ``keep[i, j]``."""
+    def allowed(b, h, i, j):
+        ok = j >= 0
+        if kpm is not None:
+            ok = ok & ~kpm[b, j]
+        if keep is not None:
+            ok = ok & keep[i, j]
+        return ok
+
+    return allowed
+
+
 def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
                      rel_values: Optional[Tensor], kmax: int, start: int,
                      key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
@@ -191,14 +206,7 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
             score = score + add[i, j]
         return score
 
-    def allowed(b, h, i, j):
-        ok = j >= 0
-        if kpm is not None:
-            ok = ok & ~kpm[b, j]
-        if keep is not None:
-            ok = ok & keep[i, j]
-        return ok
-
+    allowed = _allowed_mod(kpm, keep)
     masked = kpm is not None or keep is not None
     B_mask = B if kpm is not None else None
     mask_tensors = (kpm, attn_mask)
@@ -249,3 +257,33 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     extra = (torch.matmul(band, table[1: R - 1])
              + mass_left[..., None] * table[0] + mass_right[..., None] * table[R - 1])
     return out + extra.to(out.dtype)
+
+
+# ---------------------------------------------------------------------------
+# Linear distance penalty (ALiBi)
+# ---------------------------------------------------------------------------
+def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, start: int,
+                            key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
+                            scale: float) -> Tensor:
+    """``softmax(scale q k^T - slopes[h] |i - j|)`` v through flex_attention.
+
+    q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
+    slopes (H,) float32; key_padding_mask (B, S) True = pad; attn_mask fairseq's (T, S)
+    float (0 / -inf) or bool (True = masked). Returns (B, H, T, D)."""
+    B, H, T, D = q.shape
+    S = k.size(2)
+    add, keep = _split_attn_mask(attn_mask)
+    kpm = key_padding_mask
+    offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
+
+    def score_mod(score, b, h, i, j):
+        score = score - slopes[h] * (i + offset - j).abs()
+        if add is not None:
+            score = score + add[i, j]
+        return score
+
+    block_mask = None
+    if kpm is not None or keep is not None:
+        block_mask = _block_mask(_allowed_mod(kpm, keep), B if kpm is not None else None, T, S, q.device,
+                                 ("distance_bias", start), (kpm, attn_mask))
+    return _fused(q, k, v, score_mod, block_mask, scale)

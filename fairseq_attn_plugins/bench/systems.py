@@ -153,7 +153,7 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
 
 
 def attention_paths(model) -> Dict[str, int]:
-    """How many self-attention modules run fused / flex (relpos) / explicit (training, no weights)."""
+    """How many self-attention modules run fused / flex (relpos kv/tied, alibi) / explicit (training, no weights)."""
     from fairseq_attn_plugins.attention import PluginSelfAttention
 
     counts = {"fused": 0, "flex": 0, "explicit": 0}

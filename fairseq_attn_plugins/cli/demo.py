@@ -29,12 +29,12 @@ import time
 from typing import Dict, List
 
 import fairseq_attn_plugins
-from fairseq_attn_plugins import table1
 from fairseq_attn_plugins.toy_corpus import write_corpus
 
-from ..curves import plot_curves
-from .results import collect, format_markdown, write_text_atomic
-from .significance import write_json_atomic
+from ..reporting import table1
+from ..reporting.curves import plot_curves
+from ..reporting.files import write_json_atomic, write_text_atomic
+from ..reporting.results import collect, format_markdown
 
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
 SRC, TGT = "src", "tgt"
@@ -245,8 +245,9 @@ class Pipeline:
         self.write_table1()
 
     def write_table1(self) -> None:
-        """The CSAN paper's Table 1 layout, when every architecture is one of its rows."""
-        by_arch = {row.arch: row for row in table1.ROWS}
+        """The CSAN paper's Table 1 layout, when every architecture is one of its rows (or an
+        extra position row: RoPE, ALiBi, T5 bias)."""
+        by_arch = {row.arch: row for row in table1.ROWS + table1.EXTRA_ROWS}
         if self.archs[0] != table1.ROWS[0].arch or not all(a in by_arch for a in self.archs):
             for name in ("table1.json", "table1.md"):  # none from an earlier set of architectures
                 if os.path.exists(self.path(name)):

@@ -9,10 +9,17 @@ Local_Soft, Block, Cnns, 1D-CSans, 2D-CSans). A row whose architecture is not
 registered is never skipped silently: :func:`resolve_rows` fails naming it,
 unless the rows are restricted (``--rows`` / ``ROWS=``).
 
+:data:`EXTRA_ROWS` are the position baselines reviewers ask for beside the
+paper's (``+ RoPE``, ``+ ALiBi``, ``+ T5 bias``), printed after the paper's rows
+with "-" in the paper's columns: trained when listed (``--rows all,rope``,
+``ROWS=all,rope,alibi,t5bias``), and rendered whenever their runs are present
+(``table1 --rows all`` adds an extra row whose run directory holds train.log and
+hyp.txt).
+
 Rendering (:func:`build_table`, :func:`format_markdown`) lays the table out as
 the paper does -- Parameter (baseline absolute, others ``+x.xM``), Speed
 (steps/s, others as the difference), BLEU, delta -- and adds the significance
-marks of the package's paired tests (``fairseq_attn_plugins.cli.results.collect``,
+marks of the package's paired tests (``fairseq_attn_plugins.reporting.results.collect``,
 sacreBLEU's bootstrap and approximate randomisation), each row's parameter
 delta at Transformer-base size (the models built with their default settings)
 and the paper's numbers beside ours.
@@ -21,6 +28,8 @@ and the paper's numbers beside ours.
 import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from .results import collect
 
 BASELINE = "baseline"
 
@@ -31,9 +40,9 @@ class Row:
     name: str            # as printed in the paper
     cite: str            # the paper's citation for the row ("" for the CSAN rows)
     arch: str            # the fairseq architecture that reproduces it
-    paper_params: float  # millions: absolute for the baseline, the increase otherwise
-    paper_speed: float   # steps/s: absolute for the baseline, the difference otherwise
-    paper_bleu: float    # WMT14 En-De newstest2014
+    paper_params: Optional[float]  # millions: absolute for the baseline, the increase otherwise
+    paper_speed: Optional[float]   # steps/s: absolute for the baseline, the difference otherwise
+    paper_bleu: Optional[float]    # WMT14 En-De newstest2014 (None: a row the paper does not have)
 
     @property
     def label(self) -> str:
@@ -55,7 +64,13 @@ ROWS: Tuple[Row, ...] = (
     Row("csan1d", "1D-CSans", "", "transformer_csan1d_wmt_en_de", 0.0, -0.00, 27.86),
     Row("csan2d", "2D-CSans", "", "transformer_csan2d_wmt_en_de", 0.0, -0.06, 28.18),
 )
-ROW_BY_KEY: Dict[str, Row] = {r.key: r for r in ROWS}
+# Position baselines after the paper's rows (no paper numbers).
+EXTRA_ROWS: Tuple[Row, ...] = (
+    Row("rope", "RoPE", "Su et al. (2021)", "transformer_rope_wmt_en_de", None, None, None),
+    Row("alibi", "ALiBi", "Press et al. (2022)", "transformer_alibi_wmt_en_de", None, None, None),
+    Row("t5bias", "T5 bias", "Raffel et al. (2020)", "transformer_t5bias_wmt_en_de", None, None, None),
+)
+ROW_BY_KEY: Dict[str, Row] = {r.key: r for r in ROWS + EXTRA_ROWS}
 
 
 class Table1Error(ValueError):
@@ -75,7 +90,8 @@ def missing_rows(rows: Sequence[Row], registered: Optional[Sequence[str]] = None
 
 
 def resolve_rows(spec: str = "all", registered: Optional[Sequence[str]] = None) -> List[Row]:
-    """``"all"`` or comma-separated row keys -> rows in the paper's order.
+    """``"all"`` (the paper's rows) or comma-separated row keys, ``all`` among them
+    -> rows in the paper's order, then the extra rows.
 
     The baseline is always needed (every other column is relative to it). A row
     whose architecture is not registered is an error naming it.
@@ -84,17 +100,19 @@ def resolve_rows(spec: str = "all", registered: Optional[Sequence[str]] = None) 
         rows = list(ROWS)
     else:
         keys = [k.strip() for k in spec.split(",") if k.strip()]
+        if "all" in keys:
+            keys = [r.key for r in ROWS] + [k for k in keys if k != "all"]
         unknown = [k for k in keys if k not in ROW_BY_KEY]
         if unknown:
             raise Table1Error(f"--rows: unknown row(s) {', '.join(unknown)}; Table 1 rows are "
-                              f"{', '.join(ROW_BY_KEY)} (or 'all')")
+                              f"{', '.join(ROW_BY_KEY)} (or 'all', the paper's)")
         if len(keys) != len(set(keys)):
             raise Table1Error("--rows: a row is listed twice")
         if BASELINE not in keys:
             raise Table1Error(f"--rows: include '{BASELINE}' (every other column is relative to it)")
         if len(keys) < 2:
             raise Table1Error("--rows: give the baseline and at least one other row")
-        rows = [r for r in ROWS if r.key in keys]
+        rows = [r for r in ROWS + EXTRA_ROWS if r.key in keys]
     missing = missing_rows(rows, registered)
     if missing:
         present = [r.key for r in rows if r not in missing]
@@ -123,9 +141,7 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
 def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
                 bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True) -> Dict:
     """``runs``: (row, run_dir) with the baseline first; each run_dir holds
-    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.cli.results`)."""
-    from fairseq_attn_plugins.cli.results import collect
-
+    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.reporting.results`)."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
     table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials)
@@ -145,7 +161,8 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
             base_size_params=full,
             base_size_params_delta=None if (first or full is None) else full - base_full,
             paper={"params": row.paper_params, "speed": row.paper_speed, "bleu": row.paper_bleu,
-                   "delta": None if first else round(row.paper_bleu - ROWS[0].paper_bleu, 2)},
+                   "delta": None if first or row.paper_bleu is None
+                   else round(row.paper_bleu - ROWS[0].paper_bleu, 2)},
         ))
     return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"], "rows": out_rows}
 
@@ -189,16 +206,20 @@ def format_markdown(table: Dict) -> str:
             full = "-"
         else:
             full = fmt_params(r["base_size_params"]) if first else fmt_params_delta(r["base_size_params_delta"])
-        p_params = f"{pp['params']:.1f}M" if first else f"+{pp['params']:.1f}M"
-        p_speed = f"{pp['speed']:.2f}" if first else f"{pp['speed']:+.2f}"
-        p_delta = "-" if first else f"{pp['delta']:+.2f}"
+        if pp["bleu"] is None:  # an extra row: not in the paper
+            p_params = p_speed = p_bleu = p_delta = "-"
+        else:
+            p_params = f"{pp['params']:.1f}M" if first else f"+{pp['params']:.1f}M"
+            p_speed = f"{pp['speed']:.2f}" if first else f"{pp['speed']:+.2f}"
+            p_bleu = f"{pp['bleu']:.2f}"
+            p_delta = "-" if first else f"{pp['delta']:+.2f}"
         tok_cells = ""
         if tok:
             t = r.get("tok_bleu")
             tok_cells = " ? | ? |" if t is None else f" {t:.2f} | " + (
                 "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
         out.append(f"| {r['label']} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
-                   f"| {delta} | {pvals} |{tok_cells} {full} | {p_params} | {p_speed} | {pp['bleu']:.2f} | {p_delta} |")
+                   f"| {delta} | {pvals} |{tok_cells} {full} | {p_params} | {p_speed} | {p_bleu} | {p_delta} |")
     out += ["",
             "Parameter: the model's parameters (baseline) and the increase over the baseline; Speed: "
             "training steps (updates) per second, and its difference; △: BLEU over the baseline. "
@@ -206,7 +227,7 @@ def format_markdown(table: Dict) -> str:
             "bootstrap resampling and paired approximate randomisation (sacreBLEU). "
             "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
             "\"Parameter, base size\": each architecture built at Transformer-base size with its "
-            "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De)."]
+            "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have."]
     for test, sigs in table["signature"].items():
         for s in sigs.values():
             out.append(f"sacreBLEU signature ({test}): `{s}`")
@@ -216,3 +237,10 @@ def format_markdown(table: Dict) -> str:
 def run_dirs(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Tuple[Row, str]]:
     """(row, runs_dir/<key or arch>) for each row."""
     return [(r, os.path.join(runs_dir, getattr(r, by))) for r in rows]
+
+
+def with_present_extras(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Row]:
+    """``rows`` plus each extra row not among them whose run is present (train.log and hyp.txt)."""
+    have = {r.key for r in rows}
+    return list(rows) + [r for r in EXTRA_ROWS if r.key not in have and all(
+        os.path.isfile(os.path.join(runs_dir, getattr(r, by), f)) for f in ("train.log", "hyp.txt"))]

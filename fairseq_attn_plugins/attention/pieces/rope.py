@@ -1,0 +1,103 @@
+"""Rotary position embedding (``rope``), Su, Lu, Pan, Murtadha, Wen and Liu 2021,
+"RoFormer: Enhanced Transformer with Rotary Position Embedding" (arXiv:2104.09864).
+
+Queries and keys of every head are rotated by their position before the dot
+product, pair of dimensions by pair of dimensions (the paper's eq. 34, pairs
+``(x_{2i}, x_{2i+1})``)::
+
+    theta_i = base^(-2i / r),                    i = 0 .. r/2 - 1
+    f(x, m)_{2i}   = x_{2i} cos(m theta_i) - x_{2i+1} sin(m theta_i)
+    f(x, m)_{2i+1} = x_{2i} sin(m theta_i) + x_{2i+1} cos(m theta_i)
+    e_mn = f(q_m, m) . f(k_n, n) / sqrt(d)       (depends on n - m only)
+
+``base`` is ``--rope-theta`` (default 10000, the paper's). ``r`` is the number
+of rotated dimensions, ``--rope-fraction`` of the head dimension (default 1.0,
+the paper), rounded down to an even number; the remaining dimensions pass
+unrotated, as GPT-NeoX's ``rotary_pct`` does (the frequencies then use ``r``,
+not the head dimension). Values are not rotated. No parameters.
+
+Positions are the key indices of the padded batch (``q_pos``/``k_pos``): the
+score depends on ``n - m`` only, so left or right padding gives the same
+output (up to float rounding of the angles). Angles and the rotation are
+computed in float32 (float64 for a float64 model) and cast back.
+
+Placement: ``--rope-sides`` (default encoder,decoder), ``--rope-layers``
+(default all): every self-attention layer, the paper's setting.
+Encoder-decoder attention is fairseq's own and is not rotated (source and
+target positions are not on one axis). ``--rope-abs-pos drop`` (default) turns
+fairseq's sinusoidal token position embeddings off (RoFormer has none); see
+:mod:`..position_methods`.
+
+Backends: a ``transform_qkv`` piece, so the layer stays on the fused SDPA path
+(flash / memory-efficient kernels); explicit path too. Incremental decoding:
+the cache keeps unrotated keys; each step rotates them by their positions, so a
+cached step scores exactly as the full forward. With 2D-CSAN the keys of
+neighbouring heads are widened after the rotation, so every slot's key carries
+its own position's rotation and the score still depends on n - m only.
+"""
+
+import torch
+from torch import Tensor
+
+from ..piece import AttentionPiece, AttentionSite, Float, PieceConfigError, register_piece
+from ..position_methods import placement_settings, position_conflicts, replace_token_positions
+
+
+def rotated_dims(head_dim: int, fraction: float) -> int:
+    """Even number of rotated dimensions: ``fraction * head_dim`` rounded down to even."""
+    return 2 * int(fraction * head_dim // 2)
+
+
+def rotate(x: Tensor, pos: Tensor, rot: int, base: float) -> Tensor:
+    """Rotate the first ``rot`` dimensions of x (..., L, D) by positions ``pos`` (L,)."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    inv_freq = base ** (-torch.arange(0, rot, 2, device=x.device, dtype=torch.float64) / rot)
+    angle = pos.to(torch.float64)[:, None] * inv_freq[None, :]  # (L, rot/2)
+    cos, sin = angle.cos().to(acc), angle.sin().to(acc)
+    xr = x[..., :rot].to(acc)
+    x1, x2 = xr[..., 0::2], xr[..., 1::2]
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+    return torch.cat((out.to(x.dtype), x[..., rot:]), dim=-1)
+
+
+@register_piece
+class RotaryPositions(AttentionPiece):
+    """RoPE (Su et al. 2021): q and k rotated by position. See module docstring."""
+
+    name = "rope"
+    conflicts = position_conflicts("rope")
+    test_flags = {"rope_layers": "0", "rope_fraction": 0.5}
+
+    settings = (
+        Float("rope_theta", 10000.0, positive=True, metavar="BASE",
+              help="rotary positions: frequency base, a finite number > 0 (default 10000.0, "
+                   "the paper)"),
+        Float("rope_fraction", 1.0, positive=True, hi=1.0, metavar="F",
+              help="rotary positions: fraction of each head's dimensions rotated, in (0, 1], "
+                   "rounded down to an even count (default 1.0)"),
+    ) + placement_settings("rope", "rotary position embedding")
+
+    @classmethod
+    def check_combination(cls, args):
+        replace_token_positions(cls, args, "rope", "rotary position embedding")
+
+    @classmethod
+    def from_args(cls, site: AttentionSite, args):
+        return cls(site, float(args.rope_theta), float(args.rope_fraction))
+
+    def __init__(self, site: AttentionSite, theta: float = 10000.0, fraction: float = 1.0):
+        super().__init__(site)
+        self.theta = theta
+        self.rot = rotated_dims(site.head_dim, fraction)
+        if self.rot == 0:
+            raise PieceConfigError(
+                f"--rope-fraction {fraction} rotates no pair of the {site.head_dim} dimensions of a "
+                f"head; allowed: at least 2 / {site.head_dim}")
+
+    def transform_qkv(self, q: Tensor, k: Tensor, v: Tensor, ctx):
+        return (rotate(q, ctx.q_pos, self.rot, self.theta),
+                rotate(k, ctx.k_pos, self.rot, self.theta), v)
+
+    def extra_repr(self):
+        return (f"theta={self.theta:g}, rotated={self.rot}/{self.site.head_dim}, "
+                f"{self.site.side} layer {self.site.layer_idx}")

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, make_data, train_in_process  # noqa: E402
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process  # noqa: E402
 
 _ROOT = tempfile.mkdtemp(prefix="attn_trained_")
 atexit.register(shutil.rmtree, _ROOT, True)
@@ -30,11 +30,23 @@ MODELS = {
 
 @functools.lru_cache(maxsize=None)
 def data_dir() -> str:
-    return make_data(os.path.join(_ROOT, "data"), n_train=300)
+    """The toy corpus binarised by fairseq-preprocess (in this process), joined dictionary."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    from fairseq_attn_plugins.toy_corpus import write_corpus
+
+    raw, dest = os.path.join(_ROOT, "raw"), os.path.join(_ROOT, "bin")
+    write_corpus(raw, sizes=(("train", 300), ("valid", 20), ("test", 12)))
+    preprocess.main(options.get_preprocessing_parser().parse_args([
+        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
+        "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", dest,
+        "--joined-dictionary", "--workers", "1"]))
+    return dest
 
 
 @functools.lru_cache(maxsize=None)
-def trained(name: str, updates: int = 150) -> str:
+def trained(name: str, updates: int = 80) -> str:
     """Path of ``checkpoint_last.pt`` of model ``name`` after ``updates`` updates."""
     arch, extra = MODELS[name]
     save = os.path.join(_ROOT, f"{name}_{updates}")

@@ -34,7 +34,6 @@ from fairseq.modules.transformer_layer import (
 from torch import nn
 
 from .. import finetune
-
 from ..attention.pieces.disan import bidirect_defaults
 from ..attention.pieces.dpi import san_p_defaults, san_pr_defaults
 from ..attention import (

@@ -24,6 +24,7 @@ setup(
             "fairseq-attn-bench = fairseq_attn_plugins.cli.bench:main",
             "fairseq-attn-plot = fairseq_attn_plugins.cli.plot:main",
             "fairseq-attn-paper = fairseq_attn_plugins.cli.paper:main",
+            "fairseq-attn-export = fairseq_attn_plugins.cli.export:main",
         ]
     },
 )

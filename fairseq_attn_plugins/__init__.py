@@ -4,7 +4,9 @@ Load with ``fairseq-train --user-dir fairseq_attn_plugins`` (or ``pip install``
 the package and point ``--user-dir`` at its folder). Importing it registers the
 ``transformer_attn`` model, its architectures, and makes fairseq checkpoints
 loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
-the last batch that fairseq's ``batch_by_size`` would drop (see fairseq_fixes).
+the last batch that fairseq's ``batch_by_size`` would drop (see fairseq_fixes), checks
+``--model-overrides`` like training flags (model_overrides) and lets fairseq-train start
+from a checkpoint without the new pieces' parameters (finetune).
 """
 
 from . import checkpoint_safety, fairseq_fixes
@@ -13,5 +15,9 @@ checkpoint_safety.install()
 fairseq_fixes.install()
 
 from . import attention, models  # noqa: E402,F401
+from . import finetune, model_overrides  # noqa: E402
+
+model_overrides.install()
+finetune.install()
 
 __version__ = "0.1.0"

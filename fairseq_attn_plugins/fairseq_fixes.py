@@ -6,6 +6,11 @@
 skips up to 7 test sentences and BLEU is computed on an incomplete test set.
 We keep that batch. Training batches are unaffected apart from keeping those
 few sentences too.
+
+``torchrun`` on CPU: fairseq's ``env://`` set-up (``_infer_torch_distributed_launch_init``)
+sets ``device_id = rank % torch.cuda.device_count()``, a division by zero without GPUs,
+so a multi-node CPU (gloo) launch through torchrun could not start. Without CUDA the
+device id is 0 (CPU processes have no device to pick); with CUDA fairseq's code runs.
 """
 
 import numpy as np
@@ -28,11 +33,32 @@ def _keep_last_batch(original):
     return batch_by_size
 
 
+def _cpu_safe_launch_init(original):
+    def _infer_torch_distributed_launch_init(cfg):
+        import os
+
+        import torch
+
+        if torch.cuda.device_count() > 0:
+            return original(cfg)
+        cfg.distributed_init_method = "env://"
+        cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+        cfg.distributed_rank = int(os.environ["RANK"])
+        cfg.device_id = 0
+        cfg.distributed_no_spawn = True  # processes are created by torchrun
+
+    _infer_torch_distributed_launch_init.__wrapped__ = original
+    return _infer_torch_distributed_launch_init
+
+
 def install() -> None:
     global _installed
     if _installed:
         return
     from fairseq.data import data_utils
+    from fairseq.distributed import utils as distributed_utils
 
     data_utils.batch_by_size = _keep_last_batch(data_utils.batch_by_size)
+    distributed_utils._infer_torch_distributed_launch_init = _cpu_safe_launch_init(
+        distributed_utils._infer_torch_distributed_launch_init)
     _installed = True

@@ -204,6 +204,67 @@ def test_gloo_two_processes(ende):
 
 
 @pytest.mark.e2e
+def test_two_nodes_train_like_one_process_with_update_freq(ende):
+    """Multi-node through the recipe's own torchrun launch, simulated: two "nodes" on
+    127.0.0.1 (NNODES=2, NODE_RANK=0/1, one gloo process each) train exactly what one process
+    with --update-freq 2 trains on the same data and seed (no dropout: each rank would draw
+    its own masks)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    common = dict(ende, MAX_UPDATE="3", DROPOUT="0", SAVE_INTERVAL_UPDATES="1000", CPU_WORKERS="1")
+    multi = os.path.join(ende["WORK"], "runs", "two_nodes")
+    nodes = dict(common, NNODES="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=port, UPDATE_FREQ="1", SAVE_DIR=multi)
+    full = dict(os.environ, PYTHON=sys.executable, OMP_NUM_THREADS="1", NGPUS="0", BPE_MERGES="60",
+                MAX_TOKENS="400", WARMUP="2", LOG_INTERVAL="1", MODEL_ARGS=TINY_MODEL)
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    single = os.path.join(ende["WORK"], "runs", "update_freq2")
+    train = ["bash", os.path.join(RECIPES, "wmt14_en_de", "train.sh")]
+    # node 1 and the single-process reference run beside node 0 (the test's wall time)
+    others = [subprocess.Popen(train, env=dict(full, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+              for env in (dict(nodes, NODE_RANK="1"), dict(common, UPDATE_FREQ="2", SAVE_DIR=single))]
+    p0 = None
+    try:
+        p0 = run("wmt14_en_de", "train.sh", dict(nodes, NODE_RANK="0"))
+    finally:
+        if p0 is None:  # node 1 would wait for its peer: stop it (and its torchrun) at once
+            import signal
+            for o in others:
+                os.killpg(o.pid, signal.SIGTERM)
+        outs = [o.communicate(timeout=600)[0] for o in others]
+    for o, out in zip(others, outs):
+        assert o.returncode == 0, out[-3000:]
+    assert "workers=2 (NGPUS=0 NNODES=2)" in p0.stderr
+    log = open(os.path.join(multi, "train.log"), encoding="utf-8").read()
+    assert "torch.distributed.run --nnodes 2" in log
+    assert "training on 2 devices" in log and "'distributed_world_size': 2" in log
+    assert "distributed init (rank 1)" in log + outs[0]
+
+    def losses(save):
+        lines = open(os.path.join(save, "train.log"), encoding="utf-8").read().splitlines()
+        rows = [json.loads(line[line.index("{"):]) for line in lines if "| train_inner |" in line]
+        return [(r["num_updates"], float(r["loss"]), float(r["nll_loss"]), r["bsz"]) for r in rows]
+
+    two, one = losses(multi), losses(single)
+    assert len(two) == len(one) == 3
+    for (u2, l2, n2, b2), (u1, l1, n1, b1) in zip(two, one):
+        assert u2 == u1 and b2 == b1  # same updates over the same sentences
+        assert abs(l2 - l1) <= 1e-3 and abs(n2 - n1) <= 1e-3  # the log prints 3 decimals
+    a = _model_state(os.path.join(multi, "checkpoint_last.pt"))
+    b = _model_state(os.path.join(single, "checkpoint_last.pt"))
+    assert a.keys() == b.keys()
+    for k in a:  # the weights after 3 updates: equal to fp32 rounding
+        torch.testing.assert_close(a[k], b[k], rtol=1e-5, atol=1e-6, msg=k)
+
+
+def _model_state(path):
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
+    return safe_load(path)["model"]
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("recipe,src,tgt", [("wmt17_zh_en", "zh", "en"), ("wat17_ja_en", "ja", "en")])
 def test_cjk_recipes(tmp_path, recipe, src, tgt):
     env = recipe_data.write_pair(str(tmp_path / "data"), src, tgt, sizes=(("train", 80), ("valid", 8), ("test", 8)))

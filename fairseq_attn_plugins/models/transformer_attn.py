@@ -10,6 +10,7 @@ Architectures are named ``transformer_<variant>_wmt_en_de`` (base) and
 on top of fairseq's matching architecture.
 """
 
+import functools
 import logging
 import weakref
 
@@ -30,7 +31,9 @@ from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
     TransformerEncoderLayerBase,
 )
+from torch import nn
 
+from .. import finetune
 from ..attention import (
     PIECES,
     AttentionPiece,
@@ -145,6 +148,7 @@ class AttnTransformerModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_attention_args(parser)
+        finetune.add_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -183,6 +187,13 @@ class AttnTransformerModel(TransformerModel):
             if task is None or refuse_long_validation(task, args, limits):
                 del self.__dict__["_validation_check"]
         return limits
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's load; a checkpoint lacking only new pieces' parameters: see finetune."""
+        if model_cfg is None and args is not None:
+            return super().load_state_dict(state_dict, strict, model_cfg, args)
+        return finetune.load_state_dict(self, state_dict, strict, model_cfg,
+                                        functools.partial(nn.Module.load_state_dict, self))
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

@@ -275,7 +275,8 @@ train_main() {
   NNODES=${NNODES:-1}
   PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
   local workers
-  if (( NGPUS == 0 )); then workers=${CPU_WORKERS:-1}; else workers=$(( NGPUS * NNODES )); fi
+  local per_node=$NGPUS; (( NGPUS > 0 )) || per_node=${CPU_WORKERS:-1}  # processes per node
+  workers=$(( per_node * NNODES ))
   if [[ -z "${UPDATE_FREQ:-}" ]]; then
     UPDATE_FREQ=$(( (PAPER_GPUS + workers - 1) / workers ))
     (( PAPER_GPUS % workers == 0 )) || log "warning: $workers workers do not divide $PAPER_GPUS; --update-freq $UPDATE_FREQ"
@@ -305,9 +306,17 @@ train_main() {
   [[ $FP16 == 1 ]] && args+=(--fp16)
   # shellcheck disable=SC2206
   args+=(${MODEL_ARGS:-} ${EXTRA_ARGS:-})
-  local port=${MASTER_PORT:-$(( 20000 + RANDOM % 20000 ))}
+  # every node must use the same rendezvous port: torchrun's default 29500 unless MASTER_PORT
+  local port=${MASTER_PORT:-$( ((NNODES > 1)) && echo 29500 || echo $(( 20000 + RANDOM % 20000 )) )}
   local launch
-  if (( NGPUS == 0 )); then
+  if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then
+    # torchrun on every node (GPUs: nccl; CPU: gloo, one process per CPU_WORKERS)
+    : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
+    launch=("$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR"
+            --master_port "$port" --nproc_per_node "$per_node" -m fairseq_cli.train)
+    args+=(--distributed-world-size "$workers")
+    (( NGPUS > 0 )) || args+=(--cpu --distributed-backend gloo --ddp-backend legacy_ddp)
+  elif (( NGPUS == 0 )); then
     args+=(--cpu)
     if (( workers > 1 )); then
       # CPU data parallel (gloo): one process per rank through fairseq's own
@@ -323,10 +332,6 @@ train_main() {
     # one task per node under srun: fairseq infers the rendezvous from SLURM's variables
     args+=(--distributed-port "$port" --distributed-world-size "$workers")
     launch=("$PYTHON" -m fairseq_cli.train)
-  elif (( NNODES > 1 )); then
-    : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
-    launch=(torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR"
-            --master_port "$port" --nproc_per_node "$NGPUS" -m fairseq_cli.train)
   else  # one node: fairseq spawns one process per GPU itself
     args+=(--distributed-world-size "$NGPUS")
     launch=("$PYTHON" -m fairseq_cli.train)

@@ -1,0 +1,57 @@
+"""Tiny models trained once per test session on the toy corpus (not a test module).
+
+Every test file that needs a real trained checkpoint asks :func:`trained` for it; the
+first call trains it with fairseq-train (in process) and later calls reuse it.
+"""
+
+import atexit
+import functools
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process  # noqa: E402
+
+_ROOT = tempfile.mkdtemp(prefix="attn_trained_")
+atexit.register(shutil.rmtree, _ROOT, True)
+
+#: name -> (--arch, extra flags)
+MODELS = {
+    # Shaw et al. relpos (keys and values, no absolute positions): the shared model
+    "relpos": ("transformer_relpos_wmt_en_de", ["--relpos-k", "4"]),
+    # stock fairseq Transformer: the start of fine-tuning
+    "stock": ("transformer_wmt_en_de", []),
+    # CSAN-2D with an explicit piece flag recorded at training
+    "csan2d": ("transformer_csan2d_wmt_en_de", ["--csan-heads", "3", "--csan-window", "3"]),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def data_dir() -> str:
+    """The toy corpus binarised by fairseq-preprocess (in this process), joined dictionary."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    from fairseq_attn_plugins.toy_corpus import write_corpus
+
+    raw, dest = os.path.join(_ROOT, "raw"), os.path.join(_ROOT, "bin")
+    write_corpus(raw, sizes=(("train", 300), ("valid", 20), ("test", 12)))
+    preprocess.main(options.get_preprocessing_parser().parse_args([
+        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
+        "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", dest,
+        "--joined-dictionary", "--workers", "1"]))
+    return dest
+
+
+@functools.lru_cache(maxsize=None)
+def trained(name: str, updates: int = 80) -> str:
+    """Path of ``checkpoint_last.pt`` of model ``name`` after ``updates`` updates."""
+    arch, extra = MODELS[name]
+    save = os.path.join(_ROOT, f"{name}_{updates}")
+    train_in_process([data_dir(), "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY, *TRAIN, *extra,
+                      "--lr", "3e-3", "--max-update", str(updates), "--save-dir", save,
+                      "--no-save-optimizer-state", "--save-interval-updates", "100000",
+                      "--disable-validation", "--share-all-embeddings"])
+    return os.path.join(save, "checkpoint_last.pt")

@@ -39,7 +39,7 @@ def read(path):
 
 
 def steps(*args):
-    return subprocess.run([sys.executable, os.path.join(RECIPES, "lib", "mt_steps.py"), *args],
+    return subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", *args],
                           capture_output=True, text=True)
 
 

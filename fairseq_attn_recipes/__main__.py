@@ -6,7 +6,8 @@ it, so an interrupted step never leaves a file that looks finished.
 
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, detok, split-compounds, prepare-record,
-average, hyps, score.
+average, hyps, score. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+the run record, see :mod:`.train` and :mod:`.manifest`).
 """
 
 import argparse
@@ -70,7 +71,9 @@ def main(argv=None):
     p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
     p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")
     p.add_argument("--record", action="append", help="JSON files merged into the scores")
-    p.add_argument("--extra"); p.add_argument("--output", required=True); p.set_defaults(fn=cmd_score)
+    p.add_argument("--extra"); p.add_argument("--output", required=True)
+    p.add_argument("--subset", default="test", help="the subset scored (recorded)")
+    p.add_argument("--run-dir", help="record the evaluation in this run's run.json"); p.set_defaults(fn=cmd_score)
     args = ap.parse_args(argv)
     args.fn(args)
 

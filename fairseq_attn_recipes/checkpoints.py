@@ -2,25 +2,23 @@
 
 import json
 import os
-import re
 
 from .files import die, write_lines_atomic
+from .manifest import RecordError, last_save_points
 
 
 def checkpoints_to_average(run_dir: str, n: int):
-    """The last ``n`` checkpoints, newest first, as fairseq's average_checkpoints.py picks them
-    (--num-update-checkpoints when update checkpoints exist, else --num-epoch-checkpoints);
-    fewer than ``n`` is an error, not a smaller average."""
-    by_update = [(int(m.group(1)), f) for f in os.listdir(run_dir)
-                 for m in [re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", f)] if m]
-    by_epoch = [(int(m.group(1)), f) for f in os.listdir(run_dir)
-                for m in [re.fullmatch(r"checkpoint(\d+)\.pt", f)] if m]
-    entries, kind = (by_update, "update") if by_update else (by_epoch, "epoch")
-    if len(entries) < n:
-        die(f"{run_dir}: {len(entries)} {kind} checkpoints but N_AVG={n} are to be averaged; train "
-            f"longer (or keep more with --keep-interval-updates), or set N_AVG to at most {len(entries)} "
-            f"and report it")
-    return [os.path.join(run_dir, f) for _, f in sorted(entries, reverse=True)[:n]]
+    """The newest ``n`` save points of a run, newest first, the final one included: every
+    ``checkpoint_E_U.pt`` and ``checkpointE.pt`` (fairseq writes the epoch file instead of the
+    interval one where a save point falls on an epoch end) and ``checkpoint_last.pt`` for a final
+    update no other file holds, each placed by the update number in its own state, not by its
+    name. Fewer than ``n`` is an error, not a smaller average. Returns [{"file", "num_updates",
+    "epoch"}] with ``file`` a path."""
+    try:
+        points = last_save_points(run_dir, n)
+    except RecordError as e:
+        die(str(e))
+    return [dict(p, file=os.path.join(run_dir, p["file"])) for p in points]
 
 
 def average_states(paths):
@@ -117,7 +115,8 @@ def cmd_average(args):
     settings read from the checkpoint."""
     import torch
 
-    paths = checkpoints_to_average(args.dir, args.n)
+    points = checkpoints_to_average(args.dir, args.n)
+    paths = [p["file"] for p in points]
     state = average_states(paths)
     if state.get("cfg") is not None and not isinstance(state["cfg"], dict):
         from omegaconf import OmegaConf  # saved as a plain container, as fairseq's trainer does
@@ -127,7 +126,10 @@ def cmd_average(args):
     os.replace(tmp, args.output)
     write_lines_atomic(args.output + ".sources", paths)
     if args.record:
-        record = {"n_avg": len(paths), "averaged_checkpoints": [os.path.basename(p) for p in paths]}
+        record = {"n_avg": len(paths), "averaged_checkpoints": [os.path.basename(p) for p in paths],
+                  "averaged": [{"file": os.path.basename(p["file"]), "num_updates": p["num_updates"],
+                                "epoch": p["epoch"]} for p in points]}
         record.update(train_settings(state))
         write_lines_atomic(args.record, [json.dumps(record, indent=2)])
-    print(f"averaged {len(paths)} checkpoints: " + " ".join(os.path.basename(p) for p in paths))
+    print(f"averaged {len(paths)} checkpoints: " + " ".join(
+        f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))

@@ -3,6 +3,7 @@
 import json
 import os
 
+from . import manifest
 from .files import die, read_lines, write_lines_atomic
 
 
@@ -40,8 +41,39 @@ def cmd_score(args):
         with open(path, encoding="utf-8") as f:
             out.update(json.load(f))
     out.update(json.loads(args.extra or "{}"))
+    out["subset"] = args.subset
     tmp = args.output + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
     os.replace(tmp, args.output)
+    if args.run_dir:
+        record_evaluation(args.run_dir, args.subset, out)
     print(json.dumps(out, indent=2))
+
+
+def record_evaluation(run_dir: str, subset: str, scores: dict) -> None:
+    """The evaluation of one subset in the run record: its outputs, the reference (path and
+    sha256), the checkpoints averaged (by update) and the scores keyed by metric name."""
+    try:
+        rec = manifest.load(run_dir)
+    except manifest.RecordError as e:
+        die(str(e))
+    if rec is None:
+        die(f"{run_dir}: no run record (run.json): train the run with train.sh first (it records "
+            f"a run it finds without one)")
+    run_real = os.path.realpath(run_dir)
+    rel = lambda path: os.path.relpath(os.path.realpath(path), run_real)
+    metrics = {"bleu": {"score": scores["sacrebleu"], "signature": scores["signature"],
+                        "full": scores["sacrebleu_full"]}}
+    if "tokenized_bleu" in scores:
+        metrics["tokenized_bleu"] = {"score": scores["tokenized_bleu"], "method": scores["tokenized_bleu_method"],
+                                     "full": scores["tokenized_bleu_full"]}
+    averaged = scores.get("averaged") or []
+    rec.setdefault("evaluations", {})[subset] = {
+        "dir": rel(os.path.dirname(scores["hyp"])), "hyp": rel(scores["hyp"]), "ref": scores["ref"],
+        "ref_sha256": manifest.file_sha256(scores["ref"]), "averaged": averaged,
+        "num_updates": max((a["num_updates"] for a in averaged), default=None),
+        "beam": scores.get("beam"), "lenpen": scores.get("lenpen"), "scores": metrics,
+        "evaluated": manifest.now(),
+    }
+    manifest.save(run_dir, rec)

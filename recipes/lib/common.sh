@@ -318,23 +318,18 @@ train_main() {
              --distributed-init-method "tcp://127.0.0.1:$port")
       CPU_RANKS=$workers
     fi
-    launch=("$PYTHON" -m fairseq_cli.train)
+    launch=("$PYTHON" -m fairseq_attn_recipes.train)
   elif (( NNODES > 1 )) && [[ -n "${SLURM_JOB_ID:-}" ]]; then
     # one task per node under srun: fairseq infers the rendezvous from SLURM's variables
     args+=(--distributed-port "$port" --distributed-world-size "$workers")
-    launch=("$PYTHON" -m fairseq_cli.train)
+    launch=("$PYTHON" -m fairseq_attn_recipes.train)
   elif (( NNODES > 1 )); then
     : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
     launch=(torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR"
-            --master_port "$port" --nproc_per_node "$NGPUS" -m fairseq_cli.train)
+            --master_port "$port" --nproc_per_node "$NGPUS" -m fairseq_attn_recipes.train)
   else  # one node: fairseq spawns one process per GPU itself
     args+=(--distributed-world-size "$NGPUS")
-    launch=("$PYTHON" -m fairseq_cli.train)
-  fi
-  # fairseq 0.12 re-run on a finished run still makes one more update: a finished run is skipped
-  local finished="max_update=$MAX_UPDATE extra=${EXTRA_ARGS:-}"
-  if [[ -f "$SAVE_DIR/.trained" && "$(cat "$SAVE_DIR/.trained")" == "$finished" ]]; then
-    log "trained before ($finished): skipped; delete $SAVE_DIR/.trained to train again"; return 0
+    launch=("$PYTHON" -m fairseq_attn_recipes.train)
   fi
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
@@ -355,9 +350,12 @@ train_main() {
   (( rc == 0 )) || kill "${pids[@]}" 2>/dev/null || true  # a rank without rank 0 would wait forever
   for r in "${pids[@]}"; do wait "$r" || rc=$(( rc ? rc : $? )); done
   trap - EXIT
+  # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run), 2 = the folder
+  # holds another run (the differences are printed)
+  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0; }
+  (( rc != 2 )) || die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
   (( rc == 0 )) || die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from checkpoint_last.pt"
-  echo "$finished" > "$SAVE_DIR/.trained"
-  log "trained: $SAVE_DIR"
+  log "trained: $SAVE_DIR (run record: $SAVE_DIR/run.json)"
 }
 
 # ---------------------------------------------------------------- evaluate
@@ -373,43 +371,46 @@ evaluate_main() {
   NGPUS=${NGPUS:-$(detect_gpus)}
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
   [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
+  [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  local out="$SAVE_DIR/$EVAL_SUBSET"  # per subset: test and valid never share a file
+  mkdir -p "$out"
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
-    --require --print-pairs > "$SAVE_DIR/data.check.json.tmp" || exit 2
-  mv "$SAVE_DIR/data.check.json.tmp" "$SAVE_DIR/data.check.json"
+    --require --print-pairs > "$out/data.check.json.tmp" || exit 2
+  mv "$out/data.check.json.tmp" "$out/data.check.json"
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
-  "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$ckpt.json" || exit 2
+  "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
   local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
   log "generating (beam $BEAM, lenpen $LENPEN)"
   # --required-batch-size-multiple 1: fairseq 0.12 silently drops a final batch smaller than the multiple
   "$PYTHON" -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset "$EVAL_SUBSET" \
     --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 --required-batch-size-multiple 1 "${cpu[@]}" \
-    ${GEN_ARGS:-} > "$SAVE_DIR/generate.out.tmp" 2> "$SAVE_DIR/generate.err" \
-    || { tail -5 "$SAVE_DIR/generate.err" >&2; die "fairseq-generate failed; see $SAVE_DIR/generate.err"; }
-  mv "$SAVE_DIR/generate.out.tmp" "$SAVE_DIR/generate.out"
+    ${GEN_ARGS:-} > "$out/generate.out.tmp" 2> "$out/generate.err" \
+    || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
+  mv "$out/generate.out.tmp" "$out/generate.out"
   local n; n=$(wc -l < "$WORK/raw/$EVAL_SUBSET.$TGT")
-  "${STEPS[@]}" hyps "$SAVE_DIR/generate.out" --n "$n" --output "$SAVE_DIR/hyp.tok.txt"
-  "${STEPS[@]}" detok --lang "$TGT" "$SAVE_DIR/hyp.tok.txt" "$SAVE_DIR/hyp.txt"
+  "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"
+  "${STEPS[@]}" detok --lang "$TGT" "$out/hyp.tok.txt" "$out/hyp.txt"
   local tokargs=()
   if [[ $TOK_BLEU == 1 && $(tokenizer_tool "$TGT") == moses ]]; then
     # tokenised BLEU as the papers report it: tokenizer.perl WITHOUT -a on the detokenised output
     # and reference (+ compound splitting for German), multi-bleu.perl
     local method="moses tokenizer.perl (no -a) on detokenised text, multi-bleu.perl"
-    "${STEPS[@]}" tokenize --lang "$TGT" --tool moses-plain "$SAVE_DIR/hyp.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
-      "$WORK/raw/$EVAL_SUBSET.$TGT" "$SAVE_DIR/ref.tokbleu.txt"
+    "${STEPS[@]}" tokenize --lang "$TGT" --tool moses-plain "$out/hyp.txt" "$out/hyp.tokbleu.txt" \
+      "$WORK/raw/$EVAL_SUBSET.$TGT" "$out/ref.tokbleu.txt"
     if [[ $TGT == de ]]; then
-      "${STEPS[@]}" split-compounds "$SAVE_DIR/hyp.tokbleu.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
-        "$SAVE_DIR/ref.tokbleu.txt" "$SAVE_DIR/ref.tokbleu.txt"
+      "${STEPS[@]}" split-compounds "$out/hyp.tokbleu.txt" "$out/hyp.tokbleu.txt" \
+        "$out/ref.tokbleu.txt" "$out/ref.tokbleu.txt"
       method="moses tokenizer.perl (no -a) on detokenised text, compound splitting (##AT##-##AT##), multi-bleu.perl"
     fi
-    tokargs=(--tok-hyp "$SAVE_DIR/hyp.tokbleu.txt" --tok-ref "$SAVE_DIR/ref.tokbleu.txt" --tok-method "$method")
+    tokargs=(--tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt" --tok-method "$method")
   fi
-  "${STEPS[@]}" score --hyp "$SAVE_DIR/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
-    --record "$ckpt.json" --record "$SAVE_DIR/data.check.json" \
+  "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
+    --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --output "$SAVE_DIR/scores.json"
-  log "scores: $SAVE_DIR/scores.json; compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --output "$out/scores.json"
+  log "scores: $out/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

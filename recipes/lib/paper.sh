@@ -2,7 +2,7 @@
 # data-bin: sourced after a recipe's env.sh by recipes/*/{table1,figure2,figure3}.sh.
 #
 # Each run is an ordinary train.sh + evaluate.sh run (same settings, same
-# variables, see docs/recipes.md) in its own SAVE_DIR; a run whose scores.json
+# variables, see docs/recipes.md) in its own SAVE_DIR; a run whose SUBSET/scores.json
 # exists is reused, an interrupted one resumes from its checkpoint_last.pt.
 # The rows come from fairseq_attn_plugins/reporting/table1.py (ROWS=all or a list of
 # row keys); rendering and plotting is fairseq-attn-paper.
@@ -46,7 +46,7 @@ paper_check_data() {
 # paper_run NAME ARCH SAVE_DIR [EXTRA_ARGS...]: train + evaluate one run unless finished
 paper_run() {
   local name=$1 arch=$2 dir=$3; shift 3
-  if [[ -f "$dir/scores.json" ]]; then log "$name: done before, reused ($dir)"; return 0; fi
+  if [[ -f "$dir/$EVAL_SUBSET/scores.json" ]]; then log "$name: done before, reused ($dir)"; return 0; fi
   log "$name: ARCH=$arch $*"
   # subshells: train_main/evaluate_main set globals (SAVE_DIR, UPDATE_FREQ, ...) per run
   ( ARCH=$arch SAVE_DIR=$dir EXTRA_ARGS="${EXTRA_ARGS:-} $*"; train_main )
@@ -111,10 +111,10 @@ figure3_main() {
   FIG3_ROWS=${FIG3_ROWS:-csan1d,csan2d}
   local runs="$TABLE1_DIR/runs" key sys=()
   for key in baseline ${FIG3_ROWS//,/ }; do
-    [[ -f "$runs/$key/hyp.txt" ]] || die "$runs/$key/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
-    [[ $key == baseline ]] || sys+=("$key=$runs/$key/hyp.txt")
+    [[ -f "$runs/$key/test/hyp.txt" ]] || die "$runs/$key/test/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
+    [[ $key == baseline ]] || sys+=("$key=$runs/$key")
   done
-  "${PAPER[@]}" figure3 --ref "$WORK/raw/test.$TGT" --baseline "baseline=$runs/baseline/hyp.txt" --system "${sys[@]}" \
+  "${PAPER[@]}" figure3 --ref "$WORK/raw/test.$TGT" --baseline "baseline=$runs/baseline" --system "${sys[@]}" \
     --tokenize "${SACREBLEU_TOK:-13a}" --png "$TABLE1_DIR/figure3.png" --json "$TABLE1_DIR/figure3.json" || exit 2
   log "Figure 3: $TABLE1_DIR/figure3.png (and figure3.json)"
 }

@@ -13,6 +13,7 @@ on the configuration fairseq-train then trains with, so the record costs no seco
 torch and fairseq and cannot describe another configuration than the one trained.
 """
 
+import logging
 import os
 import sys
 
@@ -30,6 +31,11 @@ def is_rank0(cfg) -> bool:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # fairseq-train's own log format, set before anything logs (the first message would
+    # otherwise install logging's default format, and train.log would not parse)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
+                        stream=sys.stdout)
     cfg = manifest.resolve_train_args(argv)
     rank0 = is_rank0(cfg)
     try:

@@ -193,6 +193,7 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     log = open(os.path.join(save, "train.log"), encoding="utf-8").read()
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
     assert '"train_num_updates": "4"' in log
+    assert re.search(r"\| INFO \| train_inner \| \{", log)  # fairseq-train's own log format (parsed by the tables)
     assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
 
     p = run("wmt14_en_de", "evaluate.sh", ende)

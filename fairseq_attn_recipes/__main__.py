@@ -15,10 +15,16 @@ import argparse
 from .checkpoints import cmd_average
 from .corpora import cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
+from .manifest import finished_before
 from .scoring import cmd_hyps, cmd_score
 from .subwords import cmd_bpe_apply, cmd_bpe_learn
 from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize
 from .tools import INSTALL_HINT, cmd_check_arch, cmd_check_tools
+
+
+def cmd_finished_before(args):
+    train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+    raise SystemExit(0 if finished_before(args.save_dir, train_args) else 1)
 
 
 def main(argv=None):
@@ -74,6 +80,11 @@ def main(argv=None):
     p.add_argument("--extra"); p.add_argument("--output", required=True)
     p.add_argument("--subset", default="test", help="the subset scored (recorded)")
     p.add_argument("--run-dir", help="record the evaluation in this run's run.json"); p.set_defaults(fn=cmd_score)
+    p = sub.add_parser("finished-before", help="exit 0 if the run finished with these very fairseq-train "
+                       "arguments (train.sh then starts nothing), else 1")
+    p.add_argument("--save-dir", required=True)
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then fairseq-train's arguments")
+    p.set_defaults(fn=cmd_finished_before)
     args = ap.parse_args(argv)
     args.fn(args)
 

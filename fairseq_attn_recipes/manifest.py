@@ -349,7 +349,41 @@ def _legacy_identity(run_dir: str) -> Optional[Dict]:
     return ident
 
 
-def start_run(cfg, write: bool = True) -> bool:
+# arguments that differ between the processes or launches of one training, not the training
+_LAUNCH_ONLY = {"--distributed-rank", "--distributed-init-method", "--distributed-port", "--device-id"}
+
+
+def launch_key(argv: List[str]) -> List[str]:
+    """fairseq-train's arguments without those that only say how this process was launched."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in _LAUNCH_ONLY:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in _LAUNCH_ONLY:
+            continue
+        out.append(a)
+    return out
+
+
+def finished_before(run_dir: str, argv: List[str]) -> bool:
+    """True when the run's last training finished with these very arguments at its
+    ``--max-update`` (nothing to do: no process is started). Anything else, a changed argument
+    included, is decided by :func:`start_run` on fairseq's resolution."""
+    try:
+        rec = load(run_dir)
+    except RecordError:
+        return False
+    last = (rec or {}).get("trainings") or [{}]
+    last = last[-1]
+    return bool(last.get("finished") and last.get("argv") == launch_key(argv) and last.get("max_update")
+                and (rec.get("num_updates") or 0) >= last["max_update"])
+
+
+def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool:
     """Before training: the run ``cfg`` is (fairseq's resolved config) against the run its
     save_dir holds. Returns True to train (a new run, or the same run continued, recorded
     when ``write``), False when the run was trained to ``max_update`` before; raises
@@ -391,6 +425,8 @@ def start_run(cfg, write: bool = True) -> bool:
     max_update = new["max_update"]
     if done and max_update and done >= max_update:
         if write:
+            if argv is not None and rec["trainings"]:  # these arguments: skipped without a start next time
+                rec["trainings"][-1]["argv"] = launch_key(argv)
             save(run_dir, rec)
         if done > max_update:
             raise RecordError(f"{run_dir} was trained to {done} updates, more than --max-update {max_update}: "
@@ -401,6 +437,7 @@ def start_run(cfg, write: bool = True) -> bool:
         rec["trainings"].append({"max_update": max_update, "from_update": done, "to_update": None,
                                  "world_size": new["batch"]["world_size"], "update_freq": new["batch"]["update_freq"],
                                  "started": now(), "finished": None, "code": rec["code"],
+                                 "argv": launch_key(argv) if argv is not None else None,
                                  "adopted_from_checkpoints": adopted or None})
         save(run_dir, rec)
     return True

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     cfg = manifest.resolve_train_args(argv)
     rank0 = is_rank0(cfg)
     try:
-        if not manifest.start_run(cfg, write=rank0):
+        if not manifest.start_run(cfg, write=rank0, argv=argv):
             print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update} "
                   f"with the same settings: not trained again", file=sys.stderr)
             return SKIPPED

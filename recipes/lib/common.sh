@@ -331,6 +331,10 @@ train_main() {
     args+=(--distributed-world-size "$NGPUS")
     launch=("$PYTHON" -m fairseq_attn_recipes.train)
   fi
+  # finished before with these very arguments (run record): nothing is started, nothing written
+  if "${STEPS[@]}" finished-before --save-dir "$SAVE_DIR" -- "${args[@]}"; then
+    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0
+  fi
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"

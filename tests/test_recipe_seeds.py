@@ -54,11 +54,13 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
     seed3.mkdir()
     (seed3 / "checkpoint_last.pt").write_bytes(b"not a checkpoint")
     p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"), check=False)
-    assert p.returncode == 2 and "training failed" in p.stderr and str(seed3) in p.stderr
-    assert p.stderr.count("trained before (max_update=4") == 2
+    assert p.returncode == 2 and f"{seed3}: not trained" in p.stderr
+    assert f"checkpoint '{seed3 / 'checkpoint_last.pt'}' (16 bytes) is corrupt" in p.stdout
+    assert p.stderr.count("trained before to MAX_UPDATE=4 with the same settings: skipped") == 2
     os.remove(seed3 / "checkpoint_last.pt")
     p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"))
-    assert p.stderr.count("trained before (max_update=4") == 2 and f"trained: {seed3}" in p.stderr
+    assert p.stderr.count("trained before to MAX_UPDATE=4 with the same settings: skipped") == 2
+    assert f"trained: {seed3}" in p.stderr
     assert '"train_num_updates": "4"' in (seed3 / "train.log").read_text()
     for d in dirs:
         assert ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) == before[d]
@@ -66,8 +68,8 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
     run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1"))
     n_test = len(read(tmp_path / "work" / "raw" / "test.de"))
     for d in dirs:
-        assert json.loads((d / "scores.json").read_text())["checkpoint"].startswith(str(d))
-        assert len(read(d / "hyp.txt")) == n_test
+        assert json.loads((d / "test" / "scores.json").read_text())["checkpoint"].startswith(str(d))
+        assert len(read(d / "test" / "hyp.txt")) == n_test
 
     png = tmp_path / "curves.png"
     assert results.main(["--curves", str(png), *map(str, dirs)]) == 0

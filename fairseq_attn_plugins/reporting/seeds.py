@@ -23,8 +23,11 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_attn_recipes import manifest
+
 from .curves import mean_std
-from .results import fmt_params, parse_train_log
+from .results import comparability_lines, fmt_params, mark_trained_differently, parse_train_log
+from .runs import comparability, load_runs, trained_as
 from .significance import paired_tests, read_lines, significance_mark
 
 HELP = """\
@@ -52,15 +55,40 @@ def default_names(run_dirs: Sequence[str]) -> List[str]:
 
 
 def group_runs(names: Sequence[str], run_dirs: Sequence[str]) -> "OrderedDict[str, List[Tuple[Optional[int], str]]]":
-    """``{system: [(seed, run_dir), ...]}`` in order of first appearance."""
+    """``{system: [(seed, run_dir), ...]}`` in order of first appearance.
+
+    With run records (:mod:`fairseq_attn_plugins.reporting.runs`): the seed is the recorded one
+    (a folder name saying another seed is an error), the same run given twice is an error, and
+    the runs of one system must be the same run but for the seed (architecture, model and
+    training flags, data-bin, effective batch), else the error names the two runs and the
+    difference."""
+    infos = {d: r for d, r in zip(run_dirs, load_runs(run_dirs))}
     groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]" = OrderedDict()
     for name, d in zip(names, run_dirs):
-        groups.setdefault(name, []).append((split_seed(d)[1], d))
+        seed = split_seed(d)[1]
+        rec = infos[d].record
+        if rec is not None:
+            if seed is not None and rec.get("seed") != seed:
+                raise ValueError(f"{d}: the folder name says seed {seed} but its run record says seed {rec.get('seed')}")
+            seed = rec.get("seed")
+        groups.setdefault(name, []).append((seed, d))
     for name, runs in groups.items():
         seeds = [s for s, _ in runs if s is not None]
         if len(seeds) != len(set(seeds)):
             raise ValueError(f"system {name!r}: a seed is given twice ({', '.join(d for _, d in runs)})")
+        recorded = [(d, _without_seed(infos[d].record)) for _, d in runs if infos[d].record is not None]
+        for d, rec in recorded[1:]:
+            diff = manifest.differences(recorded[0][1], rec, labels=(f"in {recorded[0][0]}", f"in {d}"))
+            if diff:
+                raise ValueError(f"system {name!r}: {recorded[0][0]} and {d} are not seeds of one system: "
+                                 + "; ".join(diff) + " (give them different --names)")
     return groups
+
+
+def _without_seed(rec: Dict) -> Dict:
+    out = dict(rec, training={k: v for k, v in (rec.get("training") or {}).items() if k != "seed"})
+    out["model"] = {k: v for k, v in (rec.get("model") or {}).items() if k != "seed"}
+    return out
 
 
 def all_pairs_mark(pairs: Sequence[Tuple[float, str]]) -> str:
@@ -81,15 +109,16 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
         raise ValueError("need a baseline and at least one other system to compare")
     runs = [(name, seed, d) for name, rs in groups.items() for seed, d in rs]
     for name, _, d in runs:
-        for f in ("train.log", "hyp.txt"):
-            if not os.path.isfile(os.path.join(d, f)):
-                raise FileNotFoundError(f"run {name!r}: {os.path.join(d, f)} is missing "
-                                        f"(train and evaluate the run first)")
+        if not os.path.isfile(os.path.join(d, "train.log")):
+            raise FileNotFoundError(f"run {name!r}: {os.path.join(d, 'train.log')} is missing "
+                                    f"(train and evaluate the run first)")
+    infos = dict(zip([d for _, _, d in runs], load_runs([d for _, _, d in runs])))
+    outputs = {d: infos[d].hyp_for(ref_path) for _, _, d in runs}  # the subset evaluated on ref_path
     refs = read_lines(ref_path)
     base_name = next(iter(groups))
     base_runs = [r for r in runs if r[0] == base_name]
     others = [r for r in runs if r[0] != base_name]
-    hyps = {d: read_lines(os.path.join(d, "hyp.txt")) for _, _, d in runs}
+    hyps = {d: read_lines(outputs[d][0]) for _, _, d in runs}
     bleu: Dict[str, float] = {}
     pairs: Dict[str, List[Dict]] = {name: [] for name in groups}
     signature = None
@@ -109,8 +138,13 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
             })
     rows = []
     base_mean = None
+    trained, trained_names, row_trained = [], [], []
     for name, rs in groups.items():
         logs = [parse_train_log(os.path.join(d, "train.log")) for _, d in rs]
+        ts = [trained_as(infos[d], outputs[d][1], lg["num_updates"]) for (_, d), lg in zip(rs, logs)]
+        trained += ts
+        trained_names += [name if seed is None else f"{name} seed {seed}" for seed, _ in rs]
+        row_trained.append(ts)
         scores = [bleu[d] for _, d in rs]
         mean, std = mean_std(scores)
         base_mean = mean if base_mean is None else base_mean
@@ -126,7 +160,12 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
                                                      and (p["delta"] > 0) == (mean > base_mean)),
             "mark": "" if is_base else all_pairs_mark([(p["delta"], p["mark"]) for p in pairs[name]]),
         })
+    for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
+        per_seed = [{} for _ in range(len(ts) + 1)]
+        mark_trained_differently(per_seed, [trained[0]] + ts)
+        r["trained_differently"] = sorted({w for p in per_seed for w in p["trained_differently"]})
     return {"baseline": base_name, "ref": ref_path, "signature": signature, "rows": rows,
+            "comparability": comparability(trained_names, trained),
             "std": "sample standard deviation over seeds (n-1)",
             "significance": "all seed pairs against the baseline"}
 
@@ -140,7 +179,8 @@ def format_markdown(table: Dict) -> str:
         marked = "-" if r["pairs_marked"] is None else f"{r['pairs_marked']}/{len(r['pairs'])}"
         wps = "?" if r["train_wps"] is None else f"{r['train_wps']:.0f}"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
-        out.append(f"| {i} | {r['system']} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} | "
+        dagger = " †" if r.get("trained_differently") else ""
+        out.append(f"| {i} | {r['system']}{dagger} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} | "
                    f"{r['bleu_mean']:.2f}{std}{r['mark']} | {delta} | {marked} | {per_seed} |")
     out.append("")
     out.append(f"Baseline: {table['baseline']}. BLEU: mean ± sample standard deviation (n-1) over seeds. "
@@ -148,6 +188,7 @@ def format_markdown(table: Dict) -> str:
                "bootstrap resampling and paired approximate randomisation (sacreBLEU) for EVERY pair of a "
                "system seed and a baseline seed, all with the system better (the weakest mark is shown); "
                "'pairs sig.' counts the pairs that are.")
+    out += comparability_lines(table)
     for test, sigs in (table["signature"] or {}).items():
         for s in sigs.values():
             out.append(f"sacreBLEU signature ({test}): `{s}`")

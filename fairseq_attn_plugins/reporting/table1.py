@@ -29,7 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .results import collect
+from .results import collect, comparability_lines
+from .runs import load_runs
 
 BASELINE = "baseline"
 
@@ -140,10 +141,13 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
 # ---------------------------------------------------------------- the table
 def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
                 bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True) -> Dict:
-    """``runs``: (row, run_dir) with the baseline first; each run_dir holds
-    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.reporting.results`)."""
+    """``runs``: (row, run_dir) with the baseline first; each run_dir holds ``train.log`` and
+    its translations (see :mod:`fairseq_attn_plugins.reporting.results`). A run whose record
+    (or checkpoint) says it trained another architecture than its row's is an error naming both."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
+    for (row, _), run in zip(runs, load_runs([d for _, d in runs])):  # the run record says what each run is
+        run.expect(f"Table 1 row {row.key} ({row.name})", arch=row.arch)
     table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials)
     base = table["rows"][0]
     base_full = base_size_params(runs[0][0].arch) if base_size else None
@@ -164,7 +168,8 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
                    "delta": None if first or row.paper_bleu is None
                    else round(row.paper_bleu - ROWS[0].paper_bleu, 2)},
         ))
-    return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"], "rows": out_rows}
+    return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"], "rows": out_rows,
+            "comparability": table["comparability"]}
 
 
 def fmt_params_delta(n: int) -> str:
@@ -218,7 +223,8 @@ def format_markdown(table: Dict) -> str:
             t = r.get("tok_bleu")
             tok_cells = " ? | ? |" if t is None else f" {t:.2f} | " + (
                 "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
-        out.append(f"| {r['label']} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
+        dagger = " †" if r.get("trained_differently") else ""
+        out.append(f"| {r['label']}{dagger} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
                    f"| {delta} | {pvals} |{tok_cells} {full} | {p_params} | {p_speed} | {p_bleu} | {p_delta} |")
     out += ["",
             "Parameter: the model's parameters (baseline) and the increase over the baseline; Speed: "
@@ -228,6 +234,7 @@ def format_markdown(table: Dict) -> str:
             "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
             "\"Parameter, base size\": each architecture built at Transformer-base size with its "
             "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have."]
+    out += comparability_lines(table)
     for test, sigs in table["signature"].items():
         for s in sigs.values():
             out.append(f"sacreBLEU signature ({test}): `{s}`")

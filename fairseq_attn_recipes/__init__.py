@@ -6,7 +6,10 @@
 * :mod:`.checkpoints` -- a run's save points by update number, averaging;
 * :mod:`.scoring` -- hypotheses from fairseq-generate, sacreBLEU, tokenised BLEU;
 * :mod:`.fingerprints` -- what a step / data-bin is made from;
-* :mod:`.tools` -- tools and architecture checks.
+* :mod:`.tools` -- tools and architecture checks;
+* :mod:`.manifest` -- the run record (``SAVE_DIR/run.json``): what a run is, its checkpoints and
+  its per-subset evaluations, read by the reporting commands;
+* :mod:`.train` -- fairseq-train with the run record (``python -m fairseq_attn_recipes.train``).
 
 Called by module, ``python -m fairseq_attn_recipes STEP ...`` (see ``__main__``),
 so recipes work from any folder (paths with spaces included) and with the package installed

@@ -12,6 +12,7 @@ import torch
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from fairseq_attn_plugins.cli import demo, results
+from fairseq_attn_plugins.reporting.results import parse_train_log
 from fairseq_attn_plugins.toy_corpus import make_corpus
 
 TRAIN_LOG = """\
@@ -27,7 +28,7 @@ TRAIN_LOG = """\
 
 def test_parse_train_log_resumed_run(tmp_path):
     (tmp_path / "train.log").write_text(TRAIN_LOG)
-    log = results.parse_train_log(str(tmp_path / "train.log"))
+    log = parse_train_log(str(tmp_path / "train.log"))
     assert log["params"] == 208576 and log["num_updates"] == 20
     # epoch 2 was re-run after a resume: its last statistics count
     assert [e["train_loss"] for e in log["epochs"]] == [7.0, 5.0]

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from fairseq_attn_plugins.attention import PIECES
-from fairseq_attn_plugins.attention_stats import head_disagreement, head_div, head_entropy, head_stats
 from fairseq_attn_plugins.cli import plot
+from fairseq_attn_plugins.reporting.attention_maps import collect_attention, plot_layer
+from fairseq_attn_plugins.reporting.attention_stats import head_disagreement, head_div, head_entropy, head_stats
 
 from reliability_helpers import (
     arch_test_flags,
@@ -133,7 +134,7 @@ def test_collected_probabilities_respect_windows_and_padding(tmp_path):
     model.eval()
     src, lengths, prev, _ = batch(d, lengths=(5,))
     prev = prev[:, :5]  # no padding: the decoder mask is exactly the causal one
-    records = plot.collect_attention(model, src, prev)
+    records = collect_attention(model, src, prev)
     assert [(r["side"], r["layer"]) for r in records] == [("encoder", 0), ("encoder", 1), ("decoder", 0),
                                                           ("decoder", 1)]
     half = args.csan_window // 2
@@ -153,7 +154,7 @@ def test_collected_probabilities_respect_windows_and_padding(tmp_path):
 
     path = str(tmp_path / "enc0.png")
     labels = [d[i] for i in src[0].tolist()]
-    plot.plot_layer(records[0], labels, labels, path)
+    plot_layer(records[0], labels, labels, path)
     with open(path, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert not os.path.exists(path + ".tmp.png")
@@ -218,7 +219,7 @@ def test_plot_command_on_stock_fairseq_transformer(tmp_path, capsys):
     src = d.encode_line("rot kat_pl hund sieht", add_if_not_exist=False).long()[None]
     prev = torch.cat([torch.tensor([d.eos()]), d.encode_line("tak hund sieht", add_if_not_exist=False,
                                                              append_eos=False).long()])[None]
-    records = plot.collect_attention(model, src, prev)
+    records = collect_attention(model, src, prev)
     assert len(records) == 4
     for rec in records:
         torch.testing.assert_close(rec["probs"].sum(-1), torch.ones(rec["probs"].shape[:2]), rtol=0, atol=1e-5)

@@ -199,7 +199,7 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     assert rec2["partial"] and "un" not in rec2["parts"] and rec2["raw"] == sum(counts.values()) - counts["un"]
 
     # the results table shows the tokenised BLEU and the training pairs next to sacreBLEU
-    from fairseq_attn_plugins.cli import results
+    from fairseq_attn_plugins.reporting import results
     other = tmp_path / "other"
     shutil.copytree(save, other)
     table = results.collect([("a", str(save)), ("b", str(other))], str(work / "raw" / "test.en"),

@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
 from test_recipes import read, run  # noqa: E402
 
-from fairseq_attn_plugins import curves  # noqa: E402
+from fairseq_attn_plugins.reporting import curves  # noqa: E402
 from fairseq_attn_plugins.cli import results  # noqa: E402
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from fairseq_attn_plugins.cli import significance
+from fairseq_attn_plugins.reporting.significance import significance_mark, system_mark
 from fairseq_attn_plugins.toy_corpus import make_corpus
 
 
@@ -65,10 +66,10 @@ def test_matches_sacrebleu_cli(files, tmp_path, test, key):
 
 
 def test_marks():
-    assert significance.significance_mark([0.001, 0.005]) == "**"
-    assert significance.significance_mark([0.001, 0.03]) == "*"
-    assert significance.significance_mark([0.2, 0.001]) == ""
-    assert significance.significance_mark([None]) == ""
+    assert significance_mark([0.001, 0.005]) == "**"
+    assert significance_mark([0.001, 0.03]) == "*"
+    assert significance_mark([0.2, 0.001]) == ""
+    assert significance_mark([None]) == ""
 
 
 def test_bad_input(files, tmp_path, capsys):
@@ -117,11 +118,11 @@ def test_worse_system_gets_no_mark(files, capsys):
 
 def test_system_mark_rule():
     better = {"bleu": 30.0, "p_bootstrap": 0.001, "p_ar": 0.002, "same_as_baseline": False}
-    assert significance.system_mark(better, 29.0) == "**"
-    assert significance.system_mark(better, 30.0) == ""  # equal BLEU: not better
-    assert significance.system_mark(better, 31.0) == ""  # worse
-    assert significance.system_mark({**better, "same_as_baseline": True}, 29.0) == ""
-    assert significance.system_mark({"bleu": 29.0}, 29.0) == ""  # the baseline row
+    assert system_mark(better, 29.0) == "**"
+    assert system_mark(better, 30.0) == ""  # equal BLEU: not better
+    assert system_mark(better, 31.0) == ""  # worse
+    assert system_mark({**better, "same_as_baseline": True}, 29.0) == ""
+    assert system_mark({"bleu": 29.0}, 29.0) == ""  # the baseline row
 
 
 def _runs_with(tmp_path, hyps):
@@ -136,7 +137,7 @@ def _runs_with(tmp_path, hyps):
 
 
 def test_results_table_shares_the_mark_rule(files, tmp_path):
-    from fairseq_attn_plugins.cli import results
+    from fairseq_attn_plugins.reporting import results
 
     runs = _runs_with(tmp_path, [("good", files["good"]), ("copy", files["good"]), ("worse", files["base"])])
     table = results.collect(runs, str(files["ref"]), bs_samples=300, ar_trials=300)

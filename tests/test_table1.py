@@ -14,8 +14,8 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_REGISTRY
-from fairseq_attn_plugins import paper_figures, table1
-from fairseq_attn_plugins.cli import demo, paper, results
+from fairseq_attn_plugins.cli import demo, paper
+from fairseq_attn_plugins.reporting import figures, results, table1
 from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,7 +117,7 @@ def perturbed(refs, seed, p):
 def test_ngram_improvement_equals_plain_counting(tokenize):
     refs = [t for _, t in make_corpus(120, seed=3)]
     base, sys1 = perturbed(refs, 1, 0.7), perturbed(refs, 2, 0.3)
-    data = paper_figures.ngram_improvement(refs, ("base", base), [("sys", sys1)], tokenize)
+    data = figures.ngram_improvement(refs, ("base", base), [("sys", sys1)], tokenize)
     prec = {}
     for name, hyps, got in (("base", base, data["baseline"]), ("sys", sys1, data["systems"][0])):
         counts, totals = plain_ngram_stats(hyps, refs)

@@ -29,12 +29,12 @@ import time
 from typing import Dict, List
 
 import fairseq_attn_plugins
-from fairseq_attn_plugins import table1
 from fairseq_attn_plugins.toy_corpus import write_corpus
 
-from ..curves import plot_curves
-from .results import collect, format_markdown, write_text_atomic
-from .significance import write_json_atomic
+from ..reporting import table1
+from ..reporting.curves import plot_curves
+from ..reporting.files import write_json_atomic, write_text_atomic
+from ..reporting.results import collect, format_markdown
 
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
 SRC, TGT = "src", "tgt"

@@ -15,10 +15,9 @@ import argparse
 import sys
 from typing import List, Tuple
 
-from fairseq_attn_plugins import paper_figures, table1
-
-from .results import write_text_atomic
-from .significance import write_json_atomic
+from ..reporting import figures
+from ..reporting import table1
+from ..reporting.files import write_json_atomic, write_text_atomic
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
@@ -54,11 +53,11 @@ def cmd_table1(args) -> None:
 
 
 def cmd_figure2(args) -> None:
-    windows = paper_figures.sweep_points(args.ref, _pairs(args.window, "--window", True), args.tokenize)
-    heads = paper_figures.sweep_points(args.ref, _pairs(args.heads, "--heads", True), args.tokenize)
+    windows = figures.sweep_points(args.ref, _pairs(args.window, "--window", True), args.tokenize)
+    heads = figures.sweep_points(args.ref, _pairs(args.heads, "--heads", True), args.tokenize)
     if not windows and not heads:
         raise ValueError("give --window W=RUN_DIR and/or --heads N=RUN_DIR")
-    paper_figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
+    figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
     data = {"ref": args.ref, "window_2d": args.window_2d, "windows": windows, "heads": heads,
             "baseline_bleu": args.baseline_bleu}
     for name, pts in (("1D-CSAN window", windows), ("2D-CSAN heads", heads)):
@@ -69,14 +68,14 @@ def cmd_figure2(args) -> None:
 
 
 def cmd_figure3(args) -> None:
-    refs = paper_figures.read_lines(args.ref)
+    refs = figures.read_lines(args.ref)
     (base_name, base_path), = _pairs([args.baseline], "--baseline", False)
-    systems = [(n, paper_figures.read_lines(p)) for n, p in _pairs(args.system, "--system", False)]
+    systems = [(n, figures.read_lines(p)) for n, p in _pairs(args.system, "--system", False)]
     if not systems:
         raise ValueError("give at least one --system NAME=HYP")
-    data = paper_figures.ngram_improvement(refs, (base_name, paper_figures.read_lines(base_path)),
+    data = figures.ngram_improvement(refs, (base_name, figures.read_lines(base_path)),
                                            systems, args.tokenize)
-    paper_figures.plot_figure3(data, args.png)
+    figures.plot_figure3(data, args.png)
     print("| system | " + " | ".join(f"{o}-gram" for o in data["orders"]) + " |")
     print("|---|" + "---:|" * len(data["orders"]))
     print(f"| {base_name} (accuracy) | " + " | ".join(f"{p:.2f}" for p in data["baseline"]["precisions"]) + " |")

@@ -4,7 +4,7 @@
 # Each run is an ordinary train.sh + evaluate.sh run (same settings, same
 # variables, see docs/recipes.md) in its own SAVE_DIR; a run whose scores.json
 # exists is reused, an interrupted one resumes from its checkpoint_last.pt.
-# The rows come from fairseq_attn_plugins/table1.py (ROWS=all or a list of
+# The rows come from fairseq_attn_plugins/reporting/table1.py (ROWS=all or a list of
 # row keys); rendering and plotting is fairseq-attn-paper.
 #
 # QUICK=1: tiny CPU sizes (a 3+1-layer, 32-dim model, a few updates) for smoke

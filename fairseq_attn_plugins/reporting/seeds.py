@@ -9,7 +9,7 @@ of first appearance: the first system is the baseline.
   denominator, as Dufter et al. and most MT papers report; no std for one seed).
 * Significance, all seed pairs: each seed of a system is tested against each seed
   of the baseline (paired bootstrap and approximate randomisation, through
-  :func:`fairseq_attn_plugins.cli.significance.paired_tests`, marked by its
+  :func:`fairseq_attn_plugins.reporting.significance.paired_tests`, marked by its
   ``significance_mark``). The system gets a mark only if *every* pair is marked,
   with the system better (a worse system gets none); the mark shown is the weakest of them. Pooling the outputs
   of all seeds into one test would treat the variation between training runs as
@@ -24,6 +24,8 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .curves import mean_std
+from .results import fmt_params, parse_train_log
+from .significance import paired_tests, read_lines, significance_mark
 
 HELP = """\
 several seeds: runs with the same name (default: the folder name without '_seed<N>')
@@ -75,9 +77,6 @@ def all_pairs_mark(pairs: Sequence[Tuple[float, str]]) -> str:
 def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", ref_path: str,
                   tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
     """The table over seeds: one row per system, baseline (first group) first."""
-    from .cli.results import parse_train_log
-    from .cli.significance import paired_tests, read_lines, significance_mark
-
     if len(groups) < 2:
         raise ValueError("need a baseline and at least one other system to compare")
     runs = [(name, seed, d) for name, rs in groups.items() for seed, d in rs]
@@ -133,8 +132,6 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
 
 
 def format_markdown(table: Dict) -> str:
-    from .cli.results import _fmt_params
-
     out = ["| # | System | Seeds | #Params | Speed (tok/s) | BLEU (mean ± std) | Δ | pairs sig. | BLEU per seed |",
            "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for i, r in enumerate(table["rows"], 1):
@@ -143,7 +140,7 @@ def format_markdown(table: Dict) -> str:
         marked = "-" if r["pairs_marked"] is None else f"{r['pairs_marked']}/{len(r['pairs'])}"
         wps = "?" if r["train_wps"] is None else f"{r['train_wps']:.0f}"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
-        out.append(f"| {i} | {r['system']} | {r['n_seeds']} | {_fmt_params(r['params'])} | {wps} | "
+        out.append(f"| {i} | {r['system']} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} | "
                    f"{r['bleu_mean']:.2f}{std}{r['mark']} | {delta} | {marked} | {per_seed} |")
     out.append("")
     out.append(f"Baseline: {table['baseline']}. BLEU: mean ± sample standard deviation (n-1) over seeds. "

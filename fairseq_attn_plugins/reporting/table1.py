@@ -12,7 +12,7 @@ unless the rows are restricted (``--rows`` / ``ROWS=``).
 Rendering (:func:`build_table`, :func:`format_markdown`) lays the table out as
 the paper does -- Parameter (baseline absolute, others ``+x.xM``), Speed
 (steps/s, others as the difference), BLEU, delta -- and adds the significance
-marks of the package's paired tests (``fairseq_attn_plugins.cli.results.collect``,
+marks of the package's paired tests (``fairseq_attn_plugins.reporting.results.collect``,
 sacreBLEU's bootstrap and approximate randomisation), each row's parameter
 delta at Transformer-base size (the models built with their default settings)
 and the paper's numbers beside ours.
@@ -21,6 +21,8 @@ and the paper's numbers beside ours.
 import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from .results import collect
 
 BASELINE = "baseline"
 
@@ -123,9 +125,7 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
 def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
                 bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True) -> Dict:
     """``runs``: (row, run_dir) with the baseline first; each run_dir holds
-    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.cli.results`)."""
-    from fairseq_attn_plugins.cli.results import collect
-
+    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.reporting.results`)."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
     table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials)

@@ -1,0 +1,14 @@
+"""Reporting: from finished runs to the numbers a paper prints.
+
+* :mod:`.results` -- one row per run (parameters, speed, BLEU, significance marks);
+* :mod:`.significance` -- sacreBLEU's paired bootstrap / approximate randomisation, marks;
+* :mod:`.seeds` -- several seeds per system (mean ± std, all-pairs significance);
+* :mod:`.curves` -- learning curves from fairseq-train's json log;
+* :mod:`.table1`, :mod:`.figures` -- the CSAN paper's Table 1 and Figures 2-3;
+* :mod:`.attention_stats`, :mod:`.attention_maps` -- per-head statistics of attention
+  probabilities, and the maps of one sentence (heatmaps);
+* :mod:`.files` -- output files checked first and written whole.
+
+The command lines (``fairseq-attn-results``, ``-significance``, ``-paper``, ``-plot``,
+``-demo``) live in :mod:`fairseq_attn_plugins.cli`.
+"""

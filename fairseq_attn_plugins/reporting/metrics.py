@@ -21,6 +21,7 @@ Differences from sacreBLEU's output, each deliberate:
   and its own ``-f json`` writer crashes on them in paired mode.
 """
 
+import logging
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -102,6 +103,8 @@ def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Seq
     "p_ar", "same_as_baseline"}}}]}``; the baseline has no p-values.
     """
     from sacrebleu.significance import PairedTest
+
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # its per-step INFO lines
 
     if len(systems) < 2:
         raise ValueError("need a baseline and at least one system to compare")

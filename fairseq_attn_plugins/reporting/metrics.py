@@ -50,7 +50,7 @@ def parse_metrics(spec) -> List[str]:
     names = [m.strip().lower() for m in (spec.split(",") if isinstance(spec, str) else spec) if m.strip()]
     bad = [m for m in names if m not in SACREBLEU_METRICS]
     if bad or not names:
-        raise ValueError(f"--metrics {','.join(bad) or spec!r}: one or more of {', '.join(SACREBLEU_METRICS)} "
+        raise ValueError(f"--metrics {','.join(bad) or repr(spec)}: one or more of {', '.join(SACREBLEU_METRICS)} "
                          f"(COMET is added with COMET_MODEL=/path/to/checkpoint)")
     if len(names) != len(set(names)):
         raise ValueError(f"--metrics: a metric is listed twice ({','.join(names)})")
@@ -184,36 +184,57 @@ def _p_value(stats: np.ndarray, real_difference: float) -> float:
     return (int(np.sum(stats > real_difference)) + 1) / (len(stats) + 1)
 
 
+def _mean_stats(segments: Sequence[float]) -> np.ndarray:
+    """A segment-mean metric as sacreBLEU's sufficient statistics: (score, 1) per segment."""
+    return np.array([[float(v), 1.0] for v in segments], dtype=np.float64)
+
+
+def _mean_of(stats: np.ndarray) -> float:
+    total = stats.sum(axis=0)
+    return float(total[0]) / float(total[1])
+
+
+def _resampled_means(stats: np.ndarray, idxs: np.ndarray) -> np.ndarray:
+    """sacreBLEU's bootstrap arithmetic: float32 statistics, one sum per resample."""
+    stats32 = stats.astype("float32")
+    return np.array([float(s[0]) / float(s[1]) for s in (stats32[i].sum(0) for i in idxs)])
+
+
 def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_samples: int = 1000,
                       ar_trials: int = 10000) -> List[Dict]:
     """Paired bootstrap and approximate randomisation of a segment-mean metric, with
-    sacreBLEU's draws and statistics; ``segments[0]`` is the baseline.
+    sacreBLEU's draws and arithmetic (its ``_paired_bs_test`` / ``_paired_ar_test`` on the
+    statistics (score, 1) per segment); ``segments[0]`` is the baseline.
 
     Returns one dict per system, like a cell of :func:`sacrebleu_paired_tests`
     (``score`` is the mean segment score).
     """
-    base = np.asarray(segments[0][1], dtype=np.float64)
+    base = _mean_stats(segments[0][1])
     n = len(base)
     for name, seg in segments:
         if len(seg) != n:
             raise ValueError(f"{name}: {len(seg)} segment scores but the baseline has {n}")
     bs_idx = bootstrap_indices(n, bs_samples)
-    base_ci = estimate_ci(base[bootstrap_indices(n, bs_samples, comparison=False)].mean(axis=1))
+    base_ci = estimate_ci(_resampled_means(base, bootstrap_indices(n, bs_samples, comparison=False)))
     pos = ar_selectors(n, ar_trials)
-    base_bs = base[bs_idx].mean(axis=1)
-    out = [{"score": float(base.mean()), "bs_mean": base_ci[0], "bs_ci": base_ci[1]}]
+    neg = ~pos
+    base_bs = _resampled_means(base, bs_idx)
+    base_score = _mean_of(base)
+    out = [{"score": base_score, "bs_mean": base_ci[0], "bs_ci": base_ci[1]}]
     for _, seg in segments[1:]:
-        sys_ = np.asarray(seg, dtype=np.float64)
-        diff = abs(float(base.mean()) - float(sys_.mean()))
-        sys_bs = sys_[bs_idx].mean(axis=1)
+        sys_ = _mean_stats(seg)
+        score = _mean_of(sys_)
+        diff = abs(base_score - score)
+        sys_bs = _resampled_means(sys_, bs_idx)
         sample_diffs = np.abs(sys_bs - base_bs)
-        a = np.where(pos, base, sys_).mean(axis=1)   # pseudo-system A: baseline where the coin says so
-        b = np.where(pos, sys_, base).mean(axis=1)
+        shuf_a = pos @ base + neg @ sys_  # pseudo-system A: the baseline's segment where the coin says so
+        shuf_b = neg @ base + pos @ sys_
+        ar_diffs = np.abs(shuf_a[:, 0] / shuf_a[:, 1] - shuf_b[:, 0] / shuf_b[:, 1])
         same = bool(np.array_equal(sys_, base))
         mean, ci = estimate_ci(sys_bs)
-        out.append({"score": float(sys_.mean()), "bs_mean": mean, "bs_ci": ci,
+        out.append({"score": score, "bs_mean": mean, "bs_ci": ci,
                     "p_bootstrap": 1.0 if same else _p_value(sample_diffs - sample_diffs.mean(), diff),
-                    "p_ar": 1.0 if same else _p_value(np.abs(a - b), diff),
+                    "p_ar": 1.0 if same else _p_value(ar_diffs, diff),
                     "same_as_baseline": same})
     return out
 

@@ -63,10 +63,31 @@ def test_curves_from_real_fairseq_log_with_bleu():
                                                        for st, _ in valid]
     assert [(p[0], p[2]) for p in c["valid_bleu"]] == [(int(st["valid_num_updates"]), float(st["valid_bleu"]))
                                                        for st, _ in valid]
-    # a validation point takes the wall time of the latest training record at or before it
+    # a validation point sits at its true time: interpolated by update between the training
+    # records around it (train_inner and the epoch's train record), or a record's at its update
+    times = {}  # update -> every training record's time at it
+    for st, off in inner:
+        times.setdefault(int(st["num_updates"]), []).append(off + float(st["wall"]))
+    for st, off in plain_records(BLEU_LOG, "train"):
+        times.setdefault(int(st["train_num_updates"]), []).append(off + float(st["train_wall"]))
     for u, wall, _ in c["valid_loss"]:
-        before = [float(st["wall"]) for st, _ in inner if int(st["num_updates"]) <= u]
-        assert wall == before[-1]
+        if u in times:
+            expect = max(times[u])
+        else:
+            u0 = max(x for x in times if x < u)
+            u1 = min(x for x in times if x > u)
+            expect = max(times[u0]) + (min(times[u1]) - max(times[u0])) * (u - u0) / (u1 - u0)
+        torch.testing.assert_close(wall, expect, rtol=0, atol=1e-12)
+    # consecutive validations (mid-epoch, then at the epoch's end) no longer share one time
+    walls = [w for _, w, _ in c["valid_loss"]]
+    assert walls == sorted(walls) and len(set(walls)) == len(walls)
+
+
+def test_interpolated_validation_time_between_training_records():
+    anchors = [(10, 0.0, 1.0), (20, 100.0, 1.0), (20, 130.0, 1.0), (40, 170.0, 1.0)]
+    pts = curves.place_on_wall_clock([(15, 0.0, 5.0), (20, 0.0, 4.0), (30, 0.0, 3.0), (50, 0.0, 2.0)], anchors)
+    assert pts == [(15, 50.0, 5.0), (20, 130.0, 4.0), (30, 150.0, 3.0), (50, 170.0, 2.0)]
+    assert curves.place_on_wall_clock([(5, 0.0, 1.0)], anchors) == [(5, 0.0, 1.0)]
 
 
 def test_curves_of_a_resumed_run_add_the_earlier_wall_time():

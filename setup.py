@@ -5,7 +5,7 @@ setup(
     version="0.1.0",
     description="Improved self-attention for fairseq machine translation (CSAN, relative "
                 "positions, DiSAN, DropAttention, chained and convoluted attention)",
-    packages=find_packages(include=["fairseq_attn_plugins", "fairseq_attn_plugins.*"]),
+    packages=find_packages(include=["fairseq_attn_plugins", "fairseq_attn_plugins.*", "fairseq_attn_recipes"]),
     python_requires=">=3.8",
     # fairseq itself is NOT listed: it must be installed with --no-deps
     # (ve-fairseq==0.12.3 on Python >= 3.11, fairseq==0.12.2 before); see README.

@@ -177,7 +177,7 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     run("wmt17_zh_en", "train.sh", env)
     run("wmt17_zh_en", "evaluate.sh", dict(env, N_AVG="1"))
     save = work / "runs" / "transformer_attn_wmt_en_de"
-    scores = json.load(open(save / "scores.json"))
+    scores = json.load(open(save / "test" / "scores.json"))
     # the training-pair count, and the settings as read from the averaged checkpoint itself
     assert scores["train_pairs"] == len(read(work / "bpe" / "train.clean.zh"))
     assert scores["train_pairs_by_part"] == counts and scores["train_data_partial"] is False
@@ -202,6 +202,13 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     from fairseq_attn_plugins.reporting import results
     other = tmp_path / "other"
     shutil.copytree(save, other)
+    # a copy of a run is the same run: refused (its record says so), as the same folder twice is
+    with pytest.raises(ValueError, match="one is a copy of the other"):
+        results.collect([("a", str(save)), ("b", str(other))], str(work / "raw" / "test.en"))
+    with pytest.raises(ValueError, match="are the same run"):
+        results.collect([("a", str(save)), ("b", str(save) + "/./")], str(work / "raw" / "test.en"))
+    rec = json.loads((other / "run.json").read_text())
+    (other / "run.json").write_text(json.dumps(dict(rec, run_id="another-run")))
     table = results.collect([("a", str(save)), ("b", str(other))], str(work / "raw" / "test.en"),
                             bs_samples=10, ar_trials=10)
     md = results.format_markdown(table)
@@ -276,7 +283,7 @@ def test_averaging_is_fairseqs_fp32_newest_first_and_refuses_too_few(tmp_path):
     assert rec["num_updates"] == 8  # the other entries come from the newest checkpoint
     # fewer checkpoints than asked: refused, nothing written
     p = steps("average", str(tmp_path), "--n", "5", "--output", str(tmp_path / "avg5.pt"))
-    assert p.returncode == 2 and "4 update checkpoints but N_AVG=5" in p.stderr
+    assert p.returncode == 2 and "4 saved checkpoints (updates 2, 4, 6, 8) but N_AVG=5" in p.stderr
     assert not (tmp_path / "avg5.pt").exists()
 
 
@@ -352,8 +359,8 @@ def test_big_averages_twenty_checkpoints_and_refuses_fewer(tmp_path):
     run("wmt14_en_de", "train.sh", big)
     p = run("wmt14_en_de", "evaluate.sh", big, check=False)
     save = tmp_path / "work" / "runs" / "transformer_attn_vaswani_wmt_en_de_big"
-    m = re.search(r"(\d+) (update|epoch) checkpoints but N_AVG=20 are to be averaged", p.stderr)
+    m = re.search(r"(\d+) saved checkpoints \(updates [\d, ]+\) but N_AVG=20 are to be averaged", p.stderr)
     assert p.returncode == 2 and m, p.stderr
-    pattern = r"checkpoint_\d+_\d+\.pt" if m.group(2) == "update" else r"checkpoint\d+\.pt"
-    assert int(m.group(1)) == len([f for f in os.listdir(save) if re.fullmatch(pattern, f)]) < 20
-    assert not (save / "averaged_last20.pt").exists() and not (save / "scores.json").exists()
+    saved = [f for f in os.listdir(save) if re.fullmatch(r"checkpoint_\d+_\d+\.pt|checkpoint\d+\.pt", f)]
+    assert int(m.group(1)) == len(saved) < 20
+    assert not (save / "averaged_last20.pt").exists() and not (save / "test" / "scores.json").exists()

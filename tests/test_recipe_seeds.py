@@ -66,8 +66,8 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
     run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1"))
     n_test = len(read(tmp_path / "work" / "raw" / "test.de"))
     for d in dirs:
-        assert json.loads((d / "scores.json").read_text())["checkpoint"].startswith(str(d))
-        assert len(read(d / "hyp.txt")) == n_test
+        assert json.loads((d / "test" / "scores.json").read_text())["checkpoint"].startswith(str(d))
+        assert len(read(d / "test" / "hyp.txt")) == n_test
 
     png = tmp_path / "curves.png"
     assert results.main(["--curves", str(png), *map(str, dirs)]) == 0

@@ -39,7 +39,7 @@ def read(path):
 
 
 def steps(*args):
-    return subprocess.run([sys.executable, os.path.join(RECIPES, "lib", "mt_steps.py"), *args],
+    return subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", *args],
                           capture_output=True, text=True)
 
 
@@ -78,10 +78,11 @@ def test_compound_splitting_and_hyp_order(tmp_path):
 def test_checkpoint_averaging_is_the_mean(tmp_path):
     g = torch.Generator().manual_seed(0)
     states = []
+    # checkpoint_last.pt holds the newest save point again (update 2): one save point, not two
     for i, name in enumerate(["checkpoint1.pt", "checkpoint2.pt", "checkpoint3.pt", "checkpoint_last.pt"]):
         st = {"model": {"w": torch.randn(3, 4, generator=g), "steps": torch.tensor(i)}, "args": None, "cfg": None,
               "optimizer_history": [{"criterion_name": "x", "optimizer_name": "adam",
-                                     "lr_scheduler_state": {"best": 1.0}, "num_updates": i}],
+                                     "lr_scheduler_state": {"best": 1.0}, "num_updates": min(i, 2)}],
               "extra_state": {"epoch": i}, "last_optimizer_state": {}}
         torch.save(st, tmp_path / name)
         states.append(st)
@@ -218,7 +219,7 @@ def test_cjk_recipes(tmp_path, recipe, src, tgt):
     assert read(tmp_path / "work" / "data-bin" / f"dict.{src}.txt") != read(tmp_path / "work" / "data-bin" / f"dict.{tgt}.txt")
     run(recipe, "train.sh", env)
     run(recipe, "evaluate.sh", dict(env, N_AVG="1"))
-    scores = json.load(open(tmp_path / "work" / "runs" / "transformer_attn_wmt_en_de" / "scores.json"))
+    scores = json.load(open(tmp_path / "work" / "runs" / "transformer_attn_wmt_en_de" / "test" / "scores.json"))
     assert "sacrebleu" in scores and scores["lenpen"] == 1.0
 
 

@@ -18,6 +18,9 @@ from fairseq_attn_plugins.cli import demo, paper
 from fairseq_attn_plugins.reporting import figures, results, table1
 from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
 
+sys.path.insert(0, os.path.dirname(__file__))
+from run_records import write_record  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "recipes", "wmt14_en_de")
 # the rows whose architectures exist on this branch; the all-rows test covers the others
@@ -133,9 +136,11 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     refs = [t for _, t in make_corpus(60, seed=4)]
     (tmp_path / "ref").write_text("\n".join(refs) + "\n")
     runs = {}
-    for name, p in (("w3", 0.6), ("w11", 0.2), ("h1", 0.5), ("h3", 0.1)):
+    csan1d, csan2d = "transformer_csan1d_wmt_en_de", "transformer_csan2d_wmt_en_de"
+    for name, p, arch, flags in (("w3", 0.6, csan1d, ("--csan-window", "3")), ("w11", 0.2, csan1d, ("--csan-window", "11")),
+                                 ("h1", 0.5, csan2d, ("--csan-heads", "1")), ("h3", 0.1, csan2d, ("--csan-heads", "3"))):
         d = tmp_path / name
-        d.mkdir()
+        write_record(d, arch, *flags)
         (d / "hyp.txt").write_text("\n".join(perturbed(refs, len(name) + int(p * 10), p)) + "\n")
         runs[name] = d
     ref = str(tmp_path / "ref")
@@ -159,7 +164,17 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     assert paper.main(["figure2", "--ref", ref, "--window", f"x={runs['w3']}", "--png", str(tmp_path / "x.png")]) == 2
     assert paper.main(["figure2", "--ref", ref, "--window", f"5={tmp_path}", "--png", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err
-    assert "'x' is not an integer" in err and "hyp.txt is missing" in err and not (tmp_path / "x.png").exists()
+    assert "'x' is not an integer" in err and f"{tmp_path} has no run record" in err
+    # a label whose run is another: named, both sides (the record, not the folder name, says what it is)
+    for args, says in ((["--window", f"5={runs['w3']}"], f"--window 5 expects --csan-window 5, but {runs['w3']} was "
+                                                         f"trained with 3"),
+                       (["--window", f"3={runs['h1']}"], f"--window 3 expects a csan1d run, but {runs['h1']} trained "
+                                                         f"{csan2d}"),
+                       (["--heads", f"3={runs['h1']}"], f"--heads 3 expects --csan-heads 3, but {runs['h1']}"),
+                       (["--window", f"3={runs['w3']}", f"3={runs['w3']}/"], "are the same run")):
+        assert paper.main(["figure2", "--ref", ref, *args, "--png", str(tmp_path / "x.png")]) == 2
+        assert says in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
 
 
 TRAIN_LOG = """\
@@ -174,7 +189,7 @@ def test_table1_layout_from_runs(tmp_path):
     spec = {"baseline": (41_500, 2.5, 0.5), "rel_pos": (41_500 + 1_234, 2.25, 0.9), "csan2d": (41_500, 2.4, 0.5)}
     for key, (params, ups, keep) in spec.items():
         d = tmp_path / "runs" / key
-        d.mkdir(parents=True)
+        write_record(d, table1.ROW_BY_KEY[key].arch)
         (d / "train.log").write_text(TRAIN_LOG.format(params=params, ups=ups))
         hyps = [r if (i * 7919 % 100) / 100 < keep else " ".join(r.split()[::-1]) for i, r in enumerate(refs)]
         (d / "hyp.txt").write_text("\n".join(hyps) + "\n")
@@ -196,6 +211,35 @@ def test_table1_layout_from_runs(tmp_path):
     assert md[3].endswith("| +0.1M | -0.11 | 27.63 | +0.32 |")
     # same translations as the baseline: no mark
     assert md[4].startswith(f"| + 2D-CSans | +0.0M | -0.10 | {bleu['csan2d']:.2f} | +0.00 |")
+    assert not any("Trained differently" in line for line in md)
+
+
+def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys):
+    """The Rel_Pos and 2D-CSAN folders swapped: an error naming the row and the run, not "Rel_Pos +0.0M";
+    runs of other lengths or data-bins: flagged in the table."""
+    refs = [t for _, t in make_corpus(40, seed=5)]
+    (tmp_path / "ref").write_text("\n".join(refs) + "\n")
+    for key, arch_key, updates, data in (("baseline", "baseline", 60, "data-a"), ("rel_pos", "csan2d", 200, "data-b"),
+                                         ("csan2d", "rel_pos", 60, "data-a")):
+        d = tmp_path / "runs" / key
+        write_record(d, table1.ROW_BY_KEY[arch_key].arch, num_updates=updates, data_id=data)
+        (d / "train.log").write_text(TRAIN_LOG.format(params=41_500, ups=2.5))
+        (d / "hyp.txt").write_text("\n".join(refs) + "\n")
+    args = ["table1", "--ref", str(tmp_path / "ref"), "--runs-dir", str(tmp_path / "runs"), "--no-base-size",
+            "--ar-trials", "100", "--bs-samples", "100"]
+    assert paper.main(args + ["--rows", "baseline,rel_pos,csan2d"]) == 2
+    err = capsys.readouterr().err
+    assert (f"Table 1 row rel_pos (Rel_Pos) expects a run of transformer_relpos_wmt_en_de, but "
+            f"{tmp_path / 'runs' / 'rel_pos'} trained transformer_csan2d_wmt_en_de") in err
+    # fixed: the rows' own runs; the one trained 200 updates on another data-bin is flagged
+    os.rename(tmp_path / "runs" / "rel_pos", tmp_path / "runs" / "x")
+    os.rename(tmp_path / "runs" / "csan2d", tmp_path / "runs" / "rel_pos")
+    os.rename(tmp_path / "runs" / "x", tmp_path / "runs" / "csan2d")
+    assert paper.main(args + ["--rows", "baseline,rel_pos,csan2d", "--md", str(tmp_path / "t.md")]) == 0
+    md = (tmp_path / "t.md").read_text()
+    assert "| + 2D-CSans † |" in md and "| + Rel_Pos Shaw et al. (2018) |" in md
+    assert "updates differ: baseline 60, rel_pos 60, csan2d 200" in md
+    assert "data-bin differ: baseline /data/data-a (data-a), rel_pos /data/data-a (data-a), csan2d /data/data-b (data-b)" in md
 
 
 # ------------------------------------------------------------------ the recipe, end to end
@@ -241,7 +285,8 @@ def check_table1(work, keys):
     base_full = table1.base_size_params(base["arch"])
     for i, r in enumerate(table["rows"]):
         assert r["run_dir"] == os.path.join(out, "runs", r["key"])
-        hyps = read(os.path.join(r["run_dir"], "hyp.txt"))
+        assert r["hyp"] == os.path.join(r["run_dir"], "test", "hyp.txt") and r["subset"] == "test"
+        hyps = read(r["hyp"])
         assert len(hyps) == len(refs)
         assert r["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
         count = real_param_count(r["run_dir"])
@@ -264,7 +309,7 @@ def check_table1(work, keys):
         assert cells[4] == f"{r['delta']:+.2f}" and cells[head.index("Parameter, base size")] == \
             table1.fmt_params_delta(full - base_full)
         # the paper's metric from the run's scores.json, and its difference
-        tok = json.load(open(os.path.join(r["run_dir"], "scores.json")))["tokenized_bleu"]
+        tok = json.load(open(os.path.join(r["run_dir"], "test", "scores.json")))["tokenized_bleu"]
         assert cells[head.index("tok. BLEU")] == f"{tok:.2f}"
         assert cells[head.index("tok. △")] == f"{tok - base['tok_bleu']:+.2f}"
     return table
@@ -296,10 +341,10 @@ def test_table1_recipe_end_to_end(toy_work):
     f3 = json.load(open(os.path.join(work, "table1", "figure3.json")))
     assert open(os.path.join(work, "table1", "figure3.png"), "rb").read(8) == PNG
     refs = read(os.path.join(work, "raw", "test.de"))
-    base_c, base_t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", "baseline", "hyp.txt")), refs)
+    base_c, base_t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", "baseline", "test", "hyp.txt")), refs)
     assert [s["name"] for s in f3["systems"]] == ["csan1d", "csan2d"]
     for s in f3["systems"]:
-        c, t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", s["name"], "hyp.txt")), refs)
+        c, t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", s["name"], "test", "hyp.txt")), refs)
         gap = [100.0 * a / b - 100.0 * x / y if b and y else None for a, b, x, y in zip(c, t, base_c, base_t)]
         for g, want in zip(s["improvement"], gap):
             if want is not None:
@@ -340,7 +385,7 @@ def test_figure2_recipe(toy_work):
     for p_, run, flags in ((f2["windows"][0], "csan1d_w3", "--csan-window 3"),
                            (f2["heads"][0], "csan2d_h3", "--csan-window 11 --csan-heads 3")):
         assert p_["run_dir"] == os.path.join(out, "runs", run) and p_["value"] == 3
-        hyps = read(os.path.join(p_["run_dir"], "hyp.txt"))
+        hyps = read(os.path.join(p_["run_dir"], "valid", "hyp.txt"))
         assert p_["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
         log = open(os.path.join(p_["run_dir"], "train.log"), encoding="utf-8").read()
         assert flags in log  # the sweep's flag reached fairseq-train
@@ -354,7 +399,7 @@ def test_demo_writes_table1_only_for_table1_rows(tmp_path):
     archs = ["transformer_attn_wmt_en_de", "transformer_csan2d_wmt_en_de", "transformer_disan_wmt_en_de"]
     for i, arch in enumerate(archs):
         d = out / "runs" / arch
-        d.mkdir(parents=True)
+        write_record(d, arch)
         (d / "train.log").write_text(TRAIN_LOG.format(params=1000 + i, ups=2.0 + i))
         (d / "hyp.txt").write_text("\n".join(perturbed(refs, i, 0.5)) + "\n")
     profile = dict(demo.PROFILES["quick"], ar_trials=200, bs_samples=200)

@@ -8,10 +8,17 @@ and evaluate the runs, then call these):
 * ``table1 --ref REF --runs-dir DIR [--rows ...]`` -- renders Table 1 from
   ``DIR/<key>/{train.log,hyp.txt}`` (markdown on stdout, ``--md``, ``--json``);
 * ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F``;
-* ``figure3 --ref REF --baseline NAME=HYP --system NAME=HYP... --png F``.
+* ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``.
+
+Every run folder is checked against its run record (``run.json``; for runs trained without
+one, the configuration of their ``checkpoint_last.pt``): a Table 1 row, a ``--window W`` /
+``--heads N`` label or a Figure 3 name that is a Table 1 row key whose run was trained as
+something else is an error naming both, and the same run given twice is an error. The
+translations are those of the subset evaluated on ``--ref``.
 """
 
 import argparse
+import os
 import sys
 from typing import List, Tuple
 
@@ -20,6 +27,7 @@ from ..reporting import table1
 from ..reporting.files import write_json_atomic, write_text_atomic
 from ..reporting.metrics import METRICS_HELP, parse_metrics
 from .significance import load_comet
+from ..reporting.runs import Run, check_distinct
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
@@ -58,8 +66,10 @@ def cmd_table1(args) -> None:
 
 
 def cmd_figure2(args) -> None:
-    windows = figures.sweep_points(args.ref, _pairs(args.window, "--window", True), args.tokenize)
-    heads = figures.sweep_points(args.ref, _pairs(args.heads, "--heads", True), args.tokenize)
+    windows = figures.sweep_points(args.ref, _pairs(args.window, "--window", True), args.tokenize, lambda v: dict(
+        label=f"--window {v}", arch_contains="csan1d", flags={"csan_window": v}))
+    heads = figures.sweep_points(args.ref, _pairs(args.heads, "--heads", True), args.tokenize, lambda v: dict(
+        label=f"--heads {v}", arch_contains="csan2d", flags={"csan_heads": v, "csan_window": args.window_2d}))
     if not windows and not heads:
         raise ValueError("give --window W=RUN_DIR and/or --heads N=RUN_DIR")
     figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
@@ -74,12 +84,15 @@ def cmd_figure2(args) -> None:
 
 def cmd_figure3(args) -> None:
     refs = figures.read_lines(args.ref)
-    (base_name, base_path), = _pairs([args.baseline], "--baseline", False)
-    systems = [(n, figures.read_lines(p)) for n, p in _pairs(args.system, "--system", False)]
-    if not systems:
+    given = _pairs([args.baseline], "--baseline", False) + _pairs(args.system, "--system", False)
+    if len(given) < 2:
         raise ValueError("give at least one --system NAME=HYP")
-    data = figures.ngram_improvement(refs, (base_name, figures.read_lines(base_path)),
-                                           systems, args.tokenize)
+    check_distinct([Run(p) for _, p in given if os.path.isdir(p)])
+    # a run folder named after a Table 1 row must be that row's architecture
+    hyps = [(n, figures.system_hyps(args.ref, n, p, None if n not in table1.ROW_BY_KEY else dict(
+        label=f"Table 1 row {n}", arch=table1.ROW_BY_KEY[n].arch))) for n, p in given]
+    base_name = hyps[0][0]
+    data = figures.ngram_improvement(refs, hyps[0], hyps[1:], args.tokenize)
     figures.plot_figure3(data, args.png)
     print("| system | " + " | ".join(f"{o}-gram" for o in data["orders"]) + " |")
     print("|---|" + "---:|" * len(data["orders"]))
@@ -124,8 +137,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("figure3", help="plot the n-gram accuracy gaps over the baseline")
     p.add_argument("--ref", required=True)
-    p.add_argument("--baseline", required=True, metavar="NAME=HYP")
-    p.add_argument("--system", nargs="+", default=[], metavar="NAME=HYP")
+    p.add_argument("--baseline", required=True, metavar="NAME=RUN_DIR|HYP")
+    p.add_argument("--system", nargs="+", default=[], metavar="NAME=RUN_DIR|HYP")
     p.add_argument("--png", required=True)
     p.set_defaults(fn=cmd_figure3)
 

@@ -14,9 +14,11 @@ odd because the attended area is centred on the head (``--csan-heads``).
 """
 
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
+
+from .runs import Run, load_runs
 
 ORDERS = (1, 2, 3, 4)
 
@@ -95,19 +97,33 @@ def plot_figure3(data: Dict, png_path: str) -> None:
     plt.close(fig)
 
 
-def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str = "13a") -> List[Dict]:
-    """(value, run_dir) -> [{"value", "bleu", "run_dir"}] sorted by value, BLEU of run_dir/hyp.txt."""
+def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str = "13a",
+                 expect: Optional[Callable[[int], Dict]] = None) -> List[Dict]:
+    """(value, run_dir) -> [{"value", "bleu", "run_dir"}] sorted by value: BLEU of the run's
+    translations of the subset evaluated on ``ref_path``. ``expect(value)``: the keyword
+    arguments of :meth:`Run.expect` (label, architecture, flags) each run must satisfy."""
     refs = read_lines(ref_path)
     points = []
-    for value, d in runs:
-        hyp_path = os.path.join(d, "hyp.txt")
-        if not os.path.isfile(hyp_path):
-            raise FileNotFoundError(f"{hyp_path} is missing (train and evaluate the run first)")
+    for (value, d), run in zip(runs, load_runs([d for _, d in runs])):
+        if expect is not None:
+            run.expect(**expect(int(value)))
+        hyp_path, _ = run.hyp_for(ref_path)
         hyps = read_lines(hyp_path)
         _check_lengths(hyp_path, hyps, refs)
         points.append({"value": int(value), "bleu": BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score,
                        "run_dir": d})
     return sorted(points, key=lambda p: p["value"])
+
+
+def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = None) -> List[str]:
+    """Figure 3's translations of one system: ``path`` a run folder (the subset evaluated on
+    ``ref_path``; ``expect``: what the run must be, see :meth:`Run.expect`) or a file."""
+    if os.path.isdir(path):
+        run = Run(path)
+        if expect is not None:
+            run.expect(**expect)
+        path, _ = run.hyp_for(ref_path)
+    return read_lines(path)
 
 
 def plot_figure2(windows: List[Dict], heads: List[Dict], png_path: str,

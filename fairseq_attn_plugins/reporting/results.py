@@ -11,9 +11,17 @@ A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 
 * ``train.log`` -- fairseq-train's log (``--log-format json``): parameter count,
   per-epoch training speed and losses;
-* ``hyp.txt``   -- detokenised test translations, one per line, in test-set order;
-* ``scores.json`` (recipes' evaluate.sh, optional) -- the tokenised BLEU the papers report
-  (compound-split for En-De) and the number of training pairs, shown as two more columns.
+* ``run.json`` (recipes) -- the run record (:mod:`fairseq_attn_recipes.manifest`): what the
+  run is, and one evaluation per subset (``test/hyp.txt``, ``valid/hyp.txt``, their reference
+  and scores: the tokenised BLEU the papers report and the number of training pairs are
+  shown as two more columns); the translations scored are those of the subset evaluated
+  against ``--ref`` (by content);
+* otherwise ``hyp.txt`` -- detokenised translations, one per line (and, from older recipes,
+  ``scores.json``, whose recorded reference must be ``--ref``).
+
+The same run given twice is an error; runs trained for other numbers of updates, on other
+data-bins or with other effective batches are marked ``†`` with a note
+(:mod:`fairseq_attn_plugins.reporting.runs`).
 
 The command line is ``fairseq-attn-results`` (:mod:`fairseq_attn_plugins.cli.results`).
 
@@ -23,12 +31,12 @@ seed pair against the baseline is significant (:mod:`fairseq_attn_plugins.report
 ``--curves FILE.png``: learning curves of every run (:mod:`fairseq_attn_plugins.reporting.curves`).
 """
 
-import json
 import os
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import metrics as M
 from .curves import read_log_records
+from .runs import Run, comparability, load_runs, trained_as
 from .significance import legend_lines, paired_tests, system_mark
 from .text_inputs import check_aligned, describe_empty, read_text_lines
 
@@ -64,39 +72,36 @@ def parse_train_log(path: str) -> Dict:
     }
 
 
-def read_scores(run_dir: str) -> Dict:
-    """The paper-comparable numbers of a recipe run (``scores.json``), or {}."""
-    path = os.path.join(run_dir, "scores.json")
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        scores = json.load(f)
-    return {k: scores.get(k) for k in ("tokenized_bleu", "tokenized_bleu_method", "train_pairs",
-                                       "train_data_partial")}
+def paper_scores(run: Run, evaluation: Dict) -> Dict:
+    """The paper-comparable numbers of a recipe run: tokenised BLEU (from the evaluation in its
+    run record, or from a ``scores.json`` of a run evaluated before per-subset outputs) and the
+    number of training pairs; {} for other runs."""
+    metrics = evaluation.get("scores")
+    if isinstance(metrics, dict):  # the run record's evaluation: scores keyed by metric name
+        tok = metrics.get("tokenized_bleu") or {}
+        pairs = ((run.record or {}).get("data") or {}).get("train_pairs") or {}
+        return {"tokenized_bleu": tok.get("score"), "tokenized_bleu_method": tok.get("method"),
+                "train_pairs": pairs.get("clean"), "train_data_partial": pairs.get("partial")}
+    return {k: evaluation.get(k) for k in ("tokenized_bleu", "tokenized_bleu_method", "train_pairs",
+                                           "train_data_partial")}
 
 
-def read_run_outputs(runs: Sequence[Tuple[str, str]], ref_path: str, src_path: Optional[str] = None,
-                     notes: Optional[list] = None) -> Tuple[list, Dict[str, list], Optional[list]]:
-    """(reference lines, {run_dir: hypothesis lines}, source lines or None), every file
-    checked (:mod:`.text_inputs`) before any scoring; notes on empty translations are
-    appended to ``notes``."""
-    for name, d in runs:
-        for f in ("train.log", "hyp.txt"):
-            if not os.path.isfile(os.path.join(d, f)):
-                raise FileNotFoundError(f"run {name!r}: {os.path.join(d, f)} is missing "
-                                        f"(train and evaluate the run first)")
+def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Optional[str] = None,
+                 notes: Optional[list] = None) -> Tuple[list, List[list], Optional[list]]:
+    """(reference lines, [hypothesis lines of each (name, hyp path)], source lines or None),
+    every file checked (:mod:`.text_inputs`) before any scoring; notes on empty translations
+    are appended to ``notes``."""
     refs = read_text_lines(ref_path, "reference")
     sources = None
     if src_path:
         sources = read_text_lines(src_path, "source")
         check_aligned(ref_path, refs, src_path, sources)
-    hyps = {}
-    for _, d in runs:
-        path = os.path.join(d, "hyp.txt")
-        hyps[d] = read_text_lines(path, "system output")
-        check_aligned(ref_path, refs, path, hyps[d])
-        if notes is not None and describe_empty(path, hyps[d]):
-            notes.append(describe_empty(path, hyps[d]))
+    hyps = []
+    for _, path in named:
+        hyps.append(read_text_lines(path, "system output"))
+        check_aligned(ref_path, refs, path, hyps[-1])
+        if notes is not None and describe_empty(path, hyps[-1]):
+            notes.append(describe_empty(path, hyps[-1]))
     return refs, hyps, sources
 
 
@@ -104,20 +109,33 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             bs_samples: int = 1000, ar_trials: int = 10000, metrics: Sequence[str] = M.DEFAULT_METRICS,
             comet=None, src_path: Optional[str] = None) -> Dict:
     """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict: per row
-    BLEU's fields as before and, for every metric, ``scores`` / ``deltas`` / ``marks``."""
+    BLEU's fields and, for every metric, ``scores`` / ``deltas`` / ``marks``.
+
+    The same run given twice is an error; each run's translations are those of the subset
+    evaluated against ``ref_path`` (:meth:`Run.hyp_for`); runs trained differently (updates,
+    data-bin, effective batch) are flagged (``comparability``, rows' ``trained_differently``)."""
+    infos = load_runs([d for _, d in runs])
+    for name, d in runs:
+        if not os.path.isfile(os.path.join(d, "train.log")):
+            raise FileNotFoundError(f"run {name!r}: {os.path.join(d, 'train.log')} is missing "
+                                    f"(train and evaluate the run first)")
+    outputs = [info.hyp_for(ref_path) for info in infos]
     notes: list = []
-    refs, hyps, sources = read_run_outputs(runs, ref_path, src_path, notes)
-    systems = [(name, hyps[d]) for name, d in runs]
+    refs, hyps, sources = read_outputs([(name, hyp) for (name, _), (hyp, _) in zip(runs, outputs)],
+                                       ref_path, src_path, notes)
+    systems = [(name, h) for (name, _), h in zip(runs, hyps)]
     sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet,
                        sources=sources)
-    rows = []
+    rows, trained = [], []
     base = sig["systems"][0]
     base_bleu = base["bleu"]
-    for (name, d), s in zip(runs, sig["systems"]):
+    for (name, d), s, info, (hyp, ev) in zip(runs, sig["systems"], infos, outputs):
         log = parse_train_log(os.path.join(d, "train.log"))
+        trained.append(trained_as(info, ev, log["num_updates"]))
         is_base = s is base
         rows.append({
-            "system": name, "run_dir": d, "params": log["params"], "train_wps": log["train_wps"],
+            "system": name, "run_dir": d, "hyp": hyp, "subset": ev.get("subset"),
+            "params": log["params"], "train_wps": log["train_wps"],
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
             "delta": None if is_base else s["bleu"] - base_bleu,
             "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
@@ -127,21 +145,43 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
                        for k in sig["metrics"]},
             "marks": {k: "" if is_base else M.metric_mark(k, s["scores"][k], base["scores"][k]["score"])
                       for k in sig["metrics"]},
-            "epochs": log["epochs"],
+            "epochs": log["epochs"], "trained": trained[-1],
         })
         if "comet_segments" in s:
             rows[-1]["comet_segments"] = s["comet_segments"]
-        extra = read_scores(d)
+        extra = paper_scores(info, ev)
         rows[-1].update(tok_bleu=extra.get("tokenized_bleu"), tok_bleu_method=extra.get("tokenized_bleu_method"),
                         train_pairs=extra.get("train_pairs"), train_data_partial=extra.get("train_data_partial"))
+    mark_trained_differently(rows, trained)
     return {"baseline": runs[0][0], "ref": ref_path, "src": src_path, "metrics": sig["metrics"],
             "labels": sig["labels"], "signature": sig["signature"], "bs_samples": bs_samples,
-            "ar_trials": ar_trials, "notes": notes, "rows": rows}
+            "ar_trials": ar_trials, "notes": notes, "rows": rows,
+            "comparability": comparability([n for n, _ in runs], trained)}
 
 
 def score_digits(key: str) -> int:
     """COMET scores are printed as comet-score prints them (0.8531), the others x.xx."""
     return 4 if key == "comet" else 2
+
+
+TRAINED_FIELDS = (("updates", "updates"), ("data_id", "data-bin"), ("tokens_per_update_max", "effective batch"))
+
+
+def mark_trained_differently(rows: Sequence[Dict], trained: Sequence[Dict]) -> None:
+    """Each row's ``trained_differently``: what (known on both sides) differs from the baseline's."""
+    base = trained[0]
+    for r, t in zip(rows, trained):
+        r["trained_differently"] = [what for key, what in TRAINED_FIELDS
+                                    if None not in (t.get(key), base.get(key)) and t[key] != base[key]]
+
+
+def comparability_lines(table: Dict) -> List[str]:
+    """The table's note on runs trained differently (``†`` marks their rows)."""
+    notes = table.get("comparability") or []
+    if not notes:
+        return []
+    return ["† Trained differently from the baseline; the difference in BLEU is not only the "
+            "method's: " + "; ".join(notes) + "."]
 
 
 def fmt_params(n: Optional[int]) -> str:
@@ -174,7 +214,8 @@ def format_markdown(table: Dict) -> str:
             extra += f" {sp(r.get('tok_bleu'), '.2f')} |"
         if pairs:
             extra += f" {sp(r.get('train_pairs'), ',d')}{' (partial)' if r.get('train_data_partial') else ''} |"
-        out.append(f"| {i} | {r['system']} | {fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
+        dagger = " †" if r.get("trained_differently") else ""
+        out.append(f"| {i} | {r['system']}{dagger} | {fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
                    f"{sp(r['train_ups'], '.2f')} |" + cells + extra)
     out.append("")
     legend = legend_lines({"systems": [{"name": table["baseline"]}], "metrics": keys,
@@ -191,6 +232,7 @@ def format_markdown(table: Dict) -> str:
         counts = {r.get("train_pairs") for r in rows}
         out.append("Train pairs: sentence pairs after cleaning" +
                    (". The runs were trained on different amounts of data." if len(counts) > 1 else "."))
+    out += comparability_lines(table)
     out += signature_lines(table["signature"])
     out += table.get("notes", [])
     return "\n".join(out)

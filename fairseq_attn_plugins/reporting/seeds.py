@@ -25,9 +25,13 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from fairseq_attn_recipes import manifest
+
 from . import metrics as M
 from .curves import mean_std
-from .results import fmt_params, parse_train_log, read_run_outputs, score_digits, signature_lines
+from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
+                      score_digits, signature_lines)
+from .runs import comparability, load_runs, trained_as
 from .significance import paired_tests
 
 HELP = """\
@@ -55,15 +59,40 @@ def default_names(run_dirs: Sequence[str]) -> List[str]:
 
 
 def group_runs(names: Sequence[str], run_dirs: Sequence[str]) -> "OrderedDict[str, List[Tuple[Optional[int], str]]]":
-    """``{system: [(seed, run_dir), ...]}`` in order of first appearance."""
+    """``{system: [(seed, run_dir), ...]}`` in order of first appearance.
+
+    With run records (:mod:`fairseq_attn_plugins.reporting.runs`): the seed is the recorded one
+    (a folder name saying another seed is an error), the same run given twice is an error, and
+    the runs of one system must be the same run but for the seed (architecture, model and
+    training flags, data-bin, effective batch), else the error names the two runs and the
+    difference."""
+    infos = {d: r for d, r in zip(run_dirs, load_runs(run_dirs))}
     groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]" = OrderedDict()
     for name, d in zip(names, run_dirs):
-        groups.setdefault(name, []).append((split_seed(d)[1], d))
+        seed = split_seed(d)[1]
+        rec = infos[d].record
+        if rec is not None:
+            if seed is not None and rec.get("seed") != seed:
+                raise ValueError(f"{d}: the folder name says seed {seed} but its run record says seed {rec.get('seed')}")
+            seed = rec.get("seed")
+        groups.setdefault(name, []).append((seed, d))
     for name, runs in groups.items():
         seeds = [s for s, _ in runs if s is not None]
         if len(seeds) != len(set(seeds)):
             raise ValueError(f"system {name!r}: a seed is given twice ({', '.join(d for _, d in runs)})")
+        recorded = [(d, _without_seed(infos[d].record)) for _, d in runs if infos[d].record is not None]
+        for d, rec in recorded[1:]:
+            diff = manifest.differences(recorded[0][1], rec, labels=(f"in {recorded[0][0]}", f"in {d}"))
+            if diff:
+                raise ValueError(f"system {name!r}: {recorded[0][0]} and {d} are not seeds of one system: "
+                                 + "; ".join(diff) + " (give them different --names)")
     return groups
+
+
+def _without_seed(rec: Dict) -> Dict:
+    out = dict(rec, training={k: v for k, v in (rec.get("training") or {}).items() if k != "seed"})
+    out["model"] = {k: v for k, v in (rec.get("model") or {}).items() if k != "seed"}
+    return out
 
 
 def all_pairs_mark(pairs: Sequence[Tuple[float, str]], higher_is_better: bool = True) -> str:
@@ -86,8 +115,16 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     if len(groups) < 2:
         raise ValueError("need a baseline and at least one other system to compare")
     runs = [(name, seed, d) for name, rs in groups.items() for seed, d in rs]
+    for name, _, d in runs:
+        if not os.path.isfile(os.path.join(d, "train.log")):
+            raise FileNotFoundError(f"run {name!r}: {os.path.join(d, 'train.log')} is missing "
+                                    f"(train and evaluate the run first)")
+    infos = dict(zip([d for _, _, d in runs], load_runs([d for _, _, d in runs])))
+    outputs = {d: infos[d].hyp_for(ref_path) for _, _, d in runs}  # the subset evaluated on ref_path
     notes: list = []
-    refs, hyps, sources = read_run_outputs([(name, d) for name, _, d in runs], ref_path, src_path, notes)
+    refs, hyp_lists, sources = read_outputs([(name, outputs[d][0]) for name, _, d in runs], ref_path,
+                                            src_path, notes)
+    hyps = {d: h for (_, _, d), h in zip(runs, hyp_lists)}
     base_name = next(iter(groups))
     base_runs = [r for r in runs if r[0] == base_name]
     others = [r for r in runs if r[0] != base_name]
@@ -111,8 +148,13 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     keys = res["metrics"]
     rows = []
     base_means: Dict[str, float] = {}
+    trained, trained_names, row_trained = [], [], []
     for name, rs in groups.items():
         logs = [parse_train_log(os.path.join(d, "train.log")) for _, d in rs]
+        ts = [trained_as(infos[d], outputs[d][1], lg["num_updates"]) for (_, d), lg in zip(rs, logs)]
+        trained += ts
+        trained_names += [name if seed is None else f"{name} seed {seed}" for seed, _ in rs]
+        row_trained.append(ts)
         wps = [lg["train_wps"] for lg in logs if lg["train_wps"] is not None]
         is_base = name == base_name
         per_metric = {}
@@ -137,9 +179,14 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
             "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
             "metrics": per_metric,
         })
+    for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
+        per_seed = [{} for _ in range(len(ts) + 1)]
+        mark_trained_differently(per_seed, [trained[0]] + ts)
+        r["trained_differently"] = sorted({w for p in per_seed for w in p["trained_differently"]})
     return {"baseline": base_name, "ref": ref_path, "src": src_path, "metrics": keys, "labels": res["labels"],
             "signature": res["signature"], "bs_samples": bs_samples, "ar_trials": ar_trials, "notes": notes,
-            "rows": rows, "std": "sample standard deviation over seeds (n-1)",
+            "rows": rows, "comparability": comparability(trained_names, trained),
+            "std": "sample standard deviation over seeds (n-1)",
             "significance": "all seed pairs against the baseline"}
 
 
@@ -160,7 +207,8 @@ def format_markdown(table: Dict) -> str:
             marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"
             cells += f" {m['mean']:.{nd}f}{std}{m['mark']} | {delta} | {marked} |"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
-        out.append(f"| {i} | {r['system']} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
+        dagger = " †" if r.get("trained_differently") else ""
+        out.append(f"| {i} | {r['system']}{dagger} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
                    + f" {per_seed} |")
     out.append("")
     out.append(f"Baseline: {table['baseline']}. Scores: mean ± sample standard deviation (n-1) over seeds. "
@@ -170,6 +218,7 @@ def format_markdown(table: Dict) -> str:
                f"every metric, for EVERY pair of a system seed and a baseline seed (the weakest mark is "
                f"shown); an equal or worse system gets no mark. 'pairs sig.' counts the pairs in which "
                f"the system seed is significantly better than the baseline seed.")
+    out += comparability_lines(table)
     out += signature_lines(table["signature"])
     out += table.get("notes", [])
     return "\n".join(out)

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .metrics import DEFAULT_METRICS
-from .results import collect, score_digits, signature_lines
+from .results import collect, comparability_lines, score_digits, signature_lines
+from .runs import load_runs
 
 BASELINE = "baseline"
 
@@ -126,11 +127,14 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
 def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
                 bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True,
                 metrics: Sequence[str] = DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
-    """``runs``: (row, run_dir) with the baseline first; each run_dir holds
-    ``train.log`` and ``hyp.txt`` (see :mod:`fairseq_attn_plugins.reporting.results`).
+    """``runs``: (row, run_dir) with the baseline first; each run_dir holds ``train.log`` and
+    its translations (see :mod:`fairseq_attn_plugins.reporting.results`). A run whose record
+    (or checkpoint) says it trained another architecture than its row's is an error naming both.
     Beside BLEU: chrF++ (and COMET with ``comet``), each with its delta and mark."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
+    for (row, _), run in zip(runs, load_runs([d for _, d in runs])):  # the run record says what each run is
+        run.expect(f"Table 1 row {row.key} ({row.name})", arch=row.arch)
     table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials,
                     metrics=metrics, comet=comet, src_path=src_path)
     base = table["rows"][0]
@@ -153,7 +157,8 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
         ))
     return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"],
             "metrics": table["metrics"], "labels": table["labels"], "bs_samples": bs_samples,
-            "ar_trials": ar_trials, "notes": table["notes"], "rows": out_rows}
+            "ar_trials": ar_trials, "notes": table["notes"], "rows": out_rows,
+            "comparability": table["comparability"]}
 
 
 def fmt_params_delta(n: int) -> str:
@@ -212,7 +217,8 @@ def format_markdown(table: Dict) -> str:
             t = r.get("tok_bleu")
             tok_cells = " ? | ? |" if t is None else f" {t:.2f} | " + (
                 "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
-        out.append(f"| {r['label']} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
+        dagger = " †" if r.get("trained_differently") else ""
+        out.append(f"| {r['label']}{dagger} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
                    f"| {delta} | {pvals} |{more_cells}{tok_cells} {full} | {p_params} | {p_speed} | {pp['bleu']:.2f} | {p_delta} |")
     out += ["",
             "Parameter: the model's parameters (baseline) and the increase over the baseline; Speed: "
@@ -225,6 +231,7 @@ def format_markdown(table: Dict) -> str:
             "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
             "\"Parameter, base size\": each architecture built at Transformer-base size with its "
             "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De)."]
+    out += comparability_lines(table)
     out += signature_lines(table["signature"])
     out += table.get("notes", [])
     return "\n".join(out)

@@ -16,7 +16,7 @@ set -euo pipefail
 
 LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PYTHON=${PYTHON:-python3}
-STEPS="$PYTHON $LIB_DIR/mt_steps.py"
+STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any folder, any install)
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "error: $*" >&2; exit 2; }
@@ -33,7 +33,7 @@ stage() {
   while [[ $1 != -- ]]; do fp+=("$1"); shift; done; shift
   mkdir -p "$WORK/.done"
   local marker="$WORK/.done/$name" rc=0 changes
-  changes=$($STEPS fingerprint "${fp[@]}" --against "$marker" --out "$marker.want") || rc=$?
+  changes=$("${STEPS[@]}" fingerprint "${fp[@]}" --against "$marker" --out "$marker.want") || rc=$?
   case $rc in
     0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
     1) log "$name";;
@@ -66,7 +66,7 @@ recipe_defaults() {
   CLEAN_MIN=${CLEAN_MIN:-1}; CLEAN_MAX=${CLEAN_MAX:-250}; CLEAN_RATIO=${CLEAN_RATIO:-1.5}
   WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 1)}
   DATA=${DATA:-$WORK/data-bin}
-  USER_DIR=$($PYTHON -c 'import importlib.util as u; print(u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
+  USER_DIR=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
     || die "fairseq_attn_plugins is not importable by $PYTHON; run 'bash scripts/setup_env.sh' and '. .venv/bin/activate'"
 }
 
@@ -109,7 +109,7 @@ fetch_archive() {
   mkdir -p "$dl"
   download "$url" "$dl/$name"
   log "unpacking $name"
-  if ! $STEPS unpack "$dl/$name" "$dl/$name.d"; then
+  if ! "${STEPS[@]}" unpack "$dl/$name" "$dl/$name.d"; then
     rm -f "$dl/$name"; die "$name could not be unpacked and was deleted: re-run to download it again"
   fi
   record_download_sum "$dl/$name"
@@ -118,8 +118,8 @@ fetch_archive() {
 # sacrebleu_testset TEST LANGPAIR SPLIT: an official dev/test set through sacreBLEU (checksummed by sacreBLEU)
 sacrebleu_testset() {
   local test=$1 pair=$2 split=$3
-  $PYTHON -m sacrebleu -t "$test" -l "$pair" --echo src > "$WORK/raw/$split.$SRC.tmp" || die "sacrebleu could not fetch $test"
-  $PYTHON -m sacrebleu -t "$test" -l "$pair" --echo ref > "$WORK/raw/$split.$TGT.tmp" || die "sacrebleu could not fetch $test"
+  "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo src > "$WORK/raw/$split.$SRC.tmp" || die "sacrebleu could not fetch $test"
+  "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo ref > "$WORK/raw/$split.$TGT.tmp" || die "sacrebleu could not fetch $test"
   mv "$WORK/raw/$split.$SRC.tmp" "$WORK/raw/$split.$SRC"; mv "$WORK/raw/$split.$TGT.tmp" "$WORK/raw/$split.$TGT"
 }
 
@@ -145,7 +145,7 @@ check_pair() {
   local ns nt; ns=$(wc -l < "$1"); nt=$(wc -l < "$2")
   [[ $ns == "$nt" ]] || die "$3: $1 has $ns lines but $2 has $nt"
   (( ns > 0 )) || die "$3: $1 is empty"
-  $STEPS check-script "$SRC" "$1" "$TGT" "$2" --what "$3" || exit 2
+  "${STEPS[@]}" check-script "$SRC" "$1" "$TGT" "$2" --what "$3" || exit 2
 }
 
 prepare_main() {
@@ -157,7 +157,7 @@ prepare_main() {
   #    the script of each side), the recipe's own inputs (check_corpus_inputs in env.sh)
   local tools=(fairseq sacrebleu "$BPE_TOOL") l split
   for l in "$SRC" "$TGT"; do tools+=("$(tokenizer_tool "$l" | sed 's/moses-plain/moses/')"); done
-  $STEPS check-tools "${tools[@]}" || exit 2
+  "${STEPS[@]}" check-tools "${tools[@]}" || exit 2
   local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
     local s="${split^^}_SRC" t="${split^^}_TGT"
@@ -186,19 +186,19 @@ prepare_main() {
   for l in "$SRC" "$TGT"; do
     stage "tok.$l" --set "lang=$l" --set "tool=$(tokenizer_tool "$l")" \
       --in "$WORK/raw/train.$l" --in "$WORK/raw/valid.$l" --in "$WORK/raw/test.$l" -- \
-      $STEPS tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" --workers "$WORKERS" \
+      "${STEPS[@]}" tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" --workers "$WORKERS" \
       "$WORK/raw/train.$l" "$WORK/tok/train.$l" "$WORK/raw/valid.$l" "$WORK/tok/valid.$l" \
       "$WORK/raw/test.$l" "$WORK/tok/test.$l"
   done
   if [[ $JOINT == 1 ]]; then
     stage bpe.learn --set "tool=$BPE_TOOL" --set "merges=$BPE_MERGES" \
       --in "$WORK/tok/train.$SRC" --in "$WORK/tok/train.$TGT" -- \
-      $STEPS bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" \
+      "${STEPS[@]}" bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" \
       "$WORK/tok/train.$SRC" "$WORK/tok/train.$TGT" --output "$WORK/bpe/codes"
   else
     for l in "$SRC" "$TGT"; do
       stage "bpe.learn.$l" --set "tool=$BPE_TOOL" --set "merges=$BPE_MERGES" --in "$WORK/tok/train.$l" -- \
-        $STEPS bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" "$WORK/tok/train.$l" \
+        "${STEPS[@]}" bpe-learn --tool "$BPE_TOOL" --merges "$BPE_MERGES" "$WORK/tok/train.$l" \
         --output "$WORK/bpe/codes.$l"
     done
   fi
@@ -206,12 +206,12 @@ prepare_main() {
     local codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$l"
     stage "bpe.$l" --set "tool=$BPE_TOOL" --in "$codes" \
       --in "$WORK/tok/train.$l" --in "$WORK/tok/valid.$l" --in "$WORK/tok/test.$l" -- \
-      $STEPS bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$WORK/tok/train.$l" "$WORK/bpe/train.$l" \
+      "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$WORK/tok/train.$l" "$WORK/bpe/train.$l" \
       "$WORK/tok/valid.$l" "$WORK/bpe/valid.$l" "$WORK/tok/test.$l" "$WORK/bpe/test.$l"
   done
   stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" \
     --in "$WORK/bpe/train.$SRC" --in "$WORK/bpe/train.$TGT" -- \
-    $STEPS clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" \
+    "${STEPS[@]}" clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" \
     --src-in "$WORK/bpe/train.$SRC" --tgt-in "$WORK/bpe/train.$TGT" \
     --src-out "$WORK/bpe/train.clean.$SRC" --tgt-out "$WORK/bpe/train.clean.$TGT"
   local bin_in=() f
@@ -248,11 +248,11 @@ make_raw() {
 binarise() {
   local joined=(); [[ $JOINT == 1 ]] && joined=(--joined-dictionary)
   rm -rf "$DATA.tmp"
-  $PYTHON -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" \
+  "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" \
     --trainpref "$WORK/bpe/train.clean" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
     --destdir "$DATA.tmp" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$DATA.tmp"; return 1; }
-  $STEPS prepare-record --data "$DATA.tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
+  "${STEPS[@]}" prepare-record --data "$DATA.tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$WORK/raw/test.$TGT" --parts "$WORK/raw/train.parts.json"
   rm -rf "$DATA"; mv "$DATA.tmp" "$DATA"
 }
@@ -265,12 +265,12 @@ detect_gpus() {
 train_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
-  $STEPS check-arch "$ARCH" || exit 2
+  "${STEPS[@]}" check-arch "$ARCH" || exit 2
   [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   # the data-bin must be the one prepared with these settings; a run directory stays on its data
   prepare_settings
-  $STEPS check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
@@ -318,23 +318,18 @@ train_main() {
              --distributed-init-method "tcp://127.0.0.1:$port")
       CPU_RANKS=$workers
     fi
-    launch=("$PYTHON" -m fairseq_cli.train)
+    launch=("$PYTHON" -m fairseq_attn_recipes.train)
   elif (( NNODES > 1 )) && [[ -n "${SLURM_JOB_ID:-}" ]]; then
     # one task per node under srun: fairseq infers the rendezvous from SLURM's variables
     args+=(--distributed-port "$port" --distributed-world-size "$workers")
-    launch=("$PYTHON" -m fairseq_cli.train)
+    launch=("$PYTHON" -m fairseq_attn_recipes.train)
   elif (( NNODES > 1 )); then
     : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
     launch=(torchrun --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR"
-            --master_port "$port" --nproc_per_node "$NGPUS" -m fairseq_cli.train)
+            --master_port "$port" --nproc_per_node "$NGPUS" -m fairseq_attn_recipes.train)
   else  # one node: fairseq spawns one process per GPU itself
     args+=(--distributed-world-size "$NGPUS")
-    launch=("$PYTHON" -m fairseq_cli.train)
-  fi
-  # fairseq 0.12 re-run on a finished run still makes one more update: a finished run is skipped
-  local finished="max_update=$MAX_UPDATE extra=${EXTRA_ARGS:-}"
-  if [[ -f "$SAVE_DIR/.trained" && "$(cat "$SAVE_DIR/.trained")" == "$finished" ]]; then
-    log "trained before ($finished): skipped; delete $SAVE_DIR/.trained to train again"; return 0
+    launch=("$PYTHON" -m fairseq_attn_recipes.train)
   fi
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
@@ -355,9 +350,12 @@ train_main() {
   (( rc == 0 )) || kill "${pids[@]}" 2>/dev/null || true  # a rank without rank 0 would wait forever
   for r in "${pids[@]}"; do wait "$r" || rc=$(( rc ? rc : $? )); done
   trap - EXIT
+  # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run), 2 = the folder
+  # holds another run (the differences are printed)
+  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0; }
+  (( rc != 2 )) || die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
   (( rc == 0 )) || die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from checkpoint_last.pt"
-  echo "$finished" > "$SAVE_DIR/.trained"
-  log "trained: $SAVE_DIR"
+  log "trained: $SAVE_DIR (run record: $SAVE_DIR/run.json)"
 }
 
 # ---------------------------------------------------------------- evaluate
@@ -373,43 +371,46 @@ evaluate_main() {
   NGPUS=${NGPUS:-$(detect_gpus)}
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
   [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
+  [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  local out="$SAVE_DIR/$EVAL_SUBSET"  # per subset: test and valid never share a file
+  mkdir -p "$out"
   prepare_settings
-  $STEPS check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
-    --require --print-pairs > "$SAVE_DIR/data.check.json.tmp" || exit 2
-  mv "$SAVE_DIR/data.check.json.tmp" "$SAVE_DIR/data.check.json"
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
+    --require --print-pairs > "$out/data.check.json.tmp" || exit 2
+  mv "$out/data.check.json.tmp" "$out/data.check.json"
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
-  $STEPS average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$ckpt.json" || exit 2
+  "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
   local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
   log "generating (beam $BEAM, lenpen $LENPEN)"
   # --required-batch-size-multiple 1: fairseq 0.12 silently drops a final batch smaller than the multiple
-  $PYTHON -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset "$EVAL_SUBSET" \
+  "$PYTHON" -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset "$EVAL_SUBSET" \
     --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 --required-batch-size-multiple 1 "${cpu[@]}" \
-    ${GEN_ARGS:-} > "$SAVE_DIR/generate.out.tmp" 2> "$SAVE_DIR/generate.err" \
-    || { tail -5 "$SAVE_DIR/generate.err" >&2; die "fairseq-generate failed; see $SAVE_DIR/generate.err"; }
-  mv "$SAVE_DIR/generate.out.tmp" "$SAVE_DIR/generate.out"
+    ${GEN_ARGS:-} > "$out/generate.out.tmp" 2> "$out/generate.err" \
+    || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
+  mv "$out/generate.out.tmp" "$out/generate.out"
   local n; n=$(wc -l < "$WORK/raw/$EVAL_SUBSET.$TGT")
-  $STEPS hyps "$SAVE_DIR/generate.out" --n "$n" --output "$SAVE_DIR/hyp.tok.txt"
-  $STEPS detok --lang "$TGT" "$SAVE_DIR/hyp.tok.txt" "$SAVE_DIR/hyp.txt"
+  "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"
+  "${STEPS[@]}" detok --lang "$TGT" "$out/hyp.tok.txt" "$out/hyp.txt"
   local tokargs=()
   if [[ $TOK_BLEU == 1 && $(tokenizer_tool "$TGT") == moses ]]; then
     # tokenised BLEU as the papers report it: tokenizer.perl WITHOUT -a on the detokenised output
     # and reference (+ compound splitting for German), multi-bleu.perl
     local method="moses tokenizer.perl (no -a) on detokenised text, multi-bleu.perl"
-    $STEPS tokenize --lang "$TGT" --tool moses-plain "$SAVE_DIR/hyp.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
-      "$WORK/raw/$EVAL_SUBSET.$TGT" "$SAVE_DIR/ref.tokbleu.txt"
+    "${STEPS[@]}" tokenize --lang "$TGT" --tool moses-plain "$out/hyp.txt" "$out/hyp.tokbleu.txt" \
+      "$WORK/raw/$EVAL_SUBSET.$TGT" "$out/ref.tokbleu.txt"
     if [[ $TGT == de ]]; then
-      $STEPS split-compounds "$SAVE_DIR/hyp.tokbleu.txt" "$SAVE_DIR/hyp.tokbleu.txt" \
-        "$SAVE_DIR/ref.tokbleu.txt" "$SAVE_DIR/ref.tokbleu.txt"
+      "${STEPS[@]}" split-compounds "$out/hyp.tokbleu.txt" "$out/hyp.tokbleu.txt" \
+        "$out/ref.tokbleu.txt" "$out/ref.tokbleu.txt"
       method="moses tokenizer.perl (no -a) on detokenised text, compound splitting (##AT##-##AT##), multi-bleu.perl"
     fi
-    tokargs=(--tok-hyp "$SAVE_DIR/hyp.tokbleu.txt" --tok-ref "$SAVE_DIR/ref.tokbleu.txt" --tok-method "$method")
+    tokargs=(--tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt" --tok-method "$method")
   fi
-  $STEPS score --hyp "$SAVE_DIR/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
-    --record "$ckpt.json" --record "$SAVE_DIR/data.check.json" \
+  "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
+    --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --output "$SAVE_DIR/scores.json"
-  log "scores: $SAVE_DIR/scores.json; compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --output "$out/scores.json"
+  log "scores: $out/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:
@@ -418,7 +419,7 @@ evaluate_main() {
 concat_parts() {
   local args=() p
   for p in "$@"; do args+=(--part "$p"); done
-  $STEPS concat-parts "${args[@]}" --src-lang "$SRC" --tgt-lang "$TGT" \
+  "${STEPS[@]}" concat-parts "${args[@]}" --src-lang "$SRC" --tgt-lang "$TGT" \
     --src-out "$WORK/raw/train.$SRC" --tgt-out "$WORK/raw/train.$TGT" \
     --record "$WORK/raw/train.parts.json" --missing ${MISSING_PARTS[@]+"${MISSING_PARTS[@]}"}
 }

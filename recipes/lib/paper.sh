@@ -2,7 +2,7 @@
 # data-bin: sourced after a recipe's env.sh by recipes/*/{table1,figure2,figure3}.sh.
 #
 # Each run is an ordinary train.sh + evaluate.sh run (same settings, same
-# variables, see docs/recipes.md) in its own SAVE_DIR; a run whose scores.json
+# variables, see docs/recipes.md) in its own SAVE_DIR; a run whose SUBSET/scores.json
 # exists is reused, an interrupted one resumes from its checkpoint_last.pt.
 # The rows come from fairseq_attn_plugins/reporting/table1.py (ROWS=all or a list of
 # row keys); rendering and plotting is fairseq-attn-paper.
@@ -10,7 +10,7 @@
 # QUICK=1: tiny CPU sizes (a 3+1-layer, 32-dim model, a few updates) for smoke
 # runs and CI; every variable below still overrides it.
 
-PAPER="$PYTHON -m fairseq_attn_plugins.cli.paper"
+PAPER=("$PYTHON" -m fairseq_attn_plugins.cli.paper)
 
 paper_quick_defaults() {
   [[ ${QUICK:-0} == 1 ]] || return 0
@@ -46,7 +46,7 @@ paper_check_data() {
 # paper_run NAME ARCH SAVE_DIR [EXTRA_ARGS...]: train + evaluate one run unless finished
 paper_run() {
   local name=$1 arch=$2 dir=$3; shift 3
-  if [[ -f "$dir/scores.json" ]]; then log "$name: done before, reused ($dir)"; return 0; fi
+  if [[ -f "$dir/$EVAL_SUBSET/scores.json" ]]; then log "$name: done before, reused ($dir)"; return 0; fi
   log "$name: ARCH=$arch $*"
   # subshells: train_main/evaluate_main set globals (SAVE_DIR, UPDATE_FREQ, ...) per run
   ( ARCH=$arch SAVE_DIR=$dir EXTRA_ARGS="${EXTRA_ARGS:-} $*"; train_main )
@@ -60,14 +60,14 @@ table1_main() {
   ROWS=${ROWS:-all}
   TABLE1_DIR=${TABLE1_DIR:-$WORK/table1}
   local rows line
-  rows=$($PAPER rows --rows "$ROWS") || exit 2   # names any row whose architecture is missing
+  rows=$("${PAPER[@]}" rows --rows "$ROWS") || exit 2   # names any row whose architecture is missing
   paper_check_data
   paper_settings "$TABLE1_DIR"
   mapfile -t rows <<< "$rows"
   for line in "${rows[@]}"; do  # "KEY ARCH"
     EVAL_SUBSET=test paper_run "table1 ${line% *}" "${line#* }" "$TABLE1_DIR/runs/${line% *}"
   done
-  $PAPER table1 --ref "$WORK/raw/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
+  "${PAPER[@]}" table1 --ref "$WORK/raw/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
     --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" \
     --md "$TABLE1_DIR/table1.md" --json "$TABLE1_DIR/table1.json" || exit 2
   log "Table 1: $TABLE1_DIR/table1.md (and table1.json)"
@@ -81,7 +81,7 @@ figure2_main() {
   HEADS=${HEADS:-1,3,5,7}                  # 2D-CSAN --csan-heads values (odd, <= heads)
   FIG2_WINDOW=${FIG2_WINDOW:-11}           # the 2D-CSAN window, fixed as in the paper
   FIGURE2_DIR=${FIGURE2_DIR:-$WORK/figure2}
-  $STEPS check-arch transformer_csan1d_wmt_en_de || exit 2
+  "${STEPS[@]}" check-arch transformer_csan1d_wmt_en_de || exit 2
   [[ -n "$WINDOWS$HEADS" ]] || die "WINDOWS and HEADS are both empty"
   paper_check_data
   paper_settings "$FIGURE2_DIR"
@@ -100,7 +100,7 @@ figure2_main() {
               --png "$FIGURE2_DIR/figure2.png" --json "$FIGURE2_DIR/figure2.json")
   (( ${#wargs[@]} )) && args+=(--window "${wargs[@]}")
   (( ${#hargs[@]} )) && args+=(--heads "${hargs[@]}")
-  $PAPER figure2 "${args[@]}" || exit 2
+  "${PAPER[@]}" figure2 "${args[@]}" || exit 2
   log "Figure 2: $FIGURE2_DIR/figure2.png (and figure2.json)"
 }
 
@@ -111,10 +111,10 @@ figure3_main() {
   FIG3_ROWS=${FIG3_ROWS:-csan1d,csan2d}
   local runs="$TABLE1_DIR/runs" key sys=()
   for key in baseline ${FIG3_ROWS//,/ }; do
-    [[ -f "$runs/$key/hyp.txt" ]] || die "$runs/$key/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
-    [[ $key == baseline ]] || sys+=("$key=$runs/$key/hyp.txt")
+    [[ -f "$runs/$key/test/hyp.txt" ]] || die "$runs/$key/test/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
+    [[ $key == baseline ]] || sys+=("$key=$runs/$key")
   done
-  $PAPER figure3 --ref "$WORK/raw/test.$TGT" --baseline "baseline=$runs/baseline/hyp.txt" --system "${sys[@]}" \
+  "${PAPER[@]}" figure3 --ref "$WORK/raw/test.$TGT" --baseline "baseline=$runs/baseline" --system "${sys[@]}" \
     --tokenize "${SACREBLEU_TOK:-13a}" --png "$TABLE1_DIR/figure3.png" --json "$TABLE1_DIR/figure3.json" || exit 2
   log "Figure 3: $TABLE1_DIR/figure3.png (and figure3.json)"
 }

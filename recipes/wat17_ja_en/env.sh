@@ -26,7 +26,7 @@ corpus_settings() {
 }
 
 fetch_train() {
-  $STEPS extract "$ASPEC_DIR/train/train-1.txt" "$ASPEC_DIR/train/train-2.txt" --max-lines "$ASPEC_TRAIN_LINES" \
+  "${STEPS[@]}" extract "$ASPEC_DIR/train/train-1.txt" "$ASPEC_DIR/train/train-2.txt" --max-lines "$ASPEC_TRAIN_LINES" \
     --src-out "$WORK/raw/train.$SRC" --tgt-out "$WORK/raw/train.$TGT"
   echo "{\"parts\": {\"aspec-train-1+2\": $(wc -l < "$WORK/raw/train.$SRC")}, \"missing\": [], \"partial\": false}" \
     > "$WORK/raw/train.parts.json"
@@ -34,7 +34,7 @@ fetch_train() {
 
 fetch_split() {
   case $1 in
-    valid) $STEPS extract "$ASPEC_DIR/dev/dev.txt" --src-out "$WORK/raw/valid.$SRC" --tgt-out "$WORK/raw/valid.$TGT";;
-    test) $STEPS extract "$ASPEC_DIR/test/test.txt" --src-out "$WORK/raw/test.$SRC" --tgt-out "$WORK/raw/test.$TGT";;
+    valid) "${STEPS[@]}" extract "$ASPEC_DIR/dev/dev.txt" --src-out "$WORK/raw/valid.$SRC" --tgt-out "$WORK/raw/valid.$TGT";;
+    test) "${STEPS[@]}" extract "$ASPEC_DIR/test/test.txt" --src-out "$WORK/raw/test.$SRC" --tgt-out "$WORK/raw/test.$TGT";;
   esac
 }

@@ -1,0 +1,82 @@
+"""The recipes' steps, called by module from recipes/lib/common.sh:
+``python -m fairseq_attn_recipes STEP ...``.
+
+Each step reads whole files and writes its output to ``OUT.tmp`` then renames
+it, so an interrupted step never leaves a file that looks finished.
+
+Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
+concat-parts, extract, tokenize, clean, detok, split-compounds, prepare-record,
+average, hyps, score. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+the run record, see :mod:`.train` and :mod:`.manifest`).
+"""
+
+import argparse
+
+from .checkpoints import cmd_average
+from .corpora import cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
+from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
+from .scoring import cmd_hyps, cmd_score
+from .subwords import cmd_bpe_apply, cmd_bpe_learn
+from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize
+from .tools import INSTALL_HINT, cmd_check_arch, cmd_check_tools
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("check-tools"); p.add_argument("tools", nargs="+", choices=sorted(INSTALL_HINT)); p.set_defaults(fn=cmd_check_tools)
+    p = sub.add_parser("check-arch"); p.add_argument("arch"); p.set_defaults(fn=cmd_check_arch)
+    p = sub.add_parser("check-script"); p.add_argument("files", nargs="+", help="LANG FILE pairs")
+    p.add_argument("--what", default="corpus"); p.add_argument("--sample", type=int, default=1000)
+    p.set_defaults(fn=cmd_check_script)
+    p = sub.add_parser("fingerprint"); p.add_argument("--set", action="append"); p.add_argument("--out", required=True)
+    p.add_argument("--against"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.set_defaults(fn=cmd_fingerprint)
+    p = sub.add_parser("unpack"); p.add_argument("archive"); p.add_argument("dest"); p.set_defaults(fn=cmd_unpack)
+    p = sub.add_parser("concat-parts"); p.add_argument("--part", action="append", required=True)
+    p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
+    p.add_argument("--src-out", required=True); p.add_argument("--tgt-out", required=True)
+    p.add_argument("--record", required=True); p.add_argument("--missing", nargs="*")
+    p.set_defaults(fn=cmd_concat_parts)
+    p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
+    p.add_argument("--test-ref", required=True); p.add_argument("--parts"); p.set_defaults(fn=cmd_prepare_record)
+    p = sub.add_parser("check-data"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--test-ref"); p.add_argument("--run-dir"); p.add_argument("--require", action="store_true")
+    p.add_argument("--print-pairs", action="store_true"); p.set_defaults(fn=cmd_check_data)
+    p = sub.add_parser("extract"); p.add_argument("inputs", nargs="+"); p.add_argument("--sep", default=" ||| ")
+    p.add_argument("--src-field", type=int, default=-2); p.add_argument("--tgt-field", type=int, default=-1)
+    p.add_argument("--max-lines", type=int, default=0); p.add_argument("--src-out", required=True)
+    p.add_argument("--tgt-out", required=True); p.set_defaults(fn=cmd_extract)
+    p = sub.add_parser("tokenize"); p.add_argument("--lang", required=True); p.add_argument("--tool")
+    p.add_argument("--workers", type=int, default=1); p.add_argument("files", nargs="+"); p.set_defaults(fn=cmd_tokenize)
+    p = sub.add_parser("bpe-learn"); p.add_argument("inputs", nargs="+"); p.add_argument("--output", required=True)
+    p.add_argument("--tool", default="subword-nmt", choices=["subword-nmt", "sentencepiece"])
+    p.add_argument("--merges", type=int, default=32000, help="BPE merges (subword-nmt) / vocabulary size (sentencepiece)")
+    p.add_argument("--char-coverage", type=float, default=1.0); p.set_defaults(fn=cmd_bpe_learn)
+    p = sub.add_parser("bpe-apply"); p.add_argument("--codes", required=True); p.add_argument("files", nargs="+")
+    p.add_argument("--tool", default="subword-nmt", choices=["subword-nmt", "sentencepiece"]); p.set_defaults(fn=cmd_bpe_apply)
+    p = sub.add_parser("detok"); p.add_argument("--lang", required=True); p.add_argument("input"); p.add_argument("output"); p.set_defaults(fn=cmd_detok)
+    p = sub.add_parser("split-compounds"); p.add_argument("files", nargs="+"); p.set_defaults(fn=cmd_split_compounds)
+    p = sub.add_parser("clean")
+    for a in ("src-in", "tgt-in", "src-out", "tgt-out"):
+        p.add_argument("--" + a, required=True)
+    p.add_argument("--min", type=int, default=1); p.add_argument("--max", type=int, default=250)
+    p.add_argument("--ratio", type=float, default=1.5); p.set_defaults(fn=cmd_clean)
+    p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
+    p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)
+    p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)
+    p.add_argument("--output", required=True); p.set_defaults(fn=cmd_hyps)
+    p = sub.add_parser("score"); p.add_argument("--hyp", required=True); p.add_argument("--ref", required=True)
+    p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
+    p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")
+    p.add_argument("--record", action="append", help="JSON files merged into the scores")
+    p.add_argument("--extra"); p.add_argument("--output", required=True)
+    p.add_argument("--subset", default="test", help="the subset scored (recorded)")
+    p.add_argument("--run-dir", help="record the evaluation in this run's run.json"); p.set_defaults(fn=cmd_score)
+    args = ap.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

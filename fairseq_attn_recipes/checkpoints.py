@@ -1,0 +1,135 @@
+"""Checkpoints: the save points of a run with their update numbers, and their average."""
+
+import json
+import os
+
+from .files import die, write_lines_atomic
+from .manifest import RecordError, last_save_points
+
+
+def checkpoints_to_average(run_dir: str, n: int):
+    """The newest ``n`` save points of a run, newest first, the final one included: every
+    ``checkpoint_E_U.pt`` and ``checkpointE.pt`` (fairseq writes the epoch file instead of the
+    interval one where a save point falls on an epoch end) and ``checkpoint_last.pt`` for a final
+    update no other file holds, each placed by the update number in its own state, not by its
+    name. Fewer than ``n`` is an error, not a smaller average. Returns [{"file", "num_updates",
+    "epoch"}] with ``file`` a path."""
+    try:
+        points = last_save_points(run_dir, n)
+    except RecordError as e:
+        die(str(e))
+    return [dict(p, file=os.path.join(run_dir, p["file"])) for p in points]
+
+
+def average_states(paths):
+    """fairseq's average_checkpoints.py: the other entries from the first (newest) checkpoint;
+    fp16 parameters summed in fp32 (other dtypes in their own), in the given order, then divided
+    (integers: floor division). Every file goes through fairseq's loader as wrapped by
+    fairseq_attn_plugins.checkpoint_safety (torch weights_only with fairseq's classes allowlisted)."""
+    import collections
+
+    import torch
+    import fairseq_attn_plugins  # noqa: F401  installs the safe loader
+    from fairseq import checkpoint_utils
+
+    sums, keys, new_state = collections.OrderedDict(), None, None
+    for path in paths:
+        try:
+            state = checkpoint_utils.load_checkpoint_to_cpu(path)
+        except Exception as e:  # refused, corrupt or empty: the loader's message, once, no traceback
+            msg = str(e)
+            die(msg if os.path.basename(path) in msg else f"{path}: {type(e).__name__}: {msg}")
+        if new_state is None:
+            new_state = state
+        params = state["model"]
+        if keys is None:
+            keys = list(params)
+        elif list(params) != keys:
+            die(f"{path}: its parameters differ from {paths[0]}'s; these checkpoints are not of one model")
+        for k in keys:
+            v = params[k]
+            if v.dtype == torch.float16:
+                v = v.float()
+            if k in sums:
+                sums[k] += v
+            else:
+                sums[k] = v.clone()  # clone: shared parameters appear under several names
+    for k, v in sums.items():
+        if v.is_floating_point():
+            v.div_(len(paths))
+        else:
+            v //= len(paths)
+    new_state["model"] = sums
+    return new_state
+
+
+def _cfg_get(state, *dotted):
+    """The first of ``dotted`` found in the checkpoint's cfg (or legacy args)."""
+    cfg, args = state.get("cfg"), state.get("args")
+    for name in dotted:
+        node = cfg
+        for part in name.split("."):
+            try:
+                node = node[part] if hasattr(node, "__getitem__") else getattr(node, part)
+            except (KeyError, AttributeError, TypeError, IndexError):
+                node = None
+            if node is None:
+                break
+        if node is None and args is not None:
+            node = getattr(args, name.split(".")[-1], None)
+        if node is not None:
+            return list(node) if isinstance(node, (list, tuple)) or type(node).__name__ == "ListConfig" else node
+    return None
+
+
+# the settings that make a number comparable with the papers' (read from the checkpoint itself)
+TRAIN_SETTINGS = {
+    "arch": ("model._name", "model.arch"), "optimizer": ("optimizer._name",),
+    "adam_betas": ("optimizer.adam_betas",), "adam_eps": ("optimizer.adam_eps",),
+    "lr": ("optimization.lr",), "lr_scheduler": ("lr_scheduler._name",),
+    "warmup_updates": ("lr_scheduler.warmup_updates",), "max_tokens": ("dataset.max_tokens",),
+    "update_freq": ("optimization.update_freq",),
+    "distributed_world_size": ("distributed_training.distributed_world_size",),
+    "max_update": ("optimization.max_update",), "dropout": ("model.dropout",),
+    "label_smoothing": ("criterion.label_smoothing",), "fp16": ("common.fp16",), "seed": ("common.seed",),
+    "share_all_embeddings": ("model.share_all_embeddings",),
+    "share_decoder_input_output_embed": ("model.share_decoder_input_output_embed",),
+}
+
+
+def train_settings(state) -> dict:
+    out = {k: _cfg_get(state, *names) for k, names in TRAIN_SETTINGS.items()}
+    hist = state.get("optimizer_history") or [{}]
+    out["num_updates"] = hist[-1].get("num_updates")
+    lr, uf = out["lr"], out["update_freq"]
+    out["lr"] = lr[0] if isinstance(lr, (list, tuple)) else lr
+    out["update_freq"] = uf[0] if isinstance(uf, (list, tuple)) else uf
+    if None not in (out["max_tokens"], out["update_freq"], out["distributed_world_size"]):
+        out["tokens_per_update_max"] = out["max_tokens"] * out["update_freq"] * out["distributed_world_size"]
+    return out
+
+
+def cmd_average(args):
+    """Average the parameters of the last N checkpoints as fairseq's scripts/average_checkpoints.py
+    (that script is not in the pip package); --record writes what was averaged and the training
+    settings read from the checkpoint."""
+    import torch
+
+    points = checkpoints_to_average(args.dir, args.n)
+    paths = [p["file"] for p in points]
+    state = average_states(paths)
+    if state.get("cfg") is not None and not isinstance(state["cfg"], dict):
+        from omegaconf import OmegaConf  # saved as a plain container, as fairseq's trainer does
+        state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
+    tmp = args.output + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, args.output)
+    write_lines_atomic(args.output + ".sources", paths)
+    if args.record:
+        record = {"n_avg": len(paths), "averaged_checkpoints": [os.path.basename(p) for p in paths],
+                  "averaged": [{"file": os.path.basename(p["file"]), "num_updates": p["num_updates"],
+                                "epoch": p["epoch"]} for p in points]}
+        record.update(train_settings(state))
+        write_lines_atomic(args.record, [json.dumps(record, indent=2)])
+    print(f"averaged {len(paths)} checkpoints: " + " ".join(
+        f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))

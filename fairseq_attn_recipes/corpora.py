@@ -1,0 +1,178 @@
+"""Corpora: the script of each side, archives, aligned parts, extraction and cleaning."""
+
+import glob
+import json
+import os
+import unicodedata
+
+from .files import count_lines, die, pairs, read_lines, write_lines_atomic
+
+_EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul"}  # anything else: Latin
+
+
+def script_profile(lines) -> dict:
+    """Share of letters that are Latin, Han, kana and Hangul."""
+    counts = {"latin": 0, "han": 0, "kana": 0, "hangul": 0}
+    for line in lines:
+        for ch in line:
+            if not ch.isalpha():
+                continue
+            name = unicodedata.name(ch, "")
+            if name.startswith("CJK"):
+                counts["han"] += 1
+            elif name.startswith(("HIRAGANA", "KATAKANA")):
+                counts["kana"] += 1
+            elif name.startswith("HANGUL"):
+                counts["hangul"] += 1
+            elif "LATIN" in name:
+                counts["latin"] += 1
+    total = sum(counts.values())
+    return {k: (v / total if total else 0.0) for k, v in counts.items()}
+
+
+def script_problem(lang: str, lines) -> str:
+    """'' if the sample looks like ``lang``'s script, else what it looks like."""
+    p = script_profile(lines)
+    if not any(p.values()):
+        return "no letters at all"
+    cjk = p["han"] + p["kana"]
+    want = _EXPECTED_SCRIPT.get(lang, "latin")
+    if want == "latin" and p["latin"] < 0.5:
+        return f"{cjk:.0%} of its letters are Chinese/Japanese characters, expected Latin ({lang})"
+    if want == "han" and (cjk < 0.5 or p["kana"] > 0.1 * cjk):
+        return (f"{p['latin']:.0%} Latin letters and {p['kana']:.0%} kana, "
+                f"expected Chinese characters ({lang})")
+    if want == "japanese" and (cjk < 0.5 or p["kana"] < 0.1 * cjk):
+        return (f"{p['latin']:.0%} Latin letters and {p['kana']:.0%} kana, "
+                f"expected Japanese (kanji and kana, {lang})")
+    if want == "hangul" and p["hangul"] < 0.5:
+        return f"{p['hangul']:.0%} Hangul, expected Korean ({lang})"
+    return ""
+
+
+def _head(path: str, n: int):
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                out.append(line)
+                if len(out) >= n:
+                    break
+    return out
+
+
+def check_script(path: str, lang: str, what: str, sample: int = 1000) -> None:
+    problem = script_problem(lang, _head(path, sample))
+    if problem:
+        die(f"{what}: {path} does not look like {lang}: in its first {sample} lines {problem}. "
+            f"Are the two sides (or SRC/TGT) swapped?")
+
+
+def cmd_check_script(args):
+    """check-script LANG FILE [LANG FILE ...]: the script of a sample of each file."""
+    for lang, path in pairs(args.files):
+        check_script(path, lang, args.what, args.sample)
+
+
+# ---------------------------------------------------------------- corpora
+def cmd_unpack(args):
+    """Unpack a .tgz/.tar.gz/.zip into a fresh folder (DEST.tmp, renamed when complete);
+    a truncated or corrupt archive is an error."""
+    import shutil
+    import tarfile
+    import zipfile
+    tmp = args.dest + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        if zipfile.is_zipfile(args.archive):
+            with zipfile.ZipFile(args.archive) as z:
+                bad = z.testzip()
+                if bad:
+                    raise zipfile.BadZipFile(f"member {bad} is corrupt")
+                z.extractall(tmp)
+        else:
+            with tarfile.open(args.archive) as t:
+                if hasattr(tarfile, "data_filter"):  # refuses absolute paths and links out of DEST
+                    t.extractall(tmp, filter="data")
+                else:  # pragma: no cover  (Python without PEP 706)
+                    t.extractall(tmp)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        die(f"{args.archive}: cannot unpack ({type(e).__name__}: {e}); the download is truncated or "
+            f"corrupt: delete it and re-run to download it again")
+    shutil.rmtree(args.dest, ignore_errors=True)
+    os.replace(tmp, args.dest)
+
+
+def cmd_concat_parts(args):
+    """concat-parts --part NAME:SRC_GLOB:TGT_GLOB ... : concatenate aligned corpora into the
+    training files, after checking each file pair's line count and script; --record writes
+    the pair count of each part (JSON)."""
+    parts = []
+    for spec in args.part:
+        name, src_glob, tgt_glob = spec.split(":", 2)
+        srcs, tgts = sorted(glob.glob(src_glob)), sorted(glob.glob(tgt_glob))
+        if not srcs or len(srcs) != len(tgts):
+            die(f"part {name}: {len(srcs)} source files match {src_glob} and {len(tgts)} target files "
+                f"match {tgt_glob}")
+        n = 0
+        for s, t in zip(srcs, tgts):
+            ns, nt = count_lines(s), count_lines(t)
+            if ns != nt or ns == 0:
+                die(f"part {name}: {s} has {ns} lines but {t} has {nt}: the corpus is misaligned, "
+                    f"truncated or empty")
+            check_script(s, args.src_lang, f"part {name} (source side)")
+            check_script(t, args.tgt_lang, f"part {name} (target side)")
+            n += ns
+        parts.append((name, list(zip(srcs, tgts)), n))
+    for out, side in ((args.src_out, 0), (args.tgt_out, 1)):
+        with open(out + ".tmp", "wb") as fout:
+            for _, files, _ in parts:
+                for pair in files:
+                    with open(pair[side], "rb") as fin:
+                        for line in fin:
+                            fout.write(line if line.endswith(b"\n") else line + b"\n")
+    os.replace(args.src_out + ".tmp", args.src_out)
+    os.replace(args.tgt_out + ".tmp", args.tgt_out)
+    record = {"parts": {name: n for name, _, n in parts}, "missing": args.missing or [],
+              "partial": bool(args.missing)}
+    write_lines_atomic(args.record, [json.dumps(record, indent=2)])
+    print("training pairs: " + ", ".join(f"{name} {n}" for name, _, n in parts))
+
+
+def cmd_extract(args):
+    """Pick fields from ' ||| '-separated lines (ASPEC) or tab-separated ones."""
+    src_out, tgt_out = [], []
+    for path in args.inputs:
+        for i, line in enumerate(read_lines(path)):
+            if args.max_lines and len(src_out) >= args.max_lines:
+                break
+            fields = line.split(args.sep)
+            if len(fields) < 2:
+                die(f"{path}:{i + 1}: expected fields separated by {args.sep!r}")
+            src_out.append(fields[args.src_field].strip())
+            tgt_out.append(fields[args.tgt_field].strip())
+    write_lines_atomic(args.src_out, src_out)
+    write_lines_atomic(args.tgt_out, tgt_out)
+
+
+def cmd_clean(args):
+    """As Moses' clean-corpus-n.perl: keep pairs with min <= len <= max tokens and length ratio <= ratio."""
+    src, tgt = read_lines(args.src_in), read_lines(args.tgt_in)
+    if len(src) != len(tgt):
+        die(f"{args.src_in} has {len(src)} lines but {args.tgt_in} has {len(tgt)}")
+    keep_s, keep_t = [], []
+    for s, t in zip(src, tgt):
+        ls, lt = len(s.split()), len(t.split())
+        if not (args.min <= ls <= args.max and args.min <= lt <= args.max):
+            continue
+        if ls / lt > args.ratio or lt / ls > args.ratio:
+            continue
+        keep_s.append(s)
+        keep_t.append(t)
+    if not keep_s:
+        die("cleaning removed every sentence pair; check the corpus files and the language order")
+    write_lines_atomic(args.src_out, keep_s)
+    write_lines_atomic(args.tgt_out, keep_t)
+    print(f"clean: kept {len(keep_s)} of {len(src)} pairs")

@@ -1,0 +1,46 @@
+"""Small file helpers shared by the recipe steps: whole files in, ``OUT.tmp`` renamed out,
+one-line errors (exit 2) naming the file."""
+
+import os
+import sys
+
+
+def die(msg: str, code: int = 2):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def write_lines_atomic(path: str, lines) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(line + "\n")
+    os.replace(tmp, path)
+
+
+def read_lines(path: str):
+    if not os.path.isfile(path):
+        die(f"{path}: no such file")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return [line.rstrip("\r\n") for line in f]
+
+
+def key_values(items):
+    out = {}
+    for item in items or ():
+        k, sep, v = item.partition("=")
+        if not sep:
+            die(f"expected KEY=VALUE, got {item!r}")
+        out[k] = v
+    return out
+
+
+def count_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+
+
+def pairs(files):
+    if len(files) % 2:
+        die("give INPUT OUTPUT pairs")
+    return list(zip(files[::2], files[1::2]))

@@ -1,0 +1,136 @@
+"""What a step, a data-bin and a run are made from: settings and the size, line count and
+sha256 of every input. A stage is redone when its fingerprint changed (``fingerprint``);
+``DATA/prepare.json`` records a data-bin (``prepare-record``) and ``check-data`` refuses a
+data-bin that does not match its record, its settings or the run trained on it."""
+
+import hashlib
+import json
+import os
+import sys
+
+from .files import count_lines, die, key_values, write_lines_atomic
+
+
+def file_digest(path: str) -> dict:
+    """Size, line count and sha256 of a file (a folder: of each file in it, by name)."""
+    if os.path.isdir(path):
+        return {name: file_digest(os.path.join(path, name)) for name in sorted(os.listdir(path))
+                if not name.endswith(".tmp")}
+    if not os.path.isfile(path):
+        die(f"{path}: no such file")
+    h, lines, size = hashlib.sha256(), 0, 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            lines += block.count(b"\n")
+            size += len(block)
+    return {"bytes": size, "lines": lines, "sha256": h.hexdigest()}
+
+
+def fingerprint(settings, files) -> dict:
+    return {"settings": dict(sorted(settings.items())),
+            "inputs": {os.path.abspath(f): file_digest(f) for f in files}}
+
+
+def describe_changes(old: dict, new: dict) -> list:
+    """Human-readable differences between two fingerprints."""
+    out = []
+    for k in sorted(set(old.get("settings", {})) | set(new.get("settings", {}))):
+        a, b = old.get("settings", {}).get(k), new.get("settings", {}).get(k)
+        if a != b:
+            out.append(f"{k}: {a!r} -> {b!r}")
+    oi, ni = old.get("inputs", {}), new.get("inputs", {})
+    for f in sorted(set(oi) | set(ni)):
+        if f not in oi:
+            out.append(f"new input {f}")
+        elif f not in ni:
+            out.append(f"input no longer used: {f}")
+        elif oi[f] != ni[f]:
+            out.append(f"input changed: {f}")
+    return out
+
+
+def cmd_fingerprint(args):
+    """What a stage is made from. Exit 0: same as --against; 1: no record; 3: changed (printed)."""
+    new = fingerprint(key_values(args.set), args.inputs)
+    write_lines_atomic(args.out, [json.dumps(new, sort_keys=True)])
+    if not args.against or not os.path.isfile(args.against):
+        sys.exit(1)
+    with open(args.against, encoding="utf-8") as f:
+        try:
+            old = json.load(f)
+        except json.JSONDecodeError:
+            old = {}
+    if old == json.loads(json.dumps(new)):
+        sys.exit(0)
+    print("; ".join(describe_changes(old, new)) or "record unreadable")
+    sys.exit(3)
+
+
+def _data_id(digest: dict) -> str:
+    return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
+
+
+def cmd_prepare_record(args):
+    """Write DATA/prepare.json: the settings, the training-pair counts and the digests of the
+    test reference and of every data-bin file (checked by train.sh and evaluate.sh)."""
+    parts = {}
+    if args.parts and os.path.isfile(args.parts):
+        with open(args.parts, encoding="utf-8") as f:
+            parts = json.load(f)
+    data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
+    record = {
+        "settings": dict(sorted(key_values(args.set).items())),
+        "train_pairs": {"raw": count_lines(args.raw_train), "clean": count_lines(args.clean_train),
+                        "parts": parts.get("parts", {}), "missing_parts": parts.get("missing", []),
+                        "partial": bool(parts.get("partial", False))},
+        "test_ref": file_digest(args.test_ref),
+        "data_id": _data_id(data),
+        "data_bin": data,
+    }
+    write_lines_atomic(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
+
+
+def cmd_check_data(args):
+    """The data-bin matches the settings of this run and its record; a run directory was
+    trained on this very data-bin (--run-dir: recorded on first use, or --require it)."""
+    path = os.path.join(args.data, "prepare.json")
+    if not os.path.isfile(path):
+        die(f"{args.data} has no prepare.json (not made by this prepare.sh, or by an older one): "
+            f"re-run prepare.sh")
+    with open(path, encoding="utf-8") as f:
+        rec = json.load(f)
+    want = dict(sorted(key_values(args.set).items()))
+    diff = [f"{k}={rec['settings'].get(k)!r} there, {k}={want.get(k)!r} here"
+            for k in sorted(set(want) | set(rec["settings"])) if rec["settings"].get(k) != want.get(k)]
+    if diff:
+        die(f"{args.data} was prepared with other settings: " + "; ".join(diff) +
+            ". Run with the settings it was prepared with, or re-run prepare.sh with these (another WORK/DATA)")
+    data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
+    if _data_id(data) != rec["data_id"]:
+        changed = sorted(set(data) ^ set(rec["data_bin"]) |
+                         {k for k in set(data) & set(rec["data_bin"]) if data[k] != rec["data_bin"][k]})
+        die(f"{args.data} changed after prepare.sh wrote it ({', '.join(changed)}): re-run prepare.sh")
+    if args.test_ref and file_digest(args.test_ref) != rec["test_ref"]:
+        die(f"{args.test_ref} is not the test reference {args.data} was prepared with: re-run prepare.sh")
+    if args.run_dir:
+        run_rec = os.path.join(args.run_dir, "data.json")
+        if os.path.isfile(run_rec):
+            with open(run_rec, encoding="utf-8") as f:
+                trained_on = json.load(f)
+            if trained_on.get("data_id") != rec["data_id"]:
+                die(f"{args.run_dir} holds a model trained on another data-bin than {args.data} "
+                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR")
+        elif args.require:
+            die(f"{args.run_dir} has no data.json: no record of the data its model was trained on "
+                f"(trained by an older train.sh?); train it again with train.sh")
+        else:
+            os.makedirs(args.run_dir, exist_ok=True)
+            write_lines_atomic(run_rec, [json.dumps({"data": os.path.abspath(args.data), "data_id": rec["data_id"],
+                                                     "settings": rec["settings"],
+                                                     "train_pairs": rec["train_pairs"]}, indent=2)])
+    if args.print_pairs:
+        print(json.dumps({"train_pairs": rec["train_pairs"]["clean"], "train_pairs_raw": rec["train_pairs"]["raw"],
+                          "train_pairs_by_part": rec["train_pairs"]["parts"],
+                          "train_data_partial": rec["train_pairs"]["partial"],
+                          "prepare_settings": rec["settings"]}))

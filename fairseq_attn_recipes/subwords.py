@@ -1,0 +1,39 @@
+"""Subwords: BPE learned and applied with subword-nmt or sentencepiece."""
+
+import os
+
+from .files import pairs, read_lines, write_lines_atomic
+
+
+def cmd_bpe_learn(args):
+    if args.tool == "subword-nmt":
+        from subword_nmt.learn_bpe import learn_bpe
+        lines = [line + "\n" for path in args.inputs for line in read_lines(path)]
+        tmp = args.output + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as out:
+            learn_bpe(lines, out, args.merges, min_frequency=2)
+        os.replace(tmp, args.output)
+    else:
+        import sentencepiece as spm
+        tmp = args.output + ".tmp"
+        spm.SentencePieceTrainer.train(input=",".join(args.inputs), model_prefix=tmp, model_type="bpe",
+                                       vocab_size=args.merges, character_coverage=args.char_coverage,
+                                       input_sentence_size=10_000_000, shuffle_input_sentence=True,
+                                       hard_vocab_limit=False, minloglevel=2)
+        os.replace(tmp + ".vocab", args.output + ".vocab")
+        os.replace(tmp + ".model", args.output)
+
+
+def cmd_bpe_apply(args):
+    """bpe-apply --codes C IN OUT [IN OUT ...]"""
+    if args.tool == "subword-nmt":
+        from subword_nmt.apply_bpe import BPE
+        with open(args.codes, encoding="utf-8") as f:
+            bpe = BPE(f)
+        seg = bpe.process_line
+    else:
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=args.codes)
+        seg = lambda line: " ".join(sp.encode(line, out_type=str))
+    for inp, outp in pairs(args.files):
+        write_lines_atomic(outp, [seg(line) for line in read_lines(inp)])

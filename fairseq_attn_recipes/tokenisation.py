@@ -1,0 +1,76 @@
+"""Tokenisation (Moses, jieba, MeCab, KyTea), detokenisation and compound splitting."""
+
+import re
+from multiprocessing import Pool
+
+from .files import die, pairs, read_lines, write_lines_atomic
+
+TOKENIZERS = {"en": "moses", "de": "moses", "fr": "moses", "zh": "jieba", "ja": "mecab"}
+
+_TOK = None
+
+
+def _init_tokenizer(lang, tool):
+    global _TOK
+    if tool == "moses":
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+        norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+        # as fairseq's prepare-wmt14en2de.sh: normalise punctuation, tokenizer.perl -a
+        _TOK = lambda s: tok.tokenize(norm.normalize(s), aggressive_dash_splits=True,
+                                      escape=False, return_str=True)
+    elif tool == "moses-plain":  # tokenizer.perl without -a: for tokenised BLEU as the papers report it
+        from sacremoses import MosesTokenizer
+        tok = MosesTokenizer(lang=lang)
+        _TOK = lambda s: tok.tokenize(s, escape=False, return_str=True)
+    elif tool == "jieba":
+        import logging
+
+        import jieba
+        jieba.setLogLevel(logging.WARNING)
+        _TOK = lambda s: " ".join(w for w in jieba.cut(s.strip()) if w.strip())
+    elif tool == "mecab":
+        import fugashi
+        tagger = fugashi.Tagger()
+        _TOK = lambda s: " ".join(w.surface for w in tagger(s.strip()))
+    elif tool == "kytea":
+        import Mykytea
+        kt = Mykytea.Mykytea("")
+        _TOK = lambda s: " ".join(kt.getWS(s.strip()))
+    else:
+        die(f"unknown tokenizer {tool!r}")
+
+
+def _tok_line(line):
+    return " ".join(_TOK(line).split())
+
+
+def cmd_tokenize(args):
+    """tokenize --lang L IN OUT [IN OUT ...]"""
+    tool = args.tool or TOKENIZERS.get(args.lang, "moses")
+    for inp, outp in pairs(args.files):
+        lines = read_lines(inp)
+        if args.workers > 1 and len(lines) > 10000:
+            with Pool(args.workers, initializer=_init_tokenizer, initargs=(args.lang, tool)) as pool:
+                out = pool.map(_tok_line, lines, chunksize=2000)
+        else:
+            _init_tokenizer(args.lang, tool)
+            out = [_tok_line(line) for line in lines]
+        write_lines_atomic(outp, out)
+
+
+def cmd_detok(args):
+    lines = read_lines(args.input)
+    if TOKENIZERS.get(args.lang, "moses") == "moses":
+        from sacremoses import MosesDetokenizer
+        md = MosesDetokenizer(lang=args.lang)
+        out = [md.detokenize(line.split()) for line in lines]
+    else:  # zh / ja: no spaces between words
+        out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]
+    write_lines_atomic(args.output, out)
+
+
+def cmd_split_compounds(args):
+    """Tokenised BLEU as the Transformer papers report it for En-De (fairseq's
+    compound_split_bleu.sh / tensor2tensor get_ende_bleu.sh): 'a-b' -> 'a ##AT##-##AT## b'."""
+    for inp, outp in pairs(args.files):
+        write_lines_atomic(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])

@@ -1,0 +1,47 @@
+"""Checks before any long work: the tools a recipe needs and the architecture it trains."""
+
+from .files import die
+
+# what to install when a tool is missing
+INSTALL_HINT = {
+    "moses": "pip install sacremoses",
+    "jieba": "pip install jieba",
+    "mecab": "pip install fugashi unidic-lite",
+    "kytea": "pip install kytea (needs the KyTea C++ library and a model) or use TOKENIZER_JA=mecab",
+    "subword-nmt": "pip install subword-nmt",
+    "sentencepiece": "pip install sentencepiece",
+    "fairseq": "bash scripts/setup_env.sh (installs fairseq into .venv)",
+    "sacrebleu": "pip install sacrebleu",
+}
+
+
+def _tool_module(tool: str) -> str:
+    return {"moses": "sacremoses", "jieba": "jieba", "mecab": "fugashi", "kytea": "Mykytea",
+            "subword-nmt": "subword_nmt", "sentencepiece": "sentencepiece", "fairseq": "fairseq",
+            "sacrebleu": "sacrebleu"}[tool]
+
+
+def cmd_check_tools(args):
+    missing = []
+    for tool in args.tools:
+        try:
+            import importlib.util
+            if importlib.util.find_spec(_tool_module(tool)) is None:
+                raise ImportError(f"no module named {_tool_module(tool)!r}")
+            if tool == "mecab":
+                import fugashi
+                fugashi.Tagger()  # needs a dictionary (unidic-lite)
+        except Exception as e:  # ImportError, or a MeCab without dictionary
+            missing.append(f"  {tool}: {type(e).__name__}: {e}\n    fix: {INSTALL_HINT[tool]}")
+    if missing:
+        die("missing tools:\n" + "\n".join(missing))
+
+
+def cmd_check_arch(args):
+    import fairseq_attn_plugins  # noqa: F401  registers the architectures
+    from fairseq.models import ARCH_MODEL_REGISTRY
+    if args.arch not in ARCH_MODEL_REGISTRY:
+        ours = sorted(a for a in ARCH_MODEL_REGISTRY if a.startswith("transformer_") and
+                      (a.endswith("_wmt_en_de") or a.endswith("_wmt_en_de_big")))
+        die(f"unknown ARCH={args.arch!r}. Set ARCH to a registered architecture, e.g. one of:\n  "
+            + "\n  ".join(ours))

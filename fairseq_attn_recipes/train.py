@@ -1,0 +1,56 @@
+"""fairseq-train with the run record: ``python -m fairseq_attn_recipes.train ARGS`` takes
+fairseq-train's arguments (the recipes' train.sh launches it in place of ``fairseq_cli.train``,
+under torchrun and for every gloo rank alike).
+
+Before training, fairseq's own resolution of ARGS (architecture defaults, ``--user-dir``) is
+compared with the run record of ``--save-dir`` (:func:`manifest.start_run`): another run is
+refused with the differences named (exit 2), a run trained to ``--max-update`` before is not
+trained again (exit 10: fairseq 0.12 would make one more update and rewrite its last
+checkpoint), the same run with a larger ``--max-update`` continues and the training is
+recorded. After training, the checkpoints saved are recorded with the update number each
+holds. Every rank checks; only rank 0 writes the record. Done in the training process itself,
+so the record costs no second start of torch and fairseq.
+"""
+
+import os
+import sys
+
+from . import manifest
+
+SKIPPED = 10
+
+
+def is_rank0(cfg) -> bool:
+    for var in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "0") != "0":
+            return False
+    return (cfg.distributed_training.distributed_rank or 0) == 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg = manifest.resolve_train_args(argv)
+    rank0 = is_rank0(cfg)
+    try:
+        if not manifest.start_run(cfg, write=rank0):
+            print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update} "
+                  f"with the same settings: not trained again", file=sys.stderr)
+            return SKIPPED
+    except manifest.RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from fairseq_cli import train as fairseq_train
+
+    sys.argv = [sys.argv[0]] + list(argv)
+    fairseq_train.cli_main()
+    if rank0:
+        try:
+            manifest.finish_run(cfg.checkpoint.save_dir)
+        except manifest.RecordError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,7 @@ from ..reporting import figures
 from ..reporting import table1
 from ..reporting.files import write_json_atomic, write_text_atomic
 from ..reporting.metrics import METRICS_HELP, parse_metrics
-from .significance import load_comet
+from .significance import load_comet, print_comet_hint
 from ..reporting.runs import Run, check_distinct
 
 
@@ -63,6 +63,7 @@ def cmd_table1(args) -> None:
         write_text_atomic(md + "\n", args.md)
     if args.json:
         write_json_atomic(table, args.json)
+    print_comet_hint("fairseq-attn-paper table1", comet)
 
 
 def cmd_figure2(args) -> None:

@@ -32,7 +32,7 @@ from ..reporting.files import check_output_paths, write_json_atomic, write_text_
 from ..reporting.results import collect, format_markdown
 from ..reporting.metrics import check_tokenize, parse_metrics
 from ..reporting.significance import check_counts
-from .significance import add_metric_args, load_comet
+from .significance import add_metric_args, load_comet, print_comet_hint
 
 
 def main(argv=None) -> int:
@@ -87,6 +87,7 @@ def main(argv=None) -> int:
         write_text_atomic(md + "\n", args.md)
     if args.json:
         write_json_atomic(table, args.json)
+    print_comet_hint("fairseq-attn-results", comet)
     return 0
 
 

@@ -30,14 +30,18 @@ def add_metric_args(p: argparse.ArgumentParser) -> None:
 
 def load_comet(args, prog: str, needs_src: bool = True):
     """The COMET scorer when COMET_MODEL is set (loaded before any other work), else None
-    with one line on stderr saying how to enable it."""
+    (:func:`print_comet_hint` then says how to enable it, once the results are out)."""
     path = comet_metric.model_path_from_env()
     if path is None:
-        print(f"{prog}: {comet_metric.ENABLE_HINT}", file=sys.stderr)
         return None
     if needs_src and not getattr(args, "src", None):
         raise ValueError("COMET_MODEL is set: give the source sentences with --src FILE (COMET reads them)")
     return comet_metric.load(path, batch_size=args.comet_batch_size)
+
+
+def print_comet_hint(prog: str, comet) -> None:
+    if comet is None:
+        print(f"{prog}: {comet_metric.ENABLE_HINT}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
@@ -88,6 +92,7 @@ def main(argv=None) -> int:
     print("\n".join(legend_lines(result)))
     if args.json:
         write_json_atomic(result, args.json)
+    print_comet_hint(prog, comet)
     return 0
 
 

@@ -78,3 +78,31 @@ def test_a_checkpoint_that_does_not_load_is_one_line(tiny_comet, tmp_path):
             comet_metric.load(ckpt, gpus=0)
     finally:
         os.rename(encoder + ".away", encoder)
+
+
+def test_recipe_score_step_records_chrf_and_comet(tiny_comet, tmp_path, monkeypatch, capsys):
+    """evaluate.sh's score step: chrF++ (sacreBLEU, word order 2) beside BLEU, and COMET with
+    its segment scores when COMET_MODEL is set; a COMET_MODEL that does not load stops the
+    recipe's check-comet step with one line."""
+    from sacrebleu.metrics import CHRF
+
+    from fairseq_attn_recipes.__main__ import main as steps
+
+    paths, ckpt = tiny_comet
+    monkeypatch.setenv("COMET_MODEL", ckpt)
+    monkeypatch.setenv("COMET_GPUS", "0")
+    out = tmp_path / "scores.json"
+    steps(["score", "--hyp", str(paths["good"]), "--ref", str(paths["ref"]), "--src", str(paths["src"]),
+           "--output", str(out)])
+    scores = json.loads(out.read_text())
+    refs = paths["ref"].read_text().splitlines()
+    hyps = paths["good"].read_text().splitlines()
+    assert scores["chrf"] == round(CHRF(word_order=2).corpus_score(hyps, [refs]).score, 2)
+    assert "nw:2" in scores["chrf_signature"]
+    segs = comet_metric.load(ckpt, gpus=0).score_systems(paths["src"].read_text().splitlines(), refs, [hyps])[0]
+    assert scores["comet_segments"] == segs and scores["comet"] == pytest.approx(sum(segs) / len(segs), abs=1e-15)
+    monkeypatch.setenv("COMET_MODEL", str(tmp_path / "gone" / "model.ckpt"))
+    with pytest.raises(SystemExit) as e:
+        steps(["check-comet"])
+    assert e.value.code == 2
+    assert f"COMET_MODEL={tmp_path / 'gone' / 'model.ckpt'}: no such file" in capsys.readouterr().err

@@ -372,6 +372,8 @@ evaluate_main() {
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
   [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
   [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
+  "${STEPS[@]}" check-comet || exit 2
   local out="$SAVE_DIR/$EVAL_SUBSET"  # per subset: test and valid never share a file
   mkdir -p "$out"
   prepare_settings
@@ -409,7 +411,7 @@ evaluate_main() {
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --output "$out/scores.json"
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json"
   log "scores: $out/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 

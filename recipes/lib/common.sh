@@ -303,6 +303,16 @@ train_main() {
   if [[ $JOINT == 1 ]]; then args+=(--share-all-embeddings)
   elif [[ ${SHARE_DECODER_EMBED:-1} == 1 ]]; then args+=(--share-decoder-input-output-embed); fi
   [[ $FP16 == 1 ]] && args+=(--fp16)
+  # training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
+  if [[ ${TENSORBOARD:-1} == 1 ]]; then
+    "$PYTHON" -c 'import torch.utils.tensorboard' 2>/dev/null \
+      || die "TensorBoard logging needs the tensorboard package (pip install tensorboard), or set TENSORBOARD=0"
+    args+=(--tensorboard-logdir "${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}")
+  fi
+  if [[ -n ${WANDB_PROJECT:-} ]]; then
+    "$PYTHON" -c 'import wandb' 2>/dev/null || die "WANDB_PROJECT=$WANDB_PROJECT needs wandb (pip install wandb; wandb login)"
+    args+=(--wandb-project "$WANDB_PROJECT")
+  fi
   # shellcheck disable=SC2206
   args+=(${MODEL_ARGS:-} ${EXTRA_ARGS:-})
   local port=${MASTER_PORT:-$(( 20000 + RANDOM % 20000 ))}

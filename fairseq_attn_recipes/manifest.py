@@ -158,6 +158,8 @@ def identity_of_cfg(cfg) -> Dict:
     mt = training["max_tokens"]
     batch = {"max_tokens": mt, "update_freq": uf, "world_size": ws,
              "tokens_per_update_max": mt * uf * ws if None not in (mt, uf, ws) else None}
+    if model_flags.get("share_all_embeddings"):  # as fairseq's build_model sets it (and so a checkpoint holds it)
+        model_flags["share_decoder_input_output_embed"] = True
     model_flags["arch"] = arch
     return {"arch": arch, "model": model_flags, "training": training, "batch": batch,
             "seed": training["seed"],

@@ -9,9 +9,11 @@ trained again (exit 10: fairseq 0.12 would make one more update and rewrite its 
 checkpoint), the same run with a larger ``--max-update`` continues and the training is
 recorded. After training, the checkpoints saved are recorded with the update number each
 holds. Every rank checks; only rank 0 writes the record. Done in the training process itself,
-so the record costs no second start of torch and fairseq.
+on the configuration fairseq-train then trains with, so the record costs no second start of
+torch and fairseq and cannot describe another configuration than the one trained.
 """
 
+import logging
 import os
 import sys
 
@@ -29,6 +31,11 @@ def is_rank0(cfg) -> bool:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # fairseq-train's own log format, set before anything logs (the first message would
+    # otherwise install logging's default format, and train.log would not parse)
+    logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+                        datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
+                        stream=sys.stdout)
     cfg = manifest.resolve_train_args(argv)
     rank0 = is_rank0(cfg)
     try:
@@ -39,10 +46,14 @@ def main(argv=None) -> int:
     except manifest.RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    from fairseq.distributed import utils as distributed_utils
     from fairseq_cli import train as fairseq_train
 
-    sys.argv = [sys.argv[0]] + list(argv)
-    fairseq_train.cli_main()
+    if cfg.common.profile or cfg.common.use_plasma_view:  # fairseq-train's own setup for these
+        sys.argv = [sys.argv[0]] + list(argv)
+        fairseq_train.cli_main()
+    else:  # what fairseq-train's cli_main does, with the config resolved once
+        distributed_utils.call_main(cfg, fairseq_train.main)
     if rank0:
         try:
             manifest.finish_run(cfg.checkpoint.save_dir)

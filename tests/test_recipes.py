@@ -139,7 +139,8 @@ def test_missing_aspec_says_what_to_do(tmp_path):
 # ------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
 def ende(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ende")
+    d = tmp_path_factory.mktemp("ende") / "a folder with spaces"  # every path is quoted
+    d.mkdir()
     env = recipe_data.write_pair(str(d / "data"), "en", "de")
     env["WORK"] = str(d / "work")
     # an interrupted prepare: binarisation fails half-way (bad option), earlier steps are kept
@@ -163,32 +164,75 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
 
     run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
     save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
-    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4"))  # resumes
+    record = lambda: json.load(open(os.path.join(save, "run.json")))
+    # the run record: fairseq's resolved flags, data-bin, seed, effective batch, code, checkpoints
+    rec = record()
+    assert rec["arch"] == "transformer_attn_wmt_en_de" and rec["seed"] == 1
+    assert rec["model"]["encoder_embed_dim"] == 32 and rec["model"]["dropout"] == 0.1  # MODEL_ARGS, arch default
+    assert rec["batch"] == {"max_tokens": 400, "update_freq": 8, "world_size": 1, "tokens_per_update_max": 3200}
+    assert rec["data"]["data_id"] == json.load(open(os.path.join(work, "data-bin", "prepare.json")))["data_id"]
+    assert rec["code"]["fairseq_attn_plugins"] and rec["code"]["torch"] == torch.__version__
+    assert rec["num_updates"] == 2 and rec["checkpoints"]
+    import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint classes for torch.load
+    for name, info in rec["checkpoints"].items():  # each file's own update number
+        state = torch.load(os.path.join(save, name))
+        assert info["num_updates"] == state["optimizer_history"][-1]["num_updates"], name
+    # a changed model flag: refused with the difference named, with or without a longer MAX_UPDATE
+    for max_update in ("2", "4"):
+        p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE=max_update, MODEL_ARGS=TINY_MODEL + " --dropout 0.3"),
+                check=False)
+        assert p.returncode == 2 and "dropout: 0.1 recorded, 0.3 now" in p.stdout, p.stdout[-2000:]
+        assert "holds another run" in p.stdout and "SAVE_DIR=<new folder>" in p.stdout
+        assert record()["num_updates"] == 2 and len(record()["trainings"]) == 1  # nothing trained
+    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
+    assert "trained before to MAX_UPDATE=2 with the same settings: skipped" in p.stderr
+    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4"))  # the same run, longer: resumes
     assert "resuming from" in p.stderr
+    rec = record()
+    assert [(t["max_update"], t["from_update"], t["to_update"]) for t in rec["trainings"]] == [(2, 0, 2), (4, 2, 4)]
     log = open(os.path.join(save, "train.log"), encoding="utf-8").read()
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
     assert '"train_num_updates": "4"' in log
+    assert re.search(r"\| INFO \| train_inner \| \{", log)  # fairseq-train's own log format (parsed by the tables)
     assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
     # TensorBoard logs by default, beside the checkpoints
     events = [f for _, _, fs in os.walk(os.path.join(save, "tensorboard")) for f in fs if "tfevents" in f]
     assert events and "--tensorboard-logdir" in log
 
     p = run("wmt14_en_de", "evaluate.sh", ende)
-    scores = json.load(open(os.path.join(save, "scores.json")))
+    scores = json.load(open(os.path.join(save, "test", "scores.json")))
     assert scores["signature"].startswith("nrefs:1|") and "tok:13a" in scores["signature"]
     assert 0.0 <= scores["sacrebleu"] <= 100.0 and "tokenized_bleu_compound_split" in scores
     assert scores["lenpen"] == 0.6 and scores["beam"] == 4
-    assert len(read(os.path.join(save, "hyp.txt"))) == len(read(os.path.join(work, "raw", "test.de")))
-    # the averaged checkpoint is built from the last update checkpoints
+    assert len(read(os.path.join(save, "test", "hyp.txt"))) == len(read(os.path.join(work, "raw", "test.de")))
+    # averaged: the last 2 save points, the final one included; here every save point falls on an
+    # epoch end (1 update per epoch), where fairseq writes checkpointE.pt and no checkpoint_E_U.pt
     assert len(read(os.path.join(save, "averaged_last2.pt.sources"))) == 2
+    test_eval = record()["evaluations"]["test"]
+    assert [(a["file"], a["num_updates"]) for a in test_eval["averaged"]] == [("checkpoint4.pt", 4), ("checkpoint3.pt", 3)]
+    assert test_eval["scores"]["bleu"]["score"] == scores["sacrebleu"]
+    assert test_eval["scores"]["tokenized_bleu"]["score"] == scores["tokenized_bleu"]
     # the score in the file is sacreBLEU's on the written files
     import sacrebleu
-    expect = sacrebleu.corpus_bleu(read(os.path.join(save, "hyp.txt")), [read(os.path.join(work, "raw", "test.de"))])
+    expect = sacrebleu.corpus_bleu(read(os.path.join(save, "test", "hyp.txt")), [read(os.path.join(work, "raw", "test.de"))])
     assert scores["sacrebleu"] == round(expect.score, 2)
     # chrF++ beside BLEU: sacreBLEU's chrF with word order 2, on the same files
-    chrf = sacrebleu.metrics.CHRF(word_order=2).corpus_score(read(os.path.join(save, "hyp.txt")),
+    chrf = sacrebleu.metrics.CHRF(word_order=2).corpus_score(read(os.path.join(save, "test", "hyp.txt")),
                                                              [read(os.path.join(work, "raw", "test.de"))])
     assert scores["chrf"] == round(chrf.score, 2) and "nw:2" in scores["chrf_signature"]
+    assert test_eval["scores"]["chrf"]["score"] == scores["chrf"]  # in the run record too
+
+    # the validation set: its own outputs; the test outputs are untouched
+    test_hyp = read(os.path.join(save, "test", "hyp.txt"))
+    run("wmt14_en_de", "evaluate.sh", dict(ende, EVAL_SUBSET="valid"))
+    assert read(os.path.join(save, "test", "hyp.txt")) == test_hyp
+    assert len(read(os.path.join(save, "valid", "hyp.txt"))) == len(read(os.path.join(work, "raw", "valid.de")))
+    evals = record()["evaluations"]
+    assert evals["test"] == test_eval and evals["valid"]["ref"] == os.path.join(work, "raw", "valid.de")
+    from fairseq_attn_plugins.reporting.runs import Run
+    for subset in ("test", "valid"):  # the reporting side picks the subset by its reference
+        hyp, ev = Run(save).hyp_for(os.path.join(work, "raw", f"{subset}.de"))
+        assert hyp == os.path.join(os.path.realpath(save), subset, "hyp.txt") and ev["subset"] == subset
 
 
 @pytest.mark.e2e

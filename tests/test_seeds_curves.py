@@ -188,10 +188,13 @@ def test_mean_std_matches_plain_reference():
         curves.mean_std([])
 
 
-def test_group_runs_by_system_and_seed():
+def test_group_runs_by_system_and_seed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     dirs = ["w/runs/transformer_attn_wmt_en_de_seed1", "w/runs/transformer_csan2d_wmt_en_de_seed1",
             "w/runs/transformer_attn_wmt_en_de_seed2/", "w/runs/transformer_csan2d_wmt_en_de_seed2",
             "w/runs/transformer_attn_wmt_en_de_seed10", "w/runs/chained_both"]
+    for d in dirs + ["x/a_seed1", "y/a_seed1"]:
+        os.makedirs(d)
     groups = seeds.group_runs(seeds.default_names(dirs), dirs)
     assert list(groups) == ["transformer_attn_wmt_en_de", "transformer_csan2d_wmt_en_de", "chained_both"]
     assert [s for s, _ in groups["transformer_attn_wmt_en_de"]] == [1, 2, 10]

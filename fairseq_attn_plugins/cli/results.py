@@ -5,22 +5,15 @@ each with its delta over the baseline and its significance mark (``*`` p < 0.05,
 the same resamples for every metric, for systems better than the baseline on that
 metric only; see :func:`fairseq_attn_plugins.reporting.metrics.metric_mark`).
 
-A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
-``evaluate.sh``) holds:
-
-* ``train.log`` -- fairseq-train's log (``--log-format json``): parameter count,
-  per-epoch training speed and losses;
-* ``hyp.txt``   -- detokenised test translations, one per line, in test-set order;
-* ``scores.json`` (recipes' evaluate.sh, optional) -- the tokenised BLEU the papers report
-  (compound-split for En-De) and the number of training pairs, shown as two more columns.
-
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
 [--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]``.
 
 Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
 one row per system with every metric as mean ± sample std (n-1) and a mark only when
-every seed pair against the baseline is significant on that metric (:mod:`fairseq_attn_plugins.reporting.seeds`).
-``--curves FILE.png``: learning curves of every run (:mod:`fairseq_attn_plugins.reporting.curves`).
+every seed pair against the baseline is significant on that metric.
+
+What a run directory holds, which translations are scored, several seeds and the identity
+checks (the same run twice, runs trained differently): :mod:`fairseq_attn_plugins.reporting.results`.
 """
 
 import argparse
@@ -39,7 +32,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="fairseq-attn-results", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=seeds.HELP)
     p.add_argument("--ref", help="detokenised reference of the test set (required unless only --curves)")
-    p.add_argument("runs", nargs="+", help="run directories (train.log + hyp.txt); the first is the baseline")
+    p.add_argument("runs", nargs="+", help="run directories (train.log, and run.json or hyp.txt); the first is the baseline")
     p.add_argument("--names", nargs="+", help="system names (default: run directory names without a "
                    "'_seed<N>' suffix); runs with the same name are seeds of one system: BLEU is then "
                    "printed as mean ± sample std (n-1) over seeds, and marked significant only if it is so "

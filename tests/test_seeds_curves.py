@@ -249,6 +249,14 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
         if name != "base":
             assert row["delta"] == pytest.approx(m - rows["base"]["bleu_mean"])
             assert len(row["pairs"]) == 2 * row["n_seeds"]  # every (seed, baseline seed) pair
+        # chrF++ over seeds too: sacreBLEU's chrF (word order 2) per seed, mean ± sample std
+        chrf = [sacrebleu.metrics.CHRF(word_order=2).corpus_score(
+            open(os.path.join(d, "hyp.txt")).read().splitlines(), [refs]).score
+            for d in dirs if os.path.basename(d).startswith(name + "_seed")]
+        cm, cs = plain_mean_std(chrf)
+        got = row["metrics"]["chrf"]
+        torch.testing.assert_close(torch.tensor([got["mean"], got["std"]], dtype=torch.float64),
+                                   torch.tensor([cm, cs], dtype=torch.float64))
     # the pair marks are the significance module's, on each pair's own p-values
     p = paired_tests(refs, [("b", open(os.path.join(dirs[0], "hyp.txt")).read().splitlines()),
                             ("g", open(os.path.join(dirs[2], "hyp.txt")).read().splitlines())],
@@ -257,6 +265,7 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
     assert pair["p_bootstrap"] == p["p_bootstrap"] and pair["p_ar"] == p["p_ar"]
     assert pair["mark"] == significance_mark([p["p_bootstrap"], p["p_ar"]]) != ""
     assert rows["good"]["mark"] == "**" and rows["good"]["pairs_marked"] == 6
+    assert rows["good"]["metrics"]["chrf"]["mark"] == "**" and rows["mixed"]["metrics"]["chrf"]["mark"] == ""
     # "mixed" beats the baseline on average, and its seed 1 beats both baseline seeds, but
     # its seed 2 equals baseline seed 2: one pair fails, so no mark
     same = next(x for x in rows["mixed"]["pairs"] if x["seed"] == 2 and x["baseline_seed"] == 2)

@@ -200,3 +200,13 @@ def test_comet_hint_and_bad_path_first(files, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COMET_MODEL", str(tmp_path / "nope.ckpt"))  # checked before the (missing) reference
     line = _error(capsys, [tmp_path / "missing_ref.txt", files["base"], files["good"], "--src", files["ref"]])
     assert f"COMET_MODEL={tmp_path / 'nope.ckpt'}: no such file" in line
+
+
+def test_marks_follow_each_metrics_direction():
+    """TER is better when lower: its mark asks for a lower TER; BLEU/chrF++/COMET higher."""
+    sig = {"p_bootstrap": 0.001, "p_ar": 0.002, "same_as_baseline": False}
+    assert M.metric_mark("ter", dict(sig, score=20.0), 25.0) == "**"
+    assert M.metric_mark("ter", dict(sig, score=30.0), 25.0) == ""
+    assert M.metric_mark("chrf", dict(sig, score=30.0), 25.0) == "**"
+    assert M.metric_mark("comet", dict(sig, score=0.80, p_ar=0.03), 0.79) == "*"
+    assert M.metric_mark("bleu", dict(sig, score=30.0, same_as_baseline=True), 25.0) == ""

@@ -153,7 +153,7 @@ def test_crlf_and_empty_lines(files, tmp_path, capsys):
     assert f"{empty}: 1 empty line(s) of 80 (line 4)" in err
 
 
-def _error(capsys, argv, env=None, monkeypatch=None):
+def _error(capsys, argv):
     rc = significance.main([str(a) for a in argv])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2

@@ -16,6 +16,12 @@ setup(
         "sacrebleu>=2.0",
         "numpy",
     ],
+    extras_require={
+        # COMET scores (reporting/comet.py). unbabel-comet pins numpy < 2 and protobuf < 5
+        # (pip installs numpy 1.26 beside torch 2.13, which supports it); its torchmetrics
+        # 0.10 imports pkg_resources, which setuptools >= 81 no longer ships.
+        "comet": ["unbabel-comet>=2.2,<3", "setuptools<81"],
+    },
     entry_points={
         "console_scripts": [
             "fairseq-attn-demo = fairseq_attn_plugins.cli.demo:main",

@@ -16,7 +16,7 @@ from .checkpoints import cmd_average
 from .corpora import cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
 from .manifest import finished_before
-from .scoring import cmd_hyps, cmd_score
+from .scoring import cmd_check_comet, cmd_hyps, cmd_score
 from .subwords import cmd_bpe_apply, cmd_bpe_learn
 from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize
 from .tools import INSTALL_HINT, cmd_check_arch, cmd_check_tools
@@ -79,7 +79,11 @@ def main(argv=None):
     p.add_argument("--record", action="append", help="JSON files merged into the scores")
     p.add_argument("--extra"); p.add_argument("--output", required=True)
     p.add_argument("--subset", default="test", help="the subset scored (recorded)")
-    p.add_argument("--run-dir", help="record the evaluation in this run's run.json"); p.set_defaults(fn=cmd_score)
+    p.add_argument("--run-dir", help="record the evaluation in this run's run.json")
+    p.add_argument("--src", help="source side of the subset (COMET reads it when COMET_MODEL is set)")
+    p.set_defaults(fn=cmd_score)
+    p = sub.add_parser("check-comet", help="COMET_MODEL, when set, loads (before any other work)")
+    p.set_defaults(fn=cmd_check_comet)
     p = sub.add_parser("finished-before", help="exit 0 if the run finished with these very fairseq-train "
                        "arguments (train.sh then starts nothing), else 1")
     p.add_argument("--save-dir", required=True)

@@ -1,4 +1,6 @@
-"""Scoring: hypotheses in test-set order from fairseq-generate, sacreBLEU and tokenised BLEU."""
+"""Scoring: hypotheses in test-set order from fairseq-generate; sacreBLEU's BLEU and chrF++,
+COMET when ``COMET_MODEL`` is set (:mod:`fairseq_attn_plugins.reporting.comet`), and the
+tokenised BLEU the papers report."""
 
 import json
 import os
@@ -19,15 +21,50 @@ def cmd_hyps(args):
     write_lines_atomic(args.output, [hyps[i] for i in range(args.n)])
 
 
+def cmd_check_comet(args):
+    """COMET_MODEL, when set, must load: checked before generation, one line if it does not."""
+    from fairseq_attn_plugins.reporting import comet
+
+    path = comet.model_path_from_env()
+    if path is None:
+        print(comet.ENABLE_HINT)
+        return
+    try:
+        comet.load(path)
+    except comet.CometError as e:
+        die(str(e))
+    print(f"COMET: {path} loads")
+
+
 def cmd_score(args):
     from sacrebleu.metrics import BLEU
-    hyp, ref = read_lines(args.hyp), read_lines(args.ref)
-    if len(hyp) != len(ref):
-        die(f"{args.hyp}: {len(hyp)} lines, reference {args.ref}: {len(ref)}")
+
+    from fairseq_attn_plugins.reporting import comet, metrics
+    from fairseq_attn_plugins.reporting.text_inputs import check_aligned, read_text_lines
+
+    scorer = None
+    try:
+        if comet.model_path_from_env():
+            scorer = comet.load(comet.model_path_from_env())
+            if not args.src:
+                die("COMET_MODEL is set: the score step needs --src (the subset's source side)")
+        hyp, ref = read_text_lines(args.hyp, "hypothesis"), read_text_lines(args.ref, "reference")
+        check_aligned(args.ref, ref, args.hyp, hyp)
+        metrics.check_tokenize(args.tokenize)
+    except ValueError as e:  # CometError included: one line naming the file or setting
+        die(str(e))
     bleu = BLEU(tokenize=args.tokenize)
     s = bleu.corpus_score(hyp, [ref])
     out = {"sacrebleu": round(s.score, 2), "signature": str(bleu.get_signature()), "sacrebleu_full": str(s),
            "hyp": os.path.abspath(args.hyp), "ref": os.path.abspath(args.ref)}
+    chrf = metrics.corpus_scores(ref, hyp, ["chrf"])["chrf"]  # chrF++: sacreBLEU's chrF, word order 2
+    out.update(chrf=round(chrf["score"], 2), chrf_signature=chrf["signature"], chrf_full=chrf["text"])
+    if scorer is not None:
+        src = read_text_lines(args.src, "source")
+        check_aligned(args.ref, ref, args.src, src)
+        segments = scorer.score_systems(src, ref, [hyp])[0]
+        out.update(comet=sum(segments) / len(segments), comet_signature=scorer.signature(),
+                   comet_segments=segments, src=os.path.abspath(args.src))
     if args.tok_hyp:
         # multi-bleu.perl on tokenised text: sacreBLEU's BLEU with tokenize=none
         tb = BLEU(tokenize="none", force=True)
@@ -65,6 +102,10 @@ def record_evaluation(run_dir: str, subset: str, scores: dict) -> None:
     rel = lambda path: os.path.relpath(os.path.realpath(path), run_real)
     metrics = {"bleu": {"score": scores["sacrebleu"], "signature": scores["signature"],
                         "full": scores["sacrebleu_full"]}}
+    metrics["chrf"] = {"score": scores["chrf"], "signature": scores["chrf_signature"], "full": scores["chrf_full"]}
+    if "comet" in scores:
+        metrics["comet"] = {"score": scores["comet"], "signature": scores["comet_signature"],
+                            "segments": scores["comet_segments"]}
     if "tokenized_bleu" in scores:
         metrics["tokenized_bleu"] = {"score": scores["tokenized_bleu"], "method": scores["tokenized_bleu_method"],
                                      "full": scores["tokenized_bleu_full"]}

@@ -22,4 +22,10 @@ if ! python -c 'import fairseq' 2>/dev/null; then
 fi
 pipq -r requirements.txt
 pipq --no-deps -e .
+# COMET (the comet extra): optional for users, installed here because the tests score with a
+# tiny COMET checkpoint; WITH_COMET=0 leaves it out. The installed torch is kept (constraint);
+# unbabel-comet brings numpy 1.26 (it pins numpy < 2), transformers and pytorch-lightning.
+if [[ ${WITH_COMET:-1} == 1 ]] && ! python -c 'import comet' 2>/dev/null; then
+  pipq -e ".[comet]" "torch==$(python -c 'import torch; print(torch.__version__.split("+")[0])')"
+fi
 python -c 'import fairseq_attn_plugins, fairseq, torch; print("ready: torch", torch.__version__, "fairseq", fairseq.__version__)' 2>&1 | grep -v tensorboardX

@@ -62,6 +62,19 @@ def test_results_table(tmp_path, capsys):
     assert table["rows"][0]["delta"] is None and better["params"] == 208576
     md = out_md.read_text()
     assert "| 2 | better | 208.6K |" in md and "**" in md
+    # chrF++ beside BLEU: sacreBLEU's chrF with word order 2, its delta and its own mark
+    for row in table["rows"]:
+        hyps = (tmp_path / row["system"] / "hyp.txt").read_text().splitlines()
+        chrf = sacrebleu.metrics.CHRF(word_order=2).corpus_score(hyps, [refs]).score
+        assert row["scores"]["chrf"]["score"] == pytest.approx(chrf, abs=1e-9)
+    assert better["marks"] == {"bleu": "**", "chrf": "**"}
+    assert better["deltas"]["chrf"] == pytest.approx(better["scores"]["chrf"]["score"]
+                                                     - table["rows"][0]["scores"]["chrf"]["score"])
+    head = md.splitlines()[0]
+    assert "| BLEU | Δ | chrF++ | Δ |" in head
+    assert f"| {better['scores']['chrf']['score']:.2f}** | {better['deltas']['chrf']:+.2f} |" in md
+    assert ("paired bootstrap resampling (1000 resamples) and paired approximate randomisation "
+            "(1000 trials)") in md and "chrF++ signature (bs): `nrefs:1|bs:1000|seed:12345" in md
     # a run without translations: clear error, nothing written
     os.remove(tmp_path / "better" / "hyp.txt")
     os.remove(out_json)

@@ -195,6 +195,9 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert '"train_num_updates": "4"' in log
     assert re.search(r"\| INFO \| train_inner \| \{", log)  # fairseq-train's own log format (parsed by the tables)
     assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
+    # TensorBoard logs by default, beside the checkpoints
+    events = [f for _, _, fs in os.walk(os.path.join(save, "tensorboard")) for f in fs if "tfevents" in f]
+    assert events and "--tensorboard-logdir" in log
 
     p = run("wmt14_en_de", "evaluate.sh", ende)
     scores = json.load(open(os.path.join(save, "test", "scores.json")))
@@ -213,6 +216,11 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     import sacrebleu
     expect = sacrebleu.corpus_bleu(read(os.path.join(save, "test", "hyp.txt")), [read(os.path.join(work, "raw", "test.de"))])
     assert scores["sacrebleu"] == round(expect.score, 2)
+    # chrF++ beside BLEU: sacreBLEU's chrF with word order 2, on the same files
+    chrf = sacrebleu.metrics.CHRF(word_order=2).corpus_score(read(os.path.join(save, "test", "hyp.txt")),
+                                                             [read(os.path.join(work, "raw", "test.de"))])
+    assert scores["chrf"] == round(chrf.score, 2) and "nw:2" in scores["chrf_signature"]
+    assert test_eval["scores"]["chrf"]["score"] == scores["chrf"]  # in the run record too
 
     # the validation set: its own outputs; the test outputs are untouched
     test_hyp = read(os.path.join(save, "test", "hyp.txt"))

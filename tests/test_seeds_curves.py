@@ -63,10 +63,31 @@ def test_curves_from_real_fairseq_log_with_bleu():
                                                        for st, _ in valid]
     assert [(p[0], p[2]) for p in c["valid_bleu"]] == [(int(st["valid_num_updates"]), float(st["valid_bleu"]))
                                                        for st, _ in valid]
-    # a validation point takes the wall time of the latest training record at or before it
+    # a validation point sits at its true time: interpolated by update between the training
+    # records around it (train_inner and the epoch's train record), or a record's at its update
+    times = {}  # update -> every training record's time at it
+    for st, off in inner:
+        times.setdefault(int(st["num_updates"]), []).append(off + float(st["wall"]))
+    for st, off in plain_records(BLEU_LOG, "train"):
+        times.setdefault(int(st["train_num_updates"]), []).append(off + float(st["train_wall"]))
     for u, wall, _ in c["valid_loss"]:
-        before = [float(st["wall"]) for st, _ in inner if int(st["num_updates"]) <= u]
-        assert wall == before[-1]
+        if u in times:
+            expect = max(times[u])
+        else:
+            u0 = max(x for x in times if x < u)
+            u1 = min(x for x in times if x > u)
+            expect = max(times[u0]) + (min(times[u1]) - max(times[u0])) * (u - u0) / (u1 - u0)
+        torch.testing.assert_close(wall, expect, rtol=0, atol=1e-12)
+    # consecutive validations (mid-epoch, then at the epoch's end) no longer share one time
+    walls = [w for _, w, _ in c["valid_loss"]]
+    assert walls == sorted(walls) and len(set(walls)) == len(walls)
+
+
+def test_interpolated_validation_time_between_training_records():
+    anchors = [(10, 0.0, 1.0), (20, 100.0, 1.0), (20, 130.0, 1.0), (40, 170.0, 1.0)]
+    pts = curves.place_on_wall_clock([(15, 0.0, 5.0), (20, 0.0, 4.0), (30, 0.0, 3.0), (50, 0.0, 2.0)], anchors)
+    assert pts == [(15, 50.0, 5.0), (20, 130.0, 4.0), (30, 150.0, 3.0), (50, 170.0, 2.0)]
+    assert curves.place_on_wall_clock([(5, 0.0, 1.0)], anchors) == [(5, 0.0, 1.0)]
 
 
 def test_curves_of_a_resumed_run_add_the_earlier_wall_time():
@@ -228,6 +249,14 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
         if name != "base":
             assert row["delta"] == pytest.approx(m - rows["base"]["bleu_mean"])
             assert len(row["pairs"]) == 2 * row["n_seeds"]  # every (seed, baseline seed) pair
+        # chrF++ over seeds too: sacreBLEU's chrF (word order 2) per seed, mean ± sample std
+        chrf = [sacrebleu.metrics.CHRF(word_order=2).corpus_score(
+            open(os.path.join(d, "hyp.txt")).read().splitlines(), [refs]).score
+            for d in dirs if os.path.basename(d).startswith(name + "_seed")]
+        cm, cs = plain_mean_std(chrf)
+        got = row["metrics"]["chrf"]
+        torch.testing.assert_close(torch.tensor([got["mean"], got["std"]], dtype=torch.float64),
+                                   torch.tensor([cm, cs], dtype=torch.float64))
     # the pair marks are the significance module's, on each pair's own p-values
     p = paired_tests(refs, [("b", open(os.path.join(dirs[0], "hyp.txt")).read().splitlines()),
                             ("g", open(os.path.join(dirs[2], "hyp.txt")).read().splitlines())],
@@ -236,6 +265,7 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
     assert pair["p_bootstrap"] == p["p_bootstrap"] and pair["p_ar"] == p["p_ar"]
     assert pair["mark"] == significance_mark([p["p_bootstrap"], p["p_ar"]]) != ""
     assert rows["good"]["mark"] == "**" and rows["good"]["pairs_marked"] == 6
+    assert rows["good"]["metrics"]["chrf"]["mark"] == "**" and rows["mixed"]["metrics"]["chrf"]["mark"] == ""
     # "mixed" beats the baseline on average, and its seed 1 beats both baseline seeds, but
     # its seed 2 equals baseline seed 2: one pair fails, so no mark
     same = next(x for x in rows["mixed"]["pairs"] if x["seed"] == 2 and x["baseline_seed"] == 2)

@@ -11,9 +11,10 @@ renamed, and a step is marked done in ``OUT/.done/`` only when complete):
                  default; ``--archs`` takes any registered architectures);
                  an interrupted training resumes from checkpoint_last.pt;
 5. generate   -- beam search on the test set, BPE removed;
-6. score      -- sacreBLEU, paired bootstrap + approximate randomisation against
-                 the first architecture, results table (markdown + JSON) and a
-                 learning-curve plot (PNG).
+6. score      -- BLEU and chrF++ (sacreBLEU), each with paired bootstrap + approximate
+                 randomisation against the first architecture and its own mark,
+                 results table (markdown + JSON) and a learning-curve plot (PNG);
+                 COMET too when COMET_MODEL points at a local checkpoint.
 
 The model sizes here are toy sizes; recipes/ has the papers' setups.
 """
@@ -31,6 +32,7 @@ from typing import Dict, List
 import fairseq_attn_plugins
 from fairseq_attn_plugins.toy_corpus import write_corpus
 
+from ..reporting import comet as comet_metric
 from ..reporting import table1
 from ..reporting.curves import plot_curves
 from ..reporting.files import write_json_atomic, write_text_atomic
@@ -89,6 +91,7 @@ class Pipeline:
                  train_args: List[str] = ()):
         self.out, self.p, self.archs, self.threads, self.seed = out_dir, profile, archs, threads, seed
         self.train_args = list(train_args)
+        self.comet = None  # a loaded COMET scorer (COMET_MODEL), loaded before any other work
         self.done_dir = os.path.join(out_dir, ".done")
         self.user_dir = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
         os.makedirs(self.done_dir, exist_ok=True)
@@ -238,7 +241,8 @@ class Pipeline:
     def score(self) -> None:
         runs = [(arch, self.path("runs", arch)) for arch in self.archs]
         table = collect(runs, self.path("corpus", f"test.{TGT}"),
-                        bs_samples=self.p["bs_samples"], ar_trials=self.p["ar_trials"])
+                        bs_samples=self.p["bs_samples"], ar_trials=self.p["ar_trials"], comet=self.comet,
+                        src_path=self.path("corpus", f"test.{SRC}") if self.comet else None)
         write_json_atomic(table, self.path("results.json"))
         write_text_atomic(format_markdown(table) + "\n", self.path("results.md"))
         plot_learning_curves(runs, self.path("learning_curve.png"))
@@ -255,7 +259,8 @@ class Pipeline:
             return
         t = table1.build_table([(by_arch[a], self.path("runs", a)) for a in self.archs],
                                self.path("corpus", f"test.{TGT}"), bs_samples=self.p["bs_samples"],
-                               ar_trials=self.p["ar_trials"])
+                               ar_trials=self.p["ar_trials"], comet=self.comet,
+                               src_path=self.path("corpus", f"test.{SRC}") if self.comet else None)
         write_json_atomic(t, self.path("table1.json"))
         write_text_atomic(table1.format_markdown(t) + "\n", self.path("table1.md"))
 
@@ -305,8 +310,11 @@ def main(argv=None) -> int:
         _check_settings(args.out_dir, settings)
         t0 = time.time()
         log(f"output in {os.path.abspath(args.out_dir)}; architectures: {', '.join(archs)}")
-        Pipeline(args.out_dir, profile, archs, args.threads, args.seed, shlex.split(args.train_args)).run_all()
-    except DemoError as e:
+        pipeline = Pipeline(args.out_dir, profile, archs, args.threads, args.seed, shlex.split(args.train_args))
+        if comet_metric.model_path_from_env():
+            pipeline.comet = comet_metric.load(comet_metric.model_path_from_env())
+        pipeline.run_all()
+    except (DemoError, comet_metric.CometError) as e:
         print(f"fairseq-attn-demo: error: {e}", file=sys.stderr)
         return 2
     with open(os.path.join(args.out_dir, "results.md"), encoding="utf-8") as f:

@@ -25,6 +25,8 @@ from typing import List, Tuple
 from ..reporting import figures
 from ..reporting import table1
 from ..reporting.files import write_json_atomic, write_text_atomic
+from ..reporting.metrics import METRICS_HELP, parse_metrics
+from .significance import load_comet, print_comet_hint
 from ..reporting.runs import Run, check_distinct
 
 
@@ -52,14 +54,18 @@ def cmd_table1(args) -> None:
     rows = table1.resolve_rows(args.rows)
     if args.rows.strip() == "all":  # the extra rows (RoPE, ALiBi, T5 bias) whose runs are there
         rows = table1.with_present_extras(rows, args.runs_dir, args.by)
+    metrics = parse_metrics(args.metrics)
+    comet = load_comet(args, "fairseq-attn-paper table1")
     table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, args.tokenize,
-                               args.bs_samples, args.ar_trials, base_size=not args.no_base_size)
+                               args.bs_samples, args.ar_trials, base_size=not args.no_base_size,
+                               metrics=metrics, comet=comet, src_path=args.src)
     md = table1.format_markdown(table)
     print(md)
     if args.md:
         write_text_atomic(md + "\n", args.md)
     if args.json:
         write_json_atomic(table, args.json)
+    print_comet_hint("fairseq-attn-paper table1", comet)
 
 
 def cmd_figure2(args) -> None:
@@ -120,6 +126,9 @@ def main(argv=None) -> int:
                    help="run directories are named by row key (recipes) or by architecture (demo)")
     p.add_argument("--no-base-size", action="store_true",
                    help="skip building each architecture at base size for the parameter column")
+    p.add_argument("--metrics", default="bleu,chrf", help=METRICS_HELP)
+    p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
+    p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")
     p.set_defaults(fn=cmd_table1)
 
     p = sub.add_parser("figure2", help="plot the window / head sweeps")

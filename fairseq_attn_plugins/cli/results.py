@@ -1,12 +1,16 @@
-"""``fairseq-attn-results``: collect finished runs into a table like Table 2 of
-the CSAN paper (Yang et al., 2019): system, #params, training speed, BLEU,
-delta over the baseline, and significance marks (``*`` p < 0.05, ``**`` p < 0.01
-in both paired bootstrap resampling and approximate randomisation, computed by
-sacreBLEU, for systems better than the baseline only; see
-:func:`fairseq_attn_plugins.reporting.significance.system_mark`).
+"""``fairseq-attn-results``: collect finished runs into a table that reads like a paper's:
+system, #params, training speed, BLEU, chrF++ and COMET (with COMET_MODEL and --src),
+each with its delta over the baseline and its significance mark (``*`` p < 0.05,
+``**`` p < 0.01 in both paired bootstrap resampling and approximate randomisation,
+the same resamples for every metric, for systems better than the baseline on that
+metric only; see :func:`fairseq_attn_plugins.reporting.metrics.metric_mark`).
 
-Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...]
-[--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]``.
+Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
+[--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]``.
+
+Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
+one row per system with every metric as mean ± sample std (n-1) and a mark only when
+every seed pair against the baseline is significant on that metric.
 
 What a run directory holds, which translations are scored, several seeds and the identity
 checks (the same run twice, runs trained differently): :mod:`fairseq_attn_plugins.reporting.results`.
@@ -19,7 +23,9 @@ from ..reporting import seeds
 from ..reporting.curves import plot_curves
 from ..reporting.files import check_output_paths, write_json_atomic, write_text_atomic
 from ..reporting.results import collect, format_markdown
+from ..reporting.metrics import check_tokenize, parse_metrics
 from ..reporting.significance import check_counts
+from .significance import add_metric_args, load_comet, print_comet_hint
 
 
 def main(argv=None) -> int:
@@ -34,7 +40,8 @@ def main(argv=None) -> int:
     p.add_argument("--curves", metavar="FILE.png", help="draw training/validation loss (and validation BLEU "
                    "if logged) against updates and wall-clock time from the runs' train.log; seeds as "
                    "mean ± std bands")
-    p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (zh for Chinese, ja-mecab for Japanese)")
+    p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
+    add_metric_args(p)
     p.add_argument("--bs-samples", type=int, default=1000)
     p.add_argument("--ar-trials", type=int, default=10000)
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
@@ -46,19 +53,24 @@ def main(argv=None) -> int:
     if not args.ref and not args.curves:
         p.error("--ref is required (unless only --curves is asked for)")
     try:
+        metrics = parse_metrics(args.metrics)
+        check_tokenize(args.tokenize)
         check_counts(args.bs_samples, args.ar_trials)
         check_output_paths(args.json, args.md)
         groups = seeds.group_runs(names, args.runs)
+        comet = load_comet(args, "fairseq-attn-results") if args.ref else None
         if args.curves:
             plot_curves([(n, [d for _, d in rs]) for n, rs in groups.items()], args.curves)
             print(f"learning curves: {args.curves}")
         if not args.ref:
             return 0
         if len(groups) < len(args.runs):  # several seeds of a system
-            table = seeds.collect_seeds(groups, args.ref, args.tokenize, args.bs_samples, args.ar_trials)
+            table = seeds.collect_seeds(groups, args.ref, args.tokenize, args.bs_samples, args.ar_trials,
+                                        metrics=metrics, comet=comet, src_path=args.src)
             md = seeds.format_markdown(table)
         else:
-            table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials)
+            table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials,
+                            metrics=metrics, comet=comet, src_path=args.src)
             md = format_markdown(table)
     except (FileNotFoundError, ValueError) as e:
         print(f"fairseq-attn-results: error: {e}", file=sys.stderr)
@@ -68,6 +80,7 @@ def main(argv=None) -> int:
         write_text_atomic(md + "\n", args.md)
     if args.json:
         write_json_atomic(table, args.json)
+    print_comet_hint("fairseq-attn-results", comet)
     return 0
 
 

@@ -19,9 +19,14 @@ Wall-clock time is fairseq's own ``wall`` meter (seconds since the process start
 seconds). fairseq restarts it when a run resumes, so each resume ("Loaded checkpoint ...
 @ K updates") adds the last time seen before it: the axis is the total time spent
 training, downtime excluded, time lost to an interruption included. The same resume
-truncates every curve to the updates <= K (the later, resumed records win). A
-validation point takes the wall time of the latest training record at or before
-its update (fairseq logs none for validation).
+truncates every curve to the updates <= K (the later, resumed records win).
+
+fairseq logs no wall time for validation. A validation point is placed at its true
+time (:func:`place_on_wall_clock`): interpolated by update between the training
+records (``train_inner`` and the epoch's ``train``) around it, or the time of a
+training record at its very update. Taking the latest earlier record's time instead
+would put consecutive validations (e.g. one mid-epoch and one at the epoch's end) at
+one time, and draw vertical drops in the wall-clock panels.
 
 Seeds as bands (:func:`seed_band`): mean and sample standard deviation (n - 1) over
 the seeds of one system at every update that all of them logged; the time axis of
@@ -91,7 +96,40 @@ def run_curves(path: str) -> Dict[str, List[Point]]:
             for key in valid:
                 if key in st:
                     _append(valid[key], (u, last_wall, float(st[key])))
+    anchors = inner + epoch_train
+    valid = {k: place_on_wall_clock(v, anchors) for k, v in valid.items()}
     return {"train_loss": inner or epoch_train, **valid}
+
+
+def place_on_wall_clock(points: Sequence[Point], anchors: Sequence[Point]) -> List[Point]:
+    """Validation points at their true time: the wall time interpolated linearly by update
+    between the training records (``anchors``) around each point (from the latest record
+    of the update before to the earliest of the update after); a point at the very update
+    of a training record takes the latest record's time (validation ran before it was
+    logged); before the first or after the last record, that record's time."""
+    if not anchors:
+        return list(points)
+    first: Dict[int, float] = {}
+    last: Dict[int, float] = {}
+    for u, wall, _ in anchors:
+        first[u] = min(wall, first.get(u, wall))
+        last[u] = max(wall, last.get(u, wall))
+    us = sorted(last)
+    out = []
+    for u, _, value in points:
+        earlier = [x for x in us if x < u]
+        later = [x for x in us if x > u]
+        if u in last:
+            wall = last[u]
+        elif not earlier:
+            wall = first[later[0]]
+        elif not later:
+            wall = last[earlier[-1]]
+        else:
+            u0, u1 = earlier[-1], later[0]
+            wall = last[u0] + (first[u1] - last[u0]) * (u - u0) / (u1 - u0)
+        out.append((u, wall, value))
+    return out
 
 
 def mean_std(values: Sequence[float]) -> Tuple[float, float]:
@@ -158,7 +196,7 @@ def plot_curves(groups: Sequence[Tuple[str, Sequence[str]]], png_path: str) -> D
                 xs = [x_of(b) for b in band]
                 mean = [b[2] for b in band]
                 ax.plot(xs, mean, color=color, marker="o" if len(band) < 30 else None, markersize=3,
-                                label=f"{name} (n={len(runs)})" if len(runs) > 1 else name)
+                        label=f"{name} (mean of {len(runs)} seeds)" if len(runs) > 1 else f"{name} (1 seed)")
                 if len(runs) > 1:
                     ax.fill_between(xs, [b[2] - b[3] for b in band], [b[2] + b[3] for b in band],
                                     color=color, alpha=0.25, linewidth=0)
@@ -170,7 +208,14 @@ def plot_curves(groups: Sequence[Tuple[str, Sequence[str]]], png_path: str) -> D
             ax.set_title(titles[c])
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-    fig.suptitle("bands: mean ± sample std (n-1) over seeds", fontsize=9)
+    n_runs = [len(runs) for _, runs in groups]
+    if max(n_runs) == 1:
+        title = "one seed per system: lines, no bands (seeds give mean ± std bands)"
+    elif min(n_runs) == 1:
+        title = "bands: mean ± sample std (n-1) over seeds; a system with one seed: a line without band"
+    else:
+        title = "bands: mean ± sample std (n-1) over seeds"
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     tmp = png_path + ".tmp.png"
     fig.savefig(tmp, dpi=100)

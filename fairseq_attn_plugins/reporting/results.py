@@ -1,9 +1,10 @@
-"""Finished runs collected into a table like Table 2 of
-the CSAN paper (Yang et al., 2019): system, #params, training speed, BLEU,
-delta over the baseline, and significance marks (``*`` p < 0.05, ``**`` p < 0.01
-in both paired bootstrap resampling and approximate randomisation, computed by
-sacreBLEU, for systems better than the baseline only; see
-:func:`fairseq_attn_plugins.reporting.significance.system_mark`).
+"""Finished runs collected into a table that reads like a paper's (Table 2 of the CSAN
+paper, Yang et al., 2019, with today's metrics): system, #params, training speed, BLEU,
+chrF++ and (with ``COMET_MODEL``) COMET, each with its delta over the baseline and its
+significance mark (``*`` p < 0.05, ``**`` p < 0.01 in both paired bootstrap resampling
+and approximate randomisation, the same resamples for every metric, for systems better
+than the baseline on that metric only; see :func:`.metrics.metric_mark`); the legend
+says which test and threshold made the marks, the signatures follow.
 
 A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 ``evaluate.sh``) holds:
@@ -33,9 +34,11 @@ seed pair against the baseline is significant (:mod:`fairseq_attn_plugins.report
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import metrics as M
 from .curves import read_log_records
 from .runs import Run, comparability, load_runs, trained_as
-from .significance import paired_tests, read_lines, system_mark
+from .significance import legend_lines, paired_tests, system_mark
+from .text_inputs import check_aligned, describe_empty, read_text_lines
 
 
 def parse_train_log(path: str) -> Dict:
@@ -83,9 +86,30 @@ def paper_scores(run: Run, evaluation: Dict) -> Dict:
                                            "train_data_partial")}
 
 
+def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Optional[str] = None,
+                 notes: Optional[list] = None) -> Tuple[list, List[list], Optional[list]]:
+    """(reference lines, [hypothesis lines of each (name, hyp path)], source lines or None),
+    every file checked (:mod:`.text_inputs`) before any scoring; notes on empty translations
+    are appended to ``notes``."""
+    refs = read_text_lines(ref_path, "reference")
+    sources = None
+    if src_path:
+        sources = read_text_lines(src_path, "source")
+        check_aligned(ref_path, refs, src_path, sources)
+    hyps = []
+    for _, path in named:
+        hyps.append(read_text_lines(path, "system output"))
+        check_aligned(ref_path, refs, path, hyps[-1])
+        if notes is not None and describe_empty(path, hyps[-1]):
+            notes.append(describe_empty(path, hyps[-1]))
+    return refs, hyps, sources
+
+
 def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a",
-            bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
-    """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict.
+            bs_samples: int = 1000, ar_trials: int = 10000, metrics: Sequence[str] = M.DEFAULT_METRICS,
+            comet=None, src_path: Optional[str] = None) -> Dict:
+    """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict: per row
+    BLEU's fields and, for every metric, ``scores`` / ``deltas`` / ``marks``.
 
     The same run given twice is an error; each run's translations are those of the subset
     evaluated against ``ref_path`` (:meth:`Run.hyp_for`); runs trained differently (updates,
@@ -96,29 +120,48 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             raise FileNotFoundError(f"run {name!r}: {os.path.join(d, 'train.log')} is missing "
                                     f"(train and evaluate the run first)")
     outputs = [info.hyp_for(ref_path) for info in infos]
-    refs = read_lines(ref_path)
-    systems = [(name, read_lines(hyp)) for (name, _), (hyp, _) in zip(runs, outputs)]
-    sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials)
+    notes: list = []
+    refs, hyps, sources = read_outputs([(name, hyp) for (name, _), (hyp, _) in zip(runs, outputs)],
+                                       ref_path, src_path, notes)
+    systems = [(name, h) for (name, _), h in zip(runs, hyps)]
+    sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet,
+                       sources=sources)
     rows, trained = [], []
-    base_bleu = sig["systems"][0]["bleu"]
+    base = sig["systems"][0]
+    base_bleu = base["bleu"]
     for (name, d), s, info, (hyp, ev) in zip(runs, sig["systems"], infos, outputs):
         log = parse_train_log(os.path.join(d, "train.log"))
         trained.append(trained_as(info, ev, log["num_updates"]))
+        is_base = s is base
         rows.append({
             "system": name, "run_dir": d, "hyp": hyp, "subset": ev.get("subset"),
             "params": log["params"], "train_wps": log["train_wps"],
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
-            "delta": None if name == runs[0][0] else s["bleu"] - base_bleu,
+            "delta": None if is_base else s["bleu"] - base_bleu,
             "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
             "mark": system_mark(s, base_bleu),  # better than the baseline only
+            "scores": s["scores"],
+            "deltas": {k: None if is_base else s["scores"][k]["score"] - base["scores"][k]["score"]
+                       for k in sig["metrics"]},
+            "marks": {k: "" if is_base else M.metric_mark(k, s["scores"][k], base["scores"][k]["score"])
+                      for k in sig["metrics"]},
             "epochs": log["epochs"], "trained": trained[-1],
         })
+        if "comet_segments" in s:
+            rows[-1]["comet_segments"] = s["comet_segments"]
         extra = paper_scores(info, ev)
         rows[-1].update(tok_bleu=extra.get("tokenized_bleu"), tok_bleu_method=extra.get("tokenized_bleu_method"),
                         train_pairs=extra.get("train_pairs"), train_data_partial=extra.get("train_data_partial"))
     mark_trained_differently(rows, trained)
-    return {"baseline": runs[0][0], "ref": ref_path, "signature": sig["signature"], "rows": rows,
+    return {"baseline": runs[0][0], "ref": ref_path, "src": src_path, "metrics": sig["metrics"],
+            "labels": sig["labels"], "signature": sig["signature"], "bs_samples": bs_samples,
+            "ar_trials": ar_trials, "notes": notes, "rows": rows,
             "comparability": comparability([n for n, _ in runs], trained)}
+
+
+def score_digits(key: str) -> int:
+    """COMET scores are printed as comet-score prints them (0.8531), the others x.xx."""
+    return 4 if key == "comet" else 2
 
 
 TRAINED_FIELDS = (("updates", "updates"), ("data_id", "data-bin"), ("tokens_per_update_max", "effective batch"))
@@ -149,17 +192,23 @@ def fmt_params(n: Optional[int]) -> str:
 
 def format_markdown(table: Dict) -> str:
     rows = table["rows"]
+    keys = table.get("metrics", ["bleu"])
+    labels = table.get("labels", {"bleu": "BLEU"})
     # recipe runs (scores.json): also the tokenised BLEU the papers report and the training pairs
     tok = any(r.get("tok_bleu") is not None for r in rows)
     pairs = any(r.get("train_pairs") is not None for r in rows)
     extra_head = (" Tok. BLEU |" if tok else "") + (" Train pairs |" if pairs else "")
     extra_rule = ("---:|" if tok else "") + ("---:|" if pairs else "")
-    out = ["| # | System | #Params | Speed (tok/s) | Speed (upd/s) | BLEU | Δ | p (bs) | p (ar) |" + extra_head,
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|" + extra_rule]
+    out = ["| # | System | #Params | Speed (tok/s) | Speed (upd/s) |" + "".join(f" {labels[k]} | Δ |" for k in keys)
+           + extra_head,
+           "|---|---|---:|---:|---:|" + "---:|---:|" * len(keys) + extra_rule]
     for i, r in enumerate(rows, 1):
-        delta = "-" if r["delta"] is None else f"{r['delta']:+.2f}"
-        p = lambda v: "-" if v is None else f"{v:.4f}"
         sp = lambda v, f: "?" if v is None else format(v, f)
+        cells = ""
+        for k in keys:
+            nd = score_digits(k)
+            d = r["deltas"][k]
+            cells += f" {r['scores'][k]['score']:.{nd}f}{r['marks'][k]} | {'-' if d is None else f'{d:+.{nd}f}'} |"
         extra = ""
         if tok:
             extra += f" {sp(r.get('tok_bleu'), '.2f')} |"
@@ -167,13 +216,14 @@ def format_markdown(table: Dict) -> str:
             extra += f" {sp(r.get('train_pairs'), ',d')}{' (partial)' if r.get('train_data_partial') else ''} |"
         dagger = " †" if r.get("trained_differently") else ""
         out.append(f"| {i} | {r['system']}{dagger} | {fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
-                   f"{sp(r['train_ups'], '.2f')} | {r['bleu']:.2f}{r['mark']} | {delta} | "
-                   f"{p(r['p_bootstrap'])} | {p(r['p_ar'])} |" + extra)
+                   f"{sp(r['train_ups'], '.2f')} |" + cells + extra)
     out.append("")
-    out.append(f"Baseline: {table['baseline']}. `*` / `**`: better than the baseline with "
-               "p < 0.05 / p < 0.01 in both paired bootstrap resampling and paired approximate "
-               "randomisation (sacreBLEU).")
-    out.append("BLEU: detokenised sacreBLEU (signatures below).")
+    legend = legend_lines({"systems": [{"name": table["baseline"]}], "metrics": keys,
+                           "bs_samples": table.get("bs_samples", 1000), "ar_trials": table.get("ar_trials", 10000),
+                           "signature": {}})
+    out += legend
+    out.append("BLEU and chrF++: detokenised sacreBLEU; COMET: mean segment score; p-values in --json "
+               "and in fairseq-attn-significance (signatures below).")
     if tok:
         methods = sorted({r["tok_bleu_method"] for r in rows if r.get("tok_bleu_method")})
         out.append("Tok. BLEU: tokenised BLEU as the papers report it (" + "; ".join(methods) + "); "
@@ -183,7 +233,11 @@ def format_markdown(table: Dict) -> str:
         out.append("Train pairs: sentence pairs after cleaning" +
                    (". The runs were trained on different amounts of data." if len(counts) > 1 else "."))
     out += comparability_lines(table)
-    for test, sigs in table["signature"].items():
-        for s in sigs.values():
-            out.append(f"sacreBLEU signature ({test}): `{s}`")
+    out += signature_lines(table["signature"])
+    out += table.get("notes", [])
     return "\n".join(out)
+
+
+def signature_lines(signature: Dict) -> list:
+    return [f"{metric} signature ({test}): `{s}`" for test, sigs in (signature or {}).items()
+            for metric, s in sigs.items()]

@@ -5,13 +5,15 @@ Run directories written with ``SEEDS="1 2 3"`` end in ``_seed<N>``
 name (by default the directory name without that suffix), keeping the order
 of first appearance: the first system is the baseline.
 
-* BLEU per system: mean ± sample standard deviation over its seeds (n - 1 in the
-  denominator, as Dufter et al. and most MT papers report; no std for one seed).
+* Every metric (BLEU, chrF++, COMET...) per system: mean ± sample standard deviation
+  over its seeds (n - 1 in the denominator, as Dufter et al. and most MT papers report;
+  no std for one seed).
 * Significance, all seed pairs: each seed of a system is tested against each seed
   of the baseline (paired bootstrap and approximate randomisation, through
-  :func:`fairseq_attn_plugins.reporting.significance.paired_tests`, marked by its
-  ``significance_mark``). The system gets a mark only if *every* pair is marked,
-  with the system better (a worse system gets none); the mark shown is the weakest of them. Pooling the outputs
+  :func:`fairseq_attn_plugins.reporting.significance.paired_tests`, every metric on
+  the same resamples, each pair marked by ``metrics.metric_mark``: only when the system
+  seed is better). The system gets a mark on a metric only if *every* pair is marked
+  (a worse system gets none); the mark shown is the weakest of them. Pooling the outputs
   of all seeds into one test would treat the variation between training runs as
   extra test sentences and so hide it; the all-pairs rule asks that the claim hold
   whichever seed of either system one had happened to train, which is what a
@@ -25,17 +27,19 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_recipes import manifest
 
+from . import metrics as M
 from .curves import mean_std
-from .results import comparability_lines, fmt_params, mark_trained_differently, parse_train_log
+from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
+                      score_digits, signature_lines)
 from .runs import comparability, load_runs, trained_as
-from .significance import paired_tests, read_lines, significance_mark
+from .significance import paired_tests
 
 HELP = """\
 several seeds: runs with the same name (default: the folder name without '_seed<N>')
-are seeds of one system. BLEU is printed as mean ± sample standard deviation (n-1)
-over seeds. A system is marked * / ** only if it is significant against the baseline
-(both paired tests, p < 0.05 / p < 0.01) for EVERY pair of a system seed and a
-baseline seed, all with the system better; the weakest mark is shown. Not pooled
+are seeds of one system. Every metric is printed as mean ±
+sample standard deviation (n-1) over seeds. A system is marked * / ** on a metric only if it is better than the
+baseline and significantly so (both paired tests, p < 0.05 / p < 0.01) for EVERY pair
+of a system seed and a baseline seed; the weakest mark is shown. Not pooled
 outputs: pooling counts the variation between training runs as extra test sentences
 and so hides it; every pair must hold whichever seeds one had trained."""
 
@@ -91,20 +95,23 @@ def _without_seed(rec: Dict) -> Dict:
     return out
 
 
-def all_pairs_mark(pairs: Sequence[Tuple[float, str]]) -> str:
-    """``pairs``: (BLEU delta, mark) of every (system seed, baseline seed) pair. The weakest
-    mark if every pair is marked and every delta is positive (better than the baseline: a
-    worse system never gets a mark, as in ``significance.system_mark``), else ''."""
+def all_pairs_mark(pairs: Sequence[Tuple[float, str]], higher_is_better: bool = True) -> str:
+    """``pairs``: (delta, mark) of every (system seed, baseline seed) pair on one metric. The
+    weakest mark if every pair is marked and every delta is in the better direction (a
+    worse system never gets a mark, as in ``metrics.metric_mark``), else ''."""
     if not pairs or any(m == "" for _, m in pairs):
         return ""
-    if not all(d > 0 for d, _ in pairs):
+    if not all((d > 0) if higher_is_better else (d < 0) for d, _ in pairs):
         return ""
     return min((m for _, m in pairs), key=_MARK_RANK.__getitem__)
 
 
 def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", ref_path: str,
-                  tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
-    """The table over seeds: one row per system, baseline (first group) first."""
+                  tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
+                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
+    """The table over seeds: one row per system, baseline (first group) first; per metric
+    (``row["metrics"][key]``) the scores per seed, mean ± std, delta, every pair's test and the
+    all-pairs mark; BLEU's also flattened (``bleu_mean``, ``bleu_std``, ``pairs``, ``mark``...)."""
     if len(groups) < 2:
         raise ValueError("need a baseline and at least one other system to compare")
     runs = [(name, seed, d) for name, rs in groups.items() for seed, d in rs]
@@ -114,30 +121,33 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
                                     f"(train and evaluate the run first)")
     infos = dict(zip([d for _, _, d in runs], load_runs([d for _, _, d in runs])))
     outputs = {d: infos[d].hyp_for(ref_path) for _, _, d in runs}  # the subset evaluated on ref_path
-    refs = read_lines(ref_path)
+    notes: list = []
+    refs, hyp_lists, sources = read_outputs([(name, outputs[d][0]) for name, _, d in runs], ref_path,
+                                            src_path, notes)
+    hyps = {d: h for (_, _, d), h in zip(runs, hyp_lists)}
     base_name = next(iter(groups))
     base_runs = [r for r in runs if r[0] == base_name]
     others = [r for r in runs if r[0] != base_name]
-    hyps = {d: read_lines(outputs[d][0]) for _, _, d in runs}
-    bleu: Dict[str, float] = {}
-    pairs: Dict[str, List[Dict]] = {name: [] for name in groups}
-    signature = None
+    score: Dict[str, Dict[str, float]] = {}
+    pairs: Dict[str, Dict[str, List[Dict]]] = {name: {} for name in groups}
+    res = None
     for _, b_seed, b_dir in base_runs:  # one call per baseline seed tests every other run against it
         res = paired_tests(refs, [(b_dir, hyps[b_dir])] + [(d, hyps[d]) for _, _, d in others],
-                           tokenize, bs_samples, ar_trials)
-        signature = signature or res["signature"]
-        bleu[b_dir] = res["systems"][0]["bleu"]
+                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources)
+        base_cells = res["systems"][0]["scores"]
+        score[b_dir] = {k: c["score"] for k, c in base_cells.items()}
         for (name, seed, d), s in zip(others, res["systems"][1:]):
-            bleu[d] = s["bleu"]
-            delta = s["bleu"] - bleu[b_dir]
-            pairs[name].append({
-                "seed": seed, "baseline_seed": b_seed, "delta": delta,
-                "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
-                # identical outputs get no mark (sacreBLEU's p-values are (count + 1) / (n + 1))
-                "mark": significance_mark([s.get("p_bootstrap"), s.get("p_ar")]) if abs(delta) > 1e-9 else "",
-            })
+            score[d] = {k: c["score"] for k, c in s["scores"].items()}
+            for k, cell in s["scores"].items():
+                pairs[name].setdefault(k, []).append({
+                    "seed": seed, "baseline_seed": b_seed, "delta": cell["score"] - base_cells[k]["score"],
+                    "p_bootstrap": cell.get("p_bootstrap"), "p_ar": cell.get("p_ar"),
+                    # better than this baseline seed, significantly (identical outputs: never)
+                    "mark": M.metric_mark(k, cell, base_cells[k]["score"]),
+                })
+    keys = res["metrics"]
     rows = []
-    base_mean = None
+    base_means: Dict[str, float] = {}
     trained, trained_names, row_trained = [], [], []
     for name, rs in groups.items():
         logs = [parse_train_log(os.path.join(d, "train.log")) for _, d in rs]
@@ -145,51 +155,70 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
         trained += ts
         trained_names += [name if seed is None else f"{name} seed {seed}" for seed, _ in rs]
         row_trained.append(ts)
-        scores = [bleu[d] for _, d in rs]
-        mean, std = mean_std(scores)
-        base_mean = mean if base_mean is None else base_mean
         wps = [lg["train_wps"] for lg in logs if lg["train_wps"] is not None]
         is_base = name == base_name
+        per_metric = {}
+        for k in keys:
+            values = [score[d][k] for _, d in rs]
+            mean, std = mean_std(values)
+            if is_base:
+                base_means[k] = mean
+            ps = pairs[name].get(k, [])
+            per_metric[k] = {
+                "per_seed": values, "mean": mean, "std": std if len(rs) > 1 else None,
+                "delta": None if is_base else mean - base_means[k], "pairs": ps,
+                "pairs_marked": None if is_base else sum(1 for p in ps if p["mark"]),
+                "mark": "" if is_base else all_pairs_mark([(p["delta"], p["mark"]) for p in ps],
+                                                          M.higher_is_better(k)),
+            }
+        b = per_metric["bleu"]
         rows.append({
             "system": name, "n_seeds": len(rs), "seeds": [s for s, _ in rs], "run_dirs": [d for _, d in rs],
             "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,
-            "bleu_per_seed": scores, "bleu_mean": mean, "bleu_std": std if len(rs) > 1 else None,
-            "delta": None if is_base else mean - base_mean,
-            "pairs": pairs[name],
-            "pairs_marked": None if is_base else sum(1 for p in pairs[name] if p["mark"]
-                                                     and (p["delta"] > 0) == (mean > base_mean)),
-            "mark": "" if is_base else all_pairs_mark([(p["delta"], p["mark"]) for p in pairs[name]]),
+            "bleu_per_seed": b["per_seed"], "bleu_mean": b["mean"], "bleu_std": b["std"], "delta": b["delta"],
+            "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
+            "metrics": per_metric,
         })
     for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
         per_seed = [{} for _ in range(len(ts) + 1)]
         mark_trained_differently(per_seed, [trained[0]] + ts)
         r["trained_differently"] = sorted({w for p in per_seed for w in p["trained_differently"]})
-    return {"baseline": base_name, "ref": ref_path, "signature": signature, "rows": rows,
-            "comparability": comparability(trained_names, trained),
+    return {"baseline": base_name, "ref": ref_path, "src": src_path, "metrics": keys, "labels": res["labels"],
+            "signature": res["signature"], "bs_samples": bs_samples, "ar_trials": ar_trials, "notes": notes,
+            "rows": rows, "comparability": comparability(trained_names, trained),
             "std": "sample standard deviation over seeds (n-1)",
             "significance": "all seed pairs against the baseline"}
 
 
 def format_markdown(table: Dict) -> str:
-    out = ["| # | System | Seeds | #Params | Speed (tok/s) | BLEU (mean ± std) | Δ | pairs sig. | BLEU per seed |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    keys = table.get("metrics", ["bleu"])
+    labels = table.get("labels", {"bleu": "BLEU"})
+    out = ["| # | System | Seeds | #Params | Speed (tok/s) |"
+           + "".join(f" {labels[k]} (mean ± std) | Δ | pairs sig. |" for k in keys) + " BLEU per seed |",
+           "|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---|"]
     for i, r in enumerate(table["rows"], 1):
-        std = "" if r["bleu_std"] is None else f" ± {r['bleu_std']:.2f}"
-        delta = "-" if r["delta"] is None else f"{r['delta']:+.2f}"
-        marked = "-" if r["pairs_marked"] is None else f"{r['pairs_marked']}/{len(r['pairs'])}"
         wps = "?" if r["train_wps"] is None else f"{r['train_wps']:.0f}"
+        cells = ""
+        for k in keys:
+            m = r["metrics"][k]
+            nd = score_digits(k)
+            std = "" if m["std"] is None else f" ± {m['std']:.{nd}f}"
+            delta = "-" if m["delta"] is None else f"{m['delta']:+.{nd}f}"
+            marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"
+            cells += f" {m['mean']:.{nd}f}{std}{m['mark']} | {delta} | {marked} |"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
         dagger = " †" if r.get("trained_differently") else ""
-        out.append(f"| {i} | {r['system']}{dagger} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} | "
-                   f"{r['bleu_mean']:.2f}{std}{r['mark']} | {delta} | {marked} | {per_seed} |")
+        out.append(f"| {i} | {r['system']}{dagger} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
+                   + f" {per_seed} |")
     out.append("")
-    out.append(f"Baseline: {table['baseline']}. BLEU: mean ± sample standard deviation (n-1) over seeds. "
-               "`*` / `**`: better or worse than the baseline with p < 0.05 / p < 0.01 in both paired "
-               "bootstrap resampling and paired approximate randomisation (sacreBLEU) for EVERY pair of a "
-               "system seed and a baseline seed, all with the system better (the weakest mark is shown); "
-               "'pairs sig.' counts the pairs that are.")
+    out.append(f"Baseline: {table['baseline']}. Scores: mean ± sample standard deviation (n-1) over seeds. "
+               f"`*` / `**` after a score: better than the baseline on that metric with p < 0.05 / p < 0.01 "
+               f"in both paired bootstrap resampling ({table.get('bs_samples', 1000)} resamples) and paired "
+               f"approximate randomisation ({table.get('ar_trials', 10000)} trials), the same resamples for "
+               f"every metric, for EVERY pair of a system seed and a baseline seed (the weakest mark is "
+               f"shown); an equal or worse system gets no mark. 'pairs sig.' counts the pairs in which "
+               f"the system seed is significantly better than the baseline seed.")
     out += comparability_lines(table)
-    for test, sigs in (table["signature"] or {}).items():
-        for s in sigs.values():
-            out.append(f"sacreBLEU signature ({test}): `{s}`")
+    out += signature_lines(table["signature"])
+    out += table.get("notes", [])
     return "\n".join(out)

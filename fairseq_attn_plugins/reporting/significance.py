@@ -1,40 +1,36 @@
 """Paired significance tests of one or more systems against a baseline, on
-detokenised text, with sacreBLEU's own implementation
-(:class:`sacrebleu.significance.PairedTest`, the code behind
-``sacrebleu --paired-bs`` / ``--paired-ar``):
+detokenised text, for every metric a paper reports: BLEU and chrF++ (TER on request)
+through sacreBLEU's own :class:`sacrebleu.significance.PairedTest` (the code behind
+``sacrebleu --paired-bs`` / ``--paired-ar``), and COMET when a checkpoint is given
+(:mod:`.comet`), with the same resamples (:mod:`.metrics`):
 
 * paired bootstrap resampling (Koehn, 2004), 1000 resamples by default;
 * paired approximate randomisation (Riezler and Maxwell, 2005), 10000 trials.
 
 Both use sacreBLEU's seed (``SACREBLEU_SEED``, default 12345), so the numbers
-equal those printed by ``sacrebleu REF -i BASE SYS --paired-bs`` on the same files,
-with one exception: a system whose per-sentence BLEU statistics equal the
-baseline's gets p = 1.0 (sacreBLEU counts the resamples with zero difference as
-wins and prints the smallest possible p, 1/(n+1), for identical systems).
+equal those printed by ``sacrebleu REF -i BASE SYS -m bleu chrf --chrf-word-order 2
+--paired-bs`` (or ``--paired-ar``) on the same files, with one exception: a system
+whose per-sentence statistics on a metric equal the baseline's gets p = 1.0 on it
+(sacreBLEU counts the resamples with zero difference as wins and prints the smallest
+possible p, 1/(n+1), for identical systems).
 
 The command line is ``fairseq-attn-significance`` (:mod:`fairseq_attn_plugins.cli.significance`).
 
-Marks (:func:`system_mark`, shared by ``fairseq-attn-results`` and the demo):
-``*`` / ``**`` only for a system that is BETTER than the baseline (higher
-BLEU) with p < 0.05 / p < 0.01 in both tests; a system that equals the
-baseline, or is worse, never gets a mark.
+Marks (:func:`system_mark` for BLEU, :func:`.metrics.metric_mark` for any metric; shared
+by ``fairseq-attn-results``, the demo and Table 1): ``*`` / ``**`` only for a system
+that is BETTER than the baseline on that metric with p < 0.05 / p < 0.01 in both
+tests; a system that equals the baseline, or is worse, never gets a mark.
 """
 
-import os
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from sacrebleu.metrics import BLEU
-from sacrebleu.significance import PairedTest
+from . import metrics as M
+from .text_inputs import read_text_lines
 
 
-def read_lines(path: str) -> List[str]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file (give detokenised text, one sentence per line)")
-    with open(path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
-    if not lines:
-        raise ValueError(f"{path}: empty file (give detokenised text, one sentence per line)")
-    return lines
+def read_lines(path: str, what: str = "text") -> List[str]:
+    """The shared reader (:mod:`.text_inputs`): one-line errors naming the file."""
+    return read_text_lines(path, what)
 
 
 def check_counts(bs_samples: int, ar_trials: int) -> None:
@@ -45,57 +41,59 @@ def check_counts(bs_samples: int, ar_trials: int) -> None:
 
 
 def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]]],
-                 tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
-    """Run paired bootstrap and approximate randomisation; ``systems[0]`` is the baseline.
+                 tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
+                 metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None,
+                 sources: Optional[Sequence[str]] = None) -> Dict:
+    """Run paired bootstrap and approximate randomisation on every metric; ``systems[0]``
+    is the baseline. ``comet``: a loaded :class:`.comet.CometScorer` (``sources`` then
+    required), adding the metric ``comet`` with its segment scores.
 
-    Returns ``{"signature": {...}, "systems": [{"name", "bleu", "bs_mean", "bs_ci",
-    "p_bootstrap", "p_ar", "same_as_baseline"}, ...]}``; the baseline has no p-values.
-    A system whose per-sentence statistics equal the baseline's has
-    ``same_as_baseline`` True and both p-values 1.0 (see the module docstring).
+    Returns ``{"metrics": [keys], "labels": {key: label}, "signature": {"bs"|"ar": {label:
+    signature}}, "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci",
+    "p_bootstrap", "p_ar", "same_as_baseline"}}, "comet_segments"?, and BLEU's cell
+    flattened: "bleu", "bs_mean", "bs_ci", "p_bootstrap", "p_ar", "same_as_baseline"}]}``;
+    the baseline has no p-values. Every number is a plain float (JSON-safe).
     """
     if len(systems) < 2:
         raise ValueError("need a baseline and at least one system to compare")
     if not refs:
         raise ValueError("the reference is empty")
     check_counts(bs_samples, ar_trials)
-    for name, hyps in systems:
-        if len(hyps) != len(refs):
-            raise ValueError(f"{name}: {len(hyps)} lines but the reference has {len(refs)}")
-    out = {"systems": [{"name": name} for name, _ in systems], "signature": {}}
-    per_sentence = [BLEU(tokenize=tokenize)._extract_corpus_statistics(list(hyps), [list(refs)])
-                    for _, hyps in systems]
-    for row, stats in zip(out["systems"][1:], per_sentence[1:]):
-        row["same_as_baseline"] = stats == per_sentence[0]
-    for test, n in (("bs", bs_samples), ("ar", ar_trials)):
-        metric = BLEU(tokenize=tokenize)
-        ps = PairedTest(list(systems), {"BLEU": metric}, references=[list(refs)],
-                        test_type=test, n_samples=n, n_jobs=1)
-        sigs, scores = ps()
-        out["signature"][test] = {k: v.format() for k, v in sigs.items()}
-        results = scores["BLEU"]
-        for row, res in zip(out["systems"], results):
-            row["bleu"] = res.score
-            if test == "bs":
-                row["bs_mean"], row["bs_ci"] = res.mean, res.ci
-                row["p_bootstrap"] = res.p_value
-            else:
-                row["p_ar"] = res.p_value
-    for row in out["systems"][1:]:
-        if row["same_as_baseline"]:  # no difference at all: nothing is significant
-            row["p_bootstrap"] = row["p_ar"] = 1.0
-    return out
+    M.check_tokenize(tokenize)
+    metrics = list(metrics)
+    if "bleu" not in metrics:
+        metrics = ["bleu"] + metrics  # the marks of every table start from BLEU
+    res = M.sacrebleu_paired_tests(refs, systems, metrics, tokenize, bs_samples, ar_trials)
+    labels = {k: M.label(k) for k in metrics}
+    signature = {"bs": {}, "ar": {}}
+    for key in metrics:
+        for test in ("bs", "ar"):
+            signature[test][labels[key]] = res["signature"][key][test]
+    out_rows = res["systems"]
+    if comet is not None:
+        if sources is None or len(sources) != len(refs):
+            raise ValueError("COMET needs the source sentences (one per reference line): give the source file")
+        segs = comet.score_systems(sources, refs, [hyps for _, hyps in systems])
+        cells = M.paired_mean_tests([(name, seg) for (name, _), seg in zip(systems, segs)], bs_samples, ar_trials)
+        for row, cell, seg in zip(out_rows, cells, segs):
+            row["scores"]["comet"] = cell
+            row["comet_segments"] = seg
+        metrics.append("comet")
+        labels["comet"] = "COMET"
+        seed = M.sacrebleu_seed()[1]
+        signature["bs"]["COMET"] = comet.signature(bs_samples=bs_samples, seed=seed)
+        signature["ar"]["COMET"] = comet.signature(ar_trials=ar_trials, seed=seed)
+    for row in out_rows:  # BLEU's cell flattened, as every table reads it
+        b = row["scores"]["bleu"]
+        row.update(bleu=b["score"], bs_mean=b.get("bs_mean"), bs_ci=b.get("bs_ci"),
+                   p_bootstrap=b.get("p_bootstrap"), p_ar=b.get("p_ar"))
+        if "same_as_baseline" in b:
+            row["same_as_baseline"] = b["same_as_baseline"]
+    return {"metrics": metrics, "labels": labels, "signature": signature, "systems": out_rows,
+            "bs_samples": bs_samples, "ar_trials": ar_trials, "tokenize": tokenize}
 
 
-def significance_mark(p_values: Sequence) -> str:
-    """'**' if every given p < 0.01, '*' if every p < 0.05, else ''."""
-    ps = [p for p in p_values if p is not None]
-    if not ps:
-        return ""
-    if max(ps) < 0.01:
-        return "**"
-    if max(ps) < 0.05:
-        return "*"
-    return ""
+significance_mark = M.significance_mark
 
 
 def system_mark(system: Dict, baseline_bleu: float) -> str:
@@ -109,12 +107,34 @@ def system_mark(system: Dict, baseline_bleu: float) -> str:
 
 
 def format_table(result: Dict) -> str:
-    lines = ["| system | BLEU | bootstrap mean ± 95% CI | p (bootstrap) | p (approx. rand.) |",
-             "|---|---:|---:|---:|---:|"]
-    base_bleu = result["systems"][0]["bleu"]
+    """One row per system; per metric its score (bootstrap mean ± 95% CI) with its mark,
+    and the two p-values; the legend and signatures are :func:`legend_lines`."""
+    keys = result.get("metrics", ["bleu"])
+    labels = result.get("labels", {"bleu": "BLEU"})
+    head = "| system |" + "".join(f" {labels[k]} (mean ± 95% CI) | p {labels[k]} (bs / ar) |" for k in keys)
+    lines = [head, "|---|" + "---:|---:|" * len(keys)]
+    base = result["systems"][0]["scores"]
+    fmt = lambda p: "-" if p is None else f"{p:.4f}"
     for row in result["systems"]:
-        p_bs, p_ar = row.get("p_bootstrap"), row.get("p_ar")
-        fmt = lambda p: "-" if p is None else f"{p:.4f}"
-        lines.append(f"| {row['name']}{system_mark(row, base_bleu)} | {row['bleu']:.2f} | "
-                     f"{row['bs_mean']:.2f} ± {row['bs_ci']:.2f} | {fmt(p_bs)} | {fmt(p_ar)} |")
+        cells = ""
+        for k in keys:
+            c = row["scores"][k]
+            nd = 4 if k == "comet" else 2
+            ci = "" if c.get("bs_mean") is None else f" ({c['bs_mean']:.{nd}f} ± {c['bs_ci']:.{nd}f})"
+            mark = M.metric_mark(k, c, base[k]["score"]) if row is not result["systems"][0] else ""
+            p = "-" if c.get("p_bootstrap") is None else f"{fmt(c.get('p_bootstrap'))} / {fmt(c.get('p_ar'))}"
+            cells += f" {c['score']:.{nd}f}{mark}{ci} | {p} |"
+        lines.append(f"| {row['name']} |" + cells)
     return "\n".join(lines)
+
+
+def legend_lines(result: Dict) -> List[str]:
+    """Which test and threshold made each mark, the baseline, and every signature."""
+    out = [f"Baseline: {result['systems'][0]['name']} (first row). " +
+           M.MARK_LEGEND.format(bs=result.get("bs_samples", 1000), ar=result.get("ar_trials", 10000))]
+    if "ter" in result.get("metrics", []):
+        out.append("TER: lower is better (its mark asks for a lower TER).")
+    for test, sigs in result["signature"].items():
+        for metric, sig in sigs.items():
+            out.append(f"{metric} signature ({test}): {sig}")
+    return out

@@ -29,7 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .results import collect, comparability_lines
+from .metrics import DEFAULT_METRICS
+from .results import collect, comparability_lines, score_digits, signature_lines
 from .runs import load_runs
 
 BASELINE = "baseline"
@@ -140,15 +141,18 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
 
 # ---------------------------------------------------------------- the table
 def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
-                bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True) -> Dict:
+                bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True,
+                metrics: Sequence[str] = DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
     """``runs``: (row, run_dir) with the baseline first; each run_dir holds ``train.log`` and
     its translations (see :mod:`fairseq_attn_plugins.reporting.results`). A run whose record
-    (or checkpoint) says it trained another architecture than its row's is an error naming both."""
+    (or checkpoint) says it trained another architecture than its row's is an error naming both.
+    Beside BLEU: chrF++ (and COMET with ``comet``), each with its delta and mark."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
     for (row, _), run in zip(runs, load_runs([d for _, d in runs])):  # the run record says what each run is
         run.expect(f"Table 1 row {row.key} ({row.name})", arch=row.arch)
-    table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials)
+    table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials,
+                    metrics=metrics, comet=comet, src_path=src_path)
     base = table["rows"][0]
     base_full = base_size_params(runs[0][0].arch) if base_size else None
     out_rows = []
@@ -168,7 +172,9 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
                    "delta": None if first or row.paper_bleu is None
                    else round(row.paper_bleu - ROWS[0].paper_bleu, 2)},
         ))
-    return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"], "rows": out_rows,
+    return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"],
+            "metrics": table["metrics"], "labels": table["labels"], "bs_samples": bs_samples,
+            "ar_trials": ar_trials, "notes": table["notes"], "rows": out_rows,
             "comparability": table["comparability"]}
 
 
@@ -196,9 +202,12 @@ def mark_arrow(mark: str, delta: Optional[float]) -> str:
 def format_markdown(table: Dict) -> str:
     # recipe runs (scores.json) also have the tokenised BLEU the paper reports
     tok = any(r.get("tok_bleu") is not None for r in table["rows"])
-    out = ["| Model | Parameter | Speed | BLEU | △ | p (bs / ar) |" + (" tok. BLEU | tok. △ |" if tok else "")
-           + " Parameter, base size | paper: Parameter | Speed | BLEU | △ |",
-           "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if tok else "") + "---:|---:|---:|---:|---:|"]
+    more = [k for k in table.get("metrics", ["bleu"]) if k != "bleu"]  # chrF++, COMET...
+    labels = table.get("labels", {})
+    out = ["| Model | Parameter | Speed | BLEU | △ | p (bs / ar) |" + "".join(f" {labels[k]} | △ |" for k in more)
+           + (" tok. BLEU | tok. △ |" if tok else "") + " Parameter, base size | paper: Parameter | Speed | BLEU | △ |",
+           "|---|---:|---:|---:|---:|---:|" + "---:|---:|" * len(more) + ("---:|---:|" if tok else "")
+           + "---:|---:|---:|---:|---:|"]
     base_tok = table["rows"][0].get("tok_bleu")
     for r in table["rows"]:
         first = r["params_delta"] is None
@@ -218,6 +227,12 @@ def format_markdown(table: Dict) -> str:
             p_speed = f"{pp['speed']:.2f}" if first else f"{pp['speed']:+.2f}"
             p_bleu = f"{pp['bleu']:.2f}"
             p_delta = "-" if first else f"{pp['delta']:+.2f}"
+        more_cells = ""
+        for k in more:
+            nd = score_digits(k)
+            d = r["deltas"][k]
+            more_cells += (f" {r['scores'][k]['score']:.{nd}f}{mark_arrow(r['marks'][k], d)} | "
+                           f"{'-' if d is None else f'{d:+.{nd}f}'} |")
         tok_cells = ""
         if tok:
             t = r.get("tok_bleu")
@@ -225,19 +240,21 @@ def format_markdown(table: Dict) -> str:
                 "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
         dagger = " †" if r.get("trained_differently") else ""
         out.append(f"| {r['label']}{dagger} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
-                   f"| {delta} | {pvals} |{tok_cells} {full} | {p_params} | {p_speed} | {p_bleu} | {p_delta} |")
+                   f"| {delta} | {pvals} |{more_cells}{tok_cells} {full} | {p_params} | {p_speed} | {p_bleu} | {p_delta} |")
     out += ["",
             "Parameter: the model's parameters (baseline) and the increase over the baseline; Speed: "
-            "training steps (updates) per second, and its difference; △: BLEU over the baseline. "
-            "↑/⇑ (↓/⇓): significantly better (worse) than the baseline, p < 0.05 / 0.01 in both paired "
-            "bootstrap resampling and paired approximate randomisation (sacreBLEU). "
+            "training steps (updates) per second, and its difference; △: the metric over the baseline. "
+            f"↑/⇑ after a score: better than the baseline on that metric with p < 0.05 / 0.01 in both paired "
+            f"bootstrap resampling ({table.get('bs_samples', 1000)} resamples) and paired approximate "
+            f"randomisation ({table.get('ar_trials', 10000)} trials), the same resamples for every metric "
+            "(sacreBLEU's seed); an equal or worse system gets no arrow. "
+            "BLEU and chrF++ (chrF, word order 2): detokenised sacreBLEU; COMET: mean segment score. "
             "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
             "\"Parameter, base size\": each architecture built at Transformer-base size with its "
             "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have."]
     out += comparability_lines(table)
-    for test, sigs in table["signature"].items():
-        for s in sigs.values():
-            out.append(f"sacreBLEU signature ({test}): `{s}`")
+    out += signature_lines(table["signature"])
+    out += table.get("notes", [])
     return "\n".join(out)
 
 

@@ -304,6 +304,16 @@ train_main() {
   if [[ $JOINT == 1 ]]; then args+=(--share-all-embeddings)
   elif [[ ${SHARE_DECODER_EMBED:-1} == 1 ]]; then args+=(--share-decoder-input-output-embed); fi
   [[ $FP16 == 1 ]] && args+=(--fp16)
+  # training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
+  if [[ ${TENSORBOARD:-1} == 1 ]]; then
+    "$PYTHON" -c 'import torch.utils.tensorboard' 2>/dev/null \
+      || die "TensorBoard logging needs the tensorboard package (pip install tensorboard), or set TENSORBOARD=0"
+    args+=(--tensorboard-logdir "${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}")
+  fi
+  if [[ -n ${WANDB_PROJECT:-} ]]; then
+    "$PYTHON" -c 'import wandb' 2>/dev/null || die "WANDB_PROJECT=$WANDB_PROJECT needs wandb (pip install wandb; wandb login)"
+    args+=(--wandb-project "$WANDB_PROJECT")
+  fi
   # shellcheck disable=SC2206
   args+=(${MODEL_ARGS:-} ${EXTRA_ARGS:-})
   # every node must use the same rendezvous port: torchrun's default 29500 unless MASTER_PORT
@@ -381,6 +391,8 @@ evaluate_main() {
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
   [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
   [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
+  "${STEPS[@]}" check-comet || exit 2
   local out="$SAVE_DIR/$EVAL_SUBSET"  # per subset: test and valid never share a file
   mkdir -p "$out"
   prepare_settings
@@ -418,7 +430,7 @@ evaluate_main() {
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --output "$out/scores.json"
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json"
   log "scores: $out/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 

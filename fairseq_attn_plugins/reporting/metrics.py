@@ -1,0 +1,270 @@
+"""The metrics an MT paper reports today, each with its paired significance tests.
+
+* **BLEU** (sacreBLEU, detokenised, ``--tokenize``), **chrF++** (sacreBLEU's chrF with
+  word n-grams of order 2: ``-m chrf --chrf-word-order 2``) and, with ``--metrics``,
+  **TER** (lower is better) are computed and tested through sacreBLEU's own
+  :class:`sacrebleu.significance.PairedTest`, all metrics in one call: the numbers equal
+  ``sacrebleu REF -i BASE SYS... -m bleu chrf --chrf-word-order 2 --paired-bs`` /
+  ``--paired-ar`` on the same files.
+* **Segment-mean metrics** (COMET, :mod:`.comet`): the system score is the mean of the
+  segment scores. Their paired tests (:func:`paired_mean_tests`) draw the very
+  resampling indices and coin flips that sacreBLEU draws for the same seed
+  (``SACREBLEU_SEED``, default 12345) and sentence count, so the p-values of every
+  metric come from the same resamples.
+
+Differences from sacreBLEU's output, each deliberate:
+
+* a system whose per-sentence statistics (or segment scores) equal the baseline's gets
+  ``p = 1.0`` and ``same_as_baseline`` (sacreBLEU counts zero differences as wins and
+  prints the smallest p, 1/(n+1), for two identical systems);
+* every number is a plain float: sacreBLEU computes chrF's resampled scores in float32,
+  and its own ``-f json`` writer crashes on them in paired mode.
+"""
+
+import logging
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+# key -> (label in tables, higher is better)
+SACREBLEU_METRICS = {"bleu": ("BLEU", True), "chrf": ("chrF++", True), "ter": ("TER", False)}
+DEFAULT_METRICS = ("bleu", "chrf")
+METRICS_HELP = ("comma-separated sacreBLEU metrics: bleu, chrf (chrF++: word order 2), ter "
+                "(default bleu,chrf; COMET is added with COMET_MODEL)")
+
+
+def tokenizers() -> List[str]:
+    return sorted(BLEU.TOKENIZERS)
+
+
+def check_tokenize(tokenize: str) -> None:
+    """``--tokenize`` must be one of sacreBLEU's tokenisers (one line, not a KeyError)."""
+    if tokenize not in BLEU.TOKENIZERS:
+        raise ValueError(f"--tokenize {tokenize}: unknown sacreBLEU tokeniser; one of {', '.join(tokenizers())}")
+
+
+def parse_metrics(spec) -> List[str]:
+    """``"bleu,chrf,ter"`` (or a list) -> checked metric keys, in the order given."""
+    names = [m.strip().lower() for m in (spec.split(",") if isinstance(spec, str) else spec) if m.strip()]
+    bad = [m for m in names if m not in SACREBLEU_METRICS]
+    if bad or not names:
+        raise ValueError(f"--metrics {','.join(bad) or repr(spec)}: one or more of {', '.join(SACREBLEU_METRICS)} "
+                         f"(COMET is added with COMET_MODEL=/path/to/checkpoint)")
+    if len(names) != len(set(names)):
+        raise ValueError(f"--metrics: a metric is listed twice ({','.join(names)})")
+    return names
+
+
+def make_metric(key: str, tokenize: str = "13a"):
+    """The sacreBLEU metric object of a key, configured as the CLI would be."""
+    if key == "bleu":
+        return BLEU(tokenize=tokenize)
+    if key == "chrf":
+        return CHRF(word_order=2)
+    if key == "ter":
+        return TER()
+    raise ValueError(f"unknown metric {key!r}")
+
+
+def label(key: str) -> str:
+    return SACREBLEU_METRICS[key][0] if key in SACREBLEU_METRICS else key.upper()
+
+
+def higher_is_better(key: str) -> bool:
+    return SACREBLEU_METRICS[key][1] if key in SACREBLEU_METRICS else True
+
+
+def corpus_scores(refs: Sequence[str], hyps: Sequence[str], metrics: Sequence[str] = DEFAULT_METRICS,
+                  tokenize: str = "13a") -> Dict[str, Dict]:
+    """``{key: {"score", "signature", "text"}}`` of one system (no resampling)."""
+    out = {}
+    for key in metrics:
+        metric = make_metric(key, tokenize)
+        s = metric.corpus_score(list(hyps), [list(refs)])
+        out[key] = {"score": float(s.score), "signature": metric.get_signature().format(),
+                    "text": s.format(signature=metric.get_signature().format())}
+    return out
+
+
+def _float(v) -> Optional[float]:
+    return None if v is None else float(v)
+
+
+def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]]],
+                           metrics: Sequence[str] = DEFAULT_METRICS, tokenize: str = "13a",
+                           bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
+    """Paired bootstrap and approximate randomisation of every sacreBLEU metric at once;
+    ``systems[0]`` is the baseline.
+
+    Returns ``{"metrics": [keys], "signature": {key: {"bs": str, "ar": str}},
+    "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci", "p_bootstrap",
+    "p_ar", "same_as_baseline"}}}]}``; the baseline has no p-values.
+    """
+    from sacrebleu.significance import PairedTest
+
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # its per-step INFO lines
+
+    if len(systems) < 2:
+        raise ValueError("need a baseline and at least one system to compare")
+    if not refs:
+        raise ValueError("the reference is empty")
+    check_tokenize(tokenize)
+    for name, hyps in systems:
+        if len(hyps) != len(refs):
+            raise ValueError(f"{name}: {len(hyps)} lines but the reference has {len(refs)}")
+    named = [(name, list(hyps)) for name, hyps in systems]
+    out = {"metrics": list(metrics), "signature": {k: {} for k in metrics},
+           "systems": [{"name": name, "scores": {k: {} for k in metrics}} for name, _ in named]}
+    for key in metrics:  # identical per-sentence statistics: no difference to test
+        stats = [make_metric(key, tokenize)._extract_corpus_statistics(hyps, [list(refs)]) for _, hyps in named]
+        for row, st in zip(out["systems"][1:], stats[1:]):
+            row["scores"][key]["same_as_baseline"] = st == stats[0]
+    for test, n in (("bs", bs_samples), ("ar", ar_trials)):
+        objs = {key: make_metric(key, tokenize) for key in metrics}
+        ps = PairedTest(named, {key: objs[key] for key in metrics}, references=[list(refs)],
+                        test_type=test, n_samples=n, n_jobs=1)
+        sigs, scores = ps()
+        # PairedTest keys its results by the score's own name (BLEU, chrF2++, TER), in our order
+        by_name = [k for k in scores if k != "System"]
+        for key, name in zip(metrics, by_name):
+            out["signature"][key][test] = sigs[name].format()
+            for row, res in zip(out["systems"], scores[name]):
+                cell = row["scores"][key]
+                cell["score"] = float(res.score)
+                if test == "bs":
+                    cell["bs_mean"], cell["bs_ci"] = _float(res.mean), _float(res.ci)
+                    cell["p_bootstrap"] = _float(res.p_value)
+                else:
+                    cell["p_ar"] = _float(res.p_value)
+    for row in out["systems"][1:]:
+        for cell in row["scores"].values():
+            if cell["same_as_baseline"]:
+                cell["p_bootstrap"] = cell["p_ar"] = 1.0
+    return out
+
+
+# -- segment-mean metrics (COMET): sacreBLEU's draws, reproduced ----------------------
+
+def sacrebleu_seed() -> Tuple[Optional[int], str]:
+    """(seed, as the signature prints it) from ``SACREBLEU_SEED`` (default 12345; 'none':
+    entropy from the OS, so nothing is reproducible and no draw is shared)."""
+    seed = os.environ.get("SACREBLEU_SEED", "12345")
+    return (None if seed.lower() == "none" else int(seed)), seed.lower()
+
+
+def bootstrap_indices(n_items: int, n_samples: int, comparison: bool = True) -> np.ndarray:
+    """The (n_samples, n_items) resampling indices sacreBLEU draws: in a comparison
+    (``_paired_bs_test``: ``default_rng(seed or None)``), or for the baseline's own
+    confidence interval (``_bootstrap_resample``: ``default_rng(seed)``; the two differ
+    only for seed 0)."""
+    seed, _ = sacrebleu_seed()
+    rng = np.random.default_rng((seed if seed else None) if comparison else seed)
+    return rng.choice(n_items, size=(n_samples, n_items), replace=True)
+
+
+def ar_selectors(n_items: int, n_trials: int) -> np.ndarray:
+    """The (n_trials, n_items) coin flips of sacreBLEU's ``_paired_ar_test`` (True: the
+    pseudo-system A takes the baseline's sentence)."""
+    seed, _ = sacrebleu_seed()
+    rng = np.random.default_rng(seed if seed else None)
+    return rng.integers(2, size=(n_trials, n_items), dtype=bool)
+
+
+def estimate_ci(scores: np.ndarray) -> Tuple[float, float]:
+    """sacreBLEU's bootstrap mean and 95% half-width (its ``estimate_ci``)."""
+    s = np.sort(scores)
+    lower = len(s) // 40
+    return float(s.mean()), float(0.5 * (s[len(s) - lower - 1] - s[lower]))
+
+
+def _p_value(stats: np.ndarray, real_difference: float) -> float:
+    """sacreBLEU's ``_compute_p_value``: (count of stats > difference + 1) / (n + 1)."""
+    return (int(np.sum(stats > real_difference)) + 1) / (len(stats) + 1)
+
+
+def _mean_stats(segments: Sequence[float]) -> np.ndarray:
+    """A segment-mean metric as sacreBLEU's sufficient statistics: (score, 1) per segment."""
+    return np.array([[float(v), 1.0] for v in segments], dtype=np.float64)
+
+
+def _mean_of(stats: np.ndarray) -> float:
+    total = stats.sum(axis=0)
+    return float(total[0]) / float(total[1])
+
+
+def _resampled_means(stats: np.ndarray, idxs: np.ndarray) -> np.ndarray:
+    """sacreBLEU's bootstrap arithmetic: float32 statistics, one sum per resample."""
+    stats32 = stats.astype("float32")
+    return np.array([float(s[0]) / float(s[1]) for s in (stats32[i].sum(0) for i in idxs)])
+
+
+def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_samples: int = 1000,
+                      ar_trials: int = 10000) -> List[Dict]:
+    """Paired bootstrap and approximate randomisation of a segment-mean metric, with
+    sacreBLEU's draws and arithmetic (its ``_paired_bs_test`` / ``_paired_ar_test`` on the
+    statistics (score, 1) per segment); ``segments[0]`` is the baseline.
+
+    Returns one dict per system, like a cell of :func:`sacrebleu_paired_tests`
+    (``score`` is the mean segment score).
+    """
+    base = _mean_stats(segments[0][1])
+    n = len(base)
+    for name, seg in segments:
+        if len(seg) != n:
+            raise ValueError(f"{name}: {len(seg)} segment scores but the baseline has {n}")
+    bs_idx = bootstrap_indices(n, bs_samples)
+    base_ci = estimate_ci(_resampled_means(base, bootstrap_indices(n, bs_samples, comparison=False)))
+    pos = ar_selectors(n, ar_trials)
+    neg = ~pos
+    base_bs = _resampled_means(base, bs_idx)
+    base_score = _mean_of(base)
+    out = [{"score": base_score, "bs_mean": base_ci[0], "bs_ci": base_ci[1]}]
+    for _, seg in segments[1:]:
+        sys_ = _mean_stats(seg)
+        score = _mean_of(sys_)
+        diff = abs(base_score - score)
+        sys_bs = _resampled_means(sys_, bs_idx)
+        sample_diffs = np.abs(sys_bs - base_bs)
+        shuf_a = pos @ base + neg @ sys_  # pseudo-system A: the baseline's segment where the coin says so
+        shuf_b = neg @ base + pos @ sys_
+        ar_diffs = np.abs(shuf_a[:, 0] / shuf_a[:, 1] - shuf_b[:, 0] / shuf_b[:, 1])
+        same = bool(np.array_equal(sys_, base))
+        mean, ci = estimate_ci(sys_bs)
+        out.append({"score": score, "bs_mean": mean, "bs_ci": ci,
+                    "p_bootstrap": 1.0 if same else _p_value(sample_diffs - sample_diffs.mean(), diff),
+                    "p_ar": 1.0 if same else _p_value(ar_diffs, diff),
+                    "same_as_baseline": same})
+    return out
+
+
+def significance_mark(p_values: Sequence) -> str:
+    """'**' if every given p < 0.01, '*' if every p < 0.05, else ''."""
+    ps = [p for p in p_values if p is not None]
+    if not ps:
+        return ""
+    if max(ps) < 0.01:
+        return "**"
+    if max(ps) < 0.05:
+        return "*"
+    return ""
+
+
+def is_better(key: str, score: float, baseline: float) -> bool:
+    return score > baseline if higher_is_better(key) else score < baseline
+
+
+def metric_mark(key: str, cell: Dict, baseline_score: float) -> str:
+    """The mark of one compared system on one metric: '*' / '**' only if it is better than
+    the baseline on that metric (higher, or lower for TER) with both paired tests at
+    p < 0.05 / p < 0.01; '' for the baseline, an identical system and a worse one."""
+    if cell.get("same_as_baseline", True) or not is_better(key, cell["score"], baseline_score):
+        return ""
+    return significance_mark([cell.get("p_bootstrap"), cell.get("p_ar")])
+
+
+MARK_LEGEND = ("`*` / `**` after a score: better than the baseline on that metric with p < 0.05 / "
+               "p < 0.01 in both paired bootstrap resampling ({bs} resamples) and paired approximate "
+               "randomisation ({ar} trials), the same resamples for every metric (sacreBLEU's seed); "
+               "an equal or worse system gets no mark.")

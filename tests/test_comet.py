@@ -1,0 +1,108 @@
+"""COMET for real, offline: a tiny checkpoint built here (tests/comet_tiny.py) scored by
+our commands and by unbabel-comet's own ``comet-score`` must give the same numbers."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("comet", reason="the comet extra is not installed (scripts/setup_env.sh installs it)")
+
+from fairseq_attn_plugins.cli import significance  # noqa: E402
+from fairseq_attn_plugins.reporting import comet as comet_metric  # noqa: E402
+from fairseq_attn_plugins.toy_corpus import make_corpus  # noqa: E402
+
+from comet_tiny import build_tiny_comet  # noqa: E402
+from test_significance import _noisy  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_comet(tmp_path_factory):
+    """The corpus files and a tiny COMET checkpoint whose tokenizer was trained on them."""
+    d = tmp_path_factory.mktemp("comet")
+    pairs = make_corpus(40, seed=11)
+    refs = [t for _, t in pairs]
+    files = {"src": [s for s, _ in pairs], "ref": refs, "base": _noisy(refs, 0.4, 1), "good": _noisy(refs, 0.1, 2)}
+    paths = {}
+    for name, lines in files.items():
+        paths[name] = d / f"{name}.txt"
+        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ckpt = build_tiny_comet(str(d / "tiny-comet"), files["src"] + refs)
+    return paths, ckpt
+
+
+def test_scores_equal_comet_score(tiny_comet, tmp_path, monkeypatch):
+    paths, ckpt = tiny_comet
+    monkeypatch.setenv("COMET_MODEL", ckpt)
+    monkeypatch.setenv("COMET_GPUS", "0")
+    out = tmp_path / "ours.json"
+    assert significance.main([str(paths["ref"]), str(paths["base"]), str(paths["good"]), "--src", str(paths["src"]),
+                              "--comet-batch-size", "8", "--bs-samples", "300", "--ar-trials", "300",
+                              "--json", str(out)]) == 0
+    ours = json.loads(out.read_text())
+    assert ours["metrics"] == ["bleu", "chrf", "comet"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    theirs_json = tmp_path / "theirs.json"
+    comet_score = os.path.join(os.path.dirname(sys.executable), "comet-score")
+    subprocess.run([comet_score, "-s", str(paths["src"]), "-t", str(paths["base"]), str(paths["good"]),
+                    "-r", str(paths["ref"]), "--model", ckpt, "--gpus", "0", "--batch_size", "8", "--quiet",
+                    "--only_system", "--to_json", str(theirs_json)], check=True, capture_output=True, env=env)
+    theirs = json.loads(theirs_json.read_text())
+    for row, key in zip(ours["systems"], ("base", "good")):
+        segs = [x["COMET"] for x in theirs[str(paths[key])]]
+        torch.testing.assert_close(torch.tensor(row["comet_segments"], dtype=torch.float64),
+                                   torch.tensor(segs, dtype=torch.float64), rtol=0, atol=0)
+        mean = sum(segs) / len(segs)  # comet-score's system score
+        torch.testing.assert_close(row["scores"]["comet"]["score"], mean, rtol=0, atol=1e-12)
+    good = ours["systems"][1]["scores"]["comet"]
+    assert 0 < good["p_bootstrap"] <= 1 and 0 < good["p_ar"] <= 1
+    assert "seed:12345" in ours["signature"]["bs"]["COMET"] and ckpt in ours["signature"]["bs"]["COMET"]
+
+
+def test_a_checkpoint_that_does_not_load_is_one_line(tiny_comet, tmp_path):
+    _, ckpt = tiny_comet
+    bad = tmp_path / "broken"
+    shutil.copytree(os.path.dirname(os.path.dirname(ckpt)), bad)
+    (bad / "checkpoints" / "model.ckpt").write_bytes(b"not a checkpoint")
+    with pytest.raises(comet_metric.CometError, match=r"COMET_MODEL=.*broken/checkpoints/model.ckpt: does not load"):
+        comet_metric.load(str(bad / "checkpoints" / "model.ckpt"), gpus=0)
+    # an encoder that is not available offline (here: its folder gone): named, never downloaded
+    encoder = os.path.join(os.path.dirname(os.path.dirname(ckpt)), "encoder")
+    os.rename(encoder, encoder + ".away")
+    try:
+        with pytest.raises(comet_metric.CometError, match=f"does not load .*encoder '{encoder}'.*downloads are off"):
+            comet_metric.load(ckpt, gpus=0)
+    finally:
+        os.rename(encoder + ".away", encoder)
+
+
+def test_recipe_score_step_records_chrf_and_comet(tiny_comet, tmp_path, monkeypatch, capsys):
+    """evaluate.sh's score step: chrF++ (sacreBLEU, word order 2) beside BLEU, and COMET with
+    its segment scores when COMET_MODEL is set; a COMET_MODEL that does not load stops the
+    recipe's check-comet step with one line."""
+    from sacrebleu.metrics import CHRF
+
+    from fairseq_attn_recipes.__main__ import main as steps
+
+    paths, ckpt = tiny_comet
+    monkeypatch.setenv("COMET_MODEL", ckpt)
+    monkeypatch.setenv("COMET_GPUS", "0")
+    out = tmp_path / "scores.json"
+    steps(["score", "--hyp", str(paths["good"]), "--ref", str(paths["ref"]), "--src", str(paths["src"]),
+           "--output", str(out)])
+    scores = json.loads(out.read_text())
+    refs = paths["ref"].read_text().splitlines()
+    hyps = paths["good"].read_text().splitlines()
+    assert scores["chrf"] == round(CHRF(word_order=2).corpus_score(hyps, [refs]).score, 2)
+    assert "nw:2" in scores["chrf_signature"]
+    segs = comet_metric.load(ckpt, gpus=0).score_systems(paths["src"].read_text().splitlines(), refs, [hyps])[0]
+    assert scores["comet_segments"] == segs and scores["comet"] == pytest.approx(sum(segs) / len(segs), abs=1e-15)
+    monkeypatch.setenv("COMET_MODEL", str(tmp_path / "gone" / "model.ckpt"))
+    with pytest.raises(SystemExit) as e:
+        steps(["check-comet"])
+    assert e.value.code == 2
+    assert f"COMET_MODEL={tmp_path / 'gone' / 'model.ckpt'}: no such file" in capsys.readouterr().err

@@ -1,0 +1,212 @@
+"""BLEU, chrF++ and TER with their paired tests equal the real sacreBLEU command line;
+COMET's tests draw sacreBLEU's resamples; bad input is one line naming the file."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from fairseq_attn_plugins.cli import significance
+from fairseq_attn_plugins.reporting import metrics as M
+from fairseq_attn_plugins.toy_corpus import make_corpus
+
+from test_significance import _noisy
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("metrics")
+    refs = [t for _, t in make_corpus(80, seed=5)]
+    paths = {}
+    for name, lines in (("ref", refs), ("base", _noisy(refs, 0.35, 1)), ("good", _noisy(refs, 0.2, 2)),
+                        ("close", _noisy(refs, 0.34, 4))):
+        paths[name] = d / f"{name}.txt"
+        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _sacrebleu_cli_table(files, test, n, metrics):
+    """The real ``sacrebleu REF -i BASE SYS... -m ... --paired-bs|--paired-ar`` text table
+    (its -f json crashes on chrF's float32), read back: {system: {metric: (score, p)}}."""
+    flag = ["--paired-bs", "--paired-bs-n", str(n)] if test == "bs" else ["--paired-ar", "--paired-ar-n", str(n)]
+    out = subprocess.run([sys.executable, "-m", "sacrebleu", str(files["ref"]), "-i", str(files["base"]),
+                          str(files["good"]), str(files["close"]), "-m", *metrics, "--chrf-word-order", "2",
+                          "-w", "6", "-f", "text"] + flag, check=True, capture_output=True, text=True).stdout
+    rows, names = [], None
+    for line in _ANSI.sub("", out).splitlines():
+        if "│" not in line:
+            continue
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if cells[0] == "System":
+            names = [re.sub(r" \(.*", "", c) for c in cells[1:]]
+        elif cells[0]:
+            rows.append([cells[0].replace("Baseline: ", ""), {}])
+            for name, c in zip(names, cells[1:]):
+                rows[-1][1][name] = [float(c.split()[0]), None]
+        else:  # the p-value line under a compared system
+            for name, c in zip(names, cells[1:]):
+                rows[-1][1][name][1] = float(re.search(r"p = ([0-9.]+)", c).group(1))
+    return rows
+
+
+@pytest.mark.parametrize("test,n,metrics", [("bs", 1000, ["bleu", "chrf", "ter"]), ("ar", 1000, ["bleu", "chrf"])])
+def test_every_metric_equals_sacrebleu_cli(files, tmp_path, test, n, metrics):
+    out_json = tmp_path / "sig.json"
+    rc = significance.main([str(files["ref"]), str(files["base"]), str(files["good"]), str(files["close"]),
+                            "--metrics", ",".join(metrics), "--bs-samples", "1000", "--ar-trials", str(n),
+                            "--json", str(out_json)])
+    assert rc == 0
+    ours = json.loads(out_json.read_text())  # plain floats: chrF's float32 would not serialise
+    cli = _sacrebleu_cli_table(files, test, n, metrics)
+    assert [name for name, _ in cli] == [s["name"] for s in ours["systems"]]
+    names = {"bleu": "BLEU", "chrf": "chrF2++", "ter": "TER"}
+    key = "p_bootstrap" if test == "bs" else "p_ar"
+    for (_, theirs), mine in zip(cli, ours["systems"]):
+        for m in metrics:
+            score, p = theirs[names[m]]
+            assert mine["scores"][m]["score"] == pytest.approx(score, abs=1e-6)  # -w 6 digits
+            if p is None:
+                assert mine["scores"][m].get(key) is None
+            else:  # sacreBLEU prints p with 4 decimals
+                assert mine["scores"][m][key] == pytest.approx(p, abs=5e-5 + 1e-12)
+    for test_ in ("bs", "ar"):
+        assert "nw:2" in ours["signature"][test_]["chrF++"]
+        assert "tok:13a" in ours["signature"][test_]["BLEU"]
+
+
+class _MeanMetric:
+    """A segment-mean metric handed to sacreBLEU's own PairedTest: its sufficient
+    statistics are (segment score, 1), so sacreBLEU resamples and tests the mean."""
+
+    def __init__(self, table):
+        self.table = table  # hypothesis string -> segment score
+
+    def _extract_corpus_statistics(self, hyps, refs):
+        return [[self.table[h], 1.0] for h in hyps]
+
+    def _compute_score_from_stats(self, stats):
+        from sacrebleu.metrics.base import Score
+        return Score("MEAN", float(stats[0]) / float(stats[1]))
+
+    def _aggregate_and_compute(self, stats):
+        return self._compute_score_from_stats(np.sum(np.asarray(stats, dtype=np.float64), axis=0))
+
+    def get_signature(self):
+        from sacrebleu.metrics.base import Signature
+        return Signature({"num_refs": 1})
+
+
+def test_segment_mean_tests_draw_sacrebleus_resamples():
+    """COMET's paired tests must use the very resamples and coin flips of sacreBLEU's
+    PairedTest: on scores that sacreBLEU can test itself (a mean metric), every number equals."""
+    from sacrebleu.significance import PairedTest
+
+    rng = np.random.default_rng(3)
+    n = 50
+    base = rng.uniform(0.2, 0.9, n).round(3)
+    systems = {"base": base, "better": np.clip(base + rng.normal(0.03, 0.05, n), 0, 1).round(3),
+               "noise": np.clip(base + rng.normal(0.0, 0.05, n), 0, 1).round(3)}
+    table, named = {}, []
+    for name, seg in systems.items():  # distinct strings, one per (system, segment)
+        hyps = [f"{name}-{i}" for i in range(n)]
+        table.update(zip(hyps, seg.tolist()))
+        named.append((name, hyps))
+    ours = M.paired_mean_tests([(k, v.tolist()) for k, v in systems.items()], bs_samples=500, ar_trials=700)
+    for test, key in (("bs", "p_bootstrap"), ("ar", "p_ar")):
+        _, scores = PairedTest(named, {"MEAN": _MeanMetric(table)}, references=None, test_type=test,
+                               n_samples=500 if test == "bs" else 700)()
+        results = scores["MEAN"]
+        for mine, theirs in zip(ours, results):
+            torch.testing.assert_close(mine["score"], float(theirs.score), rtol=0, atol=1e-12)
+            if theirs.p_value is not None:
+                assert mine[key] == theirs.p_value
+            if test == "bs":
+                assert (mine["bs_mean"], mine["bs_ci"]) == (float(theirs.mean), float(theirs.ci))
+    assert ours[1]["p_bootstrap"] < 0.05  # the shifted system differs
+
+
+def test_crlf_and_empty_lines(files, tmp_path, capsys):
+    """CRLF endings are line endings (same scores as LF); an empty hypothesis line is an
+    empty translation, counted in a note."""
+    crlf = tmp_path / "good_crlf.txt"
+    crlf.write_bytes(files["good"].read_bytes().replace(b"\n", b"\r\n"))
+    lines = files["close"].read_text(encoding="utf-8").split("\n")
+    lines[3] = ""
+    empty = tmp_path / "close_empty.txt"
+    empty.write_text("\n".join(lines), encoding="utf-8")
+    outs = []
+    for good, close in ((files["good"], files["close"]), (crlf, empty)):
+        out = tmp_path / "o.json"
+        assert significance.main([str(files["ref"]), str(files["base"]), str(good), str(close), "--ar-trials", "200",
+                                  "--bs-samples", "200", "--json", str(out)]) == 0
+        outs.append(json.loads(out.read_text())["systems"])
+    assert outs[0][1]["scores"] == outs[1][1]["scores"]
+    assert outs[1][2]["scores"]["bleu"]["score"] < outs[0][2]["scores"]["bleu"]["score"]
+    err = capsys.readouterr().err
+    assert f"{empty}: 1 empty line(s) of 80 (line 4)" in err
+
+
+def _error(capsys, argv):
+    rc = significance.main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2
+    return err[-1]
+
+
+@pytest.mark.parametrize("case", ["count", "dir", "latin1", "tokenize", "metrics", "missing"])
+def test_bad_input_is_one_line_naming_it(files, tmp_path, capsys, case):
+    ref, base = files["ref"], files["base"]
+    other = files["good"]
+    extra = []
+    if case == "count":
+        other = tmp_path / "short.txt"
+        other.write_text("\n".join(files["good"].read_text().split("\n")[:50]) + "\n")
+        expect = f"{other}: 50 lines but the reference {ref} has 80"
+    elif case == "dir":
+        other = tmp_path
+        expect = f"{tmp_path}: is a directory"
+    elif case == "latin1":
+        other = tmp_path / "latin1.txt"
+        other.write_bytes(files["good"].read_bytes().replace(b"\n", "é\n".encode("latin-1"), 3))
+        expect = f"{other}: not UTF-8 (byte 0xe9 at offset"
+    elif case == "tokenize":
+        extra = ["--tokenize", "foo"]
+        expect = "--tokenize foo: unknown sacreBLEU tokeniser; one of "
+    elif case == "metrics":
+        extra = ["--metrics", "bleu,meteor"]
+        expect = "--metrics meteor: one or more of bleu, chrf, ter"
+    else:
+        other = tmp_path / "nothere.txt"
+        expect = f"{other}: no such file"
+    line = _error(capsys, [ref, base, other] + extra)
+    assert line.startswith("fairseq-attn-significance: error: ")
+    assert expect in line
+    if case == "latin1":
+        assert "line 1)" in line
+
+
+def test_comet_hint_and_bad_path_first(files, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("COMET_MODEL", raising=False)
+    assert significance.main([str(files["ref"]), str(files["base"]), str(files["good"]), "--ar-trials", "100",
+                              "--bs-samples", "100"]) == 0
+    assert "COMET left out: to add it, pip install '.[comet]' and set COMET_MODEL=" in capsys.readouterr().err
+    monkeypatch.setenv("COMET_MODEL", str(tmp_path / "nope.ckpt"))  # checked before the (missing) reference
+    line = _error(capsys, [tmp_path / "missing_ref.txt", files["base"], files["good"], "--src", files["ref"]])
+    assert f"COMET_MODEL={tmp_path / 'nope.ckpt'}: no such file" in line
+
+
+def test_marks_follow_each_metrics_direction():
+    """TER is better when lower: its mark asks for a lower TER; BLEU/chrF++/COMET higher."""
+    sig = {"p_bootstrap": 0.001, "p_ar": 0.002, "same_as_baseline": False}
+    assert M.metric_mark("ter", dict(sig, score=20.0), 25.0) == "**"
+    assert M.metric_mark("ter", dict(sig, score=30.0), 25.0) == ""
+    assert M.metric_mark("chrf", dict(sig, score=30.0), 25.0) == "**"
+    assert M.metric_mark("comet", dict(sig, score=0.80, p_ar=0.03), 0.79) == "*"
+    assert M.metric_mark("bleu", dict(sig, score=30.0, same_as_baseline=True), 25.0) == ""

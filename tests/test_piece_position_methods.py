@@ -14,6 +14,7 @@ from torch.testing import assert_close
 from attn_helpers import build_model, make_args, make_attention, output64, padded_batch, projections64
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.attention.pieces.t5bias import relative_position_bucket
+from run_records import write_record
 from piece_refs import causal_mask, incremental_outputs, loop_apply64, loop_probs64
 
 
@@ -283,7 +284,7 @@ def test_table1_extra_rows_listed_and_rendered_when_present(tmp_path):
            'x | INFO | train | {{"epoch": 1, "train_loss": "7.0", "train_wps": "100", "train_ups": "2.0", "train_num_updates": "10"}}\n')
     for key, params in (("baseline", 41_500), ("rel_pos", 42_000), ("alibi", 41_500)):
         d = tmp_path / "runs" / key
-        d.mkdir(parents=True)
+        write_record(d, table1.ROW_BY_KEY[key].arch)
         (d / "train.log").write_text(log.format(p=params))
         (d / "hyp.txt").write_text("\n".join(refs) + "\n")
     out = tmp_path / "t.json"

@@ -136,7 +136,7 @@ def test_relpos_flex_equals_explicit_encoder(cpu_flex_backward, mode, left_pad, 
     args = make_args("relpos", relpos_k=kmax, relpos_mode=mode)
     x, kpm = padded_batch([9, 4, 7], left_pad=left_pad, dtype=torch.float64)
     fl, ex = twin(args, "flex").train(), twin(args, "explicit").train()
-    assert fl.uses_flex_relpos(False, 0.0, on_cuda=False)
+    assert fl.uses_flex_piece(False, 0.0, on_cuda=False)
     assert_same_run(run(fl, x, kpm), run(ex, x, kpm))
 
 
@@ -223,13 +223,13 @@ def test_masked_attention_skips_blocks_outside_the_band():
 def test_dispatcher_choices():
     kv = make_args("relpos", relpos_k=2)
     auto = make_attention(kv)
-    assert not auto.uses_flex_relpos(False, 0.0, on_cuda=False)  # CPU: explicit stays
-    assert auto.uses_flex_relpos(False, 0.0, on_cuda=True)  # GPU: flex
-    assert not auto.uses_flex_relpos(False, 0.1, on_cuda=True)  # attention dropout: explicit
-    assert not auto.uses_flex_relpos(True, 0.0, on_cuda=True)  # weights requested: explicit
-    assert not make_attention(kv, backend="explicit").uses_flex_relpos(False, 0.0, True)
+    assert not auto.uses_flex_piece(False, 0.0, on_cuda=False)  # CPU: explicit stays
+    assert auto.uses_flex_piece(False, 0.0, on_cuda=True)  # GPU: flex
+    assert not auto.uses_flex_piece(False, 0.1, on_cuda=True)  # attention dropout: explicit
+    assert not auto.uses_flex_piece(True, 0.0, on_cuda=True)  # weights requested: explicit
+    assert not make_attention(kv, backend="explicit").uses_flex_piece(False, 0.0, True)
     keys_only = make_attention(make_args("relpos", relpos_k=2, relpos_mode="k"), backend="flex")
-    assert not keys_only.uses_flex_relpos(False, 0.0, True)  # a score bias: SDPA does it
+    assert not keys_only.uses_flex_piece(False, 0.0, True)  # a score bias: SDPA does it
     csan = make_attention(make_args("csan1d", csan_layers="0"))
     q = torch.zeros(1, 1, 1, 1)
     assert not csan._use_flex_window(1, 1024, 1024, None, 0.0, q)  # auto on CPU

@@ -113,7 +113,7 @@ def test_alibi_matches_linear_penalty(side, causal, left_pad, backend):
     x, kpm = padded_batch([7, 4], left_pad=left_pad)
     ref = reference(attn, x, kpm, causal, bias=alibi_bias(slopes))
     assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
-    assert attn.uses_flex_relpos(False, 0.0, False) == (backend == "flex")
+    assert attn.uses_flex_piece(False, 0.0, False) == (backend == "flex")
 
 
 def test_alibi_flex_path_decodes_incrementally():

@@ -131,7 +131,7 @@ class PluginSelfAttention(MultiheadAttention):
             return False
         return True
 
-    def uses_flex_relpos(self, need_weights: bool, dropout_p: float, on_cuda: bool) -> bool:
+    def uses_flex_piece(self, need_weights: bool, dropout_p: float, on_cuda: bool) -> bool:
         """The piece's flex_forward (relpos kv/tied, alibi): forced by backend flex, on CUDA by auto."""
         if self._flex_piece is None or need_weights or self.backend not in ("auto", "flex"):
             return False
@@ -208,7 +208,7 @@ class PluginSelfAttention(MultiheadAttention):
         )
 
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
-        if self.uses_flex_relpos(need_weights, dropout_p, q.is_cuda):
+        if self.uses_flex_piece(need_weights, dropout_p, q.is_cuda):
             if dropout_p > 0:
                 raise RuntimeError("--attn-backend flex: flex_attention has no attention dropout")
             out = self._flex_piece.flex_forward(q, k, v, start, kpm, attn_mask, self.scaling)

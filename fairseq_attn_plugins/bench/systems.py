@@ -159,7 +159,7 @@ def attention_paths(model) -> Dict[str, int]:
     counts = {"fused": 0, "flex": 0, "explicit": 0}
     for m in model.modules():
         if isinstance(m, PluginSelfAttention):
-            if m.uses_flex_relpos(False, m.dropout_module.p, m.q_proj.weight.is_cuda):
+            if m.uses_flex_piece(False, m.dropout_module.p, m.q_proj.weight.is_cuda):
                 counts["flex"] += 1
             else:
                 counts["fused" if m.uses_fused_path(False) else "explicit"] += 1

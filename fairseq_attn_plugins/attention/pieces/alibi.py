@@ -84,13 +84,13 @@ class ALiBi(AttentionPiece):
         super().__init__(site)
         self.slopes = alibi_slopes(site.num_heads)
 
-    def slope_tensor(self, device) -> Tensor:
-        return torch.tensor(self.slopes, dtype=torch.float32, device=device)
+    def slope_tensor(self, device, dtype=torch.float32) -> Tensor:
+        return torch.tensor(self.slopes, dtype=dtype, device=device)
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
         acc = torch.promote_types(q.dtype, torch.float32)
         dist = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).abs().to(acc)  # (T, S)
-        m = torch.tensor(self.slopes, dtype=acc, device=q.device)[:, None, None]
+        m = self.slope_tensor(q.device, acc)[:, None, None]
         return (-m * dist)[None].to(q.dtype)  # (1, H, T, S)
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,

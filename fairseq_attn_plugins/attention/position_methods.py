@@ -65,5 +65,5 @@ def replace_token_positions(piece_cls, args, prefix: str, method: str) -> None:
             f"keep otherwise")
     if not getattr(args, "no_token_positional_embeddings", False):
         logger.info(f"--{prefix}-abs-pos drop: setting --no-token-positional-embeddings "
-                    f"({method} replaces the sinusoidal embeddings)")
+                    f"({method} in place of the sinusoidal embeddings)")
     args.no_token_positional_embeddings = True

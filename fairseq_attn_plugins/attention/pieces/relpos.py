@@ -59,13 +59,13 @@ attention dropout is 0; ``--attn-backend flex`` forces it (CPU tests). The
 explicit path stays the reference.
 """
 
-import logging
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from .. import flex
+from ..position_methods import replace_token_positions
 from ..piece import (
     AttentionPiece,
     AttentionSite,
@@ -77,7 +77,6 @@ from ..piece import (
     register_piece,
 )
 
-logger = logging.getLogger(__name__)
 
 MODES = ("kv", "k", "tied")
 ABS_POS = ("drop", "keep")
@@ -115,19 +114,7 @@ class RelativePositions(AttentionPiece):
 
     @classmethod
     def check_combination(cls, args):
-        if args.relpos_abs_pos == "drop":
-            layer_sets = cls.layers_per_side(args)
-            if set(layer_sets) != {"encoder", "decoder"} or not all(layer_sets.values()):
-                raise PieceConfigError(
-                    "--relpos-abs-pos drop (the default) removes the token position embeddings of "
-                    "both encoder and decoder, so it needs --relpos-sides encoder,decoder and at "
-                    f"least one relpos layer on each (got --relpos-sides {args.relpos_sides!r}, "
-                    f"--relpos-layers {args.relpos_layers!r}); use --relpos-abs-pos keep otherwise"
-                )
-            if not getattr(args, "no_token_positional_embeddings", False):
-                logger.info("--relpos-abs-pos drop: setting --no-token-positional-embeddings "
-                            "(relative positions replace the sinusoidal embeddings)")
-            args.no_token_positional_embeddings = True
+        replace_token_positions(cls, args, "relpos", "relative positions")
 
     @classmethod
     def fused_ok_with(cls, args) -> bool:

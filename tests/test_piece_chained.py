@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64
+from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.attention.pieces.chained import w_attn_parameters
 from piece_refs import assert_padding_invariant, loop_chain64, loop_probs64
@@ -120,7 +120,7 @@ def test_new_parameters_follow_the_formula():
 
 
 def test_explicit_path_only():
-    assert not chained_attention(2, backend="auto").uses_fused_path()
+    assert path_name(chained_attention(2, backend="auto")) == "explicit"
     with pytest.raises(PieceConfigError, match="fused"):
         make_args("chained", attn_backend="fused")
 

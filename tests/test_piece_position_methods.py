@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import build_model, make_args, make_attention, output64, padded_batch, projections64
+from attn_helpers import build_model, make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.attention.pieces.t5bias import relative_position_bucket
 from run_records import write_record
@@ -64,7 +64,7 @@ def test_rope_matches_rotation_formula(side, causal, left_pad, fraction, rot):
     x, kpm = padded_batch([7, 4], left_pad=left_pad)
     ref = reference(attn, x, kpm, causal, qk=lambda q, k: (rope64(q, base, rot), rope64(k, base, rot)))
     assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
-    assert attn.uses_fused_path()
+    assert path_name(attn) == "fused"
 
 
 def test_rope_score_depends_on_distance_only():
@@ -113,7 +113,7 @@ def test_alibi_matches_linear_penalty(side, causal, left_pad, backend):
     x, kpm = padded_batch([7, 4], left_pad=left_pad)
     ref = reference(attn, x, kpm, causal, bias=alibi_bias(slopes))
     assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
-    assert attn.uses_flex_piece(False, 0.0, False) == (backend == "flex")
+    assert (path_name(attn) == "flex piece") == (backend == "flex")
 
 
 def test_alibi_flex_path_decodes_incrementally():
@@ -177,7 +177,7 @@ def test_t5bias_matches_bucket_table(side, causal, left_pad):
     x, kpm = padded_batch([7, 4], left_pad=left_pad)
     ref = reference(attn, x, kpm, causal, bias=bias)
     assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
-    assert attn.uses_fused_path()
+    assert path_name(attn) == "fused"
 
 
 def flags(*pairs):

@@ -11,7 +11,7 @@ ignored silently; the model build logs the active pieces per layer.
 
 from typing import Dict, List, Tuple
 
-from .core import BACKENDS
+from .backends import check_backend
 from .piece import PIECES, AttentionPiece, AttentionSite, PieceConfigError
 
 
@@ -35,11 +35,54 @@ def add_attention_args(parser) -> None:
 
 
 def attention_defaults(args) -> None:
-    """Fill every plugin flag missing from ``args`` (also for old checkpoints)."""
+    """Fill every plugin flag missing from ``args`` (also for old checkpoints), and mark the
+    namespace finished: a configuration holding ``attn_explicit_flags`` is never recorded
+    again (:func:`record_explicit_flags`)."""
     args.attn_pieces = getattr(args, "attn_pieces", "")
     args.attn_backend = getattr(args, "attn_backend", "auto")
+    args.attn_explicit_flags = getattr(args, "attn_explicit_flags", "")
     for cls in PIECES.values():
         cls.set_defaults(args)
+
+
+#: the piece flags, grouped by the version that introduced them, for the configurations
+#: written before ``attention_defaults`` marked every finished one: each holds exactly the
+#: flags of the first k groups (every flag of every piece registered then). Frozen: every
+#: configuration written since carries ``attn_explicit_flags``; new pieces do not go here.
+UNMARKED_FLAG_GROUPS = (
+    ("csan_head_edge", "csan_heads", "csan_layers", "csan_window"),
+    ("chained_init", "chained_k", "chained_layers", "dpi_init", "dpi_layers", "dpi_max_len",
+     "dpi_mode", "dpi_relative_form", "dpi_sides", "temp_layers", "temp_sides"),
+    ("disan_diagonal", "disan_directions", "disan_layers", "disan_sides", "dropattn_layers",
+     "dropattn_rate", "dropattn_rescale", "dropattn_sides", "dropattn_window", "relpos_k",
+     "relpos_layers", "relpos_mode", "relpos_sides"),
+    ("convattn_activation", "convattn_init", "convattn_kernel", "convattn_layers",
+     "convattn_max_len"),
+    ("relpos_abs_pos",),
+    ("localhard_heads", "localhard_layers", "localhard_window", "localsoft_layers",
+     "neighbor_heads", "neighbor_init_std", "neighbor_layers", "neighbor_mode",
+     "neighbor_std_param"),
+    ("block_layers", "block_size"),
+    ("chained_sides", "chained_w_attn"),
+    ("cnns_conv", "cnns_convs", "cnns_kernel", "cnns_layers"),
+    ("alibi_abs_pos", "alibi_layers", "alibi_sides", "rope_abs_pos", "rope_fraction",
+     "rope_layers", "rope_sides", "rope_theta", "t5_abs_pos", "t5_buckets", "t5_layers",
+     "t5_max_distance", "t5_sharing", "t5_sides"),
+)
+
+
+def written_unmarked(args, present) -> bool:
+    """Whether ``args`` is a configuration written before finished ones were marked: it
+    holds ``attn_backend`` and exactly the flags of the first k version groups."""
+    if not hasattr(args, "attn_backend"):
+        return False
+    known = set(piece_flags())
+    seen: set = set()
+    for group in UNMARKED_FLAG_GROUPS:
+        seen |= set(group) & known
+        if seen == set(present):
+            return True
+    return False
 
 
 def piece_flags() -> Dict[str, Tuple[str, ...]]:
@@ -56,16 +99,14 @@ def record_explicit_flags(args) -> None:
 
     Called by every ``transformer_attn`` architecture function, which fairseq runs right
     after parsing (model flags have no argparse defaults, so only the user's are present).
-    A namespace that went through ``attention_defaults`` already is a finished configuration
-    (fairseq runs the arch function again on a checkpoint's configuration): one saved before
-    this record existed holds ``attn_backend`` and the flags of every piece registered then
-    (pieces registered later lack theirs): nothing is recorded, nothing refused."""
+    fairseq runs the arch function again on a checkpoint's configuration: a namespace that
+    went through ``attention_defaults`` holds ``attn_explicit_flags`` (finished, nothing
+    recorded, nothing refused); one written before that mark existed is recognised exactly
+    by its flags (:func:`written_unmarked`)."""
     if hasattr(args, "attn_explicit_flags"):
         return
-    flags = piece_flags()
-    present = sorted(dest for dest in flags if hasattr(args, dest))
-    finished = len(present) == len(flags) or (hasattr(args, "attn_backend") and 2 * len(present) > len(flags))
-    if not finished:
+    present = sorted(dest for dest in piece_flags() if hasattr(args, dest))
+    if not written_unmarked(args, present):
         if hasattr(args, "attn_pieces") and not str(args.attn_pieces or "").strip():
             raise PieceConfigError(
                 f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
@@ -110,20 +151,6 @@ def selected_pieces(args) -> List[type]:
 
 def validate_attention_args(args) -> None:
     """Check every flag and the compatibility of the chosen pieces; raise naming the flag."""
-    if args.attn_backend not in BACKENDS:
-        raise PieceConfigError(
-            f"--attn-backend must be one of {list(BACKENDS)} (got {args.attn_backend!r})"
-        )
-    if args.attn_backend == "flex":
-        from . import flex
-
-        if not flex.HAVE_FLEX:
-            raise PieceConfigError("--attn-backend flex needs torch.nn.attention.flex_attention "
-                                   "(torch >= 2.9)")
-        if getattr(args, "attention_dropout", 0.0):
-            raise PieceConfigError(
-                f"--attn-backend flex: flex_attention has no attention dropout; needs "
-                f"--attention-dropout 0 (got {args.attention_dropout})")
     classes = selected_pieces(args)
     names = [c.name for c in classes]
     check_inactive_flags(args, names)
@@ -139,26 +166,30 @@ def validate_attention_args(args) -> None:
         )
     for c in classes:
         c.validate(args)
-    if args.attn_backend == "fused":
-        slow = [c.name for c in classes if not c.fused_ok_with(args)]
-        if slow:
-            raise PieceConfigError(
-                f"--attn-backend fused: pieces {slow} need the explicit path with these "
-                f"settings; use --attn-backend auto or explicit"
-            )
+    check_backend(args.attn_backend, [c.name for c in classes if not c.fused_ok_with(args)],
+                  getattr(args, "attention_dropout", 0.0))
 
 
 def pieces_summary(modules) -> str:
     """One line: the active pieces per layer of ``PluginSelfAttention`` modules, e.g.
     ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    return _per_layer(modules, lambda m: ",".join(p.name for p in m.pieces) or "none")
+
+
+def explicit_summary(modules) -> str:
+    """One line: the layers whose training calls run the explicit path, and why, e.g.
+    ``encoder 0-5: pieces ['chained'] need the probability matrix`` ("" if none)."""
+    return _per_layer([m for m in modules if m.why_explicit()], lambda m: m.why_explicit())
+
+
+def _per_layer(modules, label) -> str:
     parts: List[str] = []
     for side in ("encoder", "decoder"):
-        layers = sorted((m.site.layer_idx, ",".join(p.name for p in m.pieces) or "none")
-                        for m in modules if m.site.side == side)
+        layers = sorted((m.site.layer_idx, label(m)) for m in modules if m.site.side == side)
         i = 0
         while i < len(layers):
             j = i
-            while j + 1 < len(layers) and layers[j + 1][1] == layers[i][1]:
+            while j + 1 < len(layers) and layers[j + 1][1] == layers[i][1] and layers[j + 1][0] == layers[j][0] + 1:
                 j += 1
             span = f"{layers[i][0]}" if i == j else f"{layers[i][0]}-{layers[j][0]}"
             parts.append(f"{side} {span}: {layers[i][1]}")

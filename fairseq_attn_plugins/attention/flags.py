@@ -173,16 +173,16 @@ def validate_attention_args(args) -> None:
 def pieces_summary(modules) -> str:
     """One line: the active pieces per layer of ``PluginSelfAttention`` modules, e.g.
     ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
-    return _per_layer(modules, lambda m: ",".join(p.name for p in m.pieces) or "none")
+    return per_layer(modules, lambda m: ",".join(p.name for p in m.pieces) or "none")
 
 
 def explicit_summary(modules) -> str:
     """One line: the layers whose training calls run the explicit path, and why, e.g.
     ``encoder 0-5: pieces ['chained'] need the probability matrix`` ("" if none)."""
-    return _per_layer([m for m in modules if m.why_explicit()], lambda m: m.why_explicit())
+    return per_layer([m for m in modules if m.why_explicit()], lambda m: m.why_explicit())
 
 
-def _per_layer(modules, label) -> str:
+def per_layer(modules, label) -> str:
     parts: List[str] = []
     for side in ("encoder", "decoder"):
         layers = sorted((m.site.layer_idx, label(m)) for m in modules if m.site.side == side)

@@ -38,7 +38,7 @@ self-attention of encoder and decoder, 12 x 2 (2k+1) d_head = 50,688 parameters
 at base size. The CSAN authors' code also gives each encoder-decoder attention a
 table (74,496 in all) and keeps the sinusoidal positions (``--relpos-abs-pos
 keep``); cross-attention tables are not offered (fairseq's own module; Shaw et
-al. define self-attention only). See docs/pieces_relpos_disan_dropattn.md.
+al. define self-attention only). See docs/pieces/relpos.md.
 
 Tables are initialised with Xavier/Glorot uniform, as OpenNMT-py's Transformer
 recipe (``-param_init_glorot``) does for every matrix (tensor2tensor uses its

@@ -7,13 +7,11 @@ Everything loops over the registries (PIECES, transformer_attn archs).
 import argparse
 import collections
 import json
-import math
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -34,7 +32,6 @@ from reliability_helpers import (
     plain_args,
     plugin_archs,
     train_cmd,
-    user_dir,
 )
 
 ALLOWED_WORDS = re.compile(r"must be|allowed|expected|one of")

@@ -6,7 +6,7 @@ import platform
 import torch
 
 from .systems import LONG, LONG_TARGETS, STOCK, is_windowed, memory_target
-from .timing import MAX_SPREAD, _status, fmt_ratio
+from .timing import MAX_SPREAD, target_status, fmt_ratio
 
 
 def verdicts(report, targets) -> dict:
@@ -21,7 +21,7 @@ def verdicts(report, targets) -> dict:
     for name, e in train.items():
         if name == STOCK:
             continue
-        item = {"speed_target": targets.get(name), "speed": _status(e["ratio"], targets.get(name))}
+        item = {"speed_target": targets.get(name), "speed": target_status(e["ratio"], targets.get(name))}
         fused = bool(paths.get(name)) and paths[name]["explicit"] == 0
         mt = memory_target(name, fused)
         item["memory_target"] = mt
@@ -35,10 +35,10 @@ def verdicts(report, targets) -> dict:
             if name == STOCK:
                 continue
             if is_windowed(name):
-                v.setdefault(name, {})[f"long_{L}"] = _status(e["ratio"], 1.0)
+                v.setdefault(name, {})[f"long_{L}"] = target_status(e["ratio"], 1.0)
             for pattern, at, speed, mem in LONG_TARGETS:
                 if int(L) == at and fnmatch.fnmatchcase(name, pattern):
-                    v.setdefault(name, {})[f"long_{L}"] = _status(e["ratio"], speed)
+                    v.setdefault(name, {})[f"long_{L}"] = target_status(e["ratio"], speed)
                     v[name][f"long_{L}_memory"] = "PASS" if e["mem_ratio"] <= mem else "MISS"
     return v
 
@@ -123,7 +123,7 @@ def render(report: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         ref_row = [f"{sw['lengths'][L]['systems'][STOCK]['tokens_per_s']['median']:.0f}"
                    if STOCK in sw["lengths"][L].get("systems", {}) else "-" for L in lengths]
-        lines.append(f"| (stock tok/s) | " + " | ".join(ref_row) + " |")
+        lines.append("| (stock tok/s) | " + " | ".join(ref_row) + " |")
         for name, err in sw.get("build_errors", {}).items():
             lines.append(f"- **{name}** could not be built for the sweep: {err}")
         long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()

@@ -3,16 +3,11 @@
 A loop over the registry: every piece's declared capabilities decide the path, a forced
 ``--attn-backend`` that cannot run a piece is refused in one line naming the flag with each
 reason once, incremental decoding of a piece that declares it unsupported is refused once
-by the core. ALiBi's flex path against a float64 reference at a head count that is not a
-power of two.
+by the core.
 """
 
-import math
 
 import pytest
-import torch
-import torch.nn.attention.flex_attention as torch_flex
-from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
 from fairseq_attn_plugins.attention import PIECES, AttentionPiece, PieceConfigError, backends
@@ -106,64 +101,3 @@ def test_incremental_decoding_refused_once_by_the_core(name):
         attn(x[:1], x[:1], x[:1], incremental_state={}, need_weights=False)
     msg = str(info.value)
     assert msg.count(name) == 1 and "incremental decoding is not supported" in msg, msg
-
-
-# ---------------------------------------------------------------------------
-# ALiBi on flex_attention: the model's dtype, a head count that is not a power of two
-# ---------------------------------------------------------------------------
-def alibi_reference64(q, k, v, slopes, kpm, scale, start=0):
-    """softmax(scale q.k - m_h |i - j|) v with plain loops, float64."""
-    B, H, T, D = q.shape
-    S = k.size(2)
-    out = torch.zeros(B, H, T, D, dtype=torch.float64)
-    for b in range(B):
-        for h in range(H):
-            for i in range(T):
-                keys = [j for j in range(S) if not kpm[b, j]]
-                e = [scale * float(q[b, h, i] @ k[b, h, j]) - slopes[h] * abs(start + i - j)
-                     for j in keys]
-                top = max(e)
-                w = [math.exp(x - top) for x in e]
-                total = sum(w)
-                for wj, j in zip(w, keys):
-                    out[b, h, i] += wj / total * v[b, h, j]
-    return out
-
-
-def test_alibi_flex_float64_matches_plain_reference_at_twelve_heads():
-    from fairseq_attn_plugins.attention.pieces.alibi import alibi_slopes
-
-    heads = 12  # not a power of two: the paper's interleaved slopes, 2^-0.5 among them
-    # (no float32 number equals them: a float32 slope shows at these tolerances)
-    args = make_args("alibi", heads=heads)
-    flex = make_attention(args, embed_dim=24, num_heads=heads, backend="flex",
-                          dtype=torch.float64).eval()
-    fused = make_attention(args, embed_dim=24, num_heads=heads, backend="fused",
-                           dtype=torch.float64).eval()
-    piece = flex.pieces[0]
-    slopes = piece.slope_tensor(torch.zeros(1, dtype=torch.float64))
-    assert slopes.dtype == torch.float64
-    assert slopes.tolist() == alibi_slopes(heads)  # the float64 values themselves, not rounded
-    x, kpm = padded_batch([5, 3], embed_dim=24, dtype=torch.float64)
-    with torch.no_grad():
-        out_flex = flex(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
-        out_fused = fused(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
-        from attn_helpers import output64, projections64
-
-        q, k, v = projections64(flex, x)
-        ref = output64(flex, alibi_reference64(q, k, v, alibi_slopes(heads), kpm, flex.scaling))
-    assert path_name(flex) == "flex piece"
-    real = ~kpm.t()[:, :, None]
-    assert_close(out_flex * real, ref * real, rtol=1e-12, atol=1e-12)
-    assert_close(out_fused * real, ref * real, rtol=1e-12, atol=1e-12)
-
-
-def test_alibi_flex_slopes_follow_the_model_dtype():
-    """fp16/bf16/fp32 models compute the penalty in float32, a float64 one in float64
-    (the score bias of the other paths does the same)."""
-    attn = make_attention(make_args("alibi"))
-    piece = attn.pieces[0]
-    for dtype, want in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32),
-                        (torch.float32, torch.float32), (torch.float64, torch.float64)):
-        assert piece.slope_tensor(torch.zeros(1, dtype=dtype)).dtype == want
-    assert torch_flex.flex_attention is not None

@@ -35,54 +35,19 @@ def add_attention_args(parser) -> None:
 
 
 def attention_defaults(args) -> None:
-    """Fill every plugin flag missing from ``args`` (also for old checkpoints), and mark the
-    namespace finished: a configuration holding ``attn_explicit_flags`` is never recorded
-    again (:func:`record_explicit_flags`)."""
+    """Fill every plugin flag missing from ``args`` (also for old checkpoints)."""
     args.attn_pieces = getattr(args, "attn_pieces", "")
     args.attn_backend = getattr(args, "attn_backend", "auto")
-    args.attn_explicit_flags = getattr(args, "attn_explicit_flags", "")
     for cls in PIECES.values():
         cls.set_defaults(args)
 
 
-#: the piece flags, grouped by the version that introduced them, for the configurations
-#: written before ``attention_defaults`` marked every finished one: each holds exactly the
-#: flags of the first k groups (every flag of every piece registered then). Frozen: every
-#: configuration written since carries ``attn_explicit_flags``; new pieces do not go here.
-UNMARKED_FLAG_GROUPS = (
-    ("csan_head_edge", "csan_heads", "csan_layers", "csan_window"),
-    ("chained_init", "chained_k", "chained_layers", "dpi_init", "dpi_layers", "dpi_max_len",
-     "dpi_mode", "dpi_relative_form", "dpi_sides", "temp_layers", "temp_sides"),
-    ("disan_diagonal", "disan_directions", "disan_layers", "disan_sides", "dropattn_layers",
-     "dropattn_rate", "dropattn_rescale", "dropattn_sides", "dropattn_window", "relpos_k",
-     "relpos_layers", "relpos_mode", "relpos_sides"),
-    ("convattn_activation", "convattn_init", "convattn_kernel", "convattn_layers",
-     "convattn_max_len"),
-    ("relpos_abs_pos",),
-    ("localhard_heads", "localhard_layers", "localhard_window", "localsoft_layers",
-     "neighbor_heads", "neighbor_init_std", "neighbor_layers", "neighbor_mode",
-     "neighbor_std_param"),
-    ("block_layers", "block_size"),
-    ("chained_sides", "chained_w_attn"),
-    ("cnns_conv", "cnns_convs", "cnns_kernel", "cnns_layers"),
-    ("alibi_abs_pos", "alibi_layers", "alibi_sides", "rope_abs_pos", "rope_fraction",
-     "rope_layers", "rope_sides", "rope_theta", "t5_abs_pos", "t5_buckets", "t5_layers",
-     "t5_max_distance", "t5_sharing", "t5_sides"),
-)
 
-
-def written_unmarked(args, present) -> bool:
-    """Whether ``args`` is a configuration written before finished ones were marked: it
-    holds ``attn_backend`` and exactly the flags of the first k version groups."""
-    if not hasattr(args, "attn_backend"):
-        return False
-    known = set(piece_flags())
-    seen: set = set()
-    for group in UNMARKED_FLAG_GROUPS:
-        seen |= set(group) & known
-        if seen == set(present):
-            return True
-    return False
+def finished_configuration(args) -> bool:
+    """Whether an architecture function already ran on ``args`` (a checkpoint's configuration,
+    or the second call fairseq makes): it then holds ``decoder_input_dim``, which fairseq's
+    Transformer architectures set and no command line can (it is no flag), or the record."""
+    return hasattr(args, "attn_explicit_flags") or hasattr(args, "decoder_input_dim")
 
 
 def piece_flags() -> Dict[str, Tuple[str, ...]]:
@@ -99,20 +64,17 @@ def record_explicit_flags(args) -> None:
 
     Called by every ``transformer_attn`` architecture function, which fairseq runs right
     after parsing (model flags have no argparse defaults, so only the user's are present).
-    fairseq runs the arch function again on a checkpoint's configuration: a namespace that
-    went through ``attention_defaults`` holds ``attn_explicit_flags`` (finished, nothing
-    recorded, nothing refused); one written before that mark existed is recognised exactly
-    by its flags (:func:`written_unmarked`)."""
-    if hasattr(args, "attn_explicit_flags"):
+    fairseq runs the arch function again on a checkpoint's configuration, which is finished
+    (:func:`finished_configuration`, also one saved before this record existed): nothing is
+    recorded, nothing refused."""
+    if finished_configuration(args):
         return
-    present = sorted(dest for dest in piece_flags() if hasattr(args, dest))
-    if not written_unmarked(args, present):
-        if hasattr(args, "attn_pieces") and not str(args.attn_pieces or "").strip():
-            raise PieceConfigError(
-                f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
-                f"without a word; expected 'none' (no piece) or pieces from {sorted(PIECES)}"
-            )
-        args.attn_explicit_flags = ",".join(present)
+    if hasattr(args, "attn_pieces") and not str(args.attn_pieces or "").strip():
+        raise PieceConfigError(
+            f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
+            f"without a word; expected 'none' (no piece) or pieces from {sorted(PIECES)}"
+        )
+    args.attn_explicit_flags = ",".join(dest for dest in piece_flags() if hasattr(args, dest))
 
 
 def check_inactive_flags(args, names: List[str]) -> None:

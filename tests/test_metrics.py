@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fairseq_attn_plugins.cli import significance
-from fairseq_attn_plugins.reporting import metrics as M
+from fairseq_attn_records import metrics as M
 from fairseq_attn_plugins.toy_corpus import make_corpus
 
 from test_significance import _noisy

@@ -14,7 +14,8 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_REGISTRY
-from fairseq_attn_plugins.cli import demo, paper
+from fairseq_attn_plugins.cli import paper
+from fairseq_attn_recipes import demo
 from fairseq_attn_plugins.reporting import figures, results, table1
 from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
 

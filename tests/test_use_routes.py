@@ -17,8 +17,8 @@ import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
 
 from fairseq_attn_plugins.attention import PieceConfigError, PluginSelfAttention  # noqa: E402
-from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
-from fairseq_attn_plugins.loading import from_pretrained, load_model_ensemble_and_task  # noqa: E402
+from fairseq_attn_plugins.integration.checkpoint_safety import safe_load  # noqa: E402
+from fairseq_attn_plugins.integration.loading import from_pretrained, load_model_ensemble_and_task  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ try:
     plain = "loaded"
 except Exception as e:
     plain = type(e).__name__ + ": " + str(e).splitlines()[0]
-from fairseq_attn_plugins.loading import load_model_ensemble_and_task
+from fairseq_attn_plugins.integration.loading import load_model_ensemble_and_task
 models, cfg, task = load_model_ensemble_and_task([{relpos!r}], arg_overrides={{"data": {trained_models.data_dir()!r}}})
 import torch
 torch.save({{k: v for k, v in models[0].state_dict().items()}}, sys.argv[1])

@@ -25,12 +25,12 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_attn_recipes import manifest
+from fairseq_attn_records import metrics as M
+from fairseq_attn_records import run_record
 
-from . import metrics as M
 from .curves import mean_std
 from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
-                      score_digits, signature_lines)
+                      signature_lines)
 from .runs import comparability, load_runs, trained_as
 from .significance import paired_tests
 
@@ -82,7 +82,7 @@ def group_runs(names: Sequence[str], run_dirs: Sequence[str]) -> "OrderedDict[st
             raise ValueError(f"system {name!r}: a seed is given twice ({', '.join(d for _, d in runs)})")
         recorded = [(d, _without_seed(infos[d].record)) for _, d in runs if infos[d].record is not None]
         for d, rec in recorded[1:]:
-            diff = manifest.differences(recorded[0][1], rec, labels=(f"in {recorded[0][0]}", f"in {d}"))
+            diff = run_record.differences(recorded[0][1], rec, labels=(f"in {recorded[0][0]}", f"in {d}"))
             if diff:
                 raise ValueError(f"system {name!r}: {recorded[0][0]} and {d} are not seeds of one system: "
                                  + "; ".join(diff) + " (give them different --names)")
@@ -201,7 +201,7 @@ def format_markdown(table: Dict) -> str:
         cells = ""
         for k in keys:
             m = r["metrics"][k]
-            nd = score_digits(k)
+            nd = M.digits(k)
             std = "" if m["std"] is None else f" ± {m['std']:.{nd}f}"
             delta = "-" if m["delta"] is None else f"{m['delta']:+.{nd}f}"
             marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"

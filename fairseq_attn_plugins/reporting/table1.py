@@ -29,8 +29,9 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .metrics import DEFAULT_METRICS
-from .results import collect, comparability_lines, score_digits, signature_lines
+from fairseq_attn_records.metrics import DEFAULT_METRICS, digits
+
+from .results import collect, comparability_lines, signature_lines
 from .runs import load_runs
 
 BASELINE = "baseline"
@@ -229,7 +230,7 @@ def format_markdown(table: Dict) -> str:
             p_delta = "-" if first else f"{pp['delta']:+.2f}"
         more_cells = ""
         for k in more:
-            nd = score_digits(k)
+            nd = digits(k)
             d = r["deltas"][k]
             more_cells += (f" {r['scores'][k]['score']:.{nd}f}{mark_arrow(r['marks'][k], d)} | "
                            f"{'-' if d is None else f'{d:+.{nd}f}'} |")

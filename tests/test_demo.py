@@ -120,6 +120,12 @@ def test_demo_quick_end_to_end_and_rerun(tmp_path):
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # BPE really segmented the toy corpus
     assert "@@ " in (out / "bpe" / "train.tgt").read_text()
+    # each run has its run record, with the evaluation the table scored (the recipes' steps)
+    for row in table["rows"]:
+        rec = json.loads((out / "runs" / row["system"] / "run.json").read_text())
+        scores = json.loads((out / "runs" / row["system"] / "scores.json").read_text())["scores"]
+        assert rec["arch"] == row["system"] and rec["evaluations"]["test"]["scores"] == scores
+        assert scores["bleu"]["score"] == round(row["bleu"], 2) and row["subset"] == "test"
 
     # re-running reuses every finished step; a lost step is redone alone
     sizes = {a: os.path.getsize(out / "runs" / a / "train.log") for a in demo.DEFAULT_ARCHS.split(",")}
@@ -188,8 +194,8 @@ def test_demo_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
     assert resumed, "the second run did not resume from a checkpoint"
     assert int(resumed[-1][1]) not in epoch_ends  # resumed inside an epoch
     for arch in demo.DEFAULT_ARCHS.split(","):
-        want = _load_model(ref_out / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
-        got = _load_model(out / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
+        want = _load_model(ref_out / "runs" / arch / "checkpoint_last.pt")
+        got = _load_model(out / "runs" / arch / "checkpoint_last.pt")
         assert want.keys() == got.keys()
         for k in want:
             torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=f"{arch}: {k} differs")

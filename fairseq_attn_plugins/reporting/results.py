@@ -108,8 +108,9 @@ def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Opti
 
 def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a",
             bs_samples: int = 1000, ar_trials: int = 10000, metrics: Sequence[str] = M.DEFAULT_METRICS,
-            comet=None, src_path: Optional[str] = None) -> Dict:
-    """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict: per row
+            comet=None, src_path: Optional[str] = None, scorers=None) -> Dict:
+    """``runs``: (name, run_dir) pairs, baseline first; ``metrics``, ``comet`` and ``scorers``
+    as :func:`.significance.paired_tests` takes them. Returns the table as a dict: per row
     BLEU's fields and, for every metric, ``scores`` / ``deltas`` / ``marks``.
 
     The same run given twice is an error; each run's translations are those of the subset
@@ -126,7 +127,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
                                        ref_path, src_path, notes)
     systems = [(name, h) for (name, _), h in zip(runs, hyps)]
     sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet,
-                       sources=sources)
+                       sources=sources, scorers=scorers)
     rows, trained = [], []
     base = sig["systems"][0]
     base_bleu = base["bleu"]

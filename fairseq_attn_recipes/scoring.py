@@ -10,13 +10,14 @@ checkpoints, beam, data check)."""
 import json
 import os
 
-from sacrebleu.metrics import BLEU
-
-from fairseq_attn_records import comet, metrics, run_record
+from fairseq_attn_records import comet, run_record
 from fairseq_attn_records.generate_output import ordered_hypotheses
 from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
 
 from .files import die, read_lines, write_lines_atomic
+
+# sacreBLEU (and numpy) are imported by the steps that score: every step starts from this
+# module (``python -m fairseq_attn_recipes``), and check-tools must run where they are missing
 
 
 def cmd_hyps(args):
@@ -43,6 +44,8 @@ def cmd_check_comet(args):
 
 def tokenized_bleu(tok_hyp: str, tok_ref: str, method: str) -> dict:
     """multi-bleu.perl on tokenised text: sacreBLEU's BLEU with tokenize=none."""
+    from sacrebleu.metrics import BLEU
+
     tb = BLEU(tokenize="none", force=True)
     t = tb.corpus_score(read_lines(tok_hyp), [read_lines(tok_ref)])
     return {"score": round(t.score, 2), "method": method, "full": str(t),
@@ -50,6 +53,8 @@ def tokenized_bleu(tok_hyp: str, tok_ref: str, method: str) -> dict:
 
 
 def cmd_score(args):
+    from fairseq_attn_records import metrics
+
     scorer = None
     try:
         if comet.model_path_from_env():

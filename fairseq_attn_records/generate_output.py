@@ -10,7 +10,7 @@ def hypotheses(lines: Iterable[str]) -> Dict[int, str]:
     out = {}
     for line in lines:
         if line.startswith("H-"):
-            parts = line.rstrip("\r\n").split("\t")
+            parts = line.rstrip("\r\n").split("\t", 2)
             out[int(parts[0][2:])] = parts[2] if len(parts) > 2 else ""
     return out
 

@@ -108,7 +108,8 @@ def all_pairs_mark(pairs: Sequence[Tuple[float, str]], higher_is_better: bool = 
 
 def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", ref_path: str,
                   tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
-                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
+                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None, src_path: Optional[str] = None,
+                  scorers=None) -> Dict:
     """The table over seeds: one row per system, baseline (first group) first; per metric
     (``row["metrics"][key]``) the scores per seed, mean ± std, delta, every pair's test and the
     all-pairs mark; BLEU's also flattened (``bleu_mean``, ``bleu_std``, ``pairs``, ``mark``...)."""
@@ -133,7 +134,8 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     res = None
     for _, b_seed, b_dir in base_runs:  # one call per baseline seed tests every other run against it
         res = paired_tests(refs, [(b_dir, hyps[b_dir])] + [(d, hyps[d]) for _, _, d in others],
-                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources)
+                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources,
+                           scorers=scorers)
         base_cells = res["systems"][0]["scores"]
         score[b_dir] = {k: c["score"] for k, c in base_cells.items()}
         for (name, seed, d), s in zip(others, res["systems"][1:]):

@@ -68,11 +68,12 @@ def test_compound_splitting_and_hyp_order(tmp_path):
     (tmp_path / "t").write_text("ein well-known Film , 3-4 x\n")
     assert steps("split-compounds", str(tmp_path / "t"), str(tmp_path / "o")).returncode == 0
     assert read(tmp_path / "o") == ["ein well ##AT##-##AT## known Film , 3 ##AT##-##AT## 4 x"]
-    (tmp_path / "g").write_text("S-1\tx\nH-1\t-0.5\tzweite\nH-0\t-0.1\terste\nD-0\t-0.1\terste\n")
-    assert steps("hyps", str(tmp_path / "g"), "--n", "2", "--output", str(tmp_path / "h")).returncode == 0
-    assert read(tmp_path / "h") == ["erste", "zweite"]
-    p = steps("hyps", str(tmp_path / "g"), "--n", "3", "--output", str(tmp_path / "h3"))
-    assert p.returncode != 0 and "2 hypotheses for a test set of 3" in p.stderr and not (tmp_path / "h3").exists()
+    # an empty hypothesis is an empty line; CRLF endings are line endings
+    (tmp_path / "g").write_bytes(b"S-1\tx\nH-1\t-0.5\tzweite\nH-0\t-0.1\terste\nD-0\t-0.1\terste\nH-2\t-0.9\t\r\n")
+    assert steps("hyps", str(tmp_path / "g"), "--n", "3", "--output", str(tmp_path / "h")).returncode == 0
+    assert read(tmp_path / "h") == ["erste", "zweite", ""]
+    p = steps("hyps", str(tmp_path / "g"), "--n", "4", "--output", str(tmp_path / "h4"))
+    assert p.returncode != 0 and "3 hypotheses for a test set of 4" in p.stderr and not (tmp_path / "h4").exists()
 
 
 def test_checkpoint_averaging_is_the_mean(tmp_path):

@@ -71,8 +71,7 @@ def cmd_score(args):
     if scorer is not None:
         src = read_text_lines(args.src, "source")
         check_aligned(args.ref, ref, args.src, src)
-        scores["comet"] = metrics.segment_score("comet", scorer.score_systems(src, ref, [hyp])[0],
-                                                scorer.signature())
+        scores["comet"] = metrics.segment_score(scorer.score_systems(src, ref, [hyp])[0], scorer.signature())
         out["src"] = os.path.abspath(args.src)
     if args.tok_hyp:
         scores["tokenized_bleu"] = tokenized_bleu(args.tok_hyp, args.tok_ref, args.tok_method)

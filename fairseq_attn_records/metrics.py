@@ -1,5 +1,12 @@
 """The metrics an MT paper reports today, each with its paired significance tests.
 
+The registry :data:`METRICS` holds one :class:`Metric` row per metric (key, label, direction,
+digits, corpus or segment, how to score); significance, results, seeds, Table 1 and the recipes'
+scoring step read it and nothing else. A new metric is one :func:`register` call (plus, for a
+segment metric, a scorer given to :func:`fairseq_attn_plugins.reporting.significance.paired_tests`
+as ``scorers={key: scorer}``). :func:`corpus_scores` is the one score shape of ``scores.json`` and
+of the run record's evaluations.
+
 * **BLEU** (sacreBLEU, detokenised, ``--tokenize``), **chrF++** (sacreBLEU's chrF with
   word n-grams of order 2: ``-m chrf --chrf-word-order 2``) and, with ``--metrics``,
   **TER** (lower is better) are computed and tested through sacreBLEU's own
@@ -151,7 +158,7 @@ def corpus_scores(refs: Sequence[str], hyps: Sequence[str], metrics: Sequence[st
     return out
 
 
-def segment_score(key: str, segments: Sequence[float], signature: str) -> Dict:
+def segment_score(segments: Sequence[float], signature: str) -> Dict:
     """The recorded score of a segment metric: the mean, its signature and the segment scores."""
     return {"score": sum(segments) / len(segments), "signature": signature, "segments": list(segments)}
 

@@ -100,15 +100,17 @@ class PluginSelfAttention(MultiheadAttention):
             raise ValueError(
                 f"at most one piece may widen the key axis, got {[p.name for p in expanders]}"
             )
-        self._expander = expanders[0] if expanders else None
+        # plain references to members of self.pieces, not submodules: each parameter is
+        # registered (and saved) once, under pieces.<i>
+        object.__setattr__(self, "_expander", expanders[0] if expanders else None)
         self.fused_ok = all(p.fused_ok for p in pieces)
         # a piece whose mask allows only keys within band_half positions (1D-CSAN) lets
         # long sequences take the block-local fused path (attention/local.py)
         bands = [p.band_half for p in pieces if getattr(p, "band_half", None) is not None]
         self._band_half = min(bands) if bands else None
         # a piece with flex_forward (relpos kv/tied, alibi) alone in the layer: flex_attention
-        self._flex_piece = (pieces[0] if len(pieces) == 1 and getattr(pieces[0], "flex_path_ok", False)
-                            else None)
+        object.__setattr__(self, "_flex_piece", pieces[0] if len(pieces) == 1
+                           and getattr(pieces[0], "flex_path_ok", False) else None)
         if backend == "flex":
             if not flex.HAVE_FLEX:
                 raise ValueError("--attn-backend flex needs torch.nn.attention.flex_attention "
@@ -116,6 +118,16 @@ class PluginSelfAttention(MultiheadAttention):
             if dropout > 0 and (self._flex_piece is not None or self._band_half is not None):
                 raise ValueError(f"--attn-backend flex: flex_attention has no attention dropout; "
                                  f"needs --attention-dropout 0 (got {dropout})")
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """fairseq's upgrade, then drop the second copy of a piece's parameters that
+        checkpoints of earlier versions hold (``_flex_piece.*``, ``_expander.*``: the same
+        tensors as ``pieces.0.*``, registered twice)."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = f"{name}." if name else ""
+        for alias in ("_flex_piece.", "_expander."):
+            for key in [k for k in state_dict if k.startswith(prefix + alias)]:
+                del state_dict[key]
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"

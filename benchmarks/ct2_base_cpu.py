@@ -1,8 +1,8 @@
 """CPU inference at Transformer-base size: fairseq-generate vs CTranslate2, and the
 incremental-decoding cost of each position / decoder piece under fairseq-generate.
 
-    python benchmarks/ct2_base_cpu.py [--work DIR] [--rounds 3] [--threads 2] [--sentences 16]
-        [--length 10] [--beam 4] [--train-minutes 4] [--json benchmarks/results/NAME.json]
+    python benchmarks/ct2_base_cpu.py [--work DIR] [--rounds 7] [--threads 2] [--sentences 16]
+        [--length 10] [--beam 4] [--train-minutes 6] [--demo-dim 128] [--json FILE]
 
 Speed (untrained models: the work is forced, so the weights do not matter):
 
@@ -22,31 +22,39 @@ Speed (untrained models: the work is forced, so the weights do not matter):
   stock Transformer exported with ``fairseq-attn-export --to ct2``;
 * pieces: fairseq-generate of ``transformer_<piece>_wmt_en_de`` for relpos, rope, alibi,
   t5bias, chained and dpi against stock fairseq's ``transformer_wmt_en_de``;
-* every system runs once per round, in the same order, for ``--rounds`` rounds (interleaved:
-  neighbours in time see the same machine load); a ratio is taken within a round and reported
-  as the median over rounds with its spread (min..max).
+* every system runs once per round for ``--rounds`` rounds (interleaved: neighbours in time
+  see the same machine load), each round starting one system later (no system always runs
+  first or after the same neighbour); a ratio is taken within a round and reported as the
+  median over rounds with its spread (min..max). ``OMP_WAIT_POLICY=PASSIVE``: torch and
+  CTranslate2 each bring an OpenMP runtime, whose spinning idle threads would otherwise take
+  the cores of the engine running next.
 
 The vocabulary map: each toy source word maps to the target words that co-occur with it in
 the toy training pairs, plus 2,000 always-included filler symbols standing in for the few
 thousand candidates a real map keeps for a batch (the toy corpus has only ~190 words, so a
 map of its own words alone would overstate the gain at 32k).
 
-int8 quality: ``transformer_relpos_wmt_en_de`` at 256 dimensions (3 + 3 layers, 4 heads, FFN
-1024), trained for ``--train-minutes`` of wall clock on the offline demo's toy pair (4000
+int8 quality: ``transformer_relpos_wmt_en_de`` at ``--demo-dim`` dimensions (default 128; 3 + 3
+layers, 4 heads, FFN 4 x dim), trained for ``--train-minutes`` of wall clock on the offline demo's toy pair (4000
 pairs), exported; sacreBLEU of fairseq-generate and of CTranslate2 float32 / int8 /
 int8_float32 on its 400 test sentences (beam 4, length penalty 1.0).
 """
 
-import argparse
-import collections
-import json
 import os
-import platform
-import re
-import statistics
-import subprocess
-import sys
-import time
+
+# torch and CTranslate2 each bring an OpenMP runtime into this process: threads that spin
+# while waiting would take the other engine's cores (2 here); let them sleep instead
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import re  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "fairseq_attn_plugins")
@@ -257,13 +265,16 @@ def speed_part(a, results):
         fairseq[s].run()
     for cfg in CT2_CONFIGS:
         ct2(*cfg)
+    order = list(speed)
     for r in range(a.rounds):
-        for s in systems:
-            sps, lengths = fairseq[s].run()
-            assert lengths == {L}, (s, lengths)  # L words, then the forced </s>
-            speed["fairseq_" + s].append(sps)
-        for name, cfg in zip(ct2_names, CT2_CONFIGS):
-            speed[name].append(ct2(*cfg))
+        # each round starts one system later: no system always runs first, or right after another
+        for name in order[r % len(order):] + order[:r % len(order)]:
+            if name.startswith("fairseq_"):
+                sps, lengths = fairseq[name[len("fairseq_"):]].run()
+                assert lengths == {L}, (name, lengths)  # L words, then the forced </s>
+                speed[name].append(sps)
+            else:
+                speed[name].append(ct2(*CT2_CONFIGS[ct2_names.index(name)]))
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in speed.items()), flush=True)
     base = speed["fairseq_stock"]
     results["speed"] = {
@@ -290,18 +301,18 @@ def bleu_part(a, results):
         sh([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",
             "--trainpref", f"{corpus}/train", "--validpref", f"{corpus}/valid", "--testpref",
             f"{corpus}/test", "--destdir", data, "--joined-dictionary", "--workers", "1"])
-    save = os.path.join(a.work, "demo_relpos256")
+    save = os.path.join(a.work, f"demo_relpos{a.demo_dim}")
     ck = os.path.join(save, "checkpoint_last.pt")
     if not os.path.isfile(ck):
         t0 = time.time()
         sh([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir", PLUGIN,
             "--arch", "transformer_relpos_wmt_en_de", "--encoder-layers", "3", "--decoder-layers", "3",
-            "--encoder-embed-dim", "256", "--decoder-embed-dim", "256", "--encoder-ffn-embed-dim", "1024",
-            "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
-            "--decoder-attention-heads", "4", "--share-all-embeddings", "--dropout", "0.1",
-            "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100", "--criterion",
-            "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "2000",
+            "--encoder-embed-dim", str(a.demo_dim), "--decoder-embed-dim", str(a.demo_dim),
+            "--encoder-ffn-embed-dim", str(4 * a.demo_dim), "--decoder-ffn-embed-dim", str(4 * a.demo_dim),
+            "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--share-all-embeddings",
+            "--dropout", "0.1", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "3e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "60", "--criterion",
+            "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--max-tokens", "1500",
             "--max-update", "100000", "--stop-time-hours", str(a.train_minutes / 60), "--cpu",
             "--num-workers", "0", "--seed", "1", "--save-dir", save, "--no-epoch-checkpoints",
             "--no-save-optimizer-state", "--disable-validation", "--save-interval-updates", "100000",
@@ -313,7 +324,7 @@ def bleu_part(a, results):
     state = torch.load(ck, map_location="cpu", weights_only=False)  # our own checkpoint
     updates = state["optimizer_history"][-1]["num_updates"]
     del state
-    out = export(data, ck, os.path.join(a.work, "demo_relpos256.ct2"))
+    out = export(data, ck, os.path.join(a.work, f"demo_relpos{a.demo_dim}.ct2"))
     hyps, src_lines, _ = fairseq_generate(data, ck, a.threads, 4, 64, log=os.path.join(a.work, "gen_demo.log"))
     n = len(hyps)
     ref = [line.rstrip("\n") for line in open(os.path.join(corpus, "test.tgt"), encoding="utf-8")]
@@ -329,8 +340,8 @@ def bleu_part(a, results):
         bleu[f"ct2_{ct}"] = sacrebleu.corpus_bleu(text, [ref]).score
         differ[f"ct2_{ct}"] = sum(t != hyps[i] for i, t in enumerate(text))
     results["int8_quality"] = {
-        "model": "transformer_relpos_wmt_en_de, 256 dims, 3+3 layers, 4 heads, FFN 1024, shared "
-                 "embeddings, toy demo pair (4000 training pairs)",
+        "model": f"transformer_relpos_wmt_en_de, {a.demo_dim} dims, 3+3 layers, 4 heads, FFN "
+                 f"{4 * a.demo_dim}, shared embeddings, toy demo pair (4000 training pairs)",
         "train_minutes_budget": a.train_minutes, "updates": updates, "test_sentences": n,
         "bleu": bleu, "differing_from_fairseq": differ,
         "bleu_change_vs_ct2_float32": {k: bleu[k] - bleu["ct2_float32"]
@@ -341,12 +352,13 @@ def bleu_part(a, results):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", default="ct2_base_bench")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--sentences", type=int, default=16)
     ap.add_argument("--length", type=int, default=10)
     ap.add_argument("--beam", type=int, default=4)
-    ap.add_argument("--train-minutes", type=float, default=4.0)
+    ap.add_argument("--train-minutes", type=float, default=6.0)
+    ap.add_argument("--demo-dim", type=int, default=128)
     ap.add_argument("--skip-bleu", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -356,6 +368,7 @@ def main():
     os.makedirs(a.work, exist_ok=True)
     t0 = time.time()
     results = {"ctranslate2": ctranslate2.__version__, "torch": torch.__version__,
+               "command": " ".join(sys.argv), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
                "load_average_at_start": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     speed_part(a, results)

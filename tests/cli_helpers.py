@@ -32,6 +32,12 @@ def make_data(root, n_train=200):
     return dest
 
 
+def shared_data(n_train=200):
+    """:func:`make_data`'s binarised dir, made once per test run for all workers (read only)."""
+    from shared_builds import build_once
+    return os.path.join(build_once(f"cli_toy_bin_{n_train}", lambda root: make_data(root, n_train)), "bin")
+
+
 def run_cli(module, argv, check=True):
     """``python -m module argv`` in a subprocess; returns (returncode, combined output)."""
     proc = subprocess.run([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE,

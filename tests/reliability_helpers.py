@@ -168,6 +168,13 @@ def make_data(tmp: str, sizes=(("train", 300), ("valid", 30), ("test", 20))) -> 
     return dest
 
 
+def shared_data(sizes=(("train", 300), ("valid", 30), ("test", 20))) -> str:
+    """:func:`make_data`'s binarised dir, made once per test run for all workers (read only)."""
+    from shared_builds import build_once
+    key = "toy_bin_" + "_".join(f"{split}{n}" for split, n in sizes)
+    return os.path.join(build_once(key, lambda root: make_data(root, sizes)), "bin")
+
+
 def user_dir() -> str:
     return os.path.dirname(fairseq_attn_plugins.__file__)
 

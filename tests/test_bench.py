@@ -24,6 +24,10 @@ def registered_variants():
     return out
 
 
+# the tests of the tiny report run in one worker, which measures it once (pytest-xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("bench_tiny_report")
+
+
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench")

@@ -10,14 +10,14 @@ import re
 import pytest
 import torch
 
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, make_data, train_in_process
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, train_in_process
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data(str(tmp_path_factory.mktemp("chained_dec")), n_train=120)
+def data_dir():
+    return shared_data(n_train=120)
 
 
 def parse_generate(out):

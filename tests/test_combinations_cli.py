@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, make_data, train_in_process
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, train_in_process
 from test_piece_registry import COMPATIBLE_PAIRS, PIECES
 
 pytestmark = pytest.mark.e2e
@@ -25,8 +25,8 @@ def flags_to_cli(flags):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data(str(tmp_path_factory.mktemp("pairs")), n_train=120)
+def data_dir():
+    return shared_data(n_train=120)
 
 
 @pytest.mark.parametrize("pair", COMPATIBLE_PAIRS or [None])

@@ -20,6 +20,10 @@ from comet_tiny import build_tiny_comet  # noqa: E402
 from test_significance import _noisy  # noqa: E402
 
 
+# one worker builds the tiny COMET checkpoint for all of them (pytest-xdist --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("tiny_comet")
+
+
 @pytest.fixture(scope="session")
 def tiny_comet(tmp_path_factory):
     """The corpus files and a tiny COMET checkpoint whose tokenizer was trained on them."""

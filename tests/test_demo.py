@@ -98,10 +98,46 @@ def test_demo_bad_archs_fail_before_work(tmp_path, capsys):
     assert "transformer_nope" in capsys.readouterr().err and not out.exists()
 
 
+def _load_model(path):
+    from fairseq import checkpoint_utils
+    return checkpoint_utils.load_checkpoint_to_cpu(str(path))["model"]
+
+
+def _kill_mid_epoch(cmd, out, first, epoch_ends):
+    """Start the demo into ``out`` and SIGKILL it once it saved a checkpoint inside an epoch."""
+    import re
+    import signal
+    import time
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = out / "runs" / first / "train.log"
+    saved = re.compile(r"Saved checkpoint \S+checkpoint_\d+_\d+\.pt \(epoch 1 @ (\d+) updates")
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline:
+            text = log.read_text() if log.exists() else ""
+            if any(int(u) not in epoch_ends for u in saved.findall(text)):
+                break
+            assert proc.poll() is None, "the demo ended before a mid-epoch checkpoint was saved"
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.mark.e2e
-def test_demo_quick_end_to_end_and_rerun(tmp_path):
+def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
+    """One uninterrupted ``--quick`` demo is the reference for everything here: its table and
+    files; a second demo killed during training (SIGKILL, mid-epoch) and run again gives exactly
+    its weights, translations and table (it resumes from a mid-epoch checkpoint, fairseq's
+    --save-interval-updates, at the saved iterator position); re-running it reuses every
+    finished step and redoes a lost one alone; other settings in its folder are refused."""
+    import re
+
+    exe = os.path.join(os.path.dirname(sys.executable), "fairseq-attn-demo")
     out = tmp_path / "demo"
-    cmd = [os.path.join(os.path.dirname(sys.executable), "fairseq-attn-demo"), "--quick", "--out-dir", str(out)]
+    cmd = [exe, "--quick", "--out-dir", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     # progress was printed while running, then the table
@@ -120,6 +156,33 @@ def test_demo_quick_end_to_end_and_rerun(tmp_path):
     # BPE really segmented the toy corpus
     assert "@@ " in (out / "bpe" / "train.tgt").read_text()
 
+    # killed mid-epoch, then run again: the uninterrupted run's result, exactly
+    first = demo.DEFAULT_ARCHS.split(",")[0]
+    ref_log = (out / "runs" / first / "train.log").read_text()
+    # updates at the end of each epoch of the uninterrupted run
+    epoch_ends = {int(float(json.loads(line[line.index("{"):])["train_num_updates"]))
+                  for line in ref_log.splitlines() if "| train |" in line}
+    killed = tmp_path / "killed"
+    killed_cmd = [exe, "--quick", "--out-dir", str(killed)]
+    _kill_mid_epoch(killed_cmd, killed, first, epoch_ends)
+    assert not (killed / ".done" / f"train.{first}").exists()
+    p = subprocess.run(killed_cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch (\d+) @ (\d+) updates\)",
+                         (killed / "runs" / first / "train.log").read_text())
+    assert resumed, "the second run did not resume from a checkpoint"
+    assert int(resumed[-1][1]) not in epoch_ends  # resumed inside an epoch
+    for arch in demo.DEFAULT_ARCHS.split(","):
+        want = _load_model(out / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
+        got = _load_model(killed / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
+        assert want.keys() == got.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=f"{arch}: {k} differs")
+        assert (killed / "runs" / arch / "hyp.txt").read_text() == (out / "runs" / arch / "hyp.txt").read_text()
+    got = json.loads((killed / "results.json").read_text())
+    for w, g in zip(table["rows"], got["rows"]):
+        assert (g["bleu"], g["p_bootstrap"], g["p_ar"]) == (w["bleu"], w["p_bootstrap"], w["p_ar"])
+
     # re-running reuses every finished step; a lost step is redone alone
     sizes = {a: os.path.getsize(out / "runs" / a / "train.log") for a in demo.DEFAULT_ARCHS.split(",")}
     os.remove(out / ".done" / "generate.transformer_csan2d_wmt_en_de")
@@ -136,63 +199,3 @@ def test_demo_quick_end_to_end_and_rerun(tmp_path):
     # other settings in the same folder are refused instead of mixed
     p = subprocess.run(cmd[:-3] + ["--out-dir", str(out)], capture_output=True, text=True)
     assert p.returncode == 2 and "other settings" in p.stderr
-
-
-def _load_model(path):
-    from fairseq import checkpoint_utils
-    return checkpoint_utils.load_checkpoint_to_cpu(str(path))["model"]
-
-
-@pytest.mark.e2e
-def test_demo_killed_mid_epoch_resumes_to_the_uninterrupted_result(tmp_path):
-    """A demo killed during training (SIGKILL, mid-epoch) and run again gives exactly the
-    uninterrupted run's weights, translations and table: it resumes from a mid-epoch
-    checkpoint (fairseq's --save-interval-updates), at the saved iterator position."""
-    import re
-    import signal
-    import time
-
-    exe = os.path.join(os.path.dirname(sys.executable), "fairseq-attn-demo")
-    first = demo.DEFAULT_ARCHS.split(",")[0]
-    ref_out, out = tmp_path / "uninterrupted", tmp_path / "killed"
-    p = subprocess.run([exe, "--quick", "--out-dir", str(ref_out)], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    ref_log = (ref_out / "runs" / first / "train.log").read_text()
-    # updates at the end of each epoch of the uninterrupted run
-    epoch_ends = {int(float(json.loads(line[line.index("{"):])["train_num_updates"]))
-                  for line in ref_log.splitlines() if "| train |" in line}
-
-    proc = subprocess.Popen([exe, "--quick", "--out-dir", str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    log = out / "runs" / first / "train.log"
-    saved = re.compile(r"Saved checkpoint \S+checkpoint_\d+_\d+\.pt \(epoch 1 @ (\d+) updates")
-    deadline = time.time() + 600
-    try:
-        while time.time() < deadline:
-            text = log.read_text() if log.exists() else ""
-            if any(int(u) not in epoch_ends for u in saved.findall(text)):
-                break
-            assert proc.poll() is None, "the demo ended before a mid-epoch checkpoint was saved"
-            time.sleep(0.02)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert not (out / ".done" / f"train.{first}").exists()
-
-    p = subprocess.run([exe, "--quick", "--out-dir", str(out)], capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch (\d+) @ (\d+) updates\)",
-                         log.read_text())
-    assert resumed, "the second run did not resume from a checkpoint"
-    assert int(resumed[-1][1]) not in epoch_ends  # resumed inside an epoch
-    for arch in demo.DEFAULT_ARCHS.split(","):
-        want = _load_model(ref_out / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
-        got = _load_model(out / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
-        assert want.keys() == got.keys()
-        for k in want:
-            torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=f"{arch}: {k} differs")
-        assert (out / "runs" / arch / "hyp.txt").read_text() == (ref_out / "runs" / arch / "hyp.txt").read_text()
-    want, got = (json.loads((d / "results.json").read_text()) for d in (ref_out, out))
-    for w, g in zip(want["rows"], got["rows"]):
-        assert (g["bleu"], g["p_bootstrap"], g["p_ar"]) == (w["bleu"], w["p_bootstrap"], w["p_ar"])

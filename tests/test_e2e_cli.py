@@ -8,7 +8,7 @@ import re
 import pytest
 from fairseq.models import ARCH_MODEL_REGISTRY
 
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, make_data, run_cli, train_in_process
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, run_cli, train_in_process
 
 PLUGIN_ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "AttnTransformerModel")
 
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data(str(tmp_path_factory.mktemp("data")))
+def data_dir():
+    return shared_data()
 
 
 def count_hypotheses(output):

@@ -7,13 +7,11 @@ Everything loops over the registries (PIECES, transformer_attn archs).
 import argparse
 import collections
 import json
-import math
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -29,11 +27,10 @@ from reliability_helpers import (
     ddp_worker,
     env,
     greedy_all_pieces,
-    make_data,
+    shared_data,
     piece_test_flags,
     plugin_archs,
     train_cmd,
-    user_dir,
 )
 
 ALLOWED_WORDS = re.compile(r"must be|allowed|expected|one of")
@@ -291,8 +288,8 @@ def test_safe_load_accepts_the_numpy_values_fairseq_keeps(tmp_path):
 # e2e: kill mid-epoch and resume; 2-process distributed training
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def data_bin(tmp_path_factory):
-    return make_data(str(tmp_path_factory.mktemp("faults_data")))
+def data_bin():
+    return shared_data()
 
 
 def _losses(text):

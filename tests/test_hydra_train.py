@@ -22,7 +22,7 @@ from torch.testing import assert_close
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.models.hydra_config import model_config_class
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
-from reliability_helpers import TINY, arch_pieces, arch_test_flags, bin_dir, cli, env, make_data, user_dir
+from reliability_helpers import TINY, arch_pieces, arch_test_flags, bin_dir, cli, env, shared_data, user_dir
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
 # training runs: every base-size architecture and one big one (a big architecture differs
@@ -32,8 +32,8 @@ TRAINED = [a for a in ARCHS if not a.endswith("_big")] + ["transformer_csan2d_va
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return make_data(str(tmp_path_factory.mktemp("hydra")), sizes=(("train", 24), ("valid", 4), ("test", 4)))
+def data():
+    return shared_data(sizes=(("train", 24), ("valid", 4), ("test", 4)))
 
 
 def _model_flags(arch):

@@ -16,7 +16,8 @@ import pytest
 
 from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, run_cli, train_in_process
 
-pytestmark = pytest.mark.e2e
+# one worker trains on this module's own corpus (pytest-xdist --dist loadgroup)
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("long_sentences_corpus")]
 
 LONG = 30  # tokens (+ EOS) of the long sentence; the tables below hold 16 positions (toy <= 13)
 

@@ -319,7 +319,7 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     assert not (work / "raw" / "train.en.tmp").exists() and not (work / "data-bin.tmp").exists()
 
     run("wmt14_en_de", "train.sh", env)
-    save = work / "runs" / "transformer_attn_wmt_en_de"
+    assert (work / "runs" / "transformer_attn_wmt_en_de" / "run.json").exists()
     # train/evaluate with settings the data-bin was not prepared with: refused, naming the setting
     for script in ("train.sh", "evaluate.sh"):
         p = run("wmt14_en_de", script, dict(env, BPE_MERGES="50"), check=False)

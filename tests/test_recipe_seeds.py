@@ -9,8 +9,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-import recipe_data  # noqa: E402
-from test_recipes import read, run  # noqa: E402
+from test_recipes import prepared_ende, read, run  # noqa: E402
 
 from fairseq_attn_plugins.reporting import curves  # noqa: E402
 from fairseq_attn_plugins.cli import results  # noqa: E402
@@ -30,9 +29,7 @@ def test_bad_seeds_fail_before_any_work(tmp_path, env, message):
 
 @pytest.mark.e2e
 def test_seeds_train_resume_evaluate_and_curves(tmp_path):
-    env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de")
-    env.update(WORK=str(tmp_path / "work"), SEEDS="1 2")
-    run("wmt14_en_de", "prepare.sh", env)
+    env = dict(prepared_ende(tmp_path / "work"), SEEDS="1 2")
     runs = tmp_path / "work" / "runs"
     run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="2"))
     assert sorted(os.listdir(runs)) == ["transformer_attn_wmt_en_de_seed1", "transformer_attn_wmt_en_de_seed2"]

@@ -13,6 +13,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
+from shared_builds import build_once, copy_of  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPES = os.path.join(ROOT, "recipes")
@@ -137,20 +138,33 @@ def test_missing_aspec_says_what_to_do(tmp_path):
 
 
 # ------------------------------------------------------------------ end to end
-@pytest.fixture(scope="module")
-def ende(tmp_path_factory):
-    d = tmp_path_factory.mktemp("ende") / "a folder with spaces"  # every path is quoted
-    d.mkdir()
-    env = recipe_data.write_pair(str(d / "data"), "en", "de")
-    env["WORK"] = str(d / "work")
-    # an interrupted prepare: binarisation fails half-way (bad option), earlier steps are kept
+def _prepare_ende(root):
+    """recipe_data's en-de pair prepared by the wmt14 recipe, once per test run, after an
+    interrupted prepare (binarisation fails half-way on a bad option; earlier steps are kept)."""
+    d = os.path.join(root, "a folder with spaces")  # every path is quoted
+    env = recipe_data.write_pair(os.path.join(d, "data"), "en", "de")
+    env["WORK"] = os.path.join(d, "work")
     p = run("wmt14_en_de", "prepare.sh", dict(env, PREPROCESS_ARGS="--no-such-option"), check=False)
     assert p.returncode == 2 and "binarise" in p.stderr
-    assert not os.path.exists(d / "work" / "data-bin") and not os.path.exists(d / "work" / "data-bin.tmp")
+    assert not os.path.exists(os.path.join(d, "work", "data-bin")) and not os.path.exists(os.path.join(d, "work", "data-bin.tmp"))
     p = run("wmt14_en_de", "prepare.sh", env)
     assert "tok.en: done before, skipped" in p.stderr and "clean: done before, skipped" in p.stderr
     assert "binarise: done before" not in p.stderr
+
+
+def prepared_ende(work):
+    """The env of a prepared en-de WORK of its own at ``work`` (a copy of the one prepared once)."""
+    root = build_once("recipes_ende", _prepare_ende)
+    d = os.path.join(root, "a folder with spaces")
+    env = {f"{split.upper()}_{side}": os.path.join(d, "data", f"{split}.{lang}")
+           for split in ("train", "valid", "test") for side, lang in (("SRC", "en"), ("TGT", "de"))}
+    env["WORK"] = copy_of(os.path.join(d, "work"), str(work))
     return env
+
+
+@pytest.fixture
+def ende(tmp_path):
+    return prepared_ende(tmp_path / "a folder with spaces" / "work")
 
 
 @pytest.mark.e2e

@@ -1,21 +1,17 @@
-"""Tiny models trained once per test session on the toy corpus (not a test module).
+"""Tiny models trained once per test run on the toy corpus (not a test module).
 
 Every test file that needs a real trained checkpoint asks :func:`trained` for it; the
-first call trains it with fairseq-train (in process) and later calls reuse it.
+first call in the run, in whichever pytest-xdist worker, trains it with fairseq-train (in
+process) and every later call, in any worker, reuses it (:mod:`shared_builds`).
 """
 
-import atexit
 import functools
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process  # noqa: E402
-
-_ROOT = tempfile.mkdtemp(prefix="attn_trained_")
-atexit.register(shutil.rmtree, _ROOT, True)
+from shared_builds import build_once  # noqa: E402
 
 #: name -> (--arch, extra flags)
 MODELS = {
@@ -36,22 +32,29 @@ def data_dir() -> str:
 
     from fairseq_attn_plugins.toy_corpus import write_corpus
 
-    raw, dest = os.path.join(_ROOT, "raw"), os.path.join(_ROOT, "bin")
-    write_corpus(raw, sizes=(("train", 300), ("valid", 20), ("test", 12)))
-    preprocess.main(options.get_preprocessing_parser().parse_args([
-        "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
-        "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", dest,
-        "--joined-dictionary", "--workers", "1"]))
-    return dest
+    def make(root):
+        raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
+        write_corpus(raw, sizes=(("train", 300), ("valid", 20), ("test", 12)))
+        preprocess.main(options.get_preprocessing_parser().parse_args([
+            "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
+            "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", dest,
+            "--joined-dictionary", "--workers", "1"]))
+
+    return os.path.join(build_once("toy_corpus_bin", make), "bin")
 
 
 @functools.lru_cache(maxsize=None)
 def trained(name: str, updates: int = 80) -> str:
     """Path of ``checkpoint_last.pt`` of model ``name`` after ``updates`` updates."""
     arch, extra = MODELS[name]
-    save = os.path.join(_ROOT, f"{name}_{updates}")
-    train_in_process([data_dir(), "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY, *TRAIN, *extra,
-                      "--lr", "3e-3", "--max-update", str(updates), "--save-dir", save,
-                      "--no-save-optimizer-state", "--save-interval-updates", "100000",
-                      "--disable-validation", "--share-all-embeddings"])
-    return os.path.join(save, "checkpoint_last.pt")
+    data = data_dir()
+
+    def make(save):
+        train_in_process([data, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY, *TRAIN, *extra,
+                          "--lr", "3e-3", "--max-update", str(updates), "--save-dir", save,
+                          "--no-save-optimizer-state", "--save-interval-updates", "100000",
+                          "--disable-validation", "--share-all-embeddings"])
+
+    # the key names the settings: a model is shared only with callers asking for the same one
+    key = "trained_" + "_".join([name, str(updates), arch, *extra]).replace("-", "").replace("/", "")
+    return os.path.join(build_once(key, make), "checkpoint_last.pt")

@@ -123,7 +123,7 @@ def render(report: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         ref_row = [f"{sw['lengths'][L]['systems'][STOCK]['tokens_per_s']['median']:.0f}"
                    if STOCK in sw["lengths"][L].get("systems", {}) else "-" for L in lengths]
-        lines.append(f"| (stock tok/s) | " + " | ".join(ref_row) + " |")
+        lines.append("| (stock tok/s) | " + " | ".join(ref_row) + " |")
         for name, err in sw.get("build_errors", {}).items():
             lines.append(f"- **{name}** could not be built for the sweep: {err}")
         long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()

@@ -306,7 +306,8 @@ train_main() {
   [[ $FP16 == 1 ]] && args+=(--fp16)
   # training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
   if [[ ${TENSORBOARD:-1} == 1 ]]; then
-    "$PYTHON" -c 'import torch.utils.tensorboard' 2>/dev/null \
+    # the package fairseq's torch.utils.tensorboard writer needs (importing torch here costs seconds)
+    "$PYTHON" -c 'import tensorboard' 2>/dev/null \
       || die "TensorBoard logging needs the tensorboard package (pip install tensorboard), or set TENSORBOARD=0"
     args+=(--tensorboard-logdir "${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}")
   fi

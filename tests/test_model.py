@@ -118,3 +118,32 @@ def test_san_p_architecture_has_no_token_positions():
     assert args.attn_pieces == "dpi" and args.dpi_mode == "p" and args.dpi_sides == "both"
     assert model.encoder.embed_positions is None and model.decoder.embed_positions is None
     assert [p.name for p in model.encoder.layers[0].self_attn.pieces] == ["dpi"]
+
+
+def test_model_built_with_a_task_pickles(tmp_path):
+    """torch.save(model) of a model built by a task (as fairseq-generate builds it, no
+    validation set ever loaded): the validation check's weak reference to the task stays
+    out of the pickle, and the reloaded model computes the same outputs."""
+    import os
+
+    from fairseq import options, tasks
+
+    from fairseq_attn_plugins.loading import PLUGIN_DIR
+
+    data = os.path.join(os.path.dirname(__file__), "data", "relpos_checkpoint")
+    args = options.parse_args_and_arch(options.get_training_parser(), [
+        data, "--user-dir", PLUGIN_DIR, "--arch", "transformer_relpos_wmt_en_de", "-s", "src", "-t", "tgt",
+        "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16", "--decoder-ffn-embed-dim", "16",
+        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--cpu"])
+    task = tasks.setup_task(args)
+    model = task.build_model(args).eval()
+    assert "_validation_check" in model.__dict__  # what made pickling fail
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False).eval()  # our own file
+    assert "_validation_check" in model.__dict__  # the live model keeps its check
+    src = torch.tensor([[5, 6, 7, 2]])
+    prev = torch.tensor([[2, 8, 9]])
+    with torch.no_grad():
+        assert_close(loaded(src, torch.tensor([4]), prev)[0], model(src, torch.tensor([4]), prev)[0],
+                     rtol=0, atol=0)

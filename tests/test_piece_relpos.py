@@ -312,3 +312,36 @@ def test_keys_only_with_csan2d_fused_equals_explicit():
     ye, _ = explicit(x, x, x, key_padding_mask=kpm, need_weights=False)
     for a, b in zip(real_rows(yf, kpm), real_rows(ye, kpm)):
         assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_each_table_is_registered_once():
+    """The flex path's reference to the piece is not a second registration of its tables."""
+    attn = make_attention(make_args("relpos", relpos_k=2), backend="flex")
+    names = [n for n, _ in attn.named_parameters(remove_duplicate=False)]
+    assert [n for n in names if "rel_" in n] == ["pieces.0.rel_keys", "pieces.0.rel_values"]
+    assert attn._flex_piece is attn.pieces[0]
+
+
+def test_checkpoint_with_tables_registered_twice_loads_and_translates_unchanged():
+    """tests/data/relpos_checkpoint was written when each table was saved twice; it loads
+    (each table once, from the checkpoint) and computes what that code computed."""
+    import json
+    import os
+
+    import relpos_fixture
+
+    saved = torch.load(os.path.join(relpos_fixture.FIXTURE, "checkpoint.pt"), weights_only=False)["model"]
+    assert any("_flex_piece.rel_keys" in k for k in saved)  # the fixture is the old layout
+    model, task = relpos_fixture.load()
+    state = model.state_dict()
+    assert not any("_flex_piece" in k for k in state)
+    tables = [k for k in state if "rel_" in k]
+    assert len(tables) == 6  # (keys, values) x 3 layers
+    for k in tables:
+        assert_close(state[k], saved[k], rtol=0, atol=0)
+    with open(os.path.join(relpos_fixture.FIXTURE, "outputs.json"), encoding="utf-8") as f:
+        want = json.load(f)
+    got = relpos_fixture.outputs(model, task)
+    assert got["hypotheses"] == want["hypotheses"]
+    for g, w in zip(got["log_probs"], want["log_probs"]):
+        assert_close(torch.tensor(g), torch.tensor(w), rtol=0, atol=1e-5)

@@ -48,6 +48,42 @@ def test_rope_matches_rotation_formula(side, causal, left_pad, fraction, rot):
     assert path_name(attn) == "fused"
 
 
+def rope_halves64(x, base, rot):
+    """GPT-NeoX / Hugging Face pairing: (i, i + rot/2) rotated by position * base^(-2i/rot)."""
+    out = x.clone()
+    B, H, L, D = x.shape
+    half = rot // 2
+    for b in range(B):
+        for h in range(H):
+            for m in range(L):
+                for i in range(half):
+                    a = m * base ** (-2.0 * i / rot)
+                    x1, x2 = float(x[b, h, m, i]), float(x[b, h, m, i + half])
+                    out[b, h, m, i] = x1 * math.cos(a) - x2 * math.sin(a)
+                    out[b, h, m, i + half] = x1 * math.sin(a) + x2 * math.cos(a)
+    return out
+
+
+def test_rope_pairs_neighbours_not_halves_and_a_row_permutation_maps_one_to_the_other():
+    """Our pairs (2i, 2i+1) are not NeoX's (i, i + r/2): the same q, k give other scores; the
+    two agree once q and k (i.e. W_q, W_k rows within each head) are permuted 2i <- i,
+    2i+1 <- i + r/2 -- what porting weights between the conventions takes."""
+    base, rot = 100.0, 6
+    args = make_args("rope", rope_theta=base, rope_fraction=0.75)  # 6 of 8 dimensions
+    piece = make_attention(args, embed_dim=16, num_heads=2).pieces[0]
+    assert piece.rot == rot
+    g = torch.Generator().manual_seed(4)
+    q, k = torch.randn(1, 2, 7, 8, generator=g).double(), torch.randn(1, 2, 7, 8, generator=g).double()
+    pos = torch.arange(7)
+    ours = lambda t: piece.transform_qkv(t, t, t, type("Ctx", (), {"q_pos": pos, "k_pos": pos})())[0]
+    assert_close(ours(q), rope64(q, base, rot))
+    scores = lambda a, b: a @ b.transpose(-1, -2)
+    neox = scores(rope_halves64(q, base, rot), rope_halves64(k, base, rot))
+    assert (scores(ours(q), ours(k)) - neox).abs().max() > 1e-2
+    perm = [j for i in range(rot // 2) for j in (i, i + rot // 2)] + list(range(rot, 8))
+    assert_close(scores(ours(q[..., perm]), ours(k[..., perm])), neox)
+
+
 def test_rope_score_depends_on_distance_only():
     from fairseq_attn_plugins.attention.pieces.rope import rotate
 

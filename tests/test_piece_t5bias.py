@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import build_model, make_args, make_attention, padded_batch, path_name
+from attn_helpers import build_model, make_args, make_attention, output64, padded_batch, path_name, projections64
+from piece_refs import loop_apply64
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.attention.pieces.t5bias import relative_position_bucket
 from position_helpers import (
@@ -120,3 +121,31 @@ def test_architecture_replaces_token_positions_on_every_layer():
 
 def test_model_padding_side_and_incremental_decoding():
     check_model_padding_side_and_incremental_decoding("t5bias")
+
+
+def test_t5bias_table_is_t5s_with_the_scaling_absorbed_by_w_q():
+    """T5 adds the table to UNscaled q.k; ours adds it to q.k / sqrt(d). With T5's
+    W_q = ours / sqrt(d) (weights and bias), T5's formula with OUR table unchanged gives our output."""
+    args = make_args("t5bias", t5_buckets=8, t5_max_distance=6)
+    attn = make_attention(args, side="encoder").eval()
+    with torch.no_grad():
+        attn.pieces[0].bucket_bias.normal_(0, 1.0)  # a table that matters
+    table = attn.pieces[0].bucket_bias.detach().double().tolist()
+    d = attn.head_dim
+    x, kpm = padded_batch([7, 4])
+    q, k, v = projections64(attn, x)  # q = x W_q^T + b_q, unscaled
+    q_t5 = q / math.sqrt(d)  # T5's W_q, b_q
+    B, H, T, _ = q.shape
+    probs = [[[[0.0] * T for _ in range(T)] for _ in range(H)] for _ in range(B)]
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                keys = [j for j in range(T) if not bool(kpm[b, j])]
+                # T5: q.k unscaled, plus the table entry of the bucket of j - i
+                logits = [float(q_t5[b, h, i] @ k[b, h, j]) + table[t5_bucket(j - i, True, 8, 6)][h]
+                          for j in keys]
+                top = max(logits)
+                z = sum(math.exp(e - top) for e in logits)
+                for j, e in zip(keys, logits):
+                    probs[b][h][i][j] = math.exp(e - top) / z
+    assert_close(run(attn, x, kpm, False), output64(attn, loop_apply64(probs, v)), rtol=1e-5, atol=1e-5)

@@ -63,10 +63,12 @@ class PluginSelfAttention(MultiheadAttention):
             raise ValueError(
                 f"at most one piece may widen the key axis, got {[p.name for p in expanders]}"
             )
-        self._expander = expanders[0] if expanders else None
+        # plain references to members of self.pieces, not submodules: each parameter is
+        # registered (and saved) once, under pieces.<i>
+        object.__setattr__(self, "_expander", expanders[0] if expanders else None)
         bands = [p.band_half for p in pieces if p.band_half is not None]
         # the layer's only piece, when it computes the whole attention through flex_attention
-        self._flex_piece = pieces[0] if len(pieces) == 1 and pieces[0].flex_path_ok else None
+        object.__setattr__(self, "_flex_piece", pieces[0] if len(pieces) == 1 and pieces[0].flex_path_ok else None)
         self._no_incremental = [p.name for p in pieces if not p.incremental_ok]
         self._layer = backends.Layer(
             backend="auto",
@@ -86,6 +88,16 @@ class PluginSelfAttention(MultiheadAttention):
         """``--attn-backend``; refused here (at model build) when it cannot run this layer."""
         backends.check_backend(backend, self._layer.needs_probs, self.dropout_module.p)
         self._layer = dataclasses.replace(self._layer, backend=backend)
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """fairseq's upgrade, then drop the second copy of a piece's parameters that
+        checkpoints of earlier versions hold (``_flex_piece.*``, ``_expander.*``: the same
+        tensors as ``pieces.0.*``, registered twice)."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = f"{name}." if name else ""
+        for alias in ("_flex_piece.", "_expander."):
+            for key in [k for k in state_dict if k.startswith(prefix + alias)]:
+                del state_dict[key]
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"

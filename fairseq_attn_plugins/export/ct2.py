@@ -12,13 +12,32 @@ computes exactly what fairseq computes (same float32 arithmetic up to rounding):
   ``kv`` writes both tables, ``k`` only the keys, ``tied`` the one table as both;
 * ``temp``: the per-head scalars multiply the q/k/v projections, so they are folded into
   those projections' weight rows and biases;
+* ``rope`` (Su et al. 2021): CTranslate2's rotary embeddings with ``rotary_interleave=True``,
+  which pairs dimensions (2i, 2i+1) as our piece (RoFormer) does, not the halves (i, i + r/2)
+  of GPT-NeoX / Hugging Face (``rotary_interleave=False``); ``rotary_dim`` = our rotated
+  dimensions r (``--rope-fraction`` of the head, rounded down to even; frequencies
+  ``base^(-2i/r)`` in both), ``rotary_base`` = ``--rope-theta``. Rotation before the 1/sqrt(d)
+  query scaling in both (a linear map, so the order does not matter). Values not rotated.
+* ``t5bias`` (Raffel et al. 2020): CTranslate2's ``relative_attention_bias``, the same (N, H)
+  table and T5's bucket function (bidirectional in the encoder, causal in the decoder;
+  N = the table's rows = ``--t5-buckets``, ``relative_attention_max_distance`` =
+  ``--t5-max-distance``). Sharing: ``--t5-sharing stack`` writes the one table into every layer
+  holding the piece (as CTranslate2's own T5 converter does; the saved model stores it once),
+  ``layer`` each layer's own. Query scaling: T5 itself does not scale q.k (CTranslate2's T5
+  converter sets ``queries_scale = 1``); our piece adds the bias to q.k / sqrt(d), which is
+  CTranslate2's default scaling, so ``queries_scale`` is left unset.
 * ``dropattn_c`` / ``dropattn_e``: identity at inference (training-only dropout).
 
+``alibi`` is refused: CTranslate2 has ALiBi in decoders only (causal distances); our
+encoder's symmetric penalty -m_h |i - j| has no counterpart, and decoder-only ALiBi (with
+kept sinusoidal positions) is not exported.
+
 Position embeddings: CTranslate2 adds absolute positions on a side exactly when that side's
-first self-attention layer has no relative positions. So ``--relpos-abs-pos drop`` (the
-default) needs relpos in layer 0 of both sides (the default ``--relpos-layers all``), and
-``--relpos-abs-pos keep`` needs layer 0 without relpos on each side that keeps positions
-(e.g. ``--relpos-layers 1-5``); other layouts are refused.
+first self-attention layer has no position method (relative positions, rotary embeddings or
+a relative bias). So ``--<piece>-abs-pos drop`` (the default) needs the piece in layer 0 of
+both sides (the default ``--<piece>-layers all``), and ``--<piece>-abs-pos keep`` needs layer 0
+without it on each side that keeps positions (e.g. ``--relpos-layers 1-5``); other layouts
+are refused.
 
 Every other piece is refused in one line naming the piece and what CTranslate2 lacks; so
 are fairseq options the spec does not cover (different encoder/decoder heads or
@@ -41,6 +60,8 @@ logger = logging.getLogger(__name__)
 #: pieces CTranslate2 represents exactly, with how
 SUPPORTED = {
     "relpos": "relative_position_keys/values",
+    "rope": "rotary embeddings, rotary_interleave=True (pairs 2i, 2i+1)",
+    "t5bias": "relative_attention_bias (T5 buckets)",
     "temp": "folded into the q/k/v projections",
     "dropattn_c": "identity at inference",
     "dropattn_e": "identity at inference",
@@ -48,6 +69,8 @@ SUPPORTED = {
 
 #: what CTranslate2's attention spec lacks for each other piece
 WHY_NOT = {
+    "alibi": "symmetric ALiBi for an encoder (its ALiBi is decoder-only, causal; decoder-only "
+             "ALiBi with kept positions is not exported either)",
     "csan1d": "a local window mask on encoder self-attention (its sliding_window only bounds a decoder's cache)",
     "csan2d": "attention over a window of keys spanning adjacent heads",
     "disan": "per-head directional (forward/backward) masks",
@@ -74,9 +97,21 @@ def _pieces_of(attn) -> List:
     return list(getattr(attn, "pieces", []) or [])
 
 
-def _relpos(attn):
+def _piece(attn, name: str):
     for p in _pieces_of(attn):
-        if p.name == "relpos":
+        if p.name == name:
+            return p
+    return None
+
+
+#: pieces that make CTranslate2 leave out the absolute positions when in a side's first layer
+POSITION_PIECES = ("relpos", "rope", "t5bias")
+
+
+def _position_piece(attn):
+    for name in POSITION_PIECES:
+        p = _piece(attn, name)
+        if p is not None:
             return p
     return None
 
@@ -109,16 +144,17 @@ def unsupported_reason(model, args) -> Optional[str]:
             return f"cannot be exported to CTranslate2: {why}"
     for side in ("encoder", "decoder"):
         stack = getattr(model, side)
-        first = _relpos(stack.layers[0].self_attn)
+        first = _position_piece(stack.layers[0].self_attn)
         has_abs = stack.embed_positions is not None
         if has_abs and first is not None:
+            prefix = {"relpos": "relpos", "rope": "rope", "t5bias": "t5"}[first.name]
             return (f"cannot be exported to CTranslate2: the {side} has absolute position embeddings and "
-                    f"relative positions in its first layer, but CTranslate2 drops absolute positions "
-                    f"when the first layer has relative ones (keep relpos off layer 0, e.g. "
-                    f"--relpos-layers 1-5, or use --relpos-abs-pos drop)")
+                    f"{first.name} in its first layer, but CTranslate2 drops absolute positions when the "
+                    f"first layer has a position method (keep {first.name} off layer 0, e.g. "
+                    f"--{prefix}-layers 1-5, or use --{prefix}-abs-pos drop)")
         if not has_abs and first is None:
             return (f"cannot be exported to CTranslate2: the {side} has no position embeddings and no "
-                    f"relative positions in its first layer, where CTranslate2 would add sinusoidal ones")
+                    f"position method in its first layer, where CTranslate2 would add sinusoidal ones")
     return None
 
 
@@ -155,9 +191,12 @@ def _proj(linear, scale):
 
 
 def _self_attention_spec(attn, attention_spec, model_spec):
-    """The layer's self-attention spec (with Shaw tables where the layer has relpos)."""
-    rel = _relpos(attn)
-    spec = attention_spec.MultiHeadAttentionSpec(self_attention=True, relative_position=rel is not None)
+    """The layer's self-attention spec (with the layer's position method, if any)."""
+    rel, rope, t5 = _piece(attn, "relpos"), _piece(attn, "rope"), _piece(attn, "t5bias")
+    rotary = {} if rope is None else {"rotary_dim": rope.rot, "rotary_interleave": True,
+                                      "rotary_base": rope.theta}
+    spec = attention_spec.MultiHeadAttentionSpec(self_attention=True, relative_position=rel is not None,
+                                                 relative_attention_bias=t5 is not None, **rotary)
     sq, sk, sv = _temp_scales(attn)
     parts = [_proj(attn.q_proj, sq), _proj(attn.k_proj, sk), _proj(attn.v_proj, sv)]
     weight = torch.cat([w for w, _ in parts]).numpy()
@@ -169,6 +208,9 @@ def _self_attention_spec(attn, attention_spec, model_spec):
         spec.relative_position_keys = _np(rel.rel_keys)
         values = rel.value_table()
         spec.relative_position_values = model_spec.OPTIONAL if values is None else _np(values)
+    if t5 is not None:
+        spec.relative_attention_bias = _np(t5.table())  # (buckets, heads), as T5's embedding
+        spec.relative_attention_max_distance = np.dtype("int32").type(t5.max_distance)
     return spec
 
 

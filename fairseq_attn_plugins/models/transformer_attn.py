@@ -174,6 +174,15 @@ class AttnTransformerModel(TransformerModel):
             model.__dict__["_validation_check"] = (weakref.ref(task), args)
         return model
 
+    def __getstate__(self):
+        """Pickling (``torch.save(model)``, deepcopy) leaves out the weak reference to the task
+        that the validation-length check holds until its first call."""
+        state = super().__getstate__()
+        if "_validation_check" in state:
+            state = dict(state)
+            del state["_validation_check"]
+        return state
+
     def max_positions(self):
         """fairseq's limits (lowered by pieces with position tables: convattn1d, dpi).
 

@@ -23,7 +23,9 @@ The authors concatenate [r^h; e^h] per head (2C wide) and project it with one
 checkpoint's projection is reused) on r plus a bias-free ``context_proj``
 (W_e) on e: the core's ``output_term`` hook adds W_e e after ``out_proj``.
 The intra-block step is the core's attention under a block-diagonal mask
-(attention dropout applies to it); the rest runs in ``output_term``.
+(attention dropout applies to it); the rest runs in ``output_term``, so the
+gate is inside the self-attention sublayer: with pre-norm
+(``--encoder-normalize-before``) it sees LN(x) and its output is added to x.
 
 Choices (and departures from the authors' code):
 

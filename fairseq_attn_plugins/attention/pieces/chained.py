@@ -43,6 +43,11 @@ rows of each order from them: exactly the full forward's rows (tested in
 float64, and beam search through fairseq-generate). Memory: (K - 1) times the
 layer's value cache.
 
+With other pieces' value terms (``relpos``'s a^V: R = sum_j P_ij a^V_ij), the
+chain starts from the layer's full first-order output, so the value term is
+chained too: Att^1 = P V + R, Att^k = P^(k-1) (P V + R). (The alternative,
+P^k V + R, would add the relative values once, outside the chain; not offered.)
+
 Attention dropout is applied to P once and the same dropped P is chained.
 A row that the masks leave without keys contributes zeros (the core's rule).
 

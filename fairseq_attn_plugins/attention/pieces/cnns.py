@@ -16,6 +16,11 @@ layer runs unchanged. Conv_k is, per ``--cnns-conv``:
   bias) then a pointwise C x C matrix (bias);
 * ``full`` (Kim 2014's CNN): a full C x C x k convolution with bias.
 
+Pre-norm (``--encoder-normalize-before``): the sublayers are pre-norm residual
+blocks themselves and run on the layer input whatever the flag; with pre-norm
+that input is the raw residual stream and the attention sublayer normalises the
+convolutions' output (tests/test_pre_norm.py).
+
 Padding: the LN output is zeroed at pad positions before every convolution,
 and the convolution zero-pads the sentence ends, so left and right padding
 give the same outputs for the real tokens.

@@ -16,6 +16,11 @@ the paper), rounded down to an even number; the remaining dimensions pass
 unrotated, as GPT-NeoX's ``rotary_pct`` does (the frequencies then use ``r``,
 not the head dimension). Values are not rotated. No parameters.
 
+Pairing: neighbouring dimensions (2i, 2i+1), as RoFormer. GPT-NeoX, Hugging Face
+and fairseq's own rotary module pair the halves (i, i + r/2): equally RoPE, but a
+different function of the same weights (porting q/k projections needs a row
+permutation; CTranslate2's ``rotary_interleave=True`` is our pairing).
+
 Positions are the key indices of the padded batch (``q_pos``/``k_pos``): the
 score depends on ``n - m`` only, so left or right padding gives the same
 output (up to float rounding of the angles). Angles and the rotation are

@@ -27,8 +27,9 @@ which shards each layer on its own). ``layer``: one table per layer.
 Parameters at base size: 32 x 8 = 256 per stack, 512 in all (``layer``:
 256 per layer, 3,072 in all). Initialisation: normal with std d_model^-1/2, as Hugging Face's T5
 (``factor`` 1). T5 does not scale q.k by 1/sqrt(d) (it folds the scale into the
-initialisation of q); here the bias is added to the scaled score as every piece
-does, which only reparametrises the learned table.
+initialisation of W_q); here the bias is added to the scaled score as every piece
+does, q.k / sqrt(d) + b. W_q absorbs the difference (T5's W_q = ours / sqrt(d)
+gives the same logits); the table is unchanged, added unscaled in both.
 
 Placement: ``--t5-sides`` (default encoder,decoder), ``--t5-layers`` (default
 all): every self-attention layer as in T5. Encoder-decoder attention is

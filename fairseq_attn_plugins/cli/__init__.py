@@ -1,1 +1,1 @@
-"""Console commands (see setup.py entry points)."""
+"""Console commands (the entry points of pyproject.toml)."""

@@ -39,9 +39,10 @@ def _one_torch_thread():
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which names each test's group
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end runs first: they are the long tests, and pytest-xdist hands out tests in
-    this order, so starting them first keeps one of them from being the last thing running
-    (longest first is close to the best order for the slowest worker). Stable otherwise.
+    """The end-to-end runs and the groups sharing an expensive fixture first: they are the long
+    tests, and pytest-xdist hands out tests in this order, so starting them first keeps one of
+    them from being the last thing running (longest first is close to the best order for the
+    slowest worker). Stable otherwise.
 
     Tests of one ``xdist_group`` share a module fixture that is expensive to make: a pytest
     that loses the group (pytest-xdist names it in the test's node id) would make it once per
@@ -51,4 +52,5 @@ def pytest_collection_modifyitems(config, items):
         if lost:
             raise pytest.UsageError(f"pytest-xdist --dist loadgroup lost the group of {lost[0]} (and "
                                     f"{len(lost) - 1} more) with pytest {pytest.__version__}: see requirements.txt")
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None
+               and item.get_closest_marker("xdist_group") is None)

@@ -31,6 +31,7 @@ setup(
             "fairseq-attn-plot = fairseq_attn_plugins.cli.plot:main",
             "fairseq-attn-paper = fairseq_attn_plugins.cli.paper:main",
             "fairseq-attn-export = fairseq_attn_plugins.cli.export:main",
+            "fairseq-attn-pieces = fairseq_attn_plugins.cli.pieces:main",
         ]
     },
 )

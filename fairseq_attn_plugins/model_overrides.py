@@ -19,7 +19,7 @@ as at training (an even ``csan_window`` is refused there).
 import argparse
 import functools
 
-from .attention.config import check_inactive_flags, piece_flags
+from .attention.flags import check_inactive_flags, piece_flags
 from .attention.piece import PIECES, PieceConfigError
 
 #: shared attention flags (not owned by a piece)

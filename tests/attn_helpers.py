@@ -41,6 +41,14 @@ def make_attention(args, side="encoder", layer_idx=0, embed_dim=16, num_heads=4,
     return attn.to(dtype)
 
 
+def path_name(attn, **call) -> str:
+    """The path (:mod:`fairseq_attn_plugins.attention.backends`) that runs a call of ``attn``:
+    'flex piece', 'flex band', 'block-local', 'fused' or 'explicit'."""
+    from fairseq_attn_plugins.attention import backends
+
+    return attn.path_for(backends.Call(**call)).name
+
+
 def padded_batch(lengths, embed_dim=16, left_pad=True, seed=1, dtype=torch.float32):
     """x (T, B, C) and key_padding_mask (B, T) (True = pad) for sentences of ``lengths``."""
     g = torch.Generator().manual_seed(seed)

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from fairseq_attn_plugins.attention import PIECES, PieceConfigError
-from fairseq_attn_plugins.attention.config import piece_flags
+from fairseq_attn_plugins.attention.flags import piece_flags
 from reliability_helpers import build_model, piece_test_flags
 
 
@@ -69,3 +69,19 @@ def test_defaults_of_inactive_pieces_and_finished_configs_are_not_refused():
     ARCH_CONFIG_REGISTRY[args.arch](args)
     assert not hasattr(args, "attn_explicit_flags")
     type(model).build_model(args, task)
+
+
+@pytest.mark.parametrize("given", [lambda flags: flags, lambda flags: flags[:4],
+                                   lambda flags: [f for f in flags if f.startswith("csan")]])
+def test_a_command_line_is_never_taken_for_a_finished_configuration(given):
+    """--attn-backend with any set of piece flags, even all of them, is what the user set: it is
+    recorded (a finished configuration is told apart by what no command line holds)."""
+    import argparse
+
+    from fairseq_attn_plugins.attention.flags import record_explicit_flags
+
+    chosen = given(sorted(piece_flags()))
+    args = argparse.Namespace(attn_backend="explicit", attn_pieces="relpos",
+                              **{f: None for f in chosen})
+    record_explicit_flags(args)
+    assert args.attn_explicit_flags == ",".join(chosen)

@@ -148,17 +148,17 @@ def summary(runs):
 
 def test_spread_and_unmeasured_rule():
     runs = [0.95, 0.97, 0.96, 0.94, 0.98]
-    s = B._summary(runs)
+    s = B.summarize(runs)
     assert s["spread"] == pytest.approx(0.02 / 0.96)  # half of 0.98 - 0.94, over the median
-    assert B._ratios([2.0, 3.0], [4.0, 5.0])["runs"] == pytest.approx([0.5, 0.6])
+    assert B.paired_ratios([2.0, 3.0], [4.0, 5.0])["runs"] == pytest.approx([0.5, 0.6])
     tight = summary([0.96, 0.95, 0.97])  # +-1.04 %
-    assert B._status(tight, 0.95) == "PASS" and B._status(tight, 0.97) == "MISS"
+    assert B.target_status(tight, 0.95) == "PASS" and B.target_status(tight, 0.97) == "MISS"
     wide = summary([0.90, 0.96, 0.99])  # +-4.7 %: never judged
-    assert B._status(wide, 0.8) == B._status(wide, 0.99) == "unmeasured"
-    assert B._status(summary([0.975, 1.0, 1.025]), 1.0) == "PASS"  # +-2.5 %: measured
-    assert B._status(summary([0.965, 1.0, 1.035]), 1.0) == "unmeasured"  # +-3.5 %
-    assert B._status(summary([1.0]), 0.5) == "unmeasured"  # one round has no spread
-    assert B._status(tight, None) == "n/a"
+    assert B.target_status(wide, 0.8) == B.target_status(wide, 0.99) == "unmeasured"
+    assert B.target_status(summary([0.975, 1.0, 1.025]), 1.0) == "PASS"  # +-2.5 %: measured
+    assert B.target_status(summary([0.965, 1.0, 1.035]), 1.0) == "unmeasured"  # +-3.5 %
+    assert B.target_status(summary([1.0]), 0.5) == "unmeasured"  # one round has no spread
+    assert B.target_status(tight, None) == "n/a"
     assert B.fmt_ratio(tight) == "0.960 +-1.0%"
 
 

@@ -6,7 +6,7 @@ import torch
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, padded_batch
+from attn_helpers import make_args, make_attention, padded_batch, path_name
 
 CONFIGS = {
     "baseline": dict(pieces=""),
@@ -73,10 +73,10 @@ def test_fused_and_explicit_agree_forward_and_backward(name, left_pad):
 
 def test_auto_backend_dispatch():
     attn = make_attention(make_args("csan2d", csan_layers="0"))
-    assert attn.uses_fused_path(need_weights=False)
-    assert not attn.uses_fused_path(need_weights=True)  # weights need the explicit path
+    assert path_name(attn) == "fused"
+    assert path_name(attn, need_weights=True) == "explicit"  # weights need the explicit path
     attn.backend = "explicit"
-    assert not attn.uses_fused_path(need_weights=False)
+    assert path_name(attn) == "explicit"
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64
+from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import AttentionContext, AttentionPiece
 from reliability_helpers import compatible_sets, piece_test_flags
 
@@ -138,9 +138,10 @@ def test_emptied_rows_contribute_nothing(names):
     checked = 0
     for side, left_pad in cases(names):
         for backend in ("explicit", "fused"):
-            attn = build(names, side, backend)
+            attn = build(names, side, "auto")
             if attn is None or (backend == "fused" and not attn.fused_ok):
                 continue
+            attn.backend = backend
             x, kpm = padded_batch([6, 4], left_pad=left_pad)
             causal = side == "decoder"
             mask = torch.triu(torch.full((6, 6), float("-inf")), 1) if causal else None
@@ -172,8 +173,8 @@ def test_chained_with_disan_matches_reference_without_test_mask():
 
 @pytest.mark.parametrize("left_pad", [True, False])
 def test_block_local_fused_path_agrees_on_emptied_rows(left_pad):
-    """csan1d at T >= 256 takes attention/local.py; emptied rows give the explicit result."""
-    from fairseq_attn_plugins.attention import local
+    """csan1d at T >= 256 takes the block-local path (attention/backends/local.py); emptied rows give the explicit result."""
+    from fairseq_attn_plugins.attention.backends import local
 
     T = local.LOCAL_MIN_LEN + 5
     args = make_args("csan1d", csan_layers="0", csan_window=3)
@@ -181,7 +182,7 @@ def test_block_local_fused_path_agrees_on_emptied_rows(left_pad):
     fused.pieces.append(RowEmptier(fused.site))
     explicit = copy.deepcopy(fused)
     explicit.backend = "explicit"
-    assert fused._use_local(1, T, T, None)
+    assert path_name(fused, tgt_len=T, src_len=T) == "block-local"
     x, kpm = padded_batch([T, T - 9], left_pad=left_pad)
     res = []
     for attn in (fused, explicit):

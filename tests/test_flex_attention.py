@@ -1,4 +1,4 @@
-"""The flex_attention paths (attention/flex.py) against the explicit path, float64 on CPU.
+"""The flex_attention paths (attention/backends/flex.py, relpos.py, alibi.py) against the explicit path, float64 on CPU.
 
 relpos kv/tied through flex (key term as score_mod, value term from the log-sum-exp) and
 block-sparse band masks (1D-/2D-CSAN) must equal the explicit reference forward and
@@ -17,8 +17,9 @@ import torch
 import torch.nn.attention.flex_attention as torch_flex
 from torch.testing import assert_close
 
-from attn_helpers import build_model, make_args, make_attention, padded_batch, token_batch
-from fairseq_attn_plugins.attention import flex
+from attn_helpers import build_model, make_args, make_attention, padded_batch, path_name, token_batch
+from fairseq_attn_plugins.attention.backends import flex
+from fairseq_attn_plugins.attention.pieces import relpos
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -82,7 +83,7 @@ def test_band_scores_match_loops():
                         j = start + i + d
                         if 0 <= j < S:
                             ref[b, h, i, c] = sum(q[b, h, i, x] * k[b, h, j, x] for x in range(4))
-        assert_close(flex.band_scores(q, k, start, half, block), ref)
+        assert_close(relpos.band_scores(q, k, start, half, block), ref)
 
 
 def shaw_loops(q, k, v, wk, wv, kmax, start, kpm, causal, scale):
@@ -124,7 +125,7 @@ def test_relpos_attention_matches_loops(kmax, case):
             kpm[1, 6:] = True
     causal = case == "causal"
     mask = torch.triu(torch.full((T, S), float("-inf"), dtype=torch.float64), 1) if causal else None
-    got = flex.relpos_attention(q, k, v, wk, wv, kmax, start, kpm, mask, 0.5)
+    got = relpos.relpos_attention(q, k, v, wk, wv, kmax, start, kpm, mask, 0.5)
     assert_close(got, shaw_loops(q, k, v, wk, wv, kmax, start, kpm, causal, 0.5))
 
 
@@ -136,7 +137,7 @@ def test_relpos_flex_equals_explicit_encoder(cpu_flex_backward, mode, left_pad, 
     args = make_args("relpos", relpos_k=kmax, relpos_mode=mode)
     x, kpm = padded_batch([9, 4, 7], left_pad=left_pad, dtype=torch.float64)
     fl, ex = twin(args, "flex").train(), twin(args, "explicit").train()
-    assert fl.uses_flex_piece(False, 0.0, on_cuda=False)
+    assert path_name(fl) == "flex piece"
     assert_same_run(run(fl, x, kpm), run(ex, x, kpm))
 
 
@@ -202,7 +203,7 @@ def test_windowed_flex_equals_explicit(cpu_flex_backward, piece, flags, left_pad
     args = make_args(piece, csan_layers="0", **flags)
     x, kpm = padded_batch([11, 2, 6], left_pad=left_pad, dtype=torch.float64)
     fl, ex = twin(args, "flex").train(), twin(args, "explicit").train()
-    assert fl._use_flex_window(1, 11, 11, None, 0.0, x)
+    assert path_name(fl, tgt_len=11, src_len=11) == "flex band"
     assert_same_run(run(fl, x, kpm), run(ex, x, kpm))
 
 
@@ -223,19 +224,20 @@ def test_masked_attention_skips_blocks_outside_the_band():
 def test_dispatcher_choices():
     kv = make_args("relpos", relpos_k=2)
     auto = make_attention(kv)
-    assert not auto.uses_flex_piece(False, 0.0, on_cuda=False)  # CPU: explicit stays
-    assert auto.uses_flex_piece(False, 0.0, on_cuda=True)  # GPU: flex
-    assert not auto.uses_flex_piece(False, 0.1, on_cuda=True)  # attention dropout: explicit
-    assert not auto.uses_flex_piece(True, 0.0, on_cuda=True)  # weights requested: explicit
-    assert not make_attention(kv, backend="explicit").uses_flex_piece(False, 0.0, True)
+    assert path_name(auto) == "explicit"  # CPU: explicit stays
+    assert path_name(auto, on_cuda=True) == "flex piece"  # GPU: flex
+    assert path_name(auto, on_cuda=True, dropout_p=0.1) == "explicit"  # attention dropout
+    assert path_name(auto, on_cuda=True, need_weights=True) == "explicit"  # weights requested
+    assert path_name(make_attention(kv, backend="explicit"), on_cuda=True) == "explicit"
     keys_only = make_attention(make_args("relpos", relpos_k=2, relpos_mode="k"), backend="flex")
-    assert not keys_only.uses_flex_piece(False, 0.0, True)  # a score bias: SDPA does it
+    assert path_name(keys_only, on_cuda=True) == "fused"  # a score bias: SDPA does it
     csan = make_attention(make_args("csan1d", csan_layers="0"))
-    q = torch.zeros(1, 1, 1, 1)
-    assert not csan._use_flex_window(1, 1024, 1024, None, 0.0, q)  # auto on CPU
+    assert path_name(csan, tgt_len=1024, src_len=1024) == "block-local"  # auto on CPU
+    assert path_name(csan, tgt_len=1024, src_len=1024, on_cuda=True) == "flex band"
+    assert path_name(csan, tgt_len=300, src_len=300, on_cuda=True) == "block-local"
     forced = make_attention(make_args("csan1d", csan_layers="0"), backend="flex")
-    assert forced._use_flex_window(1, 16, 16, None, 0.0, q)
-    assert not forced._use_flex_window(1, 16, 16, {}, 0.0, q)  # incremental: not banded self-attn
+    assert path_name(forced, tgt_len=16, src_len=16) == "flex band"
+    assert path_name(forced, tgt_len=1, src_len=16, incremental=True) == "fused"  # not banded self-attn
 
 
 def test_flex_backend_refuses_attention_dropout():
@@ -249,7 +251,7 @@ def test_block_masks_are_reused_only_for_the_same_mask_tensors():
     """Layers sharing one padding mask share one block mask; another tensor (even with the
     same content) or an in-place change gets a fresh one that follows its content."""
     def make(kpm):
-        return flex._block_mask(lambda b, h, i, j: ~kpm[b, j], 2, 9, 9, "cpu", ("test",), (kpm,))
+        return flex.block_mask(lambda b, h, i, j: ~kpm[b, j], 2, 9, 9, "cpu", ("test",), (kpm,))
 
     kpm = torch.zeros(2, 9, dtype=torch.bool)
     first = make(kpm)

@@ -1,12 +1,12 @@
-"""Block-local fused attention (attention/local.py) used for long 1D-CSAN sequences:
+"""Block-local fused attention (attention/backends/local.py) used for long 1D-CSAN sequences:
 same outputs and gradients as the dense fused path and the explicit path."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_helpers import make_args, make_attention, padded_batch
-from fairseq_attn_plugins.attention import local
+from attn_helpers import make_args, make_attention, padded_batch, path_name
+from fairseq_attn_plugins.attention.backends import local
 
 
 def naive_window_attention(q, k, v, kpm, half, scale):
@@ -65,7 +65,7 @@ def test_core_uses_local_path_with_identical_results(monkeypatch):
     x = x.double()
 
     attn = make_attention(args, embed_dim=16, num_heads=4, backend="fused", dtype=torch.float64)
-    assert attn._band_half == 2
+    assert attn.pieces[0].band_half == 2
     dense = _run(attn, x, kpm)
 
     calls = []
@@ -96,11 +96,11 @@ def test_local_path_not_used_for_short_or_2d(monkeypatch):
     monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
     args2d = make_args("csan2d", layers=3, csan_window=5)
     attn2d = make_attention(args2d, embed_dim=16, num_heads=4, backend="fused")
-    assert attn2d._use_local(3, 40, 40, None) is False  # widened key axis
+    assert path_name(attn2d, tgt_len=40, src_len=40) == "fused"  # widened key axis
     args1d = make_args("csan1d", layers=3, csan_window=5)
     attn1d = make_attention(args1d, embed_dim=16, num_heads=4, backend="fused")
-    assert attn1d._use_local(1, 40, 40, None) is True
-    assert attn1d._use_local(1, 10, 10, None) is False  # short
-    assert attn1d._use_local(1, 1, 40, {}) is False  # incremental decoding
+    assert path_name(attn1d, tgt_len=40, src_len=40) == "block-local"
+    assert path_name(attn1d, tgt_len=10, src_len=10) == "fused"  # short
+    assert path_name(attn1d, tgt_len=1, src_len=40, incremental=True) == "fused"  # incremental decoding
     base = make_attention(make_args(""), embed_dim=16, num_heads=4)
-    assert base._band_half is None and base._use_local(1, 400, 400, None) is False
+    assert path_name(base, tgt_len=400, src_len=400) == "fused"  # no band

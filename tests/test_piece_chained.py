@@ -8,9 +8,8 @@ import math
 import pytest
 import torch
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64
+from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import PieceConfigError
-from fairseq_attn_plugins.attention.pieces.chained import w_attn_parameters
 from piece_refs import assert_padding_invariant, loop_chain64, loop_probs64
 
 
@@ -114,13 +113,16 @@ def test_new_parameters_follow_the_formula():
     for form, expected in (("shared", 3 * 4 * 4), ("dense", 16 * 4 * 3 * 4)):
         attn = chained_attention(3, chained_w_attn=form)
         assert sum(p.numel() for p in attn.pieces[0].parameters()) == expected
-        assert w_attn_parameters(form, 3, 4, 4) == expected
-    assert w_attn_parameters("shared", 4, 8, 64) == 16_384  # per base layer
-    assert w_attn_parameters("dense", 4, 8, 64) == 1_048_576
+    # per base layer (C = 512, H = 8, D = 64, K = 4): K D^2 and C H K D
+    for form, expected in (("shared", 4 * 64 * 64), ("dense", 512 * 8 * 4 * 64)):
+        args = make_args("chained", chained_k=4, chained_layers="0", chained_w_attn=form, heads=8)
+        base = make_attention(args, embed_dim=512, num_heads=8)
+        assert sum(p.numel() for p in base.pieces[0].parameters()) == expected
+    assert (4 * 64 * 64, 512 * 8 * 4 * 64) == (16_384, 1_048_576)
 
 
 def test_explicit_path_only():
-    assert not chained_attention(2, backend="auto").uses_fused_path()
+    assert path_name(chained_attention(2, backend="auto")) == "explicit"
     with pytest.raises(PieceConfigError, match="fused"):
         make_args("chained", attn_backend="fused")
 

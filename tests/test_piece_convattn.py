@@ -4,7 +4,7 @@ baseline, explicit-only, grads, encoder-only, length errors, conflicts, flags.""
 import pytest
 import torch
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64
+from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
     assert_padding_invariant,
@@ -89,7 +89,7 @@ def test_not_renormalised(name):
 
 @pytest.mark.parametrize("name", ["convattn1d", "convattn2d"])
 def test_explicit_path_only(name):
-    assert not conv_attention(name, backend="auto").uses_fused_path()
+    assert path_name(conv_attention(name, backend="auto")) == "explicit"
     with pytest.raises(PieceConfigError, match="fused"):
         make_args(name, attn_backend="fused")
 

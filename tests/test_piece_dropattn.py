@@ -9,7 +9,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, real_positions
+from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, real_positions, path_name
 from fairseq_attn_plugins.attention import AttentionContext, AttentionSite, PieceConfigError
 from fairseq_attn_plugins.attention.pieces.dropattn import DropAttentionColumns, DropAttentionElements
 
@@ -176,7 +176,7 @@ def test_fused_equals_explicit_for_normalized(piece):
     fused = make_attention(args, backend="fused").train()
     explicit = make_attention(args, backend="explicit").train()
     explicit.load_state_dict(fused.state_dict())
-    assert fused.uses_fused_path() and not explicit.uses_fused_path()
+    assert path_name(fused) == "fused" and path_name(explicit) == "explicit"
     x, kpm = padded_batch([6, 4])
     torch.manual_seed(7)
     yf, _ = fused(x, x, x, key_padding_mask=kpm, need_weights=False)
@@ -184,7 +184,7 @@ def test_fused_equals_explicit_for_normalized(piece):
     ye, _ = explicit(x, x, x, key_padding_mask=kpm, need_weights=False)
     assert_close(yf, ye, rtol=1e-5, atol=1e-5)
     trad = make_attention(make_args(piece, dropattn_rescale="traditional"), backend="auto")
-    assert not trad.uses_fused_path()
+    assert path_name(trad) == "explicit"
 
 
 @pytest.mark.parametrize("rescale", ["normalized", "traditional"])

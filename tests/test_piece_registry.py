@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, padded_batch
+from attn_helpers import make_args, make_attention, padded_batch, path_name
 from fairseq_attn_plugins.attention import PIECES, AttentionSite, build_pieces
 
 NAMES = sorted(PIECES)
@@ -65,12 +65,10 @@ def test_padding_invariance(name, left_pad):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_fused_and_explicit_agree(name):
-    if not PIECES[name].fused_ok:
-        pytest.skip(f"{name} runs on the explicit path only")
+    if not PIECES[name].fused_ok_with(piece_args(name)):
+        pytest.skip(f"{name} runs on the explicit path only (with its test flags)")
     for side in active_sides(name):
         fused = make_attention(piece_args(name), side=side, backend="fused").eval()
-        if not fused.fused_ok:
-            continue
         explicit = make_attention(piece_args(name), side=side, backend="explicit").eval()
         explicit.load_state_dict(fused.state_dict())
         x, kpm = padded_batch([6, 4], left_pad=side == "encoder")
@@ -151,7 +149,7 @@ def test_fused_backend_is_decided_by_the_configured_mode():
 
     args = piece_args("relpos", relpos_mode="k", attn_backend="fused")
     attn = make_attention(args, backend="fused")
-    assert attn.uses_fused_path()
+    assert path_name(attn) == "fused"
     for name, flags in (("relpos", dict(relpos_mode="kv")), ("relpos", dict(relpos_mode="tied")),
                         ("dropattn_e", dict(dropattn_rescale="traditional"))):
         with pytest.raises(PieceConfigError, match="--attn-backend fused.*" + name):

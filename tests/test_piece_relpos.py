@@ -14,7 +14,7 @@ from attn_helpers import (
     output64,
     padded_batch,
     projections64,
-    real_positions,
+    real_positions, path_name,
 )
 from fairseq_attn_plugins.attention import PieceConfigError
 
@@ -133,7 +133,7 @@ def test_keys_only_runs_fused_and_agrees_with_explicit():
     args = make_args("relpos", relpos_k=2, relpos_mode="k")
     fused = make_attention(args, backend="auto").eval()
     randomize_tables(fused)
-    assert fused.uses_fused_path(need_weights=False)
+    assert path_name(fused) == "fused"
     explicit = make_attention(args, backend="explicit").eval()
     explicit.load_state_dict(fused.state_dict())
     x, kpm = padded_batch([5, 3])
@@ -142,7 +142,7 @@ def test_keys_only_runs_fused_and_agrees_with_explicit():
     assert_close(yf, ye, rtol=1e-5, atol=1e-5)
     # the value tables need the probabilities: explicit path
     full = make_attention(make_args("relpos"), backend="auto")
-    assert not full.uses_fused_path(need_weights=False)
+    assert path_name(full) == "explicit"
 
 
 @pytest.mark.parametrize("mode", ["kv", "tied"])

@@ -11,7 +11,7 @@ from attn_helpers import make_args
 from fairseq import options
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq_attn_plugins.attention import PIECES, AttentionSite, PieceConfigError, build_pieces
-from fairseq_attn_plugins.attention.config import attention_defaults, piece_flags
+from fairseq_attn_plugins.attention.flags import attention_defaults, piece_flags
 from fairseq_attn_plugins.attention.piece import (
     AttentionPiece,
     Choice,

@@ -11,7 +11,7 @@ from .piece import (
     parse_layer_spec,
     register_piece,
 )
-from .config import add_attention_args, attention_defaults, build_pieces, selected_pieces, validate_attention_args
+from .flags import add_attention_args, attention_defaults, build_pieces, selected_pieces, validate_attention_args
 
 __all__ = [
     "BACKENDS",

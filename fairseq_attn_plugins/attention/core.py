@@ -7,23 +7,11 @@ a stock ``transformer`` state dict loads into it unchanged. It computes::
 
     softmax(scale * q k^T + biases, masked) @ v  (+ value-side terms)
 
-with the pieces (see :mod:`.piece`) filling the hooks. Two backends:
-
-* fused: ``torch.nn.functional.scaled_dot_product_attention`` with a boolean
-  or additive mask (flash / memory-efficient kernels where available);
-* explicit: the probability matrix is materialised (needed by pieces that
-  transform it, and whenever attention weights are requested).
-
-``backend="auto"`` picks the fused path whenever every active piece allows it
-and no weights are requested. Third, ``flex`` (:mod:`.flex`,
-``torch.nn.attention.flex_attention``): a piece with its own ``flex_forward``
-as the layer's only piece (relpos kv/tied: relative positions with keys and
-values without the probability matrix; alibi: its penalty as a ``score_mod``),
-and band-masked layers (CSAN windows) with the blocks outside the band skipped.
-``auto`` takes it on CUDA only (such a piece always, bands from
-``flex.FLEX_WINDOW_MIN_LEN`` positions), with attention dropout 0 and no weights
-requested; ``--attn-backend flex`` forces it on any device (the CPU tests). Shapes follow fairseq: input ``(T, B, C)``,
-``key_padding_mask`` ``(B, S)`` with True = pad.
+with the pieces (see :mod:`.piece`) filling the hooks. Which computation runs a call
+(SDPA, block-local SDPA, flex_attention, or the explicit path that materialises the
+probabilities) is chosen in :mod:`.backends`, from what the pieces declare; this module
+only runs the hooks. Shapes follow fairseq: input ``(T, B, C)``, ``key_padding_mask``
+``(B, S)`` with True = pad.
 
 A query whose keys are all masked by a piece (e.g. a CSAN window lying in
 padding, the first token of a DiSAN forward head) is an *emptied row*: its
@@ -34,7 +22,7 @@ output is zero for that head (never NaN). On the fused path the row attends
 anywhere and the head's output row is zeroed, which is the same result.
 """
 
-from contextlib import nullcontext
+import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -42,31 +30,9 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
-from . import flex, local
+from . import backends
+from .backends import BACKENDS, flex, local, sdpa  # noqa: F401  (BACKENDS re-exported)
 from .piece import AttentionContext, AttentionPiece, AttentionSite
-
-try:  # torch >= 2.3
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    _NO_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-except ImportError:  # pragma: no cover - older torch has no cuDNN attention backend
-    sdpa_kernel = None
-
-
-def sdpa_backends(q: Tensor, mask: Optional[Tensor], piece_shaped: bool):
-    """Context for the fused call: keep cuDNN attention away from masks/biases made by pieces.
-
-    On an H100 (torch 2.11, cuDNN backend chosen by default) a 1D-CSAN model trained in
-    fp16 got wrong q/k gradients (~100% relative error) from the cuDNN kernel, while the
-    memory-efficient and math kernels agreed with the explicit path
-    (benchmarks/csan1d_fp16_probe.py, benchmarks/RESULTS.md). fairseq's own masks
-    (padding, future mask) keep torch's default choice, as in stock fairseq.
-    """
-    if sdpa_kernel is not None and piece_shaped and mask is not None and q.is_cuda:
-        return sdpa_kernel(_NO_CUDNN)
-    return nullcontext()
-
-BACKENDS = ("auto", "fused", "explicit", "flex")
 
 
 class PluginSelfAttention(MultiheadAttention):
@@ -89,11 +55,8 @@ class PluginSelfAttention(MultiheadAttention):
             q_noise=q_noise,
             qn_block_size=qn_block_size,
         )
-        if backend not in BACKENDS:
-            raise ValueError(f"--attn-backend must be one of {BACKENDS} (got {backend!r})")
         self.site = site
         self.layer_idx = site.layer_idx
-        self.backend = backend
         self.pieces = nn.ModuleList(pieces)
         expanders = [p for p in pieces if p.expands_kv]
         if len(expanders) > 1:
@@ -101,50 +64,45 @@ class PluginSelfAttention(MultiheadAttention):
                 f"at most one piece may widen the key axis, got {[p.name for p in expanders]}"
             )
         self._expander = expanders[0] if expanders else None
-        self.fused_ok = all(p.fused_ok for p in pieces)
-        # a piece whose mask allows only keys within band_half positions (1D-CSAN) lets
-        # long sequences take the block-local fused path (attention/local.py)
-        bands = [p.band_half for p in pieces if getattr(p, "band_half", None) is not None]
-        self._band_half = min(bands) if bands else None
-        # a piece with flex_forward (relpos kv/tied, alibi) alone in the layer: flex_attention
-        self._flex_piece = (pieces[0] if len(pieces) == 1 and getattr(pieces[0], "flex_path_ok", False)
-                            else None)
-        if backend == "flex":
-            if not flex.HAVE_FLEX:
-                raise ValueError("--attn-backend flex needs torch.nn.attention.flex_attention "
-                                 "(torch >= 2.9)")
-            if dropout > 0 and (self._flex_piece is not None or self._band_half is not None):
-                raise ValueError(f"--attn-backend flex: flex_attention has no attention dropout; "
-                                 f"needs --attention-dropout 0 (got {dropout})")
+        bands = [p.band_half for p in pieces if p.band_half is not None]
+        # the layer's only piece, when it computes the whole attention through flex_attention
+        self._flex_piece = pieces[0] if len(pieces) == 1 and pieces[0].flex_path_ok else None
+        self._no_incremental = [p.name for p in pieces if not p.incremental_ok]
+        self._layer = backends.Layer(
+            backend="auto",
+            needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
+            flex_piece=self._flex_piece.name if self._flex_piece is not None else None,
+            band_half=min(bands) if bands else None,
+            widens_kv=self._expander is not None,
+        )
+        self.backend = backend
+
+    @property
+    def backend(self) -> str:
+        return self._layer.backend
+
+    @backend.setter
+    def backend(self, backend: str) -> None:
+        """``--attn-backend``; refused here (at model build) when it cannot run this layer."""
+        backends.check_backend(backend, self._layer.needs_probs, self.dropout_module.p)
+        self._layer = dataclasses.replace(self._layer, backend=backend)
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
         return f"{self.site.side} layer {self.layer_idx}, pieces={names}, backend={self.backend}"
 
-    def uses_fused_path(self, need_weights: bool = False) -> bool:
-        if self.backend == "explicit" or need_weights:
-            return False
-        if not self.fused_ok:
-            if self.backend == "fused":
-                names = [p.name for p in self.pieces if not p.fused_ok]
-                raise RuntimeError(f"--attn-backend fused: pieces {names} need the explicit path")
-            return False
-        return True
+    def path_for(self, call: backends.Call) -> backends.Path:
+        """The path that runs ``call`` (see :mod:`.backends`)."""
+        return backends.choose(self._layer, call)
 
-    def uses_flex_piece(self, need_weights: bool, dropout_p: float, on_cuda: bool) -> bool:
-        """The piece's flex_forward (relpos kv/tied, alibi): forced by backend flex, on CUDA by auto."""
-        if self._flex_piece is None or need_weights or self.backend not in ("auto", "flex"):
-            return False
-        if self.backend == "flex":
-            return True
-        return on_cuda and dropout_p == 0 and flex.HAVE_FLEX
+    def why_explicit(self) -> Optional[str]:
+        """Why this layer's training calls run the explicit path (``None``: they do not)."""
+        return backends.why_explicit(self._layer)
 
-    def _use_flex_window(self, factor, tgt_len, src_len, incremental_state, dropout_p, q) -> bool:
-        """Band-masked self-attention through block-sparse flex_attention."""
-        if (self._band_half is None or self.backend not in ("auto", "flex") or dropout_p > 0
-                or incremental_state is not None or tgt_len != src_len or not flex.HAVE_FLEX):
-            return False
-        return self.backend == "flex" or (q.is_cuda and tgt_len >= flex.FLEX_WINDOW_MIN_LEN)
+    @property
+    def fused_ok(self) -> bool:
+        """Every piece of the layer runs without the probability matrix."""
+        return not self._layer.needs_probs
 
     # ------------------------------------------------------------------
     def forward(
@@ -162,16 +120,78 @@ class PluginSelfAttention(MultiheadAttention):
     ) -> Tuple[Tensor, Optional[Tensor]]:
         if before_softmax or static_kv:
             raise NotImplementedError("PluginSelfAttention supports neither before_softmax nor static_kv")
+        if incremental_state is not None and self._no_incremental:
+            raise RuntimeError(f"{', '.join(self._no_incremental)}: incremental decoding is not "
+                               f"supported (the piece needs the whole sentence: encoder only)")
         need_weights = need_weights or need_head_weights
         tgt_len, bsz, embed_dim = query.size()
+        q, k, v, ctx = self._project(query, key_padding_mask, incremental_state)
+        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        path = self.path_for(backends.Call(need_weights, ctx.incremental, tgt_len, ctx.src_len,
+                                           dropout_p, q.is_cuda))
+        if path is backends.FLEX_PIECE:  # the piece computes the whole attention
+            start = ctx.src_len - tgt_len  # positions decoded by earlier incremental steps
+            out = self._flex_piece.flex_forward(q, k, v, start, ctx.key_padding_mask, attn_mask,
+                                                self.scaling)
+            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
+
+        for p in self.pieces:
+            q, k, v = p.transform_qkv(q, k, v, ctx)
+        bias, allowed, piece_made = self._bias_and_mask(q, k, ctx, attn_mask)
+        factor = 1
+        if self._expander is not None:  # widen the key axis (2D-CSAN: neighbouring heads' keys)
+            k, v, factor, slot_allowed = self._expander.expand_kv(k, v, ctx)
+            ctx.kv_factor = factor
+            if bias is not None:
+                bias = bias.repeat(*([1] * (bias.dim() - 1)), factor)
+            if allowed is not None:
+                allowed = allowed.repeat(*([1] * (allowed.dim() - 1)), factor)
+            if slot_allowed is not None:
+                piece_made.add("mask")
+                allowed = slot_allowed if allowed is None else allowed & slot_allowed
+        # rows left without any key: let them attend anywhere (no NaN), then give them zero
+        # probabilities (explicit path) or a zero output per head (the other paths)
+        empty: Optional[Tensor] = None
+        if "mask" in piece_made and allowed is not None:
+            empty = ~allowed.any(dim=-1, keepdim=True)
+            allowed = allowed | empty
+
+        weights: Optional[Tensor] = None
+        if path is backends.EXPLICIT:  # emptied rows are handled inside, before combine
+            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p, empty)
+        else:
+            out = self._fused(path, q, k, v, bias, allowed, dropout_p, bool(piece_made))
+            if empty is not None:
+                out = out.masked_fill(empty, 0.0)  # per head: no piece mixes heads there
+        heads_out = out  # (B, H, T, D)
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
+        for p in self.pieces:
+            extra = p.output_term(heads_out, ctx)
+            if extra is not None:
+                out = out + extra
+        if not need_weights:
+            return out, None
+        if factor > 1:  # fold the widened key axis back onto key positions
+            weights = weights.view(bsz, self.num_heads, tgt_len, factor, ctx.src_len).sum(dim=3)
+        weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
+        return out, (weights if need_head_weights else weights.mean(dim=0))
+
+    def layer_input(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
+        """The pieces' ``layer_input`` hooks, in order (called by the encoder layer)."""
+        for p in self.pieces:
+            x = p.layer_input(x, key_padding_mask)
+        return x
+
+    def _project(self, query, key_padding_mask, incremental_state):
+        """q, k, v as (B, H, T|S, D) (keys and values after the cached ones) and the context."""
+        tgt_len, bsz, _ = query.size()
         H, D = self.num_heads, self.head_dim
 
         def heads(x: Tensor) -> Tensor:  # (T, B, C) -> (B, H, T, D)
             return x.view(x.size(0), bsz, H, D).permute(1, 2, 0, 3)
 
         q, k, v = heads(self.q_proj(query)), heads(self.k_proj(query)), heads(self.v_proj(query))
-
-        start = 0
+        start, saved = 0, None
         if incremental_state is not None:
             saved = self._get_input_buffer(incremental_state)
             if "prev_key" in saved:
@@ -188,37 +208,28 @@ class PluginSelfAttention(MultiheadAttention):
             saved["prev_key"], saved["prev_value"] = k, v
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
-
         src_len = k.size(2)
         kpm = None
         if key_padding_mask is not None and key_padding_mask.dim() > 0:
             kpm = key_padding_mask.to(torch.bool)  # (B, S)
-        device = q.device
         ctx = AttentionContext(
             site=self.site,
             bsz=bsz,
             tgt_len=tgt_len,
             src_len=src_len,
-            q_pos=torch.arange(start, start + tgt_len, device=device),
-            k_pos=torch.arange(src_len, device=device),
+            q_pos=torch.arange(start, start + tgt_len, device=q.device),
+            k_pos=torch.arange(src_len, device=q.device),
             key_padding_mask=kpm,
             training=self.training,
             incremental=incremental_state is not None,
-            cache=saved if incremental_state is not None else None,
+            cache=saved,
         )
+        return q, k, v, ctx
 
-        dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
-        if self.uses_flex_piece(need_weights, dropout_p, q.is_cuda):
-            if dropout_p > 0:
-                raise RuntimeError("--attn-backend flex: flex_attention has no attention dropout")
-            out = self._flex_piece.flex_forward(q, k, v, start, kpm, attn_mask, self.scaling)
-            out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)  # (B, H, T, D) -> (T, B, C)
-            return self.out_proj(out), None
-
-        for p in self.pieces:
-            q, k, v = p.transform_qkv(q, k, v, ctx)
-
-        # ---- additive bias and boolean "allowed" mask over (B, H, T, S) ----
+    def _bias_and_mask(self, q, k, ctx, attn_mask):
+        """The additive bias and the boolean "allowed" mask over (B, H, T, S) from fairseq's
+        mask, the pieces' ``score_bias`` / ``allowed_mask`` and the padding, and which of
+        the two a piece made (``{"bias", "mask"}``)."""
         bias: Optional[Tensor] = None
         allowed: Optional[Tensor] = None
         if attn_mask is not None:
@@ -226,99 +237,37 @@ class PluginSelfAttention(MultiheadAttention):
                 allowed = ~attn_mask
             else:
                 bias = attn_mask
+        piece_made = set()
         for p in self.pieces:
             b = p.score_bias(q, k, ctx)
             if b is not None:
+                piece_made.add("bias")
                 bias = b if bias is None else bias + b
-        piece_shaped = bias is not None and bias is not attn_mask
-        piece_masked = False
         for p in self.pieces:
             m = p.allowed_mask(ctx)
             if m is not None:
-                piece_masked = True
+                piece_made.add("mask")
                 allowed = m if allowed is None else allowed & m
-        if kpm is not None:
-            keep = ~kpm[:, None, None, :]  # (B, 1, 1, S)
+        if ctx.key_padding_mask is not None:
+            keep = ~ctx.key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
             allowed = keep if allowed is None else allowed & keep
-        if piece_masked and attn_mask is not None and attn_mask.dtype != torch.bool:
+        if "mask" in piece_made and attn_mask is not None and attn_mask.dtype != torch.bool:
             # fairseq's future mask is additive (0 / -inf): make its -inf part boolean too,
-            # so that the empty-row rule below sees rows emptied by it plus a piece's mask
+            # so that the empty-row rule sees rows emptied by it plus a piece's mask
             finite = attn_mask > float("-inf")
             allowed = allowed & finite
             bias = bias.masked_fill(~finite, 0.0)
+        return bias, allowed, piece_made
 
-        # ---- widen the key axis (2D-CSAN: keys/values of neighbouring heads) ----
-        factor = 1
-        if self._expander is not None:
-            k, v, factor, slot_allowed = self._expander.expand_kv(k, v, ctx)
-            ctx.kv_factor = factor
-            if bias is not None:
-                bias = bias.repeat(*([1] * (bias.dim() - 1)), factor)
-            if allowed is not None:
-                allowed = allowed.repeat(*([1] * (allowed.dim() - 1)), factor)
-            if slot_allowed is not None:
-                piece_masked = True
-                allowed = slot_allowed if allowed is None else allowed & slot_allowed
-
-        # rows left without any key: let them attend anywhere (no NaN), then give them zero
-        # probabilities (explicit path) or a zero output per head (fused path)
-        empty: Optional[Tensor] = None
-        if piece_masked and allowed is not None:
-            empty = ~allowed.any(dim=-1, keepdim=True)
-            allowed = allowed | empty
-
-        weights: Optional[Tensor] = None
-        explicit = False
-        if self.uses_fused_path(need_weights) and self._use_flex_window(
-                factor, tgt_len, src_len, incremental_state, dropout_p, q):
-            out = flex.masked_attention(q, k, v, bias, allowed, self.scaling)  # (B, H, T, D)
-        elif self.uses_fused_path(need_weights):
-            mask = allowed
-            if bias is not None:
-                mask = bias.to(q.dtype)
-                if allowed is not None:
-                    mask = mask.masked_fill(~allowed, float("-inf"))
-            with sdpa_backends(q, mask, piece_shaped or piece_masked):
-                if self._use_local(factor, tgt_len, src_len, incremental_state):
-                    out = local.local_sdpa(q, k, v, mask, self._band_half, self.scaling, dropout_p)
-                else:
-                    out = F.scaled_dot_product_attention(
-                        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=self.scaling
-                    )  # (B, H, T, D)
-        else:
-            explicit = True  # emptied rows are handled inside, before combine
-            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p, empty)
-
-        if empty is not None and not explicit:
-            out = out.masked_fill(empty, 0.0)  # fused paths: per head, no piece mixes heads there
-        heads_out = out  # (B, H, T, D)
-        out = out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)
-        out = self.out_proj(out)
-        for p in self.pieces:
-            extra = p.output_term(heads_out, ctx)
-            if extra is not None:
-                out = out + extra
-
-        if not need_weights:
-            return out, None
-        if factor > 1:  # fold the widened key axis back onto key positions
-            weights = weights.view(bsz, H, tgt_len, factor, src_len).sum(dim=3)
-        weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
-        if not need_head_weights:
-            weights = weights.mean(dim=0)
-        return out, weights
-
-    def layer_input(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
-        """The pieces' ``layer_input`` hooks, in order (called by the encoder layer)."""
-        for p in self.pieces:
-            x = p.layer_input(x, key_padding_mask)
-        return x
-
-    def _use_local(self, factor, tgt_len, src_len, incremental_state) -> bool:
-        """Block-local attention pays off for long self-attention under a narrow band."""
-        return (self._band_half is not None and factor == 1 and incremental_state is None
-                and tgt_len == src_len >= local.LOCAL_MIN_LEN
-                and 2 * self._band_half < local.BLOCK)
+    def _fused(self, path, q, k, v, bias, allowed, dropout_p, piece_made) -> Tensor:
+        """The flex band, block-local or SDPA path: (B, H, T, D)."""
+        if path is backends.FLEX_BAND:
+            return flex.masked_attention(q, k, v, bias, allowed, self.scaling)
+        mask = sdpa.sdpa_mask(bias, allowed, q.dtype)
+        with sdpa.sdpa_backends(q, mask, piece_made):
+            if path is backends.BLOCK_LOCAL:
+                return local.local_sdpa(q, k, v, mask, self._layer.band_half, self.scaling, dropout_p)
+            return sdpa.sdpa_attention(q, k, v, mask, self.scaling, dropout_p)
 
     def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p, empty=None):
         """Reference path: materialise the probabilities. Returns (out, probs).

@@ -86,10 +86,3 @@ def pad_heads(bias: Tensor, num_heads: int) -> Tensor:
     zeros = bias.new_zeros(bias.size(0), num_heads - n, bias.size(2), bias.size(3))
     return torch.cat([zeros, bias], dim=1)
 
-
-def refuse_incremental(name: str, ctx: AttentionContext) -> None:
-    if ctx.incremental:
-        raise RuntimeError(
-            f"{name}: incremental decoding is not supported (the piece needs the whole "
-            f"sentence: encoder only)"
-        )

@@ -16,8 +16,13 @@ A piece is a small ``nn.Module`` that fills only the hooks it needs. The core
 and, at model level, ``x = layer_input(x, key_padding_mask)`` on the input of
 every encoder layer that holds the piece (before its self-attention sublayer).
 
-A piece that overrides ``post_softmax``, ``value_term`` or ``combine`` must set
-``fused_ok = False``; the dispatcher then runs the explicit path for that layer.
+What a piece can do is declared on :class:`AttentionPiece`, each capability with its
+default, and the core reads nothing else: ``fused_ok`` / ``fused_with`` (a piece that
+overrides ``post_softmax``, ``value_term`` or ``combine`` declares ``fused_ok = False``;
+the layer then runs the explicit path), ``incremental_ok`` (refused once, by the core),
+``expands_kv``, ``band_half`` (the block-local and flex band paths) and ``flex_path_ok`` /
+``flex_forward`` (the piece computes the layer's whole attention through flex_attention).
+The paths and the chooser between them: :mod:`.backends`.
 
 Every piece class is registered with :func:`register_piece` and declares its
 settings once, as data (``settings``: :mod:`.settings`); the base class derives
@@ -93,14 +98,27 @@ class AttentionPiece(nn.Module):
     """Base class of all variants. Hooks default to the identity."""
 
     name: ClassVar[str] = ""
-    #: False if the piece needs the materialised probability matrix.
+    #: False if the piece always needs the materialised probability matrix.
     fused_ok: ClassVar[bool] = True
+    #: the settings that decide whether it does: setting name -> the values that keep the
+    #: fused path (relpos: ``{"relpos_mode": ("k",)}``). Read by :meth:`fused_ok_with`.
+    fused_with: ClassVar[Dict[str, Tuple[Any, ...]]] = {}
     #: other piece name -> why the two cannot run together.
     conflicts: ClassVar[Dict[str, str]] = {}
     #: True if the piece implements ``expand_kv`` (at most one per layer).
     expands_kv: ClassVar[bool] = False
-    #: True if the piece supports incremental (cached key/value) decoding.
+    #: True if the piece supports incremental (cached key/value) decoding; the core refuses
+    #: an incremental call to a layer holding a piece that does not.
     incremental_ok: ClassVar[bool] = True
+    #: keys only within ``band_half`` positions of the query (``allowed_mask`` is such a band,
+    #: 1D-/2D-CSAN): long sequences may take the block-local or flex band path. ``None``: no band.
+    band_half: Optional[int] = None
+    #: True if the piece, alone in its layer, can compute the layer's whole attention with
+    #: :meth:`flex_forward` (relpos kv/tied, alibi); the chooser (:mod:`.backends`) decides when.
+    flex_path_ok: bool = False
+    #: whether this instance runs without the probability matrix: set by :meth:`build` from
+    #: :meth:`fused_ok_with` (a piece constructed otherwise: ``fused_ok`` and no ``fused_with``)
+    runs_fused: bool
     #: flags that make the piece active on layer 0 of a tiny 2-layer, 4-head model
     #: (used by the shared tests that loop over the registry).
     test_flags: ClassVar[Dict[str, object]] = {}
@@ -121,6 +139,7 @@ class AttentionPiece(nn.Module):
     def __init__(self, site: AttentionSite):
         super().__init__()
         self.site = site
+        self.runs_fused = self.fused_ok and not self.fused_with
 
     @classmethod
     def all_settings(cls) -> Tuple[Setting, ...]:
@@ -195,14 +214,18 @@ class AttentionPiece(nn.Module):
     @classmethod
     def fused_ok_with(cls, args) -> bool:
         """Whether the piece, configured by ``args``, can run on the fused path (after
-        ``validate``). Pieces whose options decide it override this and set ``fused_ok``
-        per instance accordingly."""
-        return cls.fused_ok
+        ``validate``): the one rule, from ``fused_ok`` and ``fused_with``."""
+        return cls.fused_ok and all(getattr(args, name) in values
+                                    for name, values in cls.fused_with.items())
 
     @classmethod
     def build(cls, args, site: AttentionSite) -> Optional["AttentionPiece"]:
         """The piece for ``site``, or ``None`` if it is inactive there."""
-        return cls.from_args(site, args) if cls.covers(args, site) else None
+        if not cls.covers(args, site):
+            return None
+        piece = cls.from_args(site, args)
+        piece.runs_fused = cls.fused_ok_with(args)
+        return piece
 
     @classmethod
     def from_args(cls, site: AttentionSite, args) -> "AttentionPiece":
@@ -233,6 +256,14 @@ class AttentionPiece(nn.Module):
 
     def combine(self, probs: Tensor, v: Tensor, out: Tensor, ctx: AttentionContext) -> Tensor:
         return out
+
+    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int,
+                     key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
+                     scale: float) -> Tensor:
+        """The layer's whole attention (B, H, T, D) through flex_attention, for a piece that
+        declares ``flex_path_ok``: q at positions ``start..start+T-1``, k, v at 0..S-1,
+        ``key_padding_mask`` (B, S) True = pad, ``attn_mask`` fairseq's (T, S) mask."""
+        raise NotImplementedError(f"{self.name} declares no flex path (flex_path_ok)")
 
     def output_term(self, out: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
         """A (T, B, C) term added after the output projection, computed from the heads'

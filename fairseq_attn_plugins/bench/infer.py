@@ -4,7 +4,7 @@ import torch
 
 from .data import make_gen_batches
 from .systems import STOCK
-from .timing import Timer, _ratios, _summary, _sync, interleaved
+from .timing import Timer, paired_ratios, summarize, sync_device, interleaved
 
 def bench_infer(models, d, cfg, device, seed, log):
     from fairseq.sequence_generator import SequenceGenerator
@@ -32,7 +32,7 @@ def bench_infer(models, d, cfg, device, seed, log):
     for name, m in models.items():
         m.eval()
         generate(name)  # warm-up
-    _sync(device)
+    sync_device(device)
 
     def measure(name, r):
         timer = Timer(device).start()
@@ -43,8 +43,8 @@ def bench_infer(models, d, cfg, device, seed, log):
     runs = interleaved(list(models), max(2, cfg["repeats"] // 2 + 1), measure, log)
     out = {"sentences": nsent, "beam": 4, "systems": {}}
     for name in models:
-        out["systems"][name] = {"sentences_per_s": _summary(runs[name]),
-                                "ratio": _ratios(runs[name], runs[STOCK]),
+        out["systems"][name] = {"sentences_per_s": summarize(runs[name]),
+                                "ratio": paired_ratios(runs[name], runs[STOCK]),
                                 "mean_output_len": out_len[name]}
     for m in models.values():
         m.train()

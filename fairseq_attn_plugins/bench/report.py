@@ -6,7 +6,7 @@ import platform
 import torch
 
 from .systems import LONG, LONG_TARGETS, STOCK, is_windowed, memory_target
-from .timing import MAX_SPREAD, _status, fmt_ratio
+from .timing import MAX_SPREAD, target_status, fmt_ratio
 
 
 def verdicts(report, targets) -> dict:
@@ -21,7 +21,7 @@ def verdicts(report, targets) -> dict:
     for name, e in train.items():
         if name == STOCK:
             continue
-        item = {"speed_target": targets.get(name), "speed": _status(e["ratio"], targets.get(name))}
+        item = {"speed_target": targets.get(name), "speed": target_status(e["ratio"], targets.get(name))}
         fused = bool(paths.get(name)) and paths[name]["explicit"] == 0
         mt = memory_target(name, fused)
         item["memory_target"] = mt
@@ -35,10 +35,10 @@ def verdicts(report, targets) -> dict:
             if name == STOCK:
                 continue
             if is_windowed(name):
-                v.setdefault(name, {})[f"long_{L}"] = _status(e["ratio"], 1.0)
+                v.setdefault(name, {})[f"long_{L}"] = target_status(e["ratio"], 1.0)
             for pattern, at, speed, mem in LONG_TARGETS:
                 if int(L) == at and fnmatch.fnmatchcase(name, pattern):
-                    v.setdefault(name, {})[f"long_{L}"] = _status(e["ratio"], speed)
+                    v.setdefault(name, {})[f"long_{L}"] = target_status(e["ratio"], speed)
                     v[name][f"long_{L}_memory"] = "PASS" if e["mem_ratio"] <= mem else "MISS"
     return v
 

@@ -3,7 +3,7 @@
 import torch
 
 from .systems import STOCK
-from .timing import PeakMemory, Timer, _ratios, _summary, _sync, interleaved
+from .timing import PeakMemory, Timer, paired_ratios, summarize, sync_device, interleaved
 
 def bench_sweep(models, cfg, device, seed, log):
     """Encoder alone, forward + backward, fixed tokens per batch, no padding."""
@@ -32,7 +32,7 @@ def bench_sweep(models, cfg, device, seed, log):
         if STOCK not in alive:
             out["lengths"][str(L)] = {"failed": failed}
             continue
-        _sync(device)
+        sync_device(device)
 
         def measure(name, r):
             with PeakMemory(device) as mem:
@@ -48,8 +48,8 @@ def bench_sweep(models, cfg, device, seed, log):
         entry = {"batch": bsz, "systems": {}}
         for name in alive:
             entry["systems"][name] = {
-                "tokens_per_s": _summary(runs[name]),
-                "ratio": _ratios(runs[name], runs[STOCK]),
+                "tokens_per_s": summarize(runs[name]),
+                "ratio": paired_ratios(runs[name], runs[STOCK]),
                 "peak_mem_mb": peaks[name] / 2**20,
                 "mem_ratio": peaks[name] / peaks[STOCK] if peaks[STOCK] else float("nan"),
             }

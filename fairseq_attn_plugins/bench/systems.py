@@ -154,15 +154,14 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
 
 def attention_paths(model) -> Dict[str, int]:
     """How many self-attention modules run fused / flex (relpos kv/tied, alibi) / explicit (training, no weights)."""
-    from fairseq_attn_plugins.attention import PluginSelfAttention
+    from fairseq_attn_plugins.attention import PluginSelfAttention, backends
 
     counts = {"fused": 0, "flex": 0, "explicit": 0}
     for m in model.modules():
         if isinstance(m, PluginSelfAttention):
-            if m.uses_flex_piece(False, m.dropout_module.p, m.q_proj.weight.is_cuda):
-                counts["flex"] += 1
-            else:
-                counts["fused" if m.uses_fused_path(False) else "explicit"] += 1
+            path = m.path_for(backends.Call(dropout_p=m.dropout_module.p,
+                                            on_cuda=m.q_proj.weight.is_cuda))
+            counts[{backends.FLEX_PIECE: "flex", backends.EXPLICIT: "explicit"}.get(path, "fused")] += 1
     return counts
 
 

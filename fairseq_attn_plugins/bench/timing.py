@@ -21,7 +21,7 @@ import torch
 # ---------------------------------------------------------------------------
 # Measuring
 # ---------------------------------------------------------------------------
-def _sync(device):
+def sync_device(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
@@ -93,15 +93,15 @@ def is_measured(summary: dict, max_spread: float = MAX_SPREAD) -> bool:
     return len(summary["runs"]) >= 2 and summary["spread"] <= max_spread
 
 
-def _summary(values: List[float]) -> dict:
+def summarize(values: List[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "spread": spread(values), "runs": list(values)}
 
 
-def _ratios(sys_runs: List[float], ref_runs: List[float]) -> dict:
+def paired_ratios(sys_runs: List[float], ref_runs: List[float]) -> dict:
     """Paired per-round ratios to stock fairseq and their median/min/max."""
     r = [a / b for a, b in zip(sys_runs, ref_runs)]
-    return _summary(r)
+    return summarize(r)
 
 
 def interleaved(systems: List[str], repeats: int, measure, log=print) -> Dict[str, List]:
@@ -115,7 +115,7 @@ def interleaved(systems: List[str], repeats: int, measure, log=print) -> Dict[st
     return runs
 
 
-def _status(ratio: dict, target: Optional[float], higher_is_better=True) -> str:
+def target_status(ratio: dict, target: Optional[float], higher_is_better=True) -> str:
     """PASS / MISS against ``target``, or "unmeasured" when the ratio's spread exceeds
     +-3 % (or it has fewer than 2 rounds): a noisy ratio is never judged."""
     if target is None:

@@ -4,7 +4,7 @@ import torch
 
 from .data import make_train_batches
 from .systems import STOCK
-from .timing import PeakMemory, Timer, _ratios, _summary, _sync, interleaved
+from .timing import PeakMemory, Timer, paired_ratios, summarize, sync_device, interleaved
 
 # ---------------------------------------------------------------------------
 # Training step: label-smoothed cross-entropy, Adam, fairseq's fp16 scheme
@@ -91,7 +91,7 @@ def bench_train(models, d, cfg, device, seed, log):
         opts[name] = MasterAdam(m.parameters())
         for _ in range(cfg.get("warmup", 1)):
             run_pass(m, opts[name], batches, uf)
-    _sync(device)
+    sync_device(device)
     peaks = {name: 0 for name in models}
 
     def measure(name, r):
@@ -112,8 +112,8 @@ def bench_train(models, d, cfg, device, seed, log):
     for name in models:
         static = opts[name].state_bytes()
         out["systems"][name] = {
-            "tokens_per_s": _summary(runs[name]),
-            "ratio": _ratios(runs[name], ref),
+            "tokens_per_s": summarize(runs[name]),
+            "ratio": paired_ratios(runs[name], ref),
             "peak_mem_mb": (static + peaks[name]) / 2**20,
             "static_mem_mb": static / 2**20,
             "skipped_steps": opts[name].skipped,
@@ -160,7 +160,7 @@ def bench_scaling(models, sizes, d, cfg, device, seed, log):
         opts[name] = MasterAdam(m.parameters())
         for _ in range(cfg.get("warmup", 1)):
             run_pass(m, opts[name], batches, uf)
-    _sync(device)
+    sync_device(device)
 
     def measure(name, r):
         timer = Timer(device).start()
@@ -171,7 +171,7 @@ def bench_scaling(models, sizes, d, cfg, device, seed, log):
     log(f"scaling: stock base vs big, {len(batches)} batches x update-freq {uf}")
     runs = interleaved(list(models), cfg["repeats"], measure, log)
     flops = {name: train_flops(sizes[name], len(d), batches) for name in models}
-    return {"seconds": {name: _summary(runs[name]) for name in models},
-            "time_ratio": _ratios(runs["big"], runs["base"]),
+    return {"seconds": {name: summarize(runs[name]) for name in models},
+            "time_ratio": paired_ratios(runs["big"], runs["base"]),
             "flop_ratio": flops["big"] / flops["base"],
             "flops_per_pass": flops, "passes": cfg["passes"], "update_freq": uf}

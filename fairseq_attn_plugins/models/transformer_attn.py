@@ -45,7 +45,7 @@ from ..attention import (
     build_pieces,
     validate_attention_args,
 )
-from ..attention.config import pieces_summary, record_explicit_flags
+from ..attention.flags import explicit_summary, pieces_summary, record_explicit_flags
 from .hydra_config import is_config, namespace_from_config, write_back
 
 logger = logging.getLogger(__name__)
@@ -167,6 +167,9 @@ class AttnTransformerModel(TransformerModel):
         attns = [m for m in model.modules() if isinstance(m, PluginSelfAttention)]
         logger.info(f"attention pieces per layer (--attn-pieces {args.attn_pieces!r}): "
                     f"{pieces_summary(attns)}")
+        explicit = explicit_summary(attns)
+        if explicit:
+            logger.info(f"explicit attention path (probabilities materialised): {explicit}")
         if not getattr(args, "disable_validation", False) and hasattr(task, "datasets"):
             model.__dict__["_validation_check"] = (weakref.ref(task), args)
         return model

@@ -35,17 +35,17 @@ each slot carries the penalty of its key's distance with the query head's slope.
 Backends: a float score bias (1, H, T, S) on the fused SDPA path (and the
 explicit path). On CUDA, when ALiBi is the layer's only piece and attention
 dropout is 0, ``--attn-backend auto`` computes the penalty inside a
-flex_attention ``score_mod`` (:func:`..flex.distance_bias_attention`): no bias
+flex_attention ``score_mod`` (:func:`distance_bias_attention`, below): no bias
 tensor in memory; ``--attn-backend flex`` forces that path on any device.
 """
 
 import math
-from typing import List
+from typing import List, Optional
 
 import torch
 from torch import Tensor
 
-from .. import flex
+from ..backends import flex
 from ..piece import AttentionPiece, AttentionSite, register_piece
 from ..position_methods import placement_settings, position_conflicts, replace_token_positions
 
@@ -84,20 +84,49 @@ class ALiBi(AttentionPiece):
         super().__init__(site)
         self.slopes = alibi_slopes(site.num_heads)
 
-    def slope_tensor(self, device, dtype=torch.float32) -> Tensor:
-        return torch.tensor(self.slopes, dtype=dtype, device=device)
+    def slope_tensor(self, q: Tensor) -> Tensor:
+        """(H,) slopes in the dtype the penalty is computed in on every path: float32 for
+        fp16/bf16/fp32 models, float64 for a float64 one."""
+        return torch.tensor(self.slopes, dtype=torch.promote_types(q.dtype, torch.float32),
+                            device=q.device)
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
-        acc = torch.promote_types(q.dtype, torch.float32)
-        dist = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).abs().to(acc)  # (T, S)
-        m = self.slope_tensor(q.device, acc)[:, None, None]
-        return (-m * dist)[None].to(q.dtype)  # (1, H, T, S)
+        m = self.slope_tensor(q)
+        dist = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).abs().to(m.dtype)  # (T, S)
+        return (-m[:, None, None] * dist)[None].to(q.dtype)  # (1, H, T, S)
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
                      attn_mask, scale: float) -> Tensor:
         """The layer's attention through flex_attention, the penalty as ``score_mod``."""
-        return flex.distance_bias_attention(q, k, v, self.slope_tensor(q.device), start,
-                                            key_padding_mask, attn_mask, scale)
+        return distance_bias_attention(q, k, v, self.slope_tensor(q), start,
+                                       key_padding_mask, attn_mask, scale)
 
     def extra_repr(self):
         return f"slopes={[round(m, 4) for m in self.slopes]}, {self.site.side} layer {self.site.layer_idx}"
+
+
+def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, start: int,
+                            key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
+                            scale: float) -> Tensor:
+    """``softmax(scale q k^T - slopes[h] |i - j|)`` v through flex_attention.
+
+    q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
+    slopes (H,) from :meth:`ALiBi.slope_tensor`; key_padding_mask (B, S) True = pad;
+    attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked). Returns (B, H, T, D)."""
+    B, H, T, D = q.shape
+    S = k.size(2)
+    add, keep = flex.split_attn_mask(attn_mask)
+    kpm = key_padding_mask
+    offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
+
+    def score_mod(score, b, h, i, j):
+        score = score - slopes[h] * (i + offset - j).abs()
+        if add is not None:
+            score = score + add[i, j]
+        return score
+
+    mask = None
+    if kpm is not None or keep is not None:
+        mask = flex.block_mask(flex.allowed_mod(kpm, keep), B if kpm is not None else None, T, S,
+                               q.device, ("distance_bias", start), (kpm, attn_mask))
+    return flex.call(q, k, v, score_mod, mask, scale)

@@ -54,7 +54,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..localness import refuse_incremental
 from ..piece import AttentionPiece, AttentionSite, Int, Layers, register_piece
 from ..positions import sentence_positions
 
@@ -110,7 +109,6 @@ class BlockSelfAttention(AttentionPiece):
         return blk
 
     def allowed_mask(self, ctx) -> Tensor:
-        refuse_incremental(self.name, ctx)
         blk = self.block_ids(ctx)  # (B|1, S)
         blk_q = blk.index_select(1, ctx.q_pos)
         return (blk_q[:, :, None] == blk[:, None, :])[:, None]  # (B|1, 1, T, S)

@@ -59,13 +59,6 @@ W_ATTN_FORMS = ("shared", "dense")
 MAX_K = 16
 
 
-def w_attn_parameters(form: str, k: int, num_heads: int, head_dim: int) -> int:
-    """New parameters of one chained layer: K D^2 (shared) or C H K D (dense), C = H D."""
-    if form == "shared":
-        return k * head_dim * head_dim
-    return num_heads * head_dim * num_heads * k * head_dim
-
-
 @register_piece
 class ChainedSelfAttention(AttentionPiece):
     """Chained self-attention P^k V, k = 1..K, projected by W_attn (Gupta 2019)."""

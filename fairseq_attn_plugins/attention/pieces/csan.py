@@ -30,9 +30,9 @@ the decoder is unchanged. No new parameters (the paper's "+0.0M").
 Backends: both run on the fused path (scaled_dot_product_attention with a
 boolean mask; 2D-CSAN widens the key axis with the neighbouring heads' keys
 and values) and on the explicit path. Long sequences: 1D-CSAN takes the
-block-local SDPA path (attention/local.py) from 256 positions; on CUDA, from
+block-local SDPA path (attention/backends/local.py) from 256 positions; on CUDA, from
 512 positions (``flex.FLEX_WINDOW_MIN_LEN``), both take block-sparse
-flex_attention (attention/flex.py: blocks outside the window are skipped);
+flex_attention (attention/backends/flex.py: blocks outside the window are skipped);
 ``--attn-backend flex`` forces the latter at any length (exactness tests).
 """
 

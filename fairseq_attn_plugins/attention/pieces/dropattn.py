@@ -76,7 +76,8 @@ def expand_windows(starts: Tensor, w: int) -> Tensor:
 
 class _DropAttentionBase(AttentionPiece):
     columns: bool = False
-    fused_ok = True  # the default (normalized) is fused-compatible; 'traditional' instances: False
+    # 'traditional' rescales the probability matrix after the softmax: explicit path
+    fused_with = {"dropattn_rescale": ("normalized",)}
     test_flags = {"dropattn_layers": "0"}
     settings = (
         Float("dropattn_rate", 0.2, lo=0.0, hi=1.0, hi_open=True, metavar="P",
@@ -94,11 +95,6 @@ class _DropAttentionBase(AttentionPiece):
     )
 
     @classmethod
-    def fused_ok_with(cls, args) -> bool:
-        # 'traditional' rescales the probability matrix after the softmax: explicit path
-        return args.dropattn_rescale == "normalized"
-
-    @classmethod
     def from_args(cls, site: AttentionSite, args):
         return cls(site, args.dropattn_rate, args.dropattn_window, args.dropattn_rescale)
 
@@ -113,7 +109,6 @@ class _DropAttentionBase(AttentionPiece):
         self.p = float(p)
         self.window = int(window)
         self.rescale = rescale
-        self.fused_ok = rescale == "normalized"
 
     # ---- the sampled mask ------------------------------------------------
     def active(self, ctx) -> bool:

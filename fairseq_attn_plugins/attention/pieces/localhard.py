@@ -45,7 +45,6 @@ from ..localness import (
     bias_dtype,
     gaussian_bias,
     pad_heads,
-    refuse_incremental,
     sentence_lengths_and_positions,
 )
 from ..piece import AttentionPiece, AttentionSite, Float, Int, Layers, register_piece
@@ -78,7 +77,6 @@ class LocalHard(AttentionPiece):
         self.predictor = QueryPredictor(C, self.heads * site.head_dim, self.heads)
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
-        refuse_incremental(self.name, ctx)
         p = self.predictor(q).to(bias_dtype(q))  # (B, T, n_l)
         _, pos_k, length = sentence_lengths_and_positions(ctx, bias_dtype(q))
         centre = p * (length - 1)

@@ -39,7 +39,6 @@ from ..localness import (
     QueryPredictor,
     bias_dtype,
     gaussian_bias,
-    refuse_incremental,
     sentence_lengths_and_positions,
 )
 from ..piece import AttentionPiece, AttentionSite, Layers, register_piece
@@ -64,7 +63,6 @@ class LocalSoft(AttentionPiece):
         self.predictor = QueryPredictor(C, C, 2 * H)
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
-        refuse_incremental(self.name, ctx)
         H = self.site.num_heads
         y = self.predictor(q).to(bias_dtype(q))  # (B, T, 2H)
         _, pos_k, length = sentence_lengths_and_positions(ctx, bias_dtype(q))

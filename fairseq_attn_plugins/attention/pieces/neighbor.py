@@ -50,7 +50,6 @@ from ..localness import (
     clamp_bias,
     gaussian_bias,
     pad_heads,
-    refuse_incremental,
     sentence_lengths_and_positions,
 )
 from ..piece import AttentionPiece, AttentionSite, Choice, Float, Int, Layers, register_piece
@@ -102,7 +101,6 @@ class Neighbor(AttentionPiece):
         return self.sigma.pow(2) if self.square else self.sigma
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
-        refuse_incremental(self.name, ctx)
         if self.mode == "soft":
             dist2 = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).to(bias_dtype(q)).pow(2)  # (T, S)
             s = self.std().to(bias_dtype(q))[:, None, None]  # (H, 1, 1)

@@ -38,7 +38,7 @@ self-attention of encoder and decoder, 12 x 2 (2k+1) d_head = 50,688 parameters
 at base size. The CSAN authors' code also gives each encoder-decoder attention a
 table (74,496 in all) and keeps the sinusoidal positions (``--relpos-abs-pos
 keep``); cross-attention tables are not offered (fairseq's own module; Shaw et
-al. define self-attention only). See docs/pieces_relpos_disan_dropattn.md.
+al. define self-attention only). See docs/pieces/relpos.md.
 
 Tables are initialised with Xavier/Glorot uniform, as OpenNMT-py's Transformer
 recipe (``-param_init_glorot``) does for every matrix (tensor2tensor uses its
@@ -51,7 +51,7 @@ Backends: the key term is an additive score bias (fused-compatible); the value
 term needs the probabilities, so ``kv`` and ``tied`` run on the explicit path
 while ``k`` runs on the fused path (``auto`` picks it; ``--attn-backend fused``
 is accepted for ``k`` and refused for ``kv``/``tied`` at model build).
-``kv``/``tied`` have a third path, ``flex`` (:func:`..flex.relpos_attention`): the
+``kv``/``tied`` have a third path, ``flex`` (:func:`relpos_attention`, below): the
 key term as a flex_attention ``score_mod``, the value term rebuilt from the
 log-sum-exp (window probabilities + the two tails' masses), no probability
 matrix. ``auto`` takes it on CUDA when relpos is the layer's only piece and
@@ -62,9 +62,10 @@ explicit path stays the reference.
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .. import flex
+from ..backends import flex
 from ..position_methods import replace_token_positions
 from ..piece import (
     AttentionPiece,
@@ -80,6 +81,8 @@ from ..piece import (
 
 MODES = ("kv", "k", "tied")
 ABS_POS = ("drop", "keep")
+#: query block of :func:`band_scores`
+BAND_BLOCK = 32
 
 
 def clipped_distance_index(q_pos: Tensor, k_pos: Tensor, k: int) -> Tensor:
@@ -92,9 +95,8 @@ class RelativePositions(AttentionPiece):
     """Shaw et al. (2018) relative position representations. See module docstring."""
 
     name = "relpos"
-    # class-level: conservative (full relpos needs the explicit path);
-    # instances with --relpos-mode k set fused_ok = True.
-    fused_ok = False
+    # the a^V value term needs the probabilities; keys only is a score bias
+    fused_with = {"relpos_mode": ("k",)}
     test_flags = {"relpos_layers": "0", "relpos_k": 2}
     settings = (
         Int("relpos_k", 16, metavar="K",
@@ -117,11 +119,6 @@ class RelativePositions(AttentionPiece):
         replace_token_positions(cls, args, "relpos", "relative positions")
 
     @classmethod
-    def fused_ok_with(cls, args) -> bool:
-        # the a^V value term needs the probabilities; keys only is a score bias
-        return args.relpos_mode == "k"
-
-    @classmethod
     def from_args(cls, site: AttentionSite, args):
         return cls(site, args.relpos_k, args.relpos_mode)
 
@@ -140,8 +137,6 @@ class RelativePositions(AttentionPiece):
             nn.init.xavier_uniform_(self.rel_values)
         else:
             self.rel_values = None
-        # keys only: a pure score bias, fine for scaled_dot_product_attention
-        self.fused_ok = mode == "k"
 
     def value_table(self) -> Optional[Tensor]:
         if self.mode == "kv":
@@ -181,8 +176,124 @@ class RelativePositions(AttentionPiece):
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
                      attn_mask, scale: float) -> Tensor:
         """The whole attention of this layer through flex_attention, (B, H, T, D)."""
-        return flex.relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k, start,
+        return relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k, start,
                                      key_padding_mask, attn_mask, scale)
 
     def extra_repr(self):
         return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"
+
+
+# ---------------------------------------------------------------------------
+# The flex_attention path (keys and values without the probability matrix)
+# ---------------------------------------------------------------------------
+def band_scores(q: Tensor, k: Tensor, start: int, half: int, block: int = BAND_BLOCK) -> Tensor:
+    """``q_i . k_{start + i + d}`` for d = -half..half as (B, H, T, 2 half + 1); zero where
+    the key position falls outside [0, S).
+
+    Query blocks of ``block`` rows against their ``block + 2 half`` keys (one batched
+    matmul), then each row's diagonal band is cut out with a skew (flat view with row
+    stride ``W + 1``): no (T, S) matrix, no per-query copy of the keys."""
+    B, H, T, D = q.shape
+    S = k.size(2)
+    block = max(1, min(block, T))
+    nb = -(-T // block)
+    Tp = nb * block
+    W = block + 2 * half
+    kp = F.pad(k, (0, 0, half, max(0, start + Tp + half - S)))  # kp[x] = key x - half
+    kw = kp[:, :, start: start + Tp + 2 * half].unfold(2, W, block)  # (B, H, nb, D, W)
+    qb = F.pad(q, (0, 0, 0, Tp - T)).view(B, H, nb, block, D)
+    sc = torch.matmul(qb, kw)  # (B, H, nb, block, W): row r, column c = key b*block + r + c - half
+    flat = F.pad(sc.reshape(B, H, nb, block * W), (0, block))
+    band = flat.view(B, H, nb, block, W + 1)[..., : 2 * half + 1]  # column d + half
+    return band.reshape(B, H, Tp, 2 * half + 1)[:, :, :T]
+
+
+def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
+                     rel_values: Optional[Tensor], kmax: int, start: int,
+                     key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
+                     scale: float) -> Tensor:
+    """Shaw et al. relative positions through flex_attention, keys AND values.
+
+    The key term is a ``score_mod``: ``score + qa[b, h, i, clip(j - i, k) + k]`` with
+    ``qa = scale * q w_K^T`` (B, H, T, 2k+1). The value term ``sum_j p_ij w_V[clip(j - i, k)]``
+    is rebuilt from the log-sum-exp ``lse`` that the fused call returns:
+
+    - inside the clip window (|j - i| < k) each distance has one key, so
+      ``p_ij = exp(e_ij - lse_i)`` with ``e_ij`` recomputed for that band only
+      (:func:`band_scores`, O(T k D) work, O(T k) memory);
+    - the right tail (j - i >= k) needs only its total mass: a second fused call restricted
+      to that tail (block-sparse; empty under a causal mask) gives ``lse_R`` and
+      ``M_R = exp(lse_R - lse)``;
+    - the left tail is what remains: ``M_L = 1 - M_R - sum(band)``.
+
+    Then ``value_term = band @ w_V[1:2k] + M_L w_V[0] + M_R w_V[2k]``. Exact (the same sums,
+    regrouped); gradients flow through ``out``, ``lse`` and ``qa`` (flex supports both).
+
+    q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
+    rel_keys / rel_values: (2 kmax + 1, D) tables (rel_values None: keys only);
+    key_padding_mask (B, S) True = pad; attn_mask fairseq's (T, S) float (0 / -inf) or
+    bool (True = masked). Returns (B, H, T, D)."""
+    B, H, T, D = q.shape
+    S = k.size(2)
+    R = 2 * kmax + 1
+    qa = torch.matmul(q, rel_keys.to(q.dtype).t()) * scale  # (B, H, T, 2k+1)
+    add, keep = flex.split_attn_mask(attn_mask)
+    kpm = key_padding_mask
+
+    def score_mod(score, b, h, i, j):
+        score = score + qa[b, h, i, (j - i - start).clamp(-kmax, kmax) + kmax]
+        if add is not None:
+            score = score + add[i, j]
+        return score
+
+    allowed = flex.allowed_mod(kpm, keep)
+    masked = kpm is not None or keep is not None
+    B_mask = B if kpm is not None else None
+    mask_tensors = (kpm, attn_mask)
+    block_mask = (flex.block_mask(allowed, B_mask, T, S, q.device, ("relpos", start), mask_tensors)
+                  if masked else None)
+    if rel_values is None:
+        return flex.call(q, k, v, score_mod, block_mask, scale)
+    out, lse = flex.call(q, k, v, score_mod, block_mask, scale, lse=True)  # lse (B, H, T) fp32
+    acc = torch.promote_types(q.dtype, torch.float32)  # fp32 for fp16/bf16, else q's
+    lse = lse.to(acc)
+    has_key = torch.isfinite(lse)
+    lse_safe = torch.where(has_key, lse, torch.zeros_like(lse))
+
+    # inside the window: one key per distance d = -(k-1)..k-1
+    half = kmax - 1
+    d = torch.arange(-half, half + 1, device=q.device)
+    j = start + torch.arange(T, device=q.device)[:, None] + d  # (T, 2 half + 1) key position
+    valid = ((j >= 0) & (j < S))[None, None]  # (1, 1, T, W)
+    jc = j.clamp(0, S - 1)
+    e = band_scores(q, k, start, half).to(acc) * scale + qa[..., 1: R - 1].to(acc)
+    if add is not None:
+        e = e + add.to(acc).gather(1, jc)
+    if keep is not None:
+        valid = valid & keep.gather(1, jc)
+    if kpm is not None:
+        valid = valid & ~kpm[:, jc][:, None]  # (B, 1, T, W)
+    e = torch.where(valid, e - lse_safe[..., None], torch.full_like(e, float("-inf")))
+    band = torch.exp(e)  # (B, H, T, 2 half + 1) probabilities of the window's keys
+
+    # right tail j - i >= k: its total mass from a second call restricted to it
+    mass_right = torch.zeros_like(lse_safe)
+    if start + kmax <= S - 1:  # some query has a key k or more to its right
+        def right_tail(b, h, i, j):
+            return allowed(b, h, i, j) & (j - i - start >= kmax)
+
+        tail_mask = flex.block_mask(right_tail, B_mask, T, S, q.device,
+                                ("relpos_right_tail", start, kmax), mask_tensors)
+        # only the lse is used: a narrow zero value keeps the p @ v part of the call small
+        v0 = v.new_zeros(B, H, S, min(D, 16))
+        _, lse_r = flex.call(q, k, v0, score_mod, tail_mask, scale, lse=True)
+        lse_r = lse_r.to(acc)
+        has_tail = torch.isfinite(lse_r) & has_key
+        lse_r = torch.where(has_tail, lse_r, lse_safe)
+        mass_right = torch.where(has_tail, torch.exp(lse_r - lse_safe), mass_right)
+    mass_left = has_key.to(acc) - mass_right - band.sum(-1)
+
+    table = rel_values.to(acc)
+    extra = (torch.matmul(band, table[1: R - 1])
+             + mass_left[..., None] * table[0] + mass_right[..., None] * table[R - 1])
+    return out + extra.to(out.dtype)

@@ -7,7 +7,7 @@ import sys
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from attn_helpers import make_args, make_attention, padded_batch  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 CSAN-1D-like mask (window & key padding, left-padded batch, broadcast over heads)?
 
 Compares out, dq, dk, dv of F.scaled_dot_product_attention in fp16 against the
-fp32 math backend on the same inputs. Usage: python benchmarks/sdpa_mask_check.py
+fp32 math backend on the same inputs. Usage: python benchmarks/diagnostics/sdpa_mask_check.py
 """
 
 import torch

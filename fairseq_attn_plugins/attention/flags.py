@@ -11,7 +11,7 @@ ignored silently; the model build logs the active pieces per layer.
 
 from typing import Dict, List, Tuple
 
-from .core import BACKENDS
+from .backends import check_backend
 from .piece import PIECES, AttentionPiece, AttentionSite, PieceConfigError
 
 
@@ -42,6 +42,14 @@ def attention_defaults(args) -> None:
         cls.set_defaults(args)
 
 
+
+def finished_configuration(args) -> bool:
+    """Whether an architecture function already ran on ``args`` (a checkpoint's configuration,
+    or the second call fairseq makes): it then holds ``decoder_input_dim``, which fairseq's
+    Transformer architectures set and no command line can (it is no flag), or the record."""
+    return hasattr(args, "attn_explicit_flags") or hasattr(args, "decoder_input_dim")
+
+
 def piece_flags() -> Dict[str, Tuple[str, ...]]:
     """attribute of each piece flag -> the pieces owning it (shared flags have several)."""
     owners: Dict[str, List[str]] = {}
@@ -56,22 +64,17 @@ def record_explicit_flags(args) -> None:
 
     Called by every ``transformer_attn`` architecture function, which fairseq runs right
     after parsing (model flags have no argparse defaults, so only the user's are present).
-    A namespace that went through ``attention_defaults`` already is a finished configuration
-    (fairseq runs the arch function again on a checkpoint's configuration): one saved before
-    this record existed holds ``attn_backend`` and the flags of every piece registered then
-    (pieces registered later lack theirs): nothing is recorded, nothing refused."""
-    if hasattr(args, "attn_explicit_flags"):
+    fairseq runs the arch function again on a checkpoint's configuration, which is finished
+    (:func:`finished_configuration`, also one saved before this record existed): nothing is
+    recorded, nothing refused."""
+    if finished_configuration(args):
         return
-    flags = piece_flags()
-    present = sorted(dest for dest in flags if hasattr(args, dest))
-    finished = len(present) == len(flags) or (hasattr(args, "attn_backend") and 2 * len(present) > len(flags))
-    if not finished:
-        if hasattr(args, "attn_pieces") and not str(args.attn_pieces or "").strip():
-            raise PieceConfigError(
-                f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
-                f"without a word; expected 'none' (no piece) or pieces from {sorted(PIECES)}"
-            )
-        args.attn_explicit_flags = ",".join(present)
+    if hasattr(args, "attn_pieces") and not str(args.attn_pieces or "").strip():
+        raise PieceConfigError(
+            f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
+            f"without a word; expected 'none' (no piece) or pieces from {sorted(PIECES)}"
+        )
+    args.attn_explicit_flags = ",".join(dest for dest in piece_flags() if hasattr(args, dest))
 
 
 def check_inactive_flags(args, names: List[str]) -> None:
@@ -110,20 +113,6 @@ def selected_pieces(args) -> List[type]:
 
 def validate_attention_args(args) -> None:
     """Check every flag and the compatibility of the chosen pieces; raise naming the flag."""
-    if args.attn_backend not in BACKENDS:
-        raise PieceConfigError(
-            f"--attn-backend must be one of {list(BACKENDS)} (got {args.attn_backend!r})"
-        )
-    if args.attn_backend == "flex":
-        from . import flex
-
-        if not flex.HAVE_FLEX:
-            raise PieceConfigError("--attn-backend flex needs torch.nn.attention.flex_attention "
-                                   "(torch >= 2.9)")
-        if getattr(args, "attention_dropout", 0.0):
-            raise PieceConfigError(
-                f"--attn-backend flex: flex_attention has no attention dropout; needs "
-                f"--attention-dropout 0 (got {args.attention_dropout})")
     classes = selected_pieces(args)
     names = [c.name for c in classes]
     check_inactive_flags(args, names)
@@ -139,26 +128,30 @@ def validate_attention_args(args) -> None:
         )
     for c in classes:
         c.validate(args)
-    if args.attn_backend == "fused":
-        slow = [c.name for c in classes if not c.fused_ok_with(args)]
-        if slow:
-            raise PieceConfigError(
-                f"--attn-backend fused: pieces {slow} need the explicit path with these "
-                f"settings; use --attn-backend auto or explicit"
-            )
+    check_backend(args.attn_backend, [c.name for c in classes if not c.fused_ok_with(args)],
+                  getattr(args, "attention_dropout", 0.0))
 
 
 def pieces_summary(modules) -> str:
     """One line: the active pieces per layer of ``PluginSelfAttention`` modules, e.g.
     ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    return per_layer(modules, lambda m: ",".join(p.name for p in m.pieces) or "none")
+
+
+def explicit_summary(modules) -> str:
+    """One line: the layers whose training calls run the explicit path, and why, e.g.
+    ``encoder 0-5: pieces ['chained'] need the probability matrix`` ("" if none)."""
+    return per_layer([m for m in modules if m.why_explicit()], lambda m: m.why_explicit())
+
+
+def per_layer(modules, label) -> str:
     parts: List[str] = []
     for side in ("encoder", "decoder"):
-        layers = sorted((m.site.layer_idx, ",".join(p.name for p in m.pieces) or "none")
-                        for m in modules if m.site.side == side)
+        layers = sorted((m.site.layer_idx, label(m)) for m in modules if m.site.side == side)
         i = 0
         while i < len(layers):
             j = i
-            while j + 1 < len(layers) and layers[j + 1][1] == layers[i][1]:
+            while j + 1 < len(layers) and layers[j + 1][1] == layers[i][1] and layers[j + 1][0] == layers[j][0] + 1:
                 j += 1
             span = f"{layers[i][0]}" if i == j else f"{layers[i][0]}-{layers[j][0]}"
             parts.append(f"{side} {span}: {layers[i][1]}")

@@ -1,0 +1,129 @@
+"""The pieces described from their declarations: flags, defaults, allowed values, help.
+
+One source for the command ``fairseq-attn-pieces`` (:mod:`..cli.pieces`) and for the flag
+tables of the piece docs (``docs/pieces/<piece>.md``, between ``<!-- flags: NAME -->`` and
+``<!-- /flags -->``; ``fairseq-attn-pieces --update-docs docs/pieces`` rewrites them, a test
+checks they agree). Nothing here is written by hand per piece: a new piece is listed as
+soon as it is registered.
+"""
+
+import argparse
+import re
+from types import SimpleNamespace
+from typing import Dict, List, Optional, Tuple
+
+from .piece import PIECES, AttentionSite
+from .settings import LAYERS, SIDES_ROLE, Setting, flag_of
+
+
+def allowed(s: Setting) -> str:
+    """The values a setting accepts, in words."""
+    if s.role == LAYERS:
+        return "0-based layers: '0', '0,1,2', '0-2' or 'all'"
+    if s.role == SIDES_ROLE:
+        return "'encoder', 'decoder' or 'encoder,decoder' ('both')"
+    if s.choices is not None:
+        return ", ".join(repr(c) for c in s.choices)
+    hi = flag_of(s.hi) if isinstance(s.hi, str) else s.hi
+    if s.type is int:
+        kind = "odd integer" if s.odd else "integer"
+        return f"{kind} >= {s.lo}" + (f", <= {hi}" if hi is not None else "")
+    if s.type is float:
+        if s.positive:
+            return "number > 0" + (f", <= {hi}" if hi is not None else "")
+        lo = f"[{s.lo}" if s.lo is not None else "(-inf"
+        return f"number in {lo}, {hi if hi is not None else 'inf'}{')' if s.hi_open or hi is None else ']'}"
+    return "text (see help)"
+
+
+def rows(cls) -> List[Tuple[str, str, str, str]]:
+    """(flag, default, allowed values, help) for every flag the piece accepts."""
+    out = []
+    for s in cls.all_settings():
+        help_text = s.help
+        if s in cls.unused_settings:
+            help_text = f"accepted and unused (a flag of a sibling piece): {help_text}"
+        out.append((s.flag, repr(s.default), allowed(s), help_text))
+    return out
+
+
+def capabilities(cls) -> str:
+    """The piece's declared capabilities, one line."""
+    fused = ("fused" if cls.fused_ok and not cls.fused_with else
+             "explicit only" if not cls.fused_ok else
+             "fused with " + ", ".join(f"{flag_of(k)} {'/'.join(map(str, v))}"
+                                       for k, v in cls.fused_with.items()) + ", else explicit")
+    sides = "sides: " + ("/".join(cls.sides) if cls.sides else "set by its flag")
+    flex = ("own flex path" if cls.flex_path_ok is True else
+            "own flex path with some settings" if isinstance(cls.flex_path_ok, property) else "")
+    parts = [fused, sides, "incremental decoding" if cls.incremental_ok else "no incremental decoding"]
+    if cls.expands_kv:
+        parts.append("widens the key axis")
+    if flex:
+        parts.append(flex)
+    return "; ".join(parts)
+
+
+def markdown_table(cls) -> str:
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| flag | default | allowed | help |", "|---|---|---|---|"]
+    lines += [f"| `{f}` | `{d}` | {cell(a)} | {cell(h)} |" for f, d, a, h in rows(cls)]
+    return "\n".join(lines)
+
+
+def text_listing(names: Optional[List[str]] = None) -> str:
+    """Every piece (or ``names``) with its capabilities and flags, for a terminal."""
+    blocks = []
+    for name in names or sorted(PIECES):
+        cls = PIECES[name]
+        doc = (cls.__doc__ or "").strip().splitlines()[0].replace(" See module docstring.", "")
+        lines = [f"{name}: {doc}", f"  {capabilities(cls)}"]
+        for f, d, a, h in rows(cls):
+            lines += [f"  {f} (default {d}; {a})", f"      {h}"]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def arch_layers(arch: str) -> str:
+    """The pieces per layer of architecture ``arch`` at its defaults, e.g.
+    ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    from .flags import per_layer, selected_pieces, validate_attention_args
+
+    if arch not in ARCH_CONFIG_REGISTRY or ARCH_MODEL_REGISTRY[arch].__name__ != "AttnTransformerModel":
+        raise ValueError(f"--arch {arch!r} is not a transformer_attn architecture; expected one of "
+                         f"{architectures()}")
+    args = argparse.Namespace()
+    ARCH_CONFIG_REGISTRY[arch](args)
+    validate_attention_args(args)
+    layers = []
+    for side in ("encoder", "decoder"):
+        n, heads, dim = (getattr(args, f"{side}_{k}") for k in ("layers", "attention_heads", "embed_dim"))
+        for i in range(n):
+            site = AttentionSite(side, i, n, heads, dim // heads)
+            names = [c.name for c in selected_pieces(args) if c.covers(args, site)]
+            layers.append(SimpleNamespace(site=site, names=",".join(names) or "none"))
+    return f"--attn-pieces {args.attn_pieces!r}: " + per_layer(layers, lambda m: m.names)
+
+
+def architectures() -> List[str]:
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "AttnTransformerModel")
+
+
+BLOCK = re.compile(r"(<!-- flags: (?P<name>[\w]+) -->\n)(?P<body>.*?)(<!-- /flags -->)", re.S)
+
+
+def doc_blocks(text: str) -> Dict[str, str]:
+    """piece name -> the flag table between its markers in a doc."""
+    return {m["name"]: m["body"].strip() for m in BLOCK.finditer(text)}
+
+
+def update_doc(text: str) -> str:
+    """The doc with every flag table regenerated from the declarations."""
+    return BLOCK.sub(lambda m: f"{m.group(1)}{markdown_table(PIECES[m['name']])}\n{m.group(4)}", text)
+

@@ -1,0 +1,72 @@
+"""fairseq-attn-pieces: the attention pieces, their flags and the layers of an architecture.
+
+    fairseq-attn-pieces [PIECE ...]          every piece (or those named): capabilities, and
+                                             each flag with its default, allowed values, help
+    fairseq-attn-pieces --arch ARCH          the pieces per layer of a transformer_attn
+                                             architecture at its defaults
+    fairseq-attn-pieces --markdown PIECE     the flag table of a piece, as in its doc
+    fairseq-attn-pieces --update-docs DIR    rewrite the flag tables of DIR/*.md
+
+(``fairseq-train --arch A --help`` shows no model or piece flag: a fairseq 0.12 limitation.)
+Everything is generated from the pieces' declarations (:mod:`..attention.catalogue`).
+"""
+
+import argparse
+import glob
+import os
+import sys
+from typing import List, Optional
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fairseq-attn-pieces", description=__doc__.split("\n\n")[0])
+    p.add_argument("pieces", nargs="*", metavar="PIECE", help="pieces to describe (default: all)")
+    p.add_argument("--arch", help="a transformer_attn architecture: its pieces per layer")
+    p.add_argument("--markdown", action="store_true", help="flag tables in Markdown")
+    p.add_argument("--update-docs", metavar="DIR",
+                   help="regenerate the flag tables between <!-- flags: NAME --> markers in DIR/*.md")
+    return p
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = get_parser().parse_args(argv)
+    import fairseq_attn_plugins  # noqa: F401  (registers the pieces and architectures)
+    from ..attention import PIECES, catalogue
+
+    unknown = [n for n in args.pieces if n not in PIECES]
+    if unknown:
+        print(f"fairseq-attn-pieces: unknown piece(s) {unknown}; allowed: {sorted(PIECES)}",
+              file=sys.stderr)
+        return 2
+    if args.update_docs:
+        paths = sorted(glob.glob(os.path.join(args.update_docs, "*.md")))
+        if not paths:
+            print(f"fairseq-attn-pieces: --update-docs {args.update_docs}: no .md file there",
+                  file=sys.stderr)
+            return 2
+        for path in paths:
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+            new = catalogue.update_doc(old)
+            if new != old:
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(new)
+                print(f"updated {path}")
+        return 0
+    if args.arch:
+        try:
+            print(catalogue.arch_layers(args.arch))
+        except ValueError as e:
+            print(f"fairseq-attn-pieces: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if args.markdown:
+        print("\n\n".join(f"{n}\n\n{catalogue.markdown_table(PIECES[n])}"
+                          for n in args.pieces or sorted(PIECES)))
+        return 0
+    print(catalogue.text_listing(args.pieces))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

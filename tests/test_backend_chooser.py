@@ -1,0 +1,103 @@
+"""The chooser between attention paths (attention/backends/) and the piece contract it reads.
+
+A loop over the registry: every piece's declared capabilities decide the path, a forced
+``--attn-backend`` that cannot run a piece is refused in one line naming the flag with each
+reason once, incremental decoding of a piece that declares it unsupported is refused once
+by the core.
+"""
+
+
+import pytest
+
+from attn_helpers import make_args, make_attention, padded_batch, path_name
+from fairseq_attn_plugins.attention import PIECES, AttentionPiece, PieceConfigError, backends
+
+NAMES = sorted(PIECES)
+
+
+def piece_args(name, **extra):
+    return make_args(name, **{**PIECES[name].test_flags, **extra})
+
+
+def active_side(name):
+    return "decoder" if PIECES[name].sides == ("decoder",) else "encoder"
+
+
+def test_the_core_reads_only_declared_capabilities():
+    """Every capability the core or the chooser reads is declared on the base class."""
+    for attr in ("fused_ok", "fused_with", "incremental_ok", "expands_kv", "band_half",
+                 "flex_path_ok", "flex_forward", "runs_fused"):
+        assert attr in vars(AttentionPiece) or attr in AttentionPiece.__annotations__, attr
+    for name, cls in PIECES.items():
+        for setting, values in cls.fused_with.items():
+            assert any(s.name == setting for s in cls.all_settings()), (name, setting)
+            assert values, (name, setting)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_piece_takes_the_path_its_declarations_allow(name):
+    args = piece_args(name)
+    attn = make_attention(args, side=active_side(name))
+    fused = PIECES[name].fused_ok_with(args)
+    flex_alone = len(attn.pieces) == 1 and attn.pieces[0].flex_path_ok
+    band = any(p.band_half is not None for p in attn.pieces)
+    # auto on CPU, short training call: SDPA unless the piece needs the probabilities
+    assert path_name(attn) == ("fused" if fused else "explicit")
+    # auto on CUDA: a piece with its own flex path runs it; a long band goes to flex
+    expected = "flex piece" if flex_alone else ("fused" if fused else "explicit")
+    assert path_name(attn, on_cuda=True) == expected
+    if band and fused and not flex_alone:
+        assert path_name(attn, on_cuda=True, tgt_len=1024, src_len=1024) == "flex band"
+    # weights requested: always the explicit path, whatever the backend
+    assert path_name(attn, need_weights=True, on_cuda=True) == "explicit"
+    # and every path but the chosen one says why it does not run
+    layer, call = attn._layer, backends.Call(on_cuda=True)
+    chosen = attn.path_for(call)
+    for path in backends.PATHS[: backends.PATHS.index(chosen)]:
+        assert path.not_supported_reasons(layer, call), path.name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forced_fused_refused_once_in_one_line(name):
+    args = piece_args(name)
+    if PIECES[name].fused_ok_with(args):
+        attn = make_attention(args, side=active_side(name), backend="fused")
+        assert path_name(attn) in ("fused", "block-local")
+        return
+    with pytest.raises(PieceConfigError) as info:
+        piece_args(name, attn_backend="fused")  # at flag validation
+    msg = str(info.value)
+    assert msg.startswith("--attn-backend fused: ") and "\n" not in msg, msg
+    assert msg.count(f"'{name}'") == 1, msg
+    with pytest.raises(PieceConfigError) as at_build:  # a module built directly: the same line
+        make_attention(args, side=active_side(name), backend="fused")
+    assert str(at_build.value) == msg
+
+
+def test_forced_flex_reasons_each_once():
+    with pytest.raises(PieceConfigError) as info:
+        make_args("alibi", alibi_layers="0", attn_backend="flex", attention_dropout=0.1)
+    msg = str(info.value)
+    assert msg.count("attention dropout") == 1 and msg.count("--attn-backend flex") == 1, msg
+    assert "\n" not in msg
+    with pytest.raises(PieceConfigError, match="must be one of"):
+        make_args("", attn_backend="sdpa")
+
+
+def test_build_log_says_why_a_layer_runs_explicit():
+    chained = make_attention(piece_args("chained"))
+    assert chained.why_explicit() == "pieces ['chained'] need the probability matrix"
+    plain = make_attention(make_args(""))
+    assert plain.why_explicit() is None
+    plain.backend = "explicit"
+    assert plain.why_explicit() == "--attn-backend explicit"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not PIECES[n].incremental_ok])
+def test_incremental_decoding_refused_once_by_the_core(name):
+    attn = make_attention(piece_args(name), side=active_side(name)).eval()
+    x, _ = padded_batch([3], left_pad=False)
+    with pytest.raises(RuntimeError) as info:
+        attn(x[:1], x[:1], x[:1], incremental_state={}, need_weights=False)
+    msg = str(info.value)
+    assert msg.count(name) == 1 and "incremental decoding is not supported" in msg, msg

@@ -1,0 +1,76 @@
+"""RoPE (Su et al. 2021) against a float64 reference written from the paper's rotation;
+its flags, placement and embeddings in the model. The shared registry tests
+(test_piece_registry.py, test_empty_rows.py) cover padding on either side, fused ==
+explicit, incremental == full and every allowed combination."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attn_helpers import make_args, make_attention, padded_batch, path_name
+from fairseq_attn_plugins.attention import PieceConfigError
+from position_helpers import (
+    CASES,
+    check_architectures_replace_token_positions_on_every_layer,
+    check_model_padding_side_and_incremental_decoding,
+    reference,
+    run,
+)
+
+
+def rope64(x, base, rot):
+    """Su et al. eq. 34: pairs (2i, 2i+1) rotated by position * base^(-2i/rot), loops."""
+    out = x.clone()
+    B, H, L, D = x.shape
+    for b in range(B):
+        for h in range(H):
+            for m in range(L):
+                for i in range(rot // 2):
+                    a = m * base ** (-2.0 * i / rot)
+                    x1, x2 = float(x[b, h, m, 2 * i]), float(x[b, h, m, 2 * i + 1])
+                    out[b, h, m, 2 * i] = x1 * math.cos(a) - x2 * math.sin(a)
+                    out[b, h, m, 2 * i + 1] = x1 * math.sin(a) + x2 * math.cos(a)
+    return out
+
+
+@pytest.mark.parametrize("side, causal, left_pad, fraction, rot",
+                         [case + (1.0, 8) for case in CASES] + [CASES[0] + (0.5, 4), CASES[1] + (0.3, 2)])
+def test_rope_matches_rotation_formula(side, causal, left_pad, fraction, rot):
+    base = 100.0  # small base: the last pairs turn noticeably within 7 positions
+    args = make_args("rope", rope_theta=base, rope_fraction=fraction)
+    attn = make_attention(args, side=side, embed_dim=16, num_heads=2).eval()  # head_dim 8
+    assert attn.pieces[0].rot == rot
+    x, kpm = padded_batch([7, 4], left_pad=left_pad)
+    ref = reference(attn, x, kpm, causal, qk=lambda q, k: (rope64(q, base, rot), rope64(k, base, rot)))
+    assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
+    assert path_name(attn) == "fused"
+
+
+def test_rope_score_depends_on_distance_only():
+    from fairseq_attn_plugins.attention.pieces.rope import rotate
+
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64), torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64)
+    scores = [float((rotate(q, torch.tensor([m]), 8, 10000.0) * rotate(k, torch.tensor([m + 3]), 8, 10000.0)).sum())
+              for m in (0, 5, 40)]
+    assert scores[0] == pytest.approx(scores[1], abs=1e-9) and scores[0] == pytest.approx(scores[2], abs=1e-9)
+    assert scores[0] != pytest.approx(float((q * k).sum()), abs=1e-3)  # the rotation does something
+
+
+def test_rope_flags_refused_with_allowed_values():
+    with pytest.raises(PieceConfigError, match="--rope-fraction must be a number in"):
+        make_args("rope", rope_fraction=1.5)
+    with pytest.raises(PieceConfigError, match="--rope-theta must be a number > 0, finite"):
+        make_args("rope", rope_theta=0)
+    with pytest.raises(PieceConfigError, match="--rope-fraction 0.1 rotates no pair"):
+        make_attention(make_args("rope", rope_fraction=0.1), embed_dim=16, num_heads=2)
+
+
+def test_architecture_replaces_token_positions_on_every_layer():
+    check_architectures_replace_token_positions_on_every_layer("rope")
+
+
+def test_model_padding_side_and_incremental_decoding():
+    check_model_padding_side_and_incremental_decoding("rope")

@@ -4,18 +4,18 @@ Load with ``fairseq-train --user-dir fairseq_attn_plugins`` (or ``pip install``
 the package and point ``--user-dir`` at its folder). Importing it registers the
 ``transformer_attn`` model, its architectures, and makes fairseq checkpoints
 loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
-the last batch that fairseq's ``batch_by_size`` would drop (see fairseq_fixes), checks
-``--model-overrides`` like training flags (model_overrides) and lets fairseq-train start
-from a checkpoint without the new pieces' parameters (finetune).
+the last batch that fairseq's ``batch_by_size`` would drop, checks ``--model-overrides``
+like training flags and lets fairseq-train start from a checkpoint without the new pieces'
+parameters (each in :mod:`.integration`).
 """
 
-from . import checkpoint_safety, fairseq_fixes
+from .integration import checkpoint_safety, fairseq_fixes
 
 checkpoint_safety.install()
 fairseq_fixes.install()
 
 from . import attention, models  # noqa: E402,F401
-from . import finetune, model_overrides  # noqa: E402
+from .integration import finetune, model_overrides  # noqa: E402
 
 model_overrides.install()
 finetune.install()

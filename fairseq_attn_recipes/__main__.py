@@ -7,15 +7,16 @@ it, so an interrupted step never leaves a file that looks finished.
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, detok, split-compounds, prepare-record,
 average, hyps, score. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
-the run record, see :mod:`.train` and :mod:`.manifest`).
+the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 
 import argparse
 
+from fairseq_attn_records.run_record import finished_before
+
 from .checkpoints import cmd_average
 from .corpora import cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
-from .manifest import finished_before
 from .scoring import cmd_check_comet, cmd_hyps, cmd_score
 from .subwords import cmd_bpe_apply, cmd_bpe_learn
 from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize

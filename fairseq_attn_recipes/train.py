@@ -3,7 +3,7 @@ fairseq-train's arguments (the recipes' train.sh launches it in place of ``fairs
 under torchrun and for every gloo rank alike).
 
 Before training, fairseq's own resolution of ARGS (architecture defaults, ``--user-dir``) is
-compared with the run record of ``--save-dir`` (:func:`manifest.start_run`): another run is
+compared with the run record of ``--save-dir`` (:func:`.recording.start_run`): another run is
 refused with the differences named (exit 2), a run trained to ``--max-update`` before is not
 trained again (exit 10: fairseq 0.12 would make one more update and rewrite its last
 checkpoint), the same run with a larger ``--max-update`` continues and the training is
@@ -17,7 +17,9 @@ import logging
 import os
 import sys
 
-from . import manifest
+from fairseq_attn_records.run_record import RecordError
+
+from . import recording
 
 SKIPPED = 10
 
@@ -36,14 +38,14 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
                         stream=sys.stdout)
-    cfg = manifest.resolve_train_args(argv)
+    cfg = recording.resolve_train_args(argv)
     rank0 = is_rank0(cfg)
     try:
-        if not manifest.start_run(cfg, write=rank0, argv=argv):
+        if not recording.start_run(cfg, write=rank0, argv=argv):
             print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update} "
                   f"with the same settings: not trained again", file=sys.stderr)
             return SKIPPED
-    except manifest.RecordError as e:
+    except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from fairseq.distributed import utils as distributed_utils
@@ -56,8 +58,8 @@ def main(argv=None) -> int:
         distributed_utils.call_main(cfg, fairseq_train.main)
     if rank0:
         try:
-            manifest.finish_run(cfg.checkpoint.save_dir)
-        except manifest.RecordError as e:
+            recording.finish_run(cfg.checkpoint.save_dir)
+        except RecordError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     return 0

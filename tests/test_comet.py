@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("comet", reason="the comet extra is not installed (scripts/setup_env.sh installs it)")
 
 from fairseq_attn_plugins.cli import significance  # noqa: E402
-from fairseq_attn_plugins.reporting import comet as comet_metric  # noqa: E402
+from fairseq_attn_records import comet as comet_metric  # noqa: E402
 from fairseq_attn_plugins.toy_corpus import make_corpus  # noqa: E402
 
 from comet_tiny import build_tiny_comet  # noqa: E402
@@ -98,13 +98,14 @@ def test_recipe_score_step_records_chrf_and_comet(tiny_comet, tmp_path, monkeypa
     out = tmp_path / "scores.json"
     steps(["score", "--hyp", str(paths["good"]), "--ref", str(paths["ref"]), "--src", str(paths["src"]),
            "--output", str(out)])
-    scores = json.loads(out.read_text())
+    scores = json.loads(out.read_text())["scores"]
     refs = paths["ref"].read_text().splitlines()
     hyps = paths["good"].read_text().splitlines()
-    assert scores["chrf"] == round(CHRF(word_order=2).corpus_score(hyps, [refs]).score, 2)
-    assert "nw:2" in scores["chrf_signature"]
+    assert scores["chrf"]["score"] == round(CHRF(word_order=2).corpus_score(hyps, [refs]).score, 2)
+    assert "nw:2" in scores["chrf"]["signature"]
     segs = comet_metric.load(ckpt, gpus=0).score_systems(paths["src"].read_text().splitlines(), refs, [hyps])[0]
-    assert scores["comet_segments"] == segs and scores["comet"] == pytest.approx(sum(segs) / len(segs), abs=1e-15)
+    assert scores["comet"]["segments"] == segs
+    assert scores["comet"]["score"] == pytest.approx(sum(segs) / len(segs), abs=1e-15)
     monkeypatch.setenv("COMET_MODEL", str(tmp_path / "gone" / "model.ckpt"))
     with pytest.raises(SystemExit) as e:
         steps(["check-comet"])

@@ -11,7 +11,8 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-from fairseq_attn_plugins.cli import demo, results
+from fairseq_attn_plugins.cli import results
+from fairseq_attn_recipes import demo
 from fairseq_attn_plugins.reporting.results import parse_train_log
 from fairseq_attn_plugins.toy_corpus import make_corpus
 
@@ -155,6 +156,12 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
     assert (out / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # BPE really segmented the toy corpus
     assert "@@ " in (out / "bpe" / "train.tgt").read_text()
+    # each run has its run record, with the evaluation the table scored (the recipes' steps)
+    for row in table["rows"]:
+        rec = json.loads((out / "runs" / row["system"] / "run.json").read_text())
+        scores = json.loads((out / "runs" / row["system"] / "scores.json").read_text())["scores"]
+        assert rec["arch"] == row["system"] and rec["evaluations"]["test"]["scores"] == scores
+        assert scores["bleu"]["score"] == round(row["bleu"], 2) and row["subset"] == "test"
 
     # killed mid-epoch, then run again: the uninterrupted run's result, exactly
     first = demo.DEFAULT_ARCHS.split(",")[0]
@@ -173,8 +180,8 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
     assert resumed, "the second run did not resume from a checkpoint"
     assert int(resumed[-1][1]) not in epoch_ends  # resumed inside an epoch
     for arch in demo.DEFAULT_ARCHS.split(","):
-        want = _load_model(out / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
-        got = _load_model(killed / "runs" / arch / "checkpoints" / "checkpoint_last.pt")
+        want = _load_model(out / "runs" / arch / "checkpoint_last.pt")
+        got = _load_model(killed / "runs" / arch / "checkpoint_last.pt")
         assert want.keys() == got.keys()
         for k in want:
             torch.testing.assert_close(got[k], want[k], rtol=0, atol=0, msg=f"{arch}: {k} differs")

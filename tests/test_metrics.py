@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fairseq_attn_plugins.cli import significance
-from fairseq_attn_plugins.reporting import metrics as M
+from fairseq_attn_records import metrics as M
 from fairseq_attn_plugins.toy_corpus import make_corpus
 
 from test_significance import _noisy
@@ -210,3 +210,93 @@ def test_marks_follow_each_metrics_direction():
     assert M.metric_mark("chrf", dict(sig, score=30.0), 25.0) == "**"
     assert M.metric_mark("comet", dict(sig, score=0.80, p_ar=0.03), 0.79) == "*"
     assert M.metric_mark("bleu", dict(sig, score=30.0, same_as_baseline=True), 25.0) == ""
+
+
+class _SentenceChrf:
+    """A segment scorer as the registry asks for one: sacreBLEU's sentence-level chrF per line."""
+
+    def score_systems(self, sources, refs, systems):
+        from sacrebleu.metrics import CHRF
+        chrf = CHRF()
+        return [[chrf.sentence_score(h, [r]).score for h, r in zip(hyps, refs)] for hyps in systems]
+
+    def signature(self, bs_samples=None, ar_trials=None, seed=None):
+        return f"sentence-chrF|bs:{bs_samples}|ar:{ar_trials}|seed:{seed}"
+
+
+def test_a_new_metric_is_one_registry_row(files, tmp_path):
+    """A corpus metric (chrF without word n-grams, 1 decimal) and a segment metric (mean
+    sentence chrF, lower is better for the sake of the test) added as rows: both reach the
+    significance table, its legend and the results table, with their labels, digits and
+    direction, and their scores equal sacreBLEU's."""
+    from sacrebleu.metrics import CHRF
+
+    from fairseq_attn_plugins.reporting import results
+    from fairseq_attn_plugins.reporting.significance import format_table, legend_lines, paired_tests
+
+    corpus_row = M.Metric("chrf0", "chrF0", digits=1, make=lambda tokenize: CHRF())
+    segment_row = M.Metric("sentchrf", "SentChrF", higher_is_better=False, digits=3, level="segment")
+    M.register(corpus_row)
+    M.register(segment_row)
+    try:
+        assert "chrf0" in M.metrics_help() and M.parse_metrics("bleu,chrf0") == ["bleu", "chrf0"]
+        with pytest.raises(ValueError, match="one or more of bleu, chrf, ter, chrf0"):
+            M.parse_metrics("sentchrf")  # a segment metric comes with its scorer, not --metrics
+        refs = files["ref"].read_text(encoding="utf-8").splitlines()
+        named = [(n, files[n].read_text(encoding="utf-8").splitlines()) for n in ("base", "good")]
+        res = paired_tests(refs, named, bs_samples=200, ar_trials=200, metrics=["bleu", "chrf0"],
+                           scorers={"sentchrf": _SentenceChrf()})
+        assert res["metrics"] == ["bleu", "chrf0", "sentchrf"]
+        for row, (_, hyps) in zip(res["systems"], named):
+            assert row["scores"]["chrf0"]["score"] == pytest.approx(CHRF().corpus_score(hyps, [refs]).score)
+            sent = [CHRF().sentence_score(h, [r]).score for h, r in zip(hyps, refs)]
+            assert row["sentchrf_segments"] == sent
+            mean = 0.0
+            for v in sent:
+                mean += v
+            assert row["scores"]["sentchrf"]["score"] == pytest.approx(mean / len(sent), abs=1e-12)
+        good = res["systems"][1]["scores"]
+        # the good system has the higher sentence chrF: on a lower-is-better metric, no mark
+        assert good["sentchrf"]["score"] > res["systems"][0]["scores"]["sentchrf"]["score"]
+        assert M.metric_mark("sentchrf", good["sentchrf"], res["systems"][0]["scores"]["sentchrf"]["score"]) == ""
+        table = format_table(res)
+        assert "| chrF0 (mean ± 95% CI) |" in table and "| SentChrF (mean ± 95% CI) |" in table
+        assert f" {good['chrf0']['score']:.1f}" in table and f" {good['sentchrf']['score']:.3f}" in table
+        legend = "\n".join(legend_lines(res))
+        assert "SentChrF: lower is better" in legend and "SentChrF signature (bs): sentence-chrF|bs:200" in legend
+
+        runs = []
+        for name, path in (("base", files["base"]), ("good", files["good"])):
+            d = tmp_path / name
+            d.mkdir()
+            (d / "train.log").write_text("")
+            (d / "hyp.txt").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+            runs.append((name, str(d)))
+        t = results.collect(runs, str(files["ref"]), bs_samples=200, ar_trials=200, metrics=["bleu", "chrf0"],
+                            scorers={"sentchrf": _SentenceChrf()})
+        assert t["metrics"] == ["bleu", "chrf0", "sentchrf"] and t["rows"][1]["sentchrf_segments"]
+        md = results.format_markdown(t)
+        assert "| chrF0 | Δ | SentChrF | Δ |" in md.splitlines()[0]
+        row = t["rows"][1]
+        assert (f"| {row['scores']['chrf0']['score']:.1f}{row['marks']['chrf0']} | {row['deltas']['chrf0']:+.1f} |"
+                in md.splitlines()[3])
+        assert f"| {row['scores']['sentchrf']['score']:.3f} | {row['deltas']['sentchrf']:+.3f} |" in md.splitlines()[3]
+    finally:
+        M.METRICS.pop("chrf0")
+        M.METRICS.pop("sentchrf")
+
+
+def test_registry_rows_are_checked():
+    with pytest.raises(ValueError, match="registered twice"):
+        M.register(M.Metric("bleu", "BLEU", make=lambda tokenize: None))
+    with pytest.raises(ValueError, match="a corpus metric needs make"):
+        M.register(M.Metric("nothing", "Nothing"))
+    assert "nothing" not in M.METRICS
+
+
+def test_scoring_step_imports_neither_torch_nor_fairseq():
+    """The recipes' scoring step (and the run record, metrics, readers it uses) starts without torch."""
+    code = ("import sys; import fairseq_attn_recipes.scoring, fairseq_attn_records.run_record; "
+            "print(sorted(m for m in ('torch', 'fairseq', 'fairseq_attn_plugins') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"

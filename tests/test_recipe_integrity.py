@@ -183,8 +183,9 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     assert scores["train_pairs_by_part"] == counts and scores["train_data_partial"] is False
     assert scores["adam_eps"] == 1e-9 and scores["share_decoder_input_output_embed"] is True
     assert scores["share_all_embeddings"] is False and scores["n_avg"] == 1
-    assert scores["tokenized_bleu_method"].startswith("moses tokenizer.perl (no -a)")
-    assert 0 <= scores["tokenized_bleu"] <= 100 and scores["signature"].startswith("nrefs:1|")
+    tok = scores["scores"]["tokenized_bleu"]
+    assert tok["method"].startswith("moses tokenizer.perl (no -a)")
+    assert 0 <= tok["score"] <= 100 and scores["scores"]["bleu"]["signature"].startswith("nrefs:1|")
     # the decoder's input and output embeddings are one tensor in the checkpoint
     model = torch.load(save / "checkpoint_last.pt")["model"]
     assert "decoder.output_projection.weight" not in model or torch.equal(
@@ -213,7 +214,7 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
                             bs_samples=10, ar_trials=10)
     md = results.format_markdown(table)
     assert "Tok. BLEU" in md and "Train pairs" in md
-    assert f"| {scores['tokenized_bleu']:.2f} | {scores['train_pairs']:,d} |" in md.splitlines()[2]
+    assert f"| {scores['scores']['tokenized_bleu']['score']:.2f} | {scores['train_pairs']:,d} |" in md.splitlines()[2]
 
 
 # ------------------------------------------------------------------ item 6: the script of each side

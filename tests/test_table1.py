@@ -14,7 +14,8 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_REGISTRY
-from fairseq_attn_plugins.cli import demo, paper
+from fairseq_attn_plugins.cli import paper
+from fairseq_attn_recipes import demo
 from fairseq_attn_plugins.reporting import figures, results, table1
 from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
 
@@ -319,7 +320,7 @@ def check_table1(work, keys):
         assert cells[4] == f"{r['delta']:+.2f}" and cells[head.index("Parameter, base size")] == \
             table1.fmt_params_delta(full - base_full)
         # the paper's metric from the run's scores.json, and its difference
-        tok = json.load(open(os.path.join(r["run_dir"], "test", "scores.json")))["tokenized_bleu"]
+        tok = json.load(open(os.path.join(r["run_dir"], "test", "scores.json")))["scores"]["tokenized_bleu"]["score"]
         assert cells[head.index("tok. BLEU")] == f"{tok:.2f}"
         assert cells[head.index("tok. △")] == f"{tok - base['tok_bleu']:+.2f}"
     return table
@@ -423,3 +424,21 @@ def test_demo_writes_table1_only_for_table1_rows(tmp_path):
     # disan is not a Table 1 row: no table1, and none left from before
     demo.Pipeline(str(out), profile, [archs[0], archs[2]], 1, 1).write_table1()
     assert not (out / "table1.json").exists() and not (out / "table1.md").exists()
+
+
+def test_figures_read_text_by_the_shared_rules(tmp_path):
+    """Figures 2 and 3 read references and outputs as every score does: CRLF endings are line
+    endings (the same n-gram statistics as LF), and bytes that are not UTF-8 are one line naming
+    the file."""
+    refs = [t for _, t in make_corpus(30, seed=9)]
+    hyps = perturbed(refs, 1, 0.3)
+    lf, crlf = tmp_path / "lf.txt", tmp_path / "crlf.txt"
+    lf.write_bytes(("\n".join(hyps) + "\n").encode("utf-8"))
+    crlf.write_bytes(("\r\n".join(hyps) + "\r\n").encode("utf-8"))
+    assert figures.system_hyps(str(lf), "lf", str(crlf)) == hyps
+    assert figures.ngram_statistics(figures.system_hyps(str(lf), "x", str(crlf)), refs) == \
+        figures.ngram_statistics(hyps, refs)
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("Stra\u00dfe\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=f"{latin}: not UTF-8 .*line 1"):
+        figures.system_hyps(str(lf), "latin", str(latin))

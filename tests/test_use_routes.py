@@ -17,7 +17,8 @@ import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
 
 from fairseq_attn_plugins.attention import PieceConfigError, PluginSelfAttention  # noqa: E402
-from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
+from fairseq_attn_plugins.integration.checkpoint_safety import safe_load  # noqa: E402
+from fairseq_attn_records import generate_output  # noqa: E402
 from fairseq_attn_plugins.loading import from_pretrained, load_model_ensemble_and_task  # noqa: E402
 
 pytestmark = pytest.mark.e2e
@@ -29,13 +30,8 @@ def relpos():
 
 
 def hypotheses(output):
-    """fairseq-generate/interactive output -> {sentence id: hypothesis string}."""
-    out = {}
-    for line in output.splitlines():
-        if line.startswith("H-"):
-            head, _score, hyp = line.split("\t", 2)
-            out[int(head[2:])] = hyp
-    return out
+    """fairseq-generate/interactive output -> {sentence id: hypothesis string} (the package's one reader)."""
+    return generate_output.hypotheses(output.splitlines())
 
 
 def generate(ck, *extra):

@@ -22,12 +22,14 @@ import os
 import sys
 from typing import List, Tuple
 
+from fairseq_attn_records.metrics import METRICS_HELP, parse_metrics
+from fairseq_attn_records.text_inputs import read_text_lines
+
 from ..reporting import figures
 from ..reporting import table1
 from ..reporting.files import write_json_atomic, write_text_atomic
-from ..reporting.metrics import METRICS_HELP, parse_metrics
-from .significance import load_comet, print_comet_hint
 from ..reporting.runs import Run, check_distinct
+from .metric_options import load_comet, print_comet_hint
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
@@ -86,7 +88,7 @@ def cmd_figure2(args) -> None:
 
 
 def cmd_figure3(args) -> None:
-    refs = figures.read_lines(args.ref)
+    refs = read_text_lines(args.ref, "reference")
     given = _pairs([args.baseline], "--baseline", False) + _pairs(args.system, "--system", False)
     if len(given) < 2:
         raise ValueError("give at least one --system NAME=HYP")

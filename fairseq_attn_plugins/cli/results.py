@@ -3,7 +3,7 @@ system, #params, training speed, BLEU, chrF++ and COMET (with COMET_MODEL and --
 each with its delta over the baseline and its significance mark (``*`` p < 0.05,
 ``**`` p < 0.01 in both paired bootstrap resampling and approximate randomisation,
 the same resamples for every metric, for systems better than the baseline on that
-metric only; see :func:`fairseq_attn_plugins.reporting.metrics.metric_mark`).
+metric only; see :func:`fairseq_attn_records.metrics.metric_mark`).
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
 [--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]``.
@@ -19,13 +19,14 @@ checks (the same run twice, runs trained differently): :mod:`fairseq_attn_plugin
 import argparse
 import sys
 
+from fairseq_attn_records.metrics import check_tokenize, parse_metrics
+
 from ..reporting import seeds
 from ..reporting.curves import plot_curves
 from ..reporting.files import check_output_paths, write_json_atomic, write_text_atomic
 from ..reporting.results import collect, format_markdown
-from ..reporting.metrics import check_tokenize, parse_metrics
 from ..reporting.significance import check_counts
-from .significance import add_metric_args, load_comet, print_comet_hint
+from .metric_options import add_metric_args, load_comet, print_comet_hint
 
 
 def main(argv=None) -> int:

@@ -7,41 +7,18 @@ text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTes
 --src (the same resamples; nothing is downloaded).
 
 The tests, their seeds and the marks: :mod:`fairseq_attn_plugins.reporting.significance`;
-COMET: :mod:`fairseq_attn_plugins.reporting.comet`.
+COMET: :mod:`fairseq_attn_records.comet`; the metric flags: :mod:`.metric_options`.
 """
 
 import argparse
 import sys
 
-from ..reporting import comet as comet_metric
+from fairseq_attn_records.metrics import check_tokenize, parse_metrics
+from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
+
 from ..reporting.files import check_output_paths, write_json_atomic
-from ..reporting.metrics import METRICS_HELP, check_tokenize, parse_metrics, tokenizers
 from ..reporting.significance import check_counts, format_table, legend_lines, paired_tests
-from ..reporting.text_inputs import check_aligned, describe_empty, read_text_lines
-
-
-def add_metric_args(p: argparse.ArgumentParser) -> None:
-    """The metric flags shared by the reporting commands."""
-    p.add_argument("--metrics", default="bleu,chrf", help=METRICS_HELP)
-    p.add_argument("--tokenize", default="13a", help=f"sacreBLEU tokeniser for BLEU: {', '.join(tokenizers())} "
-                   "(13a; zh for Chinese, ja-mecab for Japanese)")
-    p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")
-
-
-def load_comet(args, prog: str, needs_src: bool = True):
-    """The COMET scorer when COMET_MODEL is set (loaded before any other work), else None
-    (:func:`print_comet_hint` then says how to enable it, once the results are out)."""
-    path = comet_metric.model_path_from_env()
-    if path is None:
-        return None
-    if needs_src and not getattr(args, "src", None):
-        raise ValueError("COMET_MODEL is set: give the source sentences with --src FILE (COMET reads them)")
-    return comet_metric.load(path, batch_size=args.comet_batch_size)
-
-
-def print_comet_hint(prog: str, comet) -> None:
-    if comet is None:
-        print(f"{prog}: {comet_metric.ENABLE_HINT}", file=sys.stderr)
+from .metric_options import add_metric_args, load_comet, print_comet_hint
 
 
 def main(argv=None) -> int:

@@ -33,7 +33,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from .. import finetune
+from ..integration import finetune
 from ..attention import (
     PIECES,
     AttentionPiece,

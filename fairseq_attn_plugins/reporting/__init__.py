@@ -9,6 +9,10 @@
   probabilities, and the maps of one sentence (heatmaps);
 * :mod:`.files` -- output files checked first and written whole.
 
+What they build on has no torch in it and lives in :mod:`fairseq_attn_records`: the run record,
+the metric registry (labels, directions, digits, how each metric is scored), COMET and the
+readers of text inputs.
+
 The command lines (``fairseq-attn-results``, ``-significance``, ``-paper``, ``-plot``,
 ``-demo``) live in :mod:`fairseq_attn_plugins.cli`.
 """

@@ -18,16 +18,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
+from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
+
 from .runs import Run, load_runs
 
 ORDERS = (1, 2, 3, 4)
-
-
-def read_lines(path: str) -> List[str]:
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def _check_lengths(name: str, hyps: Sequence[str], refs: Sequence[str]) -> None:
@@ -102,14 +97,14 @@ def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str =
     """(value, run_dir) -> [{"value", "bleu", "run_dir"}] sorted by value: BLEU of the run's
     translations of the subset evaluated on ``ref_path``. ``expect(value)``: the keyword
     arguments of :meth:`Run.expect` (label, architecture, flags) each run must satisfy."""
-    refs = read_lines(ref_path)
+    refs = read_text_lines(ref_path, "reference")
     points = []
     for (value, d), run in zip(runs, load_runs([d for _, d in runs])):
         if expect is not None:
             run.expect(**expect(int(value)))
         hyp_path, _ = run.hyp_for(ref_path)
-        hyps = read_lines(hyp_path)
-        _check_lengths(hyp_path, hyps, refs)
+        hyps = read_text_lines(hyp_path, "system output")
+        check_aligned(ref_path, refs, hyp_path, hyps)
         points.append({"value": int(value), "bleu": BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score,
                        "run_dir": d})
     return sorted(points, key=lambda p: p["value"])
@@ -123,7 +118,7 @@ def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = No
         if expect is not None:
             run.expect(**expect)
         path, _ = run.hyp_for(ref_path)
-    return read_lines(path)
+    return read_text_lines(path, "system output")
 
 
 def plot_figure2(windows: List[Dict], heads: List[Dict], png_path: str,

@@ -3,7 +3,7 @@ paper, Yang et al., 2019, with today's metrics): system, #params, training speed
 chrF++ and (with ``COMET_MODEL``) COMET, each with its delta over the baseline and its
 significance mark (``*`` p < 0.05, ``**`` p < 0.01 in both paired bootstrap resampling
 and approximate randomisation, the same resamples for every metric, for systems better
-than the baseline on that metric only; see :func:`.metrics.metric_mark`); the legend
+than the baseline on that metric only; see :func:`fairseq_attn_records.metrics.metric_mark`); the legend
 says which test and threshold made the marks, the signatures follow.
 
 A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
@@ -11,7 +11,7 @@ A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 
 * ``train.log`` -- fairseq-train's log (``--log-format json``): parameter count,
   per-epoch training speed and losses;
-* ``run.json`` (recipes) -- the run record (:mod:`fairseq_attn_recipes.manifest`): what the
+* ``run.json`` (recipes) -- the run record (:mod:`fairseq_attn_records.run_record`): what the
   run is, and one evaluation per subset (``test/hyp.txt``, ``valid/hyp.txt``, their reference
   and scores: the tokenised BLEU the papers report and the number of training pairs are
   shown as two more columns); the translations scored are those of the subset evaluated
@@ -34,11 +34,12 @@ seed pair against the baseline is significant (:mod:`fairseq_attn_plugins.report
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import metrics as M
+from fairseq_attn_records import metrics as M
+from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
+
 from .curves import read_log_records
 from .runs import Run, comparability, load_runs, trained_as
 from .significance import legend_lines, paired_tests, system_mark
-from .text_inputs import check_aligned, describe_empty, read_text_lines
 
 
 def parse_train_log(path: str) -> Dict:
@@ -89,7 +90,7 @@ def paper_scores(run: Run, evaluation: Dict) -> Dict:
 def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Optional[str] = None,
                  notes: Optional[list] = None) -> Tuple[list, List[list], Optional[list]]:
     """(reference lines, [hypothesis lines of each (name, hyp path)], source lines or None),
-    every file checked (:mod:`.text_inputs`) before any scoring; notes on empty translations
+    every file checked (:mod:`fairseq_attn_records.text_inputs`) before any scoring; notes on empty translations
     are appended to ``notes``."""
     refs = read_text_lines(ref_path, "reference")
     sources = None
@@ -107,8 +108,9 @@ def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Opti
 
 def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a",
             bs_samples: int = 1000, ar_trials: int = 10000, metrics: Sequence[str] = M.DEFAULT_METRICS,
-            comet=None, src_path: Optional[str] = None) -> Dict:
-    """``runs``: (name, run_dir) pairs, baseline first. Returns the table as a dict: per row
+            comet=None, src_path: Optional[str] = None, scorers=None) -> Dict:
+    """``runs``: (name, run_dir) pairs, baseline first; ``metrics``, ``comet`` and ``scorers``
+    as :func:`.significance.paired_tests` takes them. Returns the table as a dict: per row
     BLEU's fields and, for every metric, ``scores`` / ``deltas`` / ``marks``.
 
     The same run given twice is an error; each run's translations are those of the subset
@@ -125,7 +127,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
                                        ref_path, src_path, notes)
     systems = [(name, h) for (name, _), h in zip(runs, hyps)]
     sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet,
-                       sources=sources)
+                       sources=sources, scorers=scorers)
     rows, trained = [], []
     base = sig["systems"][0]
     base_bleu = base["bleu"]
@@ -147,8 +149,9 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
                       for k in sig["metrics"]},
             "epochs": log["epochs"], "trained": trained[-1],
         })
-        if "comet_segments" in s:
-            rows[-1]["comet_segments"] = s["comet_segments"]
+        for key in sig["metrics"]:  # a segment metric's scores per sentence
+            if f"{key}_segments" in s:
+                rows[-1][f"{key}_segments"] = s[f"{key}_segments"]
         extra = paper_scores(info, ev)
         rows[-1].update(tok_bleu=extra.get("tokenized_bleu"), tok_bleu_method=extra.get("tokenized_bleu_method"),
                         train_pairs=extra.get("train_pairs"), train_data_partial=extra.get("train_data_partial"))
@@ -157,11 +160,6 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             "labels": sig["labels"], "signature": sig["signature"], "bs_samples": bs_samples,
             "ar_trials": ar_trials, "notes": notes, "rows": rows,
             "comparability": comparability([n for n, _ in runs], trained)}
-
-
-def score_digits(key: str) -> int:
-    """COMET scores are printed as comet-score prints them (0.8531), the others x.xx."""
-    return 4 if key == "comet" else 2
 
 
 TRAINED_FIELDS = (("updates", "updates"), ("data_id", "data-bin"), ("tokens_per_update_max", "effective batch"))
@@ -206,7 +204,7 @@ def format_markdown(table: Dict) -> str:
         sp = lambda v, f: "?" if v is None else format(v, f)
         cells = ""
         for k in keys:
-            nd = score_digits(k)
+            nd = M.digits(k)
             d = r["deltas"][k]
             cells += f" {r['scores'][k]['score']:.{nd}f}{r['marks'][k]} | {'-' if d is None else f'{d:+.{nd}f}'} |"
         extra = ""

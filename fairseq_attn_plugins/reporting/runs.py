@@ -1,9 +1,8 @@
 """Runs as the reporting commands see them: identity from the run record, never from a name.
 
 A run folder's identity comes from its run record (``run.json``, written by the recipes'
-train.sh and evaluate.sh, see :mod:`fairseq_attn_recipes.manifest`), or, for a folder trained
-without one (the demo, older recipes), from the configuration its own ``checkpoint_last.pt``
-holds. Every consumer (results table, seeds, Table 1, Figures 2-3) goes through here:
+train.sh and evaluate.sh and by the demo, see :mod:`fairseq_attn_records.run_record`), and
+from nothing else. Every consumer (results table, seeds, Table 1, Figures 2-3) goes through here:
 
 * :func:`load_runs` -- the same run given twice (the same folder under two spellings, ``x``
   and ``./x/``, a link, or a copy: the same ``run_id``) is an error naming both;
@@ -19,7 +18,7 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_attn_recipes import manifest
+from fairseq_attn_records import run_record
 
 
 class Run:
@@ -28,20 +27,11 @@ class Run:
         self.path = os.path.realpath(given)
         if not os.path.isdir(self.path):
             raise FileNotFoundError(f"{given}: no such run folder")
-        self.record = manifest.load(self.path)  # a broken record: RecordError (a ValueError)
-        self._identity = self.record
-        self._looked = self.record is not None
+        self.record = run_record.load(self.path)  # a broken record: RecordError (a ValueError)
 
     def identity(self) -> Optional[Dict]:
-        """The run record, or the identity its checkpoint holds, or None (nothing to tell)."""
-        if not self._looked:
-            self._looked = True
-            for folder in (self.path, os.path.join(self.path, "checkpoints")):
-                ckpt = os.path.join(folder, "checkpoint_last.pt")
-                if os.path.isfile(ckpt):
-                    self._identity = manifest.identity_of_checkpoint(ckpt)
-                    break
-        return self._identity
+        """The run record, or None (nothing to tell)."""
+        return self.record
 
     @property
     def arch(self) -> Optional[str]:
@@ -56,7 +46,7 @@ class Run:
         """(hyp path, evaluation) of the subset evaluated against ``ref_path`` (same content)."""
         evals = (self.record or {}).get("evaluations") or {}
         if evals:
-            digest = manifest.file_sha256(ref_path)
+            digest = run_record.file_sha256(ref_path)
             for subset, ev in sorted(evals.items(), key=lambda kv: kv[0] != "test"):
                 if ev.get("ref_sha256") == digest:
                     return os.path.join(self.path, ev["hyp"]), dict(ev, subset=subset)
@@ -84,9 +74,9 @@ class Run:
         """Raise naming ``label`` and this run unless the run is what the label says."""
         ident = self.identity()
         if ident is None:
-            raise ValueError(f"{label}: {self.given} has no run record (run.json) and no checkpoint that "
-                             f"says what it trained; train it with the recipes' train.sh (or keep its "
-                             f"checkpoint_last.pt)")
+            raise ValueError(f"{label}: {self.given} has no run record (run.json) that says what it "
+                             f"trained; train it with the recipes' train.sh (it records a run it finds "
+                             f"without one) or the demo")
         got = ident.get("arch")
         if arch is not None and got != arch:
             raise ValueError(f"{label} expects a run of {arch}, but {self.given} trained {got}")
@@ -102,7 +92,7 @@ class Run:
 
 def _same_text(a: str, b: str) -> bool:
     if os.path.isfile(a) and os.path.isfile(b):
-        return manifest.file_sha256(a) == manifest.file_sha256(b)
+        return run_record.file_sha256(a) == run_record.file_sha256(b)
     return os.path.realpath(a) == os.path.realpath(b)
 
 

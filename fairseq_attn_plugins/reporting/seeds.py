@@ -25,12 +25,12 @@ import re
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_attn_recipes import manifest
+from fairseq_attn_records import metrics as M
+from fairseq_attn_records import run_record
 
-from . import metrics as M
 from .curves import mean_std
 from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
-                      score_digits, signature_lines)
+                      signature_lines)
 from .runs import comparability, load_runs, trained_as
 from .significance import paired_tests
 
@@ -82,7 +82,7 @@ def group_runs(names: Sequence[str], run_dirs: Sequence[str]) -> "OrderedDict[st
             raise ValueError(f"system {name!r}: a seed is given twice ({', '.join(d for _, d in runs)})")
         recorded = [(d, _without_seed(infos[d].record)) for _, d in runs if infos[d].record is not None]
         for d, rec in recorded[1:]:
-            diff = manifest.differences(recorded[0][1], rec, labels=(f"in {recorded[0][0]}", f"in {d}"))
+            diff = run_record.differences(recorded[0][1], rec, labels=(f"in {recorded[0][0]}", f"in {d}"))
             if diff:
                 raise ValueError(f"system {name!r}: {recorded[0][0]} and {d} are not seeds of one system: "
                                  + "; ".join(diff) + " (give them different --names)")
@@ -108,7 +108,8 @@ def all_pairs_mark(pairs: Sequence[Tuple[float, str]], higher_is_better: bool = 
 
 def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", ref_path: str,
                   tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
-                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
+                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None, src_path: Optional[str] = None,
+                  scorers=None) -> Dict:
     """The table over seeds: one row per system, baseline (first group) first; per metric
     (``row["metrics"][key]``) the scores per seed, mean ± std, delta, every pair's test and the
     all-pairs mark; BLEU's also flattened (``bleu_mean``, ``bleu_std``, ``pairs``, ``mark``...)."""
@@ -133,7 +134,8 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     res = None
     for _, b_seed, b_dir in base_runs:  # one call per baseline seed tests every other run against it
         res = paired_tests(refs, [(b_dir, hyps[b_dir])] + [(d, hyps[d]) for _, _, d in others],
-                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources)
+                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources,
+                           scorers=scorers)
         base_cells = res["systems"][0]["scores"]
         score[b_dir] = {k: c["score"] for k, c in base_cells.items()}
         for (name, seed, d), s in zip(others, res["systems"][1:]):
@@ -201,7 +203,7 @@ def format_markdown(table: Dict) -> str:
         cells = ""
         for k in keys:
             m = r["metrics"][k]
-            nd = score_digits(k)
+            nd = M.digits(k)
             std = "" if m["std"] is None else f" ± {m['std']:.{nd}f}"
             delta = "-" if m["delta"] is None else f"{m['delta']:+.{nd}f}"
             marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"

@@ -2,7 +2,8 @@
 detokenised text, for every metric a paper reports: BLEU and chrF++ (TER on request)
 through sacreBLEU's own :class:`sacrebleu.significance.PairedTest` (the code behind
 ``sacrebleu --paired-bs`` / ``--paired-ar``), and COMET when a checkpoint is given
-(:mod:`.comet`), with the same resamples (:mod:`.metrics`):
+(:mod:`fairseq_attn_records.comet`), with the same resamples (the metric registry,
+:mod:`fairseq_attn_records.metrics`):
 
 * paired bootstrap resampling (Koehn, 2004), 1000 resamples by default;
 * paired approximate randomisation (Riezler and Maxwell, 2005), 10000 trials.
@@ -16,21 +17,15 @@ possible p, 1/(n+1), for identical systems).
 
 The command line is ``fairseq-attn-significance`` (:mod:`fairseq_attn_plugins.cli.significance`).
 
-Marks (:func:`system_mark` for BLEU, :func:`.metrics.metric_mark` for any metric; shared
+Marks (:func:`system_mark` for BLEU, :func:`fairseq_attn_records.metrics.metric_mark` for any metric; shared
 by ``fairseq-attn-results``, the demo and Table 1): ``*`` / ``**`` only for a system
 that is BETTER than the baseline on that metric with p < 0.05 / p < 0.01 in both
 tests; a system that equals the baseline, or is worse, never gets a mark.
 """
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import metrics as M
-from .text_inputs import read_text_lines
-
-
-def read_lines(path: str, what: str = "text") -> List[str]:
-    """The shared reader (:mod:`.text_inputs`): one-line errors naming the file."""
-    return read_text_lines(path, what)
+from fairseq_attn_records import metrics as M
 
 
 def check_counts(bs_samples: int, ar_trials: int) -> None:
@@ -43,15 +38,18 @@ def check_counts(bs_samples: int, ar_trials: int) -> None:
 def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]]],
                  tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None,
-                 sources: Optional[Sequence[str]] = None) -> Dict:
+                 sources: Optional[Sequence[str]] = None, scorers: Optional[Mapping] = None) -> Dict:
     """Run paired bootstrap and approximate randomisation on every metric; ``systems[0]``
-    is the baseline. ``comet``: a loaded :class:`.comet.CometScorer` (``sources`` then
-    required), adding the metric ``comet`` with its segment scores.
+    is the baseline. ``metrics``: corpus metrics of the registry (:mod:`fairseq_attn_records.metrics`);
+    ``scorers``: ``{key: scorer}`` of segment metrics of the registry (a scorer has
+    ``score_systems(sources, refs, systems)`` and ``signature(bs_samples=, ar_trials=, seed=)``);
+    ``comet``: a loaded :class:`fairseq_attn_records.comet.CometScorer`, the scorer of ``comet``.
+    A metric that reads the source (COMET) needs ``sources``.
 
     Returns ``{"metrics": [keys], "labels": {key: label}, "signature": {"bs"|"ar": {label:
     signature}}, "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci",
-    "p_bootstrap", "p_ar", "same_as_baseline"}}, "comet_segments"?, and BLEU's cell
-    flattened: "bleu", "bs_mean", "bs_ci", "p_bootstrap", "p_ar", "same_as_baseline"}]}``;
+    "p_bootstrap", "p_ar", "same_as_baseline"}}, "<key>_segments" per segment metric, and BLEU's
+    cell flattened: "bleu", "bs_mean", "bs_ci", "p_bootstrap", "p_ar", "same_as_baseline"}]}``;
     the baseline has no p-values. Every number is a plain float (JSON-safe).
     """
     if len(systems) < 2:
@@ -63,6 +61,16 @@ def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]
     metrics = list(metrics)
     if "bleu" not in metrics:
         metrics = ["bleu"] + metrics  # the marks of every table start from BLEU
+    scorers = dict(scorers or {})
+    if comet is not None:
+        scorers["comet"] = comet
+    for key in scorers:
+        metric = M.get(key)
+        if metric.level != "segment":
+            raise ValueError(f"metric {key}: a scorer is given for a corpus metric (list it in --metrics)")
+        if metric.needs_source and (sources is None or len(sources) != len(refs)):
+            raise ValueError(f"{metric.label} needs the source sentences (one per reference line): "
+                             f"give the source file")
     res = M.sacrebleu_paired_tests(refs, systems, metrics, tokenize, bs_samples, ar_trials)
     labels = {k: M.label(k) for k in metrics}
     signature = {"bs": {}, "ar": {}}
@@ -70,19 +78,17 @@ def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]
         for test in ("bs", "ar"):
             signature[test][labels[key]] = res["signature"][key][test]
     out_rows = res["systems"]
-    if comet is not None:
-        if sources is None or len(sources) != len(refs):
-            raise ValueError("COMET needs the source sentences (one per reference line): give the source file")
-        segs = comet.score_systems(sources, refs, [hyps for _, hyps in systems])
+    seed = M.sacrebleu_seed()[1]
+    for key, scorer in scorers.items():
+        segs = scorer.score_systems(sources, refs, [hyps for _, hyps in systems])
         cells = M.paired_mean_tests([(name, seg) for (name, _), seg in zip(systems, segs)], bs_samples, ar_trials)
         for row, cell, seg in zip(out_rows, cells, segs):
-            row["scores"]["comet"] = cell
-            row["comet_segments"] = seg
-        metrics.append("comet")
-        labels["comet"] = "COMET"
-        seed = M.sacrebleu_seed()[1]
-        signature["bs"]["COMET"] = comet.signature(bs_samples=bs_samples, seed=seed)
-        signature["ar"]["COMET"] = comet.signature(ar_trials=ar_trials, seed=seed)
+            row["scores"][key] = cell
+            row[f"{key}_segments"] = seg
+        metrics.append(key)
+        labels[key] = M.label(key)
+        signature["bs"][labels[key]] = scorer.signature(bs_samples=bs_samples, seed=seed)
+        signature["ar"][labels[key]] = scorer.signature(ar_trials=ar_trials, seed=seed)
     for row in out_rows:  # BLEU's cell flattened, as every table reads it
         b = row["scores"]["bleu"]
         row.update(bleu=b["score"], bs_mean=b.get("bs_mean"), bs_ci=b.get("bs_ci"),
@@ -119,7 +125,7 @@ def format_table(result: Dict) -> str:
         cells = ""
         for k in keys:
             c = row["scores"][k]
-            nd = 4 if k == "comet" else 2
+            nd = M.digits(k)
             ci = "" if c.get("bs_mean") is None else f" ({c['bs_mean']:.{nd}f} ± {c['bs_ci']:.{nd}f})"
             mark = M.metric_mark(k, c, base[k]["score"]) if row is not result["systems"][0] else ""
             p = "-" if c.get("p_bootstrap") is None else f"{fmt(c.get('p_bootstrap'))} / {fmt(c.get('p_ar'))}"
@@ -132,8 +138,9 @@ def legend_lines(result: Dict) -> List[str]:
     """Which test and threshold made each mark, the baseline, and every signature."""
     out = [f"Baseline: {result['systems'][0]['name']} (first row). " +
            M.MARK_LEGEND.format(bs=result.get("bs_samples", 1000), ar=result.get("ar_trials", 10000))]
-    if "ter" in result.get("metrics", []):
-        out.append("TER: lower is better (its mark asks for a lower TER).")
+    for key in result.get("metrics", []):
+        if not M.higher_is_better(key):
+            out.append(f"{M.label(key)}: lower is better (its mark asks for a lower {M.label(key)}).")
     for test, sigs in result["signature"].items():
         for metric, sig in sigs.items():
             out.append(f"{metric} signature ({test}): {sig}")

@@ -29,8 +29,9 @@ import os
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .metrics import DEFAULT_METRICS
-from .results import collect, comparability_lines, score_digits, signature_lines
+from fairseq_attn_records.metrics import DEFAULT_METRICS, digits
+
+from .results import collect, comparability_lines, signature_lines
 from .runs import load_runs
 
 BASELINE = "baseline"
@@ -142,17 +143,19 @@ def base_size_params(arch: str, n_symbols: int = 1000) -> int:
 # ---------------------------------------------------------------- the table
 def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = "13a",
                 bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True,
-                metrics: Sequence[str] = DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
+                metrics: Sequence[str] = DEFAULT_METRICS, comet=None, src_path: Optional[str] = None,
+                scorers=None) -> Dict:
     """``runs``: (row, run_dir) with the baseline first; each run_dir holds ``train.log`` and
     its translations (see :mod:`fairseq_attn_plugins.reporting.results`). A run whose record
-    (or checkpoint) says it trained another architecture than its row's is an error naming both.
-    Beside BLEU: chrF++ (and COMET with ``comet``), each with its delta and mark."""
+    says it trained another architecture than its row's is an error naming both.
+    Beside BLEU: chrF++ (and COMET with ``comet``, any segment metric with ``scorers``), each with
+    its delta and mark."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
     for (row, _), run in zip(runs, load_runs([d for _, d in runs])):  # the run record says what each run is
         run.expect(f"Table 1 row {row.key} ({row.name})", arch=row.arch)
     table = collect([(row.key, d) for row, d in runs], ref_path, tokenize, bs_samples, ar_trials,
-                    metrics=metrics, comet=comet, src_path=src_path)
+                    metrics=metrics, comet=comet, src_path=src_path, scorers=scorers)
     base = table["rows"][0]
     base_full = base_size_params(runs[0][0].arch) if base_size else None
     out_rows = []
@@ -229,7 +232,7 @@ def format_markdown(table: Dict) -> str:
             p_delta = "-" if first else f"{pp['delta']:+.2f}"
         more_cells = ""
         for k in more:
-            nd = score_digits(k)
+            nd = digits(k)
             d = r["deltas"][k]
             more_cells += (f" {r['scores'][k]['score']:.{nd}f}{mark_arrow(r['marks'][k], d)} | "
                            f"{'-' if d is None else f'{d:+.{nd}f}'} |")

@@ -19,8 +19,8 @@ as at training (an even ``csan_window`` is refused there).
 import argparse
 import functools
 
-from .attention.flags import check_inactive_flags, piece_flags
-from .attention.piece import PIECES, PieceConfigError
+from ..attention.flags import check_inactive_flags, piece_flags
+from ..attention.piece import PIECES, PieceConfigError
 
 #: shared attention flags (not owned by a piece)
 SHARED_FLAGS = ("attn_pieces", "attn_backend")
@@ -45,7 +45,7 @@ def _model_namespace(state):
 def _is_attn_model(ns) -> bool:
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from .models.transformer_attn import AttnTransformerModel
+    from ..models.transformer_attn import AttnTransformerModel
 
     cls = ARCH_MODEL_REGISTRY.get(getattr(ns, "arch", None))
     return cls is not None and issubclass(cls, AttnTransformerModel)

@@ -8,15 +8,19 @@ renamed, and a step is marked done in ``OUT/.done/`` only when complete):
 2. bpe        -- joint BPE learned on the toy training data with subword-nmt;
 3. binarise   -- fairseq-preprocess, joined dictionary;
 4. train      -- one small Transformer per architecture (baseline + CSAN-2D by
-                 default; ``--archs`` takes any registered architectures);
-                 an interrupted training resumes from checkpoint_last.pt;
-5. generate   -- beam search on the test set, BPE removed;
+                 default; ``--archs`` takes any registered architectures), with
+                 its run record (``runs/ARCH/run.json``); an interrupted training
+                 resumes from checkpoint_last.pt;
+5. generate   -- beam search on the test set, BPE removed; scored and recorded
+                 in the run record (``runs/ARCH/scores.json``);
 6. score      -- BLEU and chrF++ (sacreBLEU), each with paired bootstrap + approximate
                  randomisation against the first architecture and its own mark,
                  results table (markdown + JSON) and a learning-curve plot (PNG);
                  COMET too when COMET_MODEL points at a local checkpoint.
 
-The model sizes here are toy sizes; recipes/ has the papers' setups.
+Steps 2, 4 and 5 are the recipes' own steps (``python -m fairseq_attn_recipes bpe-learn``,
+``bpe-apply``, ``hyps``, ``score``; ``python -m fairseq_attn_recipes.train``), so a demo run is
+a run like a recipe's. The model sizes here are toy sizes; recipes/ has the papers' setups.
 """
 
 import argparse
@@ -30,13 +34,12 @@ import time
 from typing import Dict, List
 
 import fairseq_attn_plugins
+from fairseq_attn_plugins.reporting import table1
+from fairseq_attn_plugins.reporting.curves import plot_curves
+from fairseq_attn_plugins.reporting.files import write_json_atomic, write_text_atomic
+from fairseq_attn_plugins.reporting.results import collect, format_markdown
 from fairseq_attn_plugins.toy_corpus import write_corpus
-
-from ..reporting import comet as comet_metric
-from ..reporting import table1
-from ..reporting.curves import plot_curves
-from ..reporting.files import write_json_atomic, write_text_atomic
-from ..reporting.results import collect, format_markdown
+from fairseq_attn_records import comet as comet_metric
 
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
 SRC, TGT = "src", "tgt"
@@ -136,7 +139,13 @@ class Pipeline:
                     echo(line)
             rc = proc.wait()
         if rc != 0:
-            raise DemoError(f"{module} failed (exit {rc}); see {logfile}")
+            with open(logfile, encoding="utf-8") as lf:
+                errors = [line.strip() for line in lf if line.startswith("error: ")]
+            raise DemoError(f"{module} failed (exit {rc}){': ' + errors[-1][7:] if errors else ''}; see {logfile}")
+
+    def _step(self, args: List[str], logfile: str) -> None:
+        """A recipe step, as recipes/lib/common.sh runs it: ``python -m fairseq_attn_recipes ARGS``."""
+        self._run("fairseq_attn_recipes", args, logfile)
 
     # -- steps --------------------------------------------------------------
     def corpus(self) -> None:
@@ -146,27 +155,17 @@ class Pipeline:
         self._commit_dir(tmp, final)
 
     def bpe(self) -> None:
-        from subword_nmt.apply_bpe import BPE
-        from subword_nmt.learn_bpe import learn_bpe
-
         final = self.path("bpe")
         tmp = self._fresh_tmp(final)
-        splits = [s for s, _ in self.p["sizes"]]
-        train_lines = []
-        for lang in (SRC, TGT):
-            with open(self.path("corpus", f"train.{lang}"), encoding="utf-8") as f:
-                train_lines += f.readlines()
         codes = os.path.join(tmp, "codes")
-        with open(codes, "w", encoding="utf-8") as out:
-            learn_bpe(train_lines, out, self.p["bpe_merges"], min_frequency=2)
-        with open(codes, encoding="utf-8") as f:
-            bpe = BPE(f)
-        for split in splits:
+        logfile = self.path("logs", "bpe.log")
+        self._step(["bpe-learn", self.path("corpus", f"train.{SRC}"), self.path("corpus", f"train.{TGT}"),
+                    "--output", codes, "--merges", str(self.p["bpe_merges"])], logfile)
+        files = []
+        for split, _ in self.p["sizes"]:
             for lang in (SRC, TGT):
-                with open(self.path("corpus", f"{split}.{lang}"), encoding="utf-8") as fin, \
-                        open(os.path.join(tmp, f"{split}.{lang}"), "w", encoding="utf-8") as fout:
-                    for line in fin:
-                        fout.write(bpe.process_line(line))
+                files += [self.path("corpus", f"{split}.{lang}"), os.path.join(tmp, f"{split}.{lang}")]
+        self._step(["bpe-apply", "--codes", codes] + files, logfile)
         self._commit_dir(tmp, final)
 
     def binarise(self) -> None:
@@ -195,7 +194,7 @@ class Pipeline:
             elif "num. shared model params" in line or "Loaded checkpoint" in line:
                 log("  " + line.split("| ")[-1].strip())
 
-        self._run("fairseq_cli.train", [
+        self._run("fairseq_attn_recipes.train", [
             self.path("data-bin"), "--user-dir", self.user_dir, "--arch", arch,
             "--encoder-layers", str(p["enc_layers"]), "--decoder-layers", str(p["dec_layers"]),
             "--encoder-embed-dim", str(p["dim"]), "--decoder-embed-dim", str(p["dim"]),
@@ -207,7 +206,7 @@ class Pipeline:
             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
             "--max-tokens", str(p["max_tokens"]), "--max-epoch", str(p["max_epoch"]),
             "--cpu", "--num-workers", "0", "--seed", str(self.seed),
-            "--save-dir", os.path.join(run, "checkpoints"), "--no-epoch-checkpoints",
+            "--save-dir", run, "--no-epoch-checkpoints",
             # mid-epoch checkpoints: a killed training resumes at the update where it was saved,
             # with fairseq's iterator position, so the resumed run equals the uninterrupted one
             "--save-interval-updates", str(p["save_updates"]), "--keep-interval-updates", "1",
@@ -217,26 +216,27 @@ class Pipeline:
     def generate(self, arch: str) -> None:
         run = self.path("runs", arch)
         gen_log = os.path.join(run, "generate.out")
-        if os.path.exists(gen_log):
-            os.remove(gen_log)
+        ckpt = os.path.join(run, "checkpoint_best.pt")
+        for old in (gen_log, gen_log + ".steps.log"):
+            if os.path.exists(old):
+                os.remove(old)
         self._run("fairseq_cli.generate", [
             self.path("data-bin"), "--user-dir", self.user_dir, "--gen-subset", "test",
-            "--path", os.path.join(run, "checkpoints", "checkpoint_best.pt"),
+            "--path", ckpt,
             "--beam", "4", "--batch-size", "64", "--remove-bpe", "--cpu", "--num-workers", "0",
             # fairseq 0.12 drops a final batch smaller than this multiple: keep every sentence
             "--required-batch-size-multiple", "1",
         ], gen_log)
-        hyps = {}
-        with open(gen_log, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("H-"):
-                    idx, _score, text = line.rstrip("\n").split("\t")
-                    hyps[int(idx[2:])] = text
-        n_test = dict(self.p["sizes"])["test"]
-        if sorted(hyps) != list(range(n_test)):
-            raise DemoError(f"{arch}: generate produced {len(hyps)} of {n_test} test translations; see {gen_log}")
         # the toy corpus is whitespace-tokenised text, so BPE removal gives the detokenised output
-        write_text_atomic("".join(hyps[i] + "\n" for i in range(n_test)), os.path.join(run, "hyp.txt"))
+        hyp = os.path.join(run, "hyp.txt")
+        n_test = dict(self.p["sizes"])["test"]
+        self._step(["hyps", gen_log, "--n", str(n_test), "--output", hyp], gen_log + ".steps.log")
+        scored = ["score", "--hyp", hyp, "--ref", self.path("corpus", f"test.{TGT}"), "--subset", "test",
+                  "--run-dir", run, "--output", os.path.join(run, "scores.json"),
+                  "--extra", json.dumps({"checkpoint": ckpt, "beam": 4, "lenpen": 1.0})]
+        if self.comet is not None:
+            scored += ["--src", self.path("corpus", f"test.{SRC}")]
+        self._step(scored, gen_log + ".steps.log")
 
     def score(self) -> None:
         runs = [(arch, self.path("runs", arch)) for arch in self.archs]
@@ -306,7 +306,8 @@ def main(argv=None) -> int:
         if len(archs) < 2:
             raise DemoError("--archs: give a baseline and at least one system to compare")
         settings = {k: profile[k] for k in ("sizes", "bpe_merges", "enc_layers", "dec_layers", "dim", "ffn")}
-        settings.update(seed=args.seed, max_epoch=profile["max_epoch"], train_args=args.train_args)
+        settings.update(seed=args.seed, max_epoch=profile["max_epoch"], train_args=args.train_args,
+                        run_folder="runs/ARCH: checkpoints and run record")
         _check_settings(args.out_dir, settings)
         t0 = time.time()
         log(f"output in {os.path.abspath(args.out_dir)}; architectures: {', '.join(archs)}")

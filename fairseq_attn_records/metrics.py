@@ -1,5 +1,12 @@
 """The metrics an MT paper reports today, each with its paired significance tests.
 
+The registry :data:`METRICS` holds one :class:`Metric` row per metric (key, label, direction,
+digits, corpus or segment, how to score); significance, results, seeds, Table 1 and the recipes'
+scoring step read it and nothing else. A new metric is one :func:`register` call (plus, for a
+segment metric, a scorer given to :func:`fairseq_attn_plugins.reporting.significance.paired_tests`
+as ``scorers={key: scorer}``). :func:`corpus_scores` is the one score shape of ``scores.json`` and
+of the run record's evaluations.
+
 * **BLEU** (sacreBLEU, detokenised, ``--tokenize``), **chrF++** (sacreBLEU's chrF with
   word n-grams of order 2: ``-m chrf --chrf-word-order 2``) and, with ``--metrics``,
   **TER** (lower is better) are computed and tested through sacreBLEU's own
@@ -23,16 +30,73 @@ Differences from sacreBLEU's output, each deliberate:
 
 import logging
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-# key -> (label in tables, higher is better)
-SACREBLEU_METRICS = {"bleu": ("BLEU", True), "chrf": ("chrF++", True), "ter": ("TER", False)}
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the registry: everything a table, a test or a record needs to know of a metric.
+
+    ``level`` is ``"corpus"`` (a sacreBLEU metric object from ``make(tokenize)``, tested through
+    sacreBLEU's :class:`PairedTest`, asked for with ``--metrics``) or ``"segment"`` (the system
+    score is the mean of segment scores given by a scorer, tested by :func:`paired_mean_tests`;
+    added when its scorer is given, e.g. COMET with ``COMET_MODEL``). ``digits``: decimals in
+    tables and in the scores recorded for a corpus metric (segment means are recorded whole)."""
+
+    key: str
+    label: str
+    higher_is_better: bool = True
+    digits: int = 2
+    level: str = "corpus"
+    make: Optional[Callable[[str], object]] = None
+    help: str = ""
+    needs_source: bool = False  # a segment scorer that reads the source sentences (COMET)
+
+
+METRICS: Dict[str, Metric] = {}
+
+
+def register(metric: Metric) -> Metric:
+    """Add a row (a new metric is this call, plus a scorer for a segment metric)."""
+    if metric.level not in ("corpus", "segment"):
+        raise ValueError(f"metric {metric.key}: level {metric.level!r} is not 'corpus' or 'segment'")
+    if (metric.level == "corpus") != (metric.make is not None):
+        raise ValueError(f"metric {metric.key}: a corpus metric needs make(tokenize), a segment metric none")
+    if metric.key in METRICS:
+        raise ValueError(f"metric {metric.key}: registered twice")
+    METRICS[metric.key] = metric
+    return metric
+
+
+register(Metric("bleu", "BLEU", make=lambda tokenize: BLEU(tokenize=tokenize)))
+register(Metric("chrf", "chrF++", make=lambda tokenize: CHRF(word_order=2), help="chrF++: word order 2"))
+register(Metric("ter", "TER", higher_is_better=False, make=lambda tokenize: TER()))
+register(Metric("comet", "COMET", digits=4, level="segment", needs_source=True))
+
 DEFAULT_METRICS = ("bleu", "chrf")
-METRICS_HELP = ("comma-separated sacreBLEU metrics: bleu, chrf (chrF++: word order 2), ter "
-                "(default bleu,chrf; COMET is added with COMET_MODEL)")
+
+
+def corpus_keys() -> List[str]:
+    return [k for k, m in METRICS.items() if m.level == "corpus"]
+
+
+def metrics_help() -> str:
+    listed = ", ".join(k + (f" ({m.help})" if m.help else "") for k, m in METRICS.items() if m.level == "corpus")
+    return (f"comma-separated sacreBLEU metrics: {listed} "
+            f"(default {','.join(DEFAULT_METRICS)}; COMET is added with COMET_MODEL)")
+
+
+METRICS_HELP = metrics_help()
+
+
+def get(key: str) -> Metric:
+    if key not in METRICS:
+        raise ValueError(f"unknown metric {key!r}; registered: {', '.join(METRICS)}")
+    return METRICS[key]
 
 
 def tokenizers() -> List[str]:
@@ -46,11 +110,12 @@ def check_tokenize(tokenize: str) -> None:
 
 
 def parse_metrics(spec) -> List[str]:
-    """``"bleu,chrf,ter"`` (or a list) -> checked metric keys, in the order given."""
+    """``"bleu,chrf,ter"`` (or a list) -> checked corpus-metric keys, in the order given."""
     names = [m.strip().lower() for m in (spec.split(",") if isinstance(spec, str) else spec) if m.strip()]
-    bad = [m for m in names if m not in SACREBLEU_METRICS]
+    allowed = corpus_keys()
+    bad = [m for m in names if m not in allowed]
     if bad or not names:
-        raise ValueError(f"--metrics {','.join(bad) or repr(spec)}: one or more of {', '.join(SACREBLEU_METRICS)} "
+        raise ValueError(f"--metrics {','.join(bad) or repr(spec)}: one or more of {', '.join(allowed)} "
                          f"(COMET is added with COMET_MODEL=/path/to/checkpoint)")
     if len(names) != len(set(names)):
         raise ValueError(f"--metrics: a metric is listed twice ({','.join(names)})")
@@ -58,34 +123,44 @@ def parse_metrics(spec) -> List[str]:
 
 
 def make_metric(key: str, tokenize: str = "13a"):
-    """The sacreBLEU metric object of a key, configured as the CLI would be."""
-    if key == "bleu":
-        return BLEU(tokenize=tokenize)
-    if key == "chrf":
-        return CHRF(word_order=2)
-    if key == "ter":
-        return TER()
-    raise ValueError(f"unknown metric {key!r}")
+    """The sacreBLEU metric object of a corpus metric, configured as the CLI would be."""
+    metric = get(key)
+    if metric.make is None:
+        raise ValueError(f"metric {key!r} is a segment metric: it has no sacreBLEU object")
+    return metric.make(tokenize)
 
 
 def label(key: str) -> str:
-    return SACREBLEU_METRICS[key][0] if key in SACREBLEU_METRICS else key.upper()
+    return METRICS[key].label if key in METRICS else key.upper()
 
 
 def higher_is_better(key: str) -> bool:
-    return SACREBLEU_METRICS[key][1] if key in SACREBLEU_METRICS else True
+    return METRICS[key].higher_is_better if key in METRICS else True
+
+
+def digits(key: str) -> int:
+    """Decimals a table prints (COMET as comet-score prints it, 0.8531; the others x.xx)."""
+    return METRICS[key].digits if key in METRICS else 2
 
 
 def corpus_scores(refs: Sequence[str], hyps: Sequence[str], metrics: Sequence[str] = DEFAULT_METRICS,
                   tokenize: str = "13a") -> Dict[str, Dict]:
-    """``{key: {"score", "signature", "text"}}`` of one system (no resampling)."""
+    """``{key: {"score", "signature", "full"}}`` of one system (no resampling): the score shape of
+    ``scores.json`` and of the run record's evaluations (``score`` rounded to the metric's
+    digits, as sacreBLEU prints it; ``full``: sacreBLEU's line with its signature)."""
     out = {}
     for key in metrics:
         metric = make_metric(key, tokenize)
         s = metric.corpus_score(list(hyps), [list(refs)])
-        out[key] = {"score": float(s.score), "signature": metric.get_signature().format(),
-                    "text": s.format(signature=metric.get_signature().format())}
+        sig = metric.get_signature().format()
+        out[key] = {"score": round(float(s.score), digits(key)), "signature": sig,
+                    "full": s.format(signature=sig)}
     return out
+
+
+def segment_score(segments: Sequence[float], signature: str) -> Dict:
+    """The recorded score of a segment metric: the mean, its signature and the segment scores."""
+    return {"score": sum(segments) / len(segments), "signature": signature, "segments": list(segments)}
 
 
 def _float(v) -> Optional[float]:

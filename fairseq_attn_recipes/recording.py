@@ -1,0 +1,225 @@
+"""The run record kept around a training (``python -m fairseq_attn_recipes.train``): fairseq's
+resolution of fairseq-train's arguments, the checkpoints a run saved (update numbers read from the
+files), and the record started before training and finished after it. The record itself (layout,
+identity, differences, evaluations) is :mod:`fairseq_attn_records.run_record`, torch-free; this
+module needs fairseq and torch and imports the plugin (its checkpoint allowlist) where it reads
+a checkpoint."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+import warnings
+from typing import Dict, List, Optional
+
+from fairseq_attn_records.run_record import (FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
+                                             now, save, save_points)
+
+
+def resolve_train_args(argv: List[str]):
+    """fairseq-train's own resolution of ``argv`` (architecture defaults, --user-dir) without
+    training: the config the training will run with."""
+    import logging
+
+    logging.disable(logging.WARNING)
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    with warnings.catch_warnings():  # hydra's deprecation notes, printed by every fairseq-train too
+        warnings.simplefilter("ignore")
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, input_args=argv)
+        cfg = convert_namespace_to_omegaconf(args)
+    logging.disable(logging.NOTSET)
+    return cfg
+
+
+def code_version() -> Dict:
+    import fairseq
+    import torch
+
+    import fairseq_attn_plugins
+
+    pkg = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
+    out = {"fairseq_attn_plugins": getattr(fairseq_attn_plugins, "__version__", None),
+           "fairseq": getattr(fairseq, "__version__", None), "torch": torch.__version__,
+           "python": sys.version.split()[0], "git_commit": None, "git_dirty": None}
+    try:
+        commit = subprocess.run(["git", "-C", pkg, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=20)
+        if commit.returncode == 0:
+            out["git_commit"] = commit.stdout.strip()
+            status = subprocess.run(["git", "-C", pkg, "status", "--porcelain", "--", "."],
+                                    capture_output=True, text=True, timeout=20)
+            out["git_dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+# ---------------------------------------------------------------- checkpoints
+_CHECKPOINT = re.compile(r"checkpoint(\d+)\.pt|checkpoint_(\d+)_(\d+)\.pt|checkpoint_last\.pt")
+
+
+def checkpoint_state(path: str) -> Dict:
+    """Update number and epoch a checkpoint holds, read from its own state (memory-mapped: the
+    tensors are not read)."""
+    import torch
+
+    import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint classes
+
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:  # corrupt, truncated or refused: named, no traceback
+        from fairseq_attn_plugins.integration.checkpoint_safety import corrupt_message
+        raise RecordError(corrupt_message(path, e)) from None
+    hist = state.get("optimizer_history") or [{}]
+    it = (state.get("extra_state") or {}).get("train_iterator") or {}
+    epoch = it.get("epoch")
+    if epoch is not None and epoch > 1 and it.get("iterations_in_epoch") == 0:
+        epoch -= 1  # saved at an epoch's end: fairseq stores the next epoch to start
+    return {"num_updates": hist[-1].get("num_updates"), "epoch": epoch}
+
+
+def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Dict]:
+    """Every checkpoint of a run (``checkpointE.pt``, ``checkpoint_E_U.pt``, ``checkpoint_last.pt``)
+    with the update number read from the file itself; entries of ``known`` whose file is
+    unchanged (size and mtime) are reused."""
+    known = known or {}
+    out = {}
+    for name in sorted(os.listdir(run_dir)):
+        if not _CHECKPOINT.fullmatch(name):
+            continue
+        st = os.stat(os.path.join(run_dir, name))
+        old = known.get(name)
+        if old and old.get("bytes") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
+            out[name] = old
+            continue
+        info = checkpoint_state(os.path.join(run_dir, name))
+        out[name] = {"num_updates": info["num_updates"], "epoch": info["epoch"],
+                     "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return out
+
+
+def last_save_points(run_dir: str, n: int, checkpoints: Optional[Dict] = None) -> List[Dict]:
+    """The newest ``n`` save points, newest first, the final one included; fewer is an error."""
+    points = save_points(checkpoints if checkpoints is not None else scan_checkpoints(run_dir))
+    if len(points) < n:
+        raise RecordError(
+            f"{run_dir}: {len(points)} saved checkpoints (updates {', '.join(str(p['num_updates']) for p in points) or 'none'}) "
+            f"but N_AVG={n} are to be averaged; train longer (or keep more with --keep-interval-updates), "
+            f"or set N_AVG to at most {len(points)} and report it")
+    return list(reversed(points))[:n]
+
+
+# ---------------------------------------------------------------- training
+def _data_record(data_dir: str) -> Dict:
+    with open(os.path.join(data_dir, "prepare.json"), encoding="utf-8") as f:
+        prep = json.load(f)
+    return {"path": os.path.abspath(data_dir), "data_id": prep["data_id"], "settings": prep["settings"],
+            "train_pairs": prep["train_pairs"]}
+
+
+def identity_of_checkpoint(path: str) -> Dict:
+    """Identity from the configuration a checkpoint holds (memory-mapped: tensors not read)."""
+    import torch
+
+    import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint classes
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:  # corrupt, truncated or refused: named, no traceback
+        from fairseq_attn_plugins.integration.checkpoint_safety import corrupt_message
+        raise RecordError(corrupt_message(path, e)) from None
+    if state.get("cfg") is None:
+        raise RecordError(f"{path}: the checkpoint holds no configuration (cfg)")
+    return identity_of_cfg(state["cfg"])
+
+
+def _legacy_identity(run_dir: str) -> Optional[Dict]:
+    """Identity of a run trained before run records existed: from its checkpoint_last.pt."""
+    path = os.path.join(run_dir, "checkpoint_last.pt")
+    if not os.path.isfile(path):
+        return None
+    ident = identity_of_checkpoint(path)
+    data_json = os.path.join(run_dir, "data.json")
+    if os.path.isfile(data_json):
+        with open(data_json, encoding="utf-8") as f:
+            d = json.load(f)
+        ident["data"] = {"path": d.get("data"), "data_id": d.get("data_id"), "settings": d.get("settings"),
+                         "train_pairs": d.get("train_pairs")}
+    return ident
+
+
+def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool:
+    """Before training: the run ``cfg`` is (fairseq's resolved config) against the run its
+    save_dir holds. Returns True to train (a new run, or the same run continued, recorded
+    when ``write``), False when the run was trained to ``max_update`` before; raises
+    RecordError naming the differences when the folder holds another run."""
+    new = identity_of_cfg(cfg)
+    run_dir = cfg.checkpoint.save_dir
+    data_dir = cfg.task.data
+    new["data"] = _data_record(data_dir) if os.path.isfile(os.path.join(data_dir, "prepare.json")) else None
+    if os.environ.get("WORLD_SIZE", "").isdigit() and new["batch"]["world_size"] == 1:  # torchrun
+        b = new["batch"]
+        b["world_size"] = int(os.environ["WORLD_SIZE"])
+        b["tokens_per_update_max"] = b["max_tokens"] * b["update_freq"] * b["world_size"] if b["max_tokens"] else None
+    os.makedirs(run_dir, exist_ok=True)
+    rec = load(run_dir)
+    adopted = False
+    if rec is None:
+        old = _legacy_identity(run_dir)
+        if old is not None:  # checkpoints of a run without a record: the same run, or refused
+            adopted = True
+            rec = dict(old, format=FORMAT, run_id=uuid.uuid4().hex, created=now(), trainings=[],
+                       checkpoints={}, evaluations={}, num_updates=None)
+            rec.pop("max_update", None)
+    if rec is not None:
+        diff = differences(rec, new)
+        if diff:
+            raise RecordError(
+                f"{run_dir} holds another run than the one asked for:\n  " + "\n  ".join(diff) +
+                "\nresuming it would train its weights under other settings. Give this run its own "
+                "folder (SAVE_DIR=<new folder>), or run with the recorded settings to continue it.")
+    else:
+        rec = {"format": FORMAT, "run_id": uuid.uuid4().hex, "created": now(), "trainings": [],
+               "checkpoints": {}, "evaluations": {}, "num_updates": None}
+    rec.update({k: new[k] for k in ("arch", "model", "training", "seed", "batch")})
+    rec["data"] = new["data"] or rec.get("data")
+    rec["checkpoints"] = scan_checkpoints(run_dir, rec.get("checkpoints"))
+    points = save_points(rec["checkpoints"])
+    done = points[-1]["num_updates"] if points else 0
+    rec["num_updates"] = done if points else None
+    max_update = new["max_update"]
+    if done and max_update and done >= max_update:
+        if write:
+            if argv is not None and rec["trainings"]:  # these arguments: skipped without a start next time
+                rec["trainings"][-1]["argv"] = launch_key(argv)
+            save(run_dir, rec)
+        if done > max_update:
+            raise RecordError(f"{run_dir} was trained to {done} updates, more than --max-update {max_update}: "
+                              f"evaluate it as it is, or give another SAVE_DIR for a shorter run")
+        return False
+    if write:
+        rec["code"] = code_version()
+        rec["trainings"].append({"max_update": max_update, "from_update": done, "to_update": None,
+                                 "world_size": new["batch"]["world_size"], "update_freq": new["batch"]["update_freq"],
+                                 "started": now(), "finished": None, "code": rec["code"],
+                                 "argv": launch_key(argv) if argv is not None else None,
+                                 "adopted_from_checkpoints": adopted or None})
+        save(run_dir, rec)
+    return True
+
+
+def finish_run(run_dir: str) -> Dict:
+    """After training: the checkpoints it saved, with the update number each one holds."""
+    rec = load(run_dir)
+    if rec is None:
+        raise RecordError(f"{run_dir}: no run record (run.json); it is written before training")
+    rec["checkpoints"] = scan_checkpoints(run_dir, rec.get("checkpoints"))
+    points = save_points(rec["checkpoints"])
+    rec["num_updates"] = points[-1]["num_updates"] if points else None
+    if rec["trainings"]:
+        rec["trainings"][-1].update(to_update=rec["num_updates"], finished=now())
+    save(run_dir, rec)
+    return rec

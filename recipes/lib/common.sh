@@ -394,7 +394,11 @@ evaluate_main() {
   [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
   "${STEPS[@]}" check-comet || exit 2
-  local out="$SAVE_DIR/$EVAL_SUBSET"  # per subset: test and valid never share a file
+  # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
+  # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
+  # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
+  local final="$SAVE_DIR/$EVAL_SUBSET" out="$SAVE_DIR/$EVAL_SUBSET.tmp"
+  rm -rf "$out" "$final.old"
   mkdir -p "$out"
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
@@ -431,8 +435,9 @@ evaluate_main() {
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json"
-  log "scores: $out/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
+    --publish "$final"
+  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

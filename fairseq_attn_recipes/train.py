@@ -48,6 +48,9 @@ def main(argv=None) -> int:
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    last = os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt")
+    if rank0 and os.path.isfile(last):  # said only once the record accepted the run (a refusal resumes nothing)
+        print(f"resuming from {last}", file=sys.stderr)
     from fairseq.distributed import utils as distributed_utils
     from fairseq_cli import train as fairseq_train
 

@@ -147,6 +147,13 @@ def test_a_validation_output_is_never_scored_against_the_test_reference(two_runs
     with pytest.raises(ValueError, match=r"no evaluation against .*other.ref \(sha256 \w{12}; evaluated: test against "
                                          r".*test.ref \(sha256 \w{12}\); valid against .*valid.ref \(sha256 \w{12}\)\)"):
         results.collect([("base", str(base)), ("sys", str(sysd))], str(other))
+    # the reference evaluated against, changed since (same path, other content): said so
+    test_ref = tmp_path / "test.ref"
+    test_ref.write_text(test_ref.read_text().replace("\n", " x\n", 1))
+    with pytest.raises(ValueError, match=r"no evaluation against .*test.ref \(sha256 \w{12}; evaluated: test against "
+                                         r".*test.ref as it was then \(sha256 \w{12}; its content changed since\); "
+                                         r"valid against .*valid.ref \(sha256 \w{12}\)\)"):
+        results.collect([("base", str(base)), ("sys", str(sysd))], str(test_ref))
 
 
 def test_runs_trained_differently_are_flagged(two_runs):

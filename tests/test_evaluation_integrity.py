@@ -56,7 +56,8 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     ref = os.path.join(work, "raw", "test.de")
     runs = tmp_path / "runs"
     save = str(runs / "baseline")  # Table 1's folder layout: one folder per row key
-    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="2", SAVE_DIR=save))
+    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="2", SAVE_DIR=save))
+    assert "cpu_threads=1" in p.stderr and "CPU: torch computes with 1 threads per process" in p.stdout
     run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=save))
     # the other row: a run folder made by hand (record, log, translations)
     other = runs / "csan2d"
@@ -95,7 +96,8 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     assert table["rows"][0]["stale"] is None and "‡" not in p.stdout
 
     # trained on after the evaluation: flagged in every table until evaluated again
-    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="3", SAVE_DIR=save))
+    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="3", SAVE_DIR=save, CPU_THREADS="2"))
+    assert "cpu_threads=2" in p.stderr and "CPU: torch computes with 2 threads per process" in p.stdout
     p, table = results()
     assert p.returncode == 0, p.stderr[-2000:]
     assert "| 1 | base ‡ |" in p.stdout and not re.search(r"\| 2 \| sys( †)? ‡", p.stdout)

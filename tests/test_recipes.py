@@ -250,6 +250,26 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
         assert hyp == os.path.join(os.path.realpath(save), subset, "hyp.txt") and ev["subset"] == subset
 
 
+def test_cpu_threads_per_process():
+    """CPU_THREADS: the cores this shell may use shared among the processes (at least 1), or
+    OMP_NUM_THREADS when set, or CPU_THREADS itself; exported to torch as OMP_NUM_THREADS."""
+    def threads(processes, **env):
+        full = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "CPU_THREADS")}
+        p = subprocess.run(["bash", "-c", f'. "{RECIPES}/lib/common.sh"; cpu_threads {processes}; '
+                            'echo "$OMP_NUM_THREADS $MKL_NUM_THREADS"'], env=dict(full, **env),
+                           capture_output=True, text=True)
+        return p.returncode, p.stdout.split(), p.stderr
+
+    cores = len(os.sched_getaffinity(0))
+    for processes in (1, 2, 64):
+        n = str(max(1, cores // processes))
+        assert threads(processes) == (0, [n, n], "")
+    assert threads(2, OMP_NUM_THREADS="3") == (0, ["3", "3"], "")
+    assert threads(2, OMP_NUM_THREADS="3", CPU_THREADS="1") == (0, ["1", "1"], "")
+    rc, _, err = threads(1, CPU_THREADS="all")
+    assert rc == 2 and err.startswith("error: CPU_THREADS=all: give the threads per CPU process, a positive integer")
+
+
 def test_another_recipes_work_is_named_by_its_language_pair(ende):
     p = run("wmt17_zh_en", "train.sh", {"WORK": ende["WORK"]}, check=False)
     assert p.returncode == 2 and p.stderr.count("error: ") == 1, p.stderr

@@ -11,7 +11,7 @@ from nothing else. Every consumer (results table, seeds, Table 1, Figures 2-3) g
   be the one the record scored (sha256), and an evaluation older than the run's newest
   checkpoint is told (:func:`stale_notes`, ``‡`` in every table);
 * :class:`Run` -- a record that contradicts itself (``arch`` against ``model.arch``) or its
-  newest checkpoint's configuration (architecture, pieces, flags) is an error naming both
+  newest checkpoint's configuration (architecture, pieces, piece flags) is an error naming both
   (:func:`check_record_against_checkpoint`);
 * :meth:`Run.expect` -- a row or label whose run does not match (architecture, a model flag)
   is an error naming both;
@@ -100,8 +100,8 @@ class Run:
 
 
 def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
-    """The record's architecture must be its own ``model.arch``, and its architecture and model
-    flags (active pieces, piece flags, sizes) those of the configuration its newest checkpoint
+    """The record's architecture must be its own ``model.arch``, and its architecture, active
+    pieces (``attn_pieces``) and piece flags those of the configuration its newest checkpoint
     holds (read memory-mapped through the checkpoint allowlist); RecordError naming both sides
     otherwise (a record edited by hand, or copied beside another run's checkpoints)."""
     path = run_record.record_path(run_dir)
@@ -115,9 +115,15 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
         return
     from fairseq_attn_recipes.recording import identity_of_checkpoint  # reads the checkpoint (torch)
 
+    from ..attention.flags import piece_flags
+
     held = identity_of_checkpoint(ckpt)
-    diff = run_record.differences({"arch": arch, "model": rec.get("model") or {}},
-                                  {"arch": held["arch"], "model": held["model"]},
+    # what the run is: its architecture, active pieces and their flags (other model flags may be
+    # derived by the model build, e.g. relpos turns absolute positions off, and differ legitimately)
+    keys = set(piece_flags()) | {"attn_pieces"}
+    pieces = lambda model: {k: v for k, v in model.items() if k in keys}
+    diff = run_record.differences({"arch": arch, "model": pieces(rec.get("model") or {})},
+                                  {"arch": held["arch"], "model": pieces(held["model"])},
                                   labels=(f"in {run_record.RECORD}", f"in {os.path.basename(ckpt)}"))
     if diff:
         raise run_record.RecordError(

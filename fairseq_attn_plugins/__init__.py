@@ -5,14 +5,15 @@ the package and point ``--user-dir`` at its folder). Importing it registers the
 ``transformer_attn`` model, its architectures, and makes fairseq checkpoints
 loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
 the last batch that fairseq's ``batch_by_size`` would drop, checks ``--model-overrides``
-like training flags and lets fairseq-train start from a checkpoint without the new pieces'
-parameters (each in :mod:`.integration`).
+like training flags, lets fairseq-train start from a checkpoint without the new pieces'
+parameters and prints the plugin's refusals as one line (each in :mod:`.integration`).
 """
 
-from .integration import checkpoint_safety, fairseq_fixes
+from .integration import checkpoint_safety, fairseq_fixes, refusals
 
 checkpoint_safety.install()
 fairseq_fixes.install()
+refusals.install()
 
 from . import attention, models  # noqa: E402,F401
 from .integration import finetune, model_overrides  # noqa: E402

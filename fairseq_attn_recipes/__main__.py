@@ -81,6 +81,8 @@ def main(argv=None):
     p.add_argument("--extra"); p.add_argument("--output", required=True)
     p.add_argument("--subset", default="test", help="the subset scored (recorded)")
     p.add_argument("--run-dir", help="record the evaluation in this run's run.json")
+    p.add_argument("--publish", metavar="DIR", help="the outputs were written aside (the folder of --output, "
+                   "--hyp in it): move that folder to DIR in one rename, then record the evaluation")
     p.add_argument("--src", help="source side of the subset (COMET reads it when COMET_MODEL is set)")
     p.set_defaults(fn=cmd_score)
     p = sub.add_parser("check-comet", help="COMET_MODEL, when set, loads (before any other work)")

@@ -4,7 +4,7 @@ import json
 import os
 
 from .files import die, write_lines_atomic
-from fairseq_attn_records.run_record import RecordError
+from fairseq_attn_records.run_record import RecordError, newest_checkpoint
 
 from .recording import last_save_points
 
@@ -117,6 +117,7 @@ def cmd_average(args):
     settings read from the checkpoint."""
     import torch
 
+    newest = newest_checkpoint(args.dir)  # before reading: a checkpoint written later makes this stale
     points = checkpoints_to_average(args.dir, args.n)
     paths = [p["file"] for p in points]
     state = average_states(paths)
@@ -130,7 +131,8 @@ def cmd_average(args):
     if args.record:
         record = {"n_avg": len(paths), "averaged_checkpoints": [os.path.basename(p) for p in paths],
                   "averaged": [{"file": os.path.basename(p["file"]), "num_updates": p["num_updates"],
-                                "epoch": p["epoch"]} for p in points]}
+                                "epoch": p["epoch"]} for p in points],
+                  "checkpoints_mtime_ns": newest["mtime_ns"] if newest else None}
         record.update(train_settings(state))
         write_lines_atomic(args.record, [json.dumps(record, indent=2)])
     print(f"averaged {len(paths)} checkpoints: " + " ".join(

@@ -101,6 +101,12 @@ def cmd_check_data(args):
     with open(path, encoding="utf-8") as f:
         rec = json.load(f)
     want = dict(sorted(key_values(args.set).items()))
+    have_pair = (rec["settings"].get("SRC"), rec["settings"].get("TGT"))
+    want_pair = (want.get("SRC"), want.get("TGT"))
+    if None not in want_pair and have_pair != want_pair:  # another recipe's WORK: the pair says it all
+        die(f"{args.data} holds {'-'.join(map(str, have_pair))} data, not {'-'.join(want_pair)}: this WORK (or "
+            f"DATA) was prepared for another language pair; give the WORK of a {'-'.join(want_pair)} prepare.sh "
+            f"(or run prepare.sh with another WORK)")
     diff = [f"{k}={rec['settings'].get(k)!r} there, {k}={want.get(k)!r} here"
             for k in sorted(set(want) | set(rec["settings"])) if rec["settings"].get(k) != want.get(k)]
     if diff:

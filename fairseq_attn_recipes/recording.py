@@ -7,14 +7,13 @@ a checkpoint."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
 import warnings
 from typing import Dict, List, Optional
 
-from fairseq_attn_records.run_record import (FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
+from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
                                              now, save, save_points)
 
 
@@ -59,7 +58,6 @@ def code_version() -> Dict:
 
 
 # ---------------------------------------------------------------- checkpoints
-_CHECKPOINT = re.compile(r"checkpoint(\d+)\.pt|checkpoint_(\d+)_(\d+)\.pt|checkpoint_last\.pt")
 
 
 def checkpoint_state(path: str) -> Dict:
@@ -89,7 +87,7 @@ def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Di
     known = known or {}
     out = {}
     for name in sorted(os.listdir(run_dir)):
-        if not _CHECKPOINT.fullmatch(name):
+        if not CHECKPOINT_NAME.fullmatch(name):
             continue
         st = os.stat(os.path.join(run_dir, name))
         old = known.get(name)

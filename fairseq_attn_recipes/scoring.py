@@ -80,13 +80,21 @@ def cmd_score(args):
             out.update(json.load(f))
     out.update(json.loads(args.extra or "{}"))
     out["scores"] = scores
-    if args.run_dir:
-        try:
-            run_record.record_evaluation(args.run_dir, out)
-        except run_record.RecordError as e:
-            die(str(e))
+    out["hyp_sha256"] = run_record.file_sha256(args.hyp)  # what was scored: consumers check it
+    staged = os.path.dirname(os.path.abspath(args.output))
+    if args.publish:  # the outputs' final place: the file names they will have there
+        if os.path.dirname(os.path.abspath(args.hyp)) != staged:
+            die(f"--publish: --hyp {args.hyp} must be in the folder of --output {args.output}")
+        out["hyp"] = os.path.join(os.path.abspath(args.publish), os.path.basename(args.hyp))
     tmp = args.output + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(out, f, indent=2)
     os.replace(tmp, args.output)
+    try:
+        if args.publish:
+            run_record.publish_evaluation(staged, os.path.abspath(args.publish), args.run_dir, out)
+        elif args.run_dir:
+            run_record.record_evaluation(args.run_dir, out)
+    except run_record.RecordError as e:
+        die(str(e))
     print(json.dumps(out, indent=2))

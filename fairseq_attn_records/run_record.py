@@ -24,7 +24,9 @@ Layout (``"format": 1``)::
       "checkpoints": {"checkpoint_2_54.pt": {"num_updates": 54, "epoch": 2, ...}, ...},
       "num_updates": 54,              # the newest checkpoint's
       "evaluations": {                # one per subset; test and valid never share a file
-        "test": {"dir": "test", "hyp": "test/hyp.txt", "ref": "/abs/test.de", "ref_sha256": "...",
+        "test": {"dir": "test", "hyp": "test/hyp.txt", "hyp_sha256": "...",  # what was scored
+                 "ref": "/abs/test.de", "ref_sha256": "...",
+                 "checkpoints_mtime_ns": ...,  # the newest checkpoint file when it was evaluated
                  "averaged": [{"file": "checkpoint_2_54.pt", "num_updates": 54}, ...],
                  "beam": 4, "lenpen": 0.6,
                  "scores": {"bleu": {"score": 27.3, "signature": "...", "full": "..."},
@@ -51,6 +53,8 @@ import datetime
 import hashlib
 import json
 import os
+import re
+import shutil
 from typing import Dict, List, Optional
 
 RECORD = "run.json"
@@ -206,6 +210,22 @@ def differences(old: Dict, new: Dict, labels=("recorded", "now")) -> List[str]:
 
 
 # ---------------------------------------------------------------- save points
+CHECKPOINT_NAME = re.compile(r"checkpoint(\d+)\.pt|checkpoint_(\d+)_(\d+)\.pt|checkpoint_last\.pt")
+
+
+def newest_checkpoint(run_dir: str) -> Optional[Dict]:
+    """``{"file", "mtime_ns"}`` of the run's most recently written checkpoint (``checkpointE.pt``,
+    ``checkpoint_E_U.pt``, ``checkpoint_last.pt``; not an average), or None."""
+    best = None
+    for name in os.listdir(run_dir):
+        if CHECKPOINT_NAME.fullmatch(name):
+            m = os.stat(os.path.join(run_dir, name)).st_mtime_ns
+            if best is None or m > best["mtime_ns"]:
+                best = {"file": name, "mtime_ns": m}
+    return best
+
+
+
 def save_points(checkpoints: Dict[str, Dict]) -> List[Dict]:
     """One entry per update number saved (a named checkpoint preferred over checkpoint_last.pt,
     which counts only for an update no other file holds: the final one of a run that stopped
@@ -259,23 +279,88 @@ def finished_before(run_dir: str, argv: List[str]) -> bool:
 # ---------------------------------------------------------------- evaluations
 def record_evaluation(run_dir: str, evaluation: Dict) -> Dict:
     """Store the evaluation of one subset (``evaluation["subset"]``) in the run record of
-    ``run_dir``: its outputs relative to the run, the reference (path and sha256), the checkpoints
-    averaged (by update) and the scores keyed by metric name, as ``scores.json`` holds them.
-    Returns the entry recorded."""
+    ``run_dir``: its outputs relative to the run, the hypotheses' sha256 (what was scored), the
+    reference (path and sha256), the checkpoints averaged (by update), the newest checkpoint's
+    time when they were read (``checkpoints_mtime_ns``: a later checkpoint makes the evaluation
+    stale) and the scores keyed by metric name, as ``scores.json`` holds them. Returns the entry
+    recorded."""
     rec = load(run_dir)
     if rec is None:
         raise RecordError(f"{run_dir}: no run record (run.json): train the run with train.sh first (it "
                           f"records a run it finds without one)")
-    run_real = os.path.realpath(run_dir)
-    rel = lambda path: os.path.relpath(os.path.realpath(path), run_real)
-    averaged = evaluation.get("averaged") or []
-    entry = {
-        "dir": rel(os.path.dirname(evaluation["hyp"])), "hyp": rel(evaluation["hyp"]), "ref": evaluation["ref"],
-        "ref_sha256": file_sha256(evaluation["ref"]), "averaged": averaged,
-        "num_updates": max((a["num_updates"] for a in averaged), default=None),
-        "beam": evaluation.get("beam"), "lenpen": evaluation.get("lenpen"), "scores": evaluation["scores"],
-        "evaluated": now(),
-    }
+    entry = evaluation_entry(run_dir, evaluation)
     rec.setdefault("evaluations", {})[evaluation["subset"]] = entry
     save(run_dir, rec)
     return entry
+
+
+def evaluation_entry(run_dir: str, evaluation: Dict) -> Dict:
+    """The run record's entry for ``evaluation`` (see :func:`record_evaluation`)."""
+    run_real = os.path.realpath(run_dir)
+    rel = lambda path: os.path.relpath(os.path.realpath(path), run_real)
+    averaged = evaluation.get("averaged") or []
+    mtime = evaluation.get("checkpoints_mtime_ns")
+    if mtime is None:
+        newest = newest_checkpoint(run_dir)
+        mtime = newest["mtime_ns"] if newest else None
+    return {
+        "dir": rel(os.path.dirname(evaluation["hyp"])), "hyp": rel(evaluation["hyp"]),
+        "hyp_sha256": evaluation.get("hyp_sha256") or file_sha256(evaluation["hyp"]), "ref": evaluation["ref"],
+        "ref_sha256": file_sha256(evaluation["ref"]), "averaged": averaged,
+        "num_updates": max((a["num_updates"] for a in averaged), default=None),
+        "checkpoints_mtime_ns": mtime,
+        "beam": evaluation.get("beam"), "lenpen": evaluation.get("lenpen"), "scores": evaluation["scores"],
+        "evaluated": now(),
+    }
+
+
+def publish_evaluation(staged: str, final: str, run_dir: Optional[str], evaluation: Dict) -> None:
+    """Move a finished evaluation's folder ``staged`` (hypotheses, scores.json, averaged.json...,
+    written aside) to ``final`` in one rename, then record it in the run record. An older
+    ``final`` is moved aside first and deleted after; a stop in between leaves either no
+    ``final`` (missing outputs, refused by the consumers) or outputs whose hypotheses the run
+    record did not score (their sha256 differs, refused by the consumers), never a mix read as
+    one evaluation."""
+    old = final + ".old"
+    if os.path.lexists(old):
+        shutil.rmtree(old)
+    if os.path.lexists(final):
+        os.replace(final, old)
+    os.replace(staged, final)
+    if run_dir:
+        record_evaluation(run_dir, evaluation)
+    if os.path.lexists(old):
+        shutil.rmtree(old)
+
+
+def check_evaluation(run_dir: str, subset: str, evaluation: Dict) -> str:
+    """The hypothesis file of the recorded ``evaluation`` of ``subset``, checked to be the one it
+    scored (sha256); RecordError naming both otherwise (an evaluation stopped before it was
+    recorded, or a file changed since)."""
+    hyp = os.path.join(run_dir, evaluation["hyp"])
+    want = evaluation.get("hyp_sha256")
+    if not os.path.isfile(hyp):
+        raise RecordError(f"{hyp} is missing, but {record_path(run_dir)} records an evaluation of {subset} "
+                          f"in it (an evaluation stopped half-way?): re-run evaluate.sh (EVAL_SUBSET={subset})")
+    if not want:
+        raise RecordError(f"{record_path(run_dir)}: the evaluation of {subset} does not name the hypotheses "
+                          f"it scored (recorded before evaluations did): re-run evaluate.sh (EVAL_SUBSET={subset})")
+    got = file_sha256(hyp)
+    if got != want:
+        raise RecordError(f"{hyp} (sha256 {got[:12]}) is not the file {record_path(run_dir)} scored for {subset} "
+                          f"(sha256 {want[:12]}): an evaluation stopped before it was recorded, or the file "
+                          f"changed; re-run evaluate.sh (EVAL_SUBSET={subset})")
+    return hyp
+
+
+def stale_evaluation(run_dir: str, rec: Dict, evaluation: Dict) -> Optional[str]:
+    """Why ``evaluation`` is older than the run's newest checkpoint (a later checkpoint file, or
+    a newer update count in the record), or None."""
+    newest = newest_checkpoint(run_dir)
+    then = evaluation.get("checkpoints_mtime_ns")
+    if newest and then is not None and newest["mtime_ns"] > then:
+        return f"{newest['file']} was written after the evaluation"
+    done, evaluated = rec.get("num_updates"), evaluation.get("num_updates")
+    if done is not None and evaluated is not None and done > evaluated:
+        return f"trained to update {done}, evaluated at update {evaluated}"
+    return None

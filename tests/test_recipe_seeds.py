@@ -37,7 +37,7 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
 
     p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="4"))  # each seed resumes from its own checkpoint
     for s, d in zip((1, 2), dirs):
-        assert f"resuming from {d}/checkpoint_last.pt" in p.stderr
+        assert f"resuming from {d}/checkpoint_last.pt" in p.stdout  # the training step says it (train.log too)
         log = (d / "train.log").read_text()
         assert re.search(rf"Loaded checkpoint {d}/checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
         assert f"--seed {s}" in log and f"'seed': {s}," in log and '"train_num_updates": "4"' in log

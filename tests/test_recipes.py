@@ -198,11 +198,12 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
                 check=False)
         assert p.returncode == 2 and "dropout: 0.1 recorded, 0.3 now" in p.stdout, p.stdout[-2000:]
         assert "holds another run" in p.stdout and "SAVE_DIR=<new folder>" in p.stdout
+        assert "resuming from" not in p.stdout + p.stderr  # nothing is resumed
         assert record()["num_updates"] == 2 and len(record()["trainings"]) == 1  # nothing trained
     p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
     assert "trained before to MAX_UPDATE=2 with the same settings: skipped" in p.stderr
     p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4"))  # the same run, longer: resumes
-    assert "resuming from" in p.stderr
+    assert f"resuming from {save}/checkpoint_last.pt" in p.stdout  # the training step's output (train.log too)
     rec = record()
     assert [(t["max_update"], t["from_update"], t["to_update"]) for t in rec["trainings"]] == [(2, 0, 2), (4, 2, 4)]
     log = open(os.path.join(save, "train.log"), encoding="utf-8").read()
@@ -247,6 +248,34 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     for subset in ("test", "valid"):  # the reporting side picks the subset by its reference
         hyp, ev = Run(save).hyp_for(os.path.join(work, "raw", f"{subset}.de"))
         assert hyp == os.path.join(os.path.realpath(save), subset, "hyp.txt") and ev["subset"] == subset
+
+
+def test_cpu_threads_per_process():
+    """CPU_THREADS: the cores this shell may use shared among the processes (at least 1), or
+    OMP_NUM_THREADS when set, or CPU_THREADS itself; exported to torch as OMP_NUM_THREADS."""
+    def threads(processes, **env):
+        full = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "CPU_THREADS")}
+        p = subprocess.run(["bash", "-c", f'. "{RECIPES}/lib/common.sh"; cpu_threads {processes}; '
+                            'echo "$OMP_NUM_THREADS $MKL_NUM_THREADS"'], env=dict(full, **env),
+                           capture_output=True, text=True)
+        return p.returncode, p.stdout.split(), p.stderr
+
+    cores = len(os.sched_getaffinity(0))
+    for processes in (1, 2, 64):
+        n = str(max(1, cores // processes))
+        assert threads(processes) == (0, [n, n], "")
+    assert threads(2, OMP_NUM_THREADS="3") == (0, ["3", "3"], "")
+    assert threads(2, OMP_NUM_THREADS="3", CPU_THREADS="1") == (0, ["1", "1"], "")
+    rc, _, err = threads(1, CPU_THREADS="all")
+    assert rc == 2 and err.startswith("error: CPU_THREADS=all: give the threads per CPU process, a positive integer")
+
+
+def test_another_recipes_work_is_named_by_its_language_pair(ende):
+    p = run("wmt17_zh_en", "train.sh", {"WORK": ende["WORK"]}, check=False)
+    assert p.returncode == 2 and p.stderr.count("error: ") == 1, p.stderr
+    assert (f"error: {ende['WORK']}/data-bin holds en-de data, not zh-en: this WORK (or DATA) was prepared for "
+            f"another language pair") in p.stderr and "no binarised data" not in p.stderr
+    assert not os.path.exists(os.path.join(ende["WORK"], "runs"))
 
 
 @pytest.mark.e2e

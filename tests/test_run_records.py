@@ -131,6 +131,7 @@ def test_a_validation_output_is_never_scored_against_the_test_reference(two_runs
             ref = tmp_path / f"{subset}.ref"
             rec["evaluations"][subset] = {"hyp": f"{subset}/hyp.txt", "ref": str(ref),
                                           "ref_sha256": hashlib.sha256(ref.read_bytes()).hexdigest(),
+                                          "hyp_sha256": hashlib.sha256((d / subset / "hyp.txt").read_bytes()).hexdigest(),
                                           "num_updates": 10, "scores": {}}
         (d / "run.json").write_text(json.dumps(rec))
         os.remove(d / "hyp.txt")
@@ -143,9 +144,16 @@ def test_a_validation_output_is_never_scored_against_the_test_reference(two_runs
     assert [r["subset"] for r in table["rows"]] == ["valid", "valid"] and table["rows"][0]["bleu"] == pytest.approx(100.0)
     other = tmp_path / "other.ref"
     other.write_text("x\n" * 30)
-    with pytest.raises(ValueError, match=r"no evaluation against .*other.ref \(evaluated: test against .*test.ref; "
-                                         r"valid against .*valid.ref\)"):
+    with pytest.raises(ValueError, match=r"no evaluation against .*other.ref \(sha256 \w{12}; evaluated: test against "
+                                         r".*test.ref \(sha256 \w{12}\); valid against .*valid.ref \(sha256 \w{12}\)\)"):
         results.collect([("base", str(base)), ("sys", str(sysd))], str(other))
+    # the reference evaluated against, changed since (same path, other content): said so
+    test_ref = tmp_path / "test.ref"
+    test_ref.write_text(test_ref.read_text().replace("\n", " x\n", 1))
+    with pytest.raises(ValueError, match=r"no evaluation against .*test.ref \(sha256 \w{12}; evaluated: test against "
+                                         r".*test.ref as it was then \(sha256 \w{12}; its content changed since\); "
+                                         r"valid against .*valid.ref \(sha256 \w{12}\)\)"):
+        results.collect([("base", str(base)), ("sys", str(sysd))], str(test_ref))
 
 
 def test_runs_trained_differently_are_flagged(two_runs):

@@ -135,3 +135,98 @@ def test_attn_backend_override_and_stock_checkpoints(relpos):
     stock = trained_models.trained("stock", updates=2)
     with pytest.raises(PieceConfigError, match=r"not a transformer_attn architecture"):
         generate(stock, "--model-overrides", "{'attn_pieces': 'relpos'}")
+
+
+# ------------------------------------------------------------------ override typos, one-line refusals
+def refusal_printed(exc):
+    """What a fairseq command prints for ``exc`` left uncaught: the hook the plugin installs."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+    return err.getvalue()
+
+
+def validate(ck, *extra):
+    """fairseq-validate's cli_main on the test subset, in this process."""
+    from fairseq import distributed_utils, options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli import validate as fairseq_validate
+
+    argv = [trained_models.data_dir(), "--user-dir", PLUGIN_DIR, "--task", "translation", "--path", ck, "--valid-subset", "test",
+            "--batch-size", "4", "--cpu", "--num-workers", "0", *extra]
+    args = options.parse_args_and_arch(options.get_validation_parser(), argv)
+    override_args = options.parse_args_and_arch(options.get_validation_parser(), argv, suppress_defaults=True)
+    distributed_utils.call_main(convert_namespace_to_omegaconf(args), fairseq_validate.main,
+                                override_args=override_args)
+
+
+def test_override_typos_are_refused_with_the_nearest_name(relpos, tmp_path):
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.models.transformer import TransformerModel
+    from fairseq_cli import interactive
+
+    data = trained_models.data_dir()
+    run_dir, name = os.path.split(relpos)
+    window = r"override 'csan_windw' is not a flag of this checkpoint's model or of fairseq \(did you mean 'csan_window'"
+    backend = r"override 'attn_backed' is not a flag .*\(did you mean 'attn_backend'"
+    for overrides, match in (("{'csan_windw': 5}", window), ("{'attn_backed': 'explicit'}", backend)):
+        with pytest.raises(PieceConfigError, match=match) as e:  # fairseq-generate
+            generate(relpos, "--model-overrides", overrides)
+        printed = refusal_printed(e.value)
+        assert printed.startswith(f"error: {relpos}: override ") and printed.count("\n") == 1
+        with pytest.raises(PieceConfigError, match=match):  # fairseq-validate
+            validate(relpos, "--model-overrides", overrides)
+    inp = tmp_path / "input.txt"
+    inp.write_text("a b c\n", encoding="utf-8")
+    args = options.parse_args_and_arch(options.get_interactive_generation_parser(), [
+        data, "--user-dir", PLUGIN_DIR, "--path", relpos, "--cpu", "--input", str(inp), "--source-lang", "src",
+        "--target-lang", "tgt", "--model-overrides", "{'csan_windw': 5}"])
+    with pytest.raises(PieceConfigError, match=window):  # fairseq-interactive
+        interactive.main(convert_namespace_to_omegaconf(args))
+    with pytest.raises(PieceConfigError, match=window):  # the loaders
+        load_model_ensemble_and_task([relpos], {"data": data, "csan_windw": 5})
+    with pytest.raises(PieceConfigError, match=backend):  # the hub's arg_overrides, ours and fairseq's
+        from_pretrained(run_dir, name, data, attn_backed="explicit")
+    with pytest.raises(PieceConfigError, match=window):
+        TransformerModel.from_pretrained(run_dir, name, data, user_dir=PLUGIN_DIR, csan_windw=5)
+    # known names pass on every route: fairseq's own (validate gives every flag it was given as
+    # an override; the hub the fields of its generation, bpe and tokenizer choices)
+    validate(relpos)
+    hub = from_pretrained(run_dir, name, data, beam=2, moses_no_dash_splits=True)
+    hub.eval()
+    assert len(hub.translate(["a b c"], beam=2)) == 1
+
+
+def test_refusals_print_one_line(relpos, stock_two_updates, tmp_path):
+    """The refusals of a flag, an override and a checkpoint restore: one line each from the
+    plugin's hook (what fairseq's commands print), no traceback; a real fairseq-generate too."""
+    cases = [
+        ("{'csan_window': 5}", r"--csan-window belongs to csan1d / csan2d.*active pieces are \['relpos'\]"),
+        ("{'attn_backend': 'fused'}", r"--attn-backend fused: "),
+        ("{'relpos_k': -3}", r"--relpos-k"),
+    ]
+    for overrides, match in cases:
+        with pytest.raises(PieceConfigError, match=match) as e:
+            generate(relpos, "--model-overrides", overrides)
+        printed = refusal_printed(e.value)
+        assert printed.startswith("error: ") and printed.count("\n") == 1 and "Traceback" not in printed, printed
+    # fine-tuning a stock checkpoint into relpos without --attn-init-new-params
+    from cli_helpers import TINY, TRAIN, train_in_process
+    with pytest.raises(PieceConfigError, match=r"--attn-init-new-params") as e:
+        train_in_process([trained_models.data_dir(), "--user-dir", PLUGIN_DIR, "--arch", "transformer_relpos_wmt_en_de",
+                          *TINY, *TRAIN, "--max-update", "1", "--save-dir", str(tmp_path / "ft"),
+                          "--finetune-from-model", stock_two_updates, "--share-all-embeddings"])
+    printed = refusal_printed(e.value)
+    assert printed.startswith("error: checkpoint lacks ") and printed.count("\n") == 1
+    # fairseq-generate itself: the refusal is its last line of output, and no traceback
+    p = subprocess.run([sys.executable, "-m", "fairseq_cli.generate", trained_models.data_dir(), "--user-dir",
+                        PLUGIN_DIR, "--path", relpos, "--cpu", "--batch-size", "4", "--model-overrides",
+                        "{'csan_windw': 5}"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.stderr.splitlines()[-1].startswith(f"error: {relpos}: override 'csan_windw' is not a flag")
+
+
+@pytest.fixture(scope="module")
+def stock_two_updates():
+    return trained_models.trained("stock", updates=2)

@@ -82,7 +82,8 @@ def cmd_figure2(args) -> None:
             "baseline_bleu": args.baseline_bleu}
     for name, pts in (("1D-CSAN window", windows), ("2D-CSAN heads", heads)):
         for p in pts:
-            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}")
+            stale = f" ‡ evaluated before its newest checkpoint ({p['stale']})" if p.get("stale") else ""
+            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{stale}")
     if args.json:
         write_json_atomic(data, args.json)
 

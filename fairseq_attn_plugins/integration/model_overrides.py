@@ -14,9 +14,19 @@ not a ``transformer_attn`` model is refused too. The overrides become the load's
 of explicit flags (the saved training record described the training command line),
 so the model build checks exactly them. Values are then validated by the model build
 as at training (an even ``csan_window`` is refused there).
+
+A key that names nothing (``{'csan_windw': 5}``) is refused with the nearest known names, as
+fairseq-train and the hydra yaml refuse it: fairseq would set it on the checkpoint's model
+namespace, where nothing reads it. Known are the checkpoint's own configuration keys (its
+model's flags included), the plugin's flags and every field of fairseq's configuration
+dataclasses (common, generation, the bpe / tokenizer / task / model choices...), which the
+hub's ``from_pretrained`` passes through the same overrides (``bpe_codes=...``).
 """
 
 import argparse
+import contextvars
+import dataclasses
+import difflib
 import functools
 
 from ..attention.flags import check_inactive_flags, piece_flags
@@ -24,6 +34,8 @@ from ..attention.piece import PIECES, PieceConfigError
 
 #: shared attention flags (not owned by a piece)
 SHARED_FLAGS = ("attn_pieces", "attn_backend")
+#: keys fairseq's hub ``from_pretrained`` reads from its overrides itself
+HUB_KEYS = ("is_vocoder", "generation_args")
 
 _installed = False
 
@@ -49,6 +61,55 @@ def _is_attn_model(ns) -> bool:
 
     cls = ARCH_MODEL_REGISTRY.get(getattr(ns, "arch", None))
     return cls is not None and issubclass(cls, AttnTransformerModel)
+
+
+@functools.lru_cache(maxsize=None)
+def fairseq_config_names() -> frozenset:
+    """Every field of fairseq's configuration dataclasses: the sections of ``FairseqConfig``
+    and each registered choice (models, tasks, criterions, optimizers, bpe, tokenizers...)."""
+    from fairseq.dataclass.configs import FairseqConfig
+    from fairseq.models import MODEL_DATACLASS_REGISTRY
+    from fairseq.registry import REGISTRIES
+    from fairseq.tasks import TASK_DATACLASS_REGISTRY
+
+    classes = [f.type for f in dataclasses.fields(FairseqConfig) if dataclasses.is_dataclass(f.type)]
+    classes += list(MODEL_DATACLASS_REGISTRY.values()) + list(TASK_DATACLASS_REGISTRY.values())
+    for reg in REGISTRIES.values():
+        classes += list(reg["dataclass_registry"].values())
+    names = {f.name for c in classes if dataclasses.is_dataclass(c) for f in dataclasses.fields(c)}
+    return frozenset(names | {f.name for f in dataclasses.fields(FairseqConfig)})
+
+
+def _config_names(node) -> set:
+    """The keys of a checkpoint's configuration, every section and the model namespace."""
+    if isinstance(node, argparse.Namespace):
+        return set(vars(node))
+    names = set()
+    try:
+        keys = list(node.keys())
+    except (AttributeError, TypeError):
+        return names
+    for k in keys:
+        names.add(k)
+        try:
+            names |= _config_names(node[k])
+        except Exception:  # a mandatory ('???') value
+            continue
+    return names
+
+
+def check_known(path, cfg, overrides) -> None:
+    """Refuse an override key that names no flag (a typo), with the nearest known names; ``cfg``:
+    the checkpoint's configuration before the overrides are written over it."""
+    known = _config_names(cfg) | set(fairseq_config_names()) | set(piece_flags()) | set(SHARED_FLAGS)
+    known |= set(HUB_KEYS)
+    for key in overrides:
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            raise PieceConfigError(
+                f"{path}: override '{key}' is not a flag of this checkpoint's model or of fairseq"
+                + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else "")
+                + "; overrides are flags without '--' and with '_' for '-', e.g. {'csan_window': 5}")
 
 
 def check_overrides(path, state, overrides) -> None:
@@ -80,16 +141,37 @@ def check_overrides(path, state, overrides) -> None:
     ns.attn_explicit_flags = ",".join(piece_keys)
 
 
+#: the checkpoint being read with overrides (for the check of their names, made where fairseq
+#: writes them over the checkpoint's configuration, which still holds only its own keys there)
+_reading = contextvars.ContextVar("attn_plugins_overrides_path", default=None)
+
+
 def _wrap(load):
     @functools.wraps(load)
     def load_checkpoint_to_cpu(path, arg_overrides=None, *args, **kwargs):
-        state = load(path, arg_overrides, *args, **kwargs)
+        token = _reading.set(path)
+        try:
+            state = load(path, arg_overrides, *args, **kwargs)
+        finally:
+            _reading.reset(token)
         if arg_overrides is not None:
             check_overrides(path, state, arg_overrides)
         return state
 
     load_checkpoint_to_cpu._attn_plugins_overrides = True
     return load_checkpoint_to_cpu
+
+
+def _wrap_overwrite(overwrite):
+    @functools.wraps(overwrite)
+    def overwrite_args_by_name(cfg, overrides):
+        path = _reading.get()
+        if path is not None and overrides:
+            check_known(path, cfg, overrides)
+        return overwrite(cfg, overrides)
+
+    overwrite_args_by_name._attn_plugins_overrides = True
+    return overwrite_args_by_name
 
 
 def install() -> None:
@@ -103,4 +185,7 @@ def install() -> None:
     load = checkpoint_utils.load_checkpoint_to_cpu
     if not getattr(load, "_attn_plugins_overrides", False):
         checkpoint_utils.load_checkpoint_to_cpu = _wrap(load)
+    overwrite = checkpoint_utils.overwrite_args_by_name  # the name checkpoint_utils calls
+    if not getattr(overwrite, "_attn_plugins_overrides", False):
+        checkpoint_utils.overwrite_args_by_name = _wrap_overwrite(overwrite)
     _installed = True

@@ -102,11 +102,11 @@ def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str =
     for (value, d), run in zip(runs, load_runs([d for _, d in runs])):
         if expect is not None:
             run.expect(**expect(int(value)))
-        hyp_path, _ = run.hyp_for(ref_path)
+        hyp_path, ev = run.hyp_for(ref_path)
         hyps = read_text_lines(hyp_path, "system output")
         check_aligned(ref_path, refs, hyp_path, hyps)
         points.append({"value": int(value), "bleu": BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score,
-                       "run_dir": d})
+                       "run_dir": d, "stale": ev.get("stale")})
     return sorted(points, key=lambda p: p["value"])
 
 

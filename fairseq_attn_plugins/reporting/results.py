@@ -38,7 +38,7 @@ from fairseq_attn_records import metrics as M
 from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
 
 from .curves import read_log_records
-from .runs import Run, comparability, load_runs, trained_as
+from .runs import Run, comparability, load_runs, stale_notes, trained_as
 from .significance import legend_lines, paired_tests, system_mark
 
 
@@ -122,7 +122,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             raise FileNotFoundError(f"run {name!r}: {os.path.join(d, 'train.log')} is missing "
                                     f"(train and evaluate the run first)")
     outputs = [info.hyp_for(ref_path) for info in infos]
-    notes: list = []
+    notes: list = stale_notes([name for name, _ in runs], [ev for _, ev in outputs])
     refs, hyps, sources = read_outputs([(name, hyp) for (name, _), (hyp, _) in zip(runs, outputs)],
                                        ref_path, src_path, notes)
     systems = [(name, h) for (name, _), h in zip(runs, hyps)]
@@ -147,7 +147,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
                        for k in sig["metrics"]},
             "marks": {k: "" if is_base else M.metric_mark(k, s["scores"][k], base["scores"][k]["score"])
                       for k in sig["metrics"]},
-            "epochs": log["epochs"], "trained": trained[-1],
+            "epochs": log["epochs"], "trained": trained[-1], "stale": ev.get("stale"),
         })
         for key in sig["metrics"]:  # a segment metric's scores per sentence
             if f"{key}_segments" in s:
@@ -212,7 +212,7 @@ def format_markdown(table: Dict) -> str:
             extra += f" {sp(r.get('tok_bleu'), '.2f')} |"
         if pairs:
             extra += f" {sp(r.get('train_pairs'), ',d')}{' (partial)' if r.get('train_data_partial') else ''} |"
-        dagger = " †" if r.get("trained_differently") else ""
+        dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {i} | {r['system']}{dagger} | {fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
                    f"{sp(r['train_ups'], '.2f')} |" + cells + extra)
     out.append("")

@@ -7,7 +7,12 @@ from nothing else. Every consumer (results table, seeds, Table 1, Figures 2-3) g
 * :func:`load_runs` -- the same run given twice (the same folder under two spellings, ``x``
   and ``./x/``, a link, or a copy: the same ``run_id``) is an error naming both;
 * :meth:`Run.hyp_for` -- the translations of the subset whose reference is the one given
-  (by content): a validation output is never scored against the test reference;
+  (by content): a validation output is never scored against the test reference; the file must
+  be the one the record scored (sha256), and an evaluation older than the run's newest
+  checkpoint is told (:func:`stale_notes`, ``‡`` in every table);
+* :class:`Run` -- a record that contradicts itself (``arch`` against ``model.arch``) or its
+  newest checkpoint's configuration (architecture, pieces, piece flags) is an error naming both
+  (:func:`check_record_against_checkpoint`);
 * :meth:`Run.expect` -- a row or label whose run does not match (architecture, a model flag)
   is an error naming both;
 * :func:`comparability` -- runs trained on different data, for different numbers of updates
@@ -28,6 +33,8 @@ class Run:
         if not os.path.isdir(self.path):
             raise FileNotFoundError(f"{given}: no such run folder")
         self.record = run_record.load(self.path)  # a broken record: RecordError (a ValueError)
+        if self.record is not None:
+            check_record_against_checkpoint(self.path, self.record)
 
     def identity(self) -> Optional[Dict]:
         """The run record, or None (nothing to tell)."""
@@ -49,11 +56,13 @@ class Run:
             digest = run_record.file_sha256(ref_path)
             for subset, ev in sorted(evals.items(), key=lambda kv: kv[0] != "test"):
                 if ev.get("ref_sha256") == digest:
-                    return os.path.join(self.path, ev["hyp"]), dict(ev, subset=subset)
-            done = "; ".join(f"{s} against {ev.get('ref')}" for s, ev in sorted(evals.items()))
-            raise ValueError(f"run {self.given}: no evaluation against {ref_path} (evaluated: {done}); "
-                             f"give the reference of an evaluated subset, or evaluate that subset "
-                             f"(EVAL_SUBSET=...)")
+                    hyp = run_record.check_evaluation(self.path, subset, ev)  # the file it scored
+                    stale = run_record.stale_evaluation(self.path, self.record, ev)
+                    return hyp, dict(ev, subset=subset, stale=stale)
+            done = "; ".join(_evaluated_against(s, ev) for s, ev in sorted(evals.items()))
+            raise ValueError(f"run {self.given}: no evaluation against {ref_path} (sha256 {digest[:12]}; "
+                             f"evaluated: {done}); give the reference of an evaluated subset, or evaluate "
+                             f"that subset (EVAL_SUBSET=...)")
         hyp = os.path.join(self.path, "hyp.txt")
         scores = {}
         scores_path = os.path.join(self.path, "scores.json")
@@ -88,6 +97,60 @@ class Run:
             if have != want:
                 raise ValueError(f"{label} expects --{flag.replace('_', '-')} {want}, but {self.given} "
                                  f"was trained with {have} ({got})")
+
+
+def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
+    """The record's architecture must be its own ``model.arch``, and its architecture, active
+    pieces (``attn_pieces``) and piece flags those of the configuration its newest checkpoint
+    holds (read memory-mapped through the checkpoint allowlist); RecordError naming both sides
+    otherwise (a record edited by hand, or copied beside another run's checkpoints)."""
+    path = run_record.record_path(run_dir)
+    arch, model_arch = rec.get("arch"), (rec.get("model") or {}).get("arch")
+    if model_arch is not None and arch != model_arch:
+        raise run_record.RecordError(
+            f"{path}: arch {arch!r} contradicts model.arch {model_arch!r} in the same record; the record "
+            f"was changed after training: restore it, or re-train the run")
+    ckpt = _newest_save_point(run_dir, rec)
+    if ckpt is None:
+        return
+    from fairseq_attn_recipes.recording import identity_of_checkpoint  # reads the checkpoint (torch)
+
+    from ..attention.flags import piece_flags
+
+    held = identity_of_checkpoint(ckpt)
+    # what the run is: its architecture, active pieces and their flags (other model flags may be
+    # derived by the model build, e.g. relpos turns absolute positions off, and differ legitimately)
+    keys = set(piece_flags()) | {"attn_pieces"}
+    pieces = lambda model: {k: v for k, v in model.items() if k in keys}
+    diff = run_record.differences({"arch": arch, "model": pieces(rec.get("model") or {})},
+                                  {"arch": held["arch"], "model": pieces(held["model"])},
+                                  labels=(f"in {run_record.RECORD}", f"in {os.path.basename(ckpt)}"))
+    if diff:
+        raise run_record.RecordError(
+            f"{path} contradicts the configuration of its checkpoint {ckpt}: " + "; ".join(diff) +
+            "; the record was changed after training or belongs to another run: restore it, or re-train the run")
+
+
+def _newest_save_point(run_dir: str, rec: Dict) -> Optional[str]:
+    points = run_record.save_points(rec.get("checkpoints") or {})
+    for name in [p["file"] for p in reversed(points)] + ["checkpoint_last.pt"]:
+        if os.path.isfile(os.path.join(run_dir, name)):
+            return os.path.join(run_dir, name)
+    return None
+
+
+def _evaluated_against(subset: str, ev: Dict) -> str:
+    """``test against X``, saying when X's content changed since (same path, another sha256)."""
+    ref, want = ev.get("ref"), ev.get("ref_sha256") or ""
+    if ref and os.path.isfile(ref) and want and run_record.file_sha256(ref) != want:
+        return f"{subset} against {ref} as it was then (sha256 {want[:12]}; its content changed since)"
+    return f"{subset} against {ref} (sha256 {want[:12]})"
+
+
+def stale_notes(names: Sequence[str], evaluations: Sequence[Dict]) -> List[str]:
+    """One note per run whose evaluation is older than its newest checkpoint (``‡`` marks its row)."""
+    return [f"‡ {n}: evaluated before its newest checkpoint ({ev['stale']}); re-run evaluate.sh"
+            for n, ev in zip(names, evaluations) if (ev or {}).get("stale")]
 
 
 def _same_text(a: str, b: str) -> bool:

@@ -31,7 +31,7 @@ from fairseq_attn_records import run_record
 from .curves import mean_std
 from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
                       signature_lines)
-from .runs import comparability, load_runs, trained_as
+from .runs import comparability, load_runs, stale_notes, trained_as
 from .significance import paired_tests
 
 HELP = """\
@@ -122,7 +122,8 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
                                     f"(train and evaluate the run first)")
     infos = dict(zip([d for _, _, d in runs], load_runs([d for _, _, d in runs])))
     outputs = {d: infos[d].hyp_for(ref_path) for _, _, d in runs}  # the subset evaluated on ref_path
-    notes: list = []
+    notes: list = stale_notes([name if seed is None else f"{name} seed {seed}" for name, seed, _ in runs],
+                              [outputs[d][1] for _, _, d in runs])
     refs, hyp_lists, sources = read_outputs([(name, outputs[d][0]) for name, _, d in runs], ref_path,
                                             src_path, notes)
     hyps = {d: h for (_, _, d), h in zip(runs, hyp_lists)}
@@ -179,7 +180,7 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
             "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,
             "bleu_per_seed": b["per_seed"], "bleu_mean": b["mean"], "bleu_std": b["std"], "delta": b["delta"],
             "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
-            "metrics": per_metric,
+            "metrics": per_metric, "stale": [s for s in (outputs[d][1].get("stale") for _, d in rs) if s],
         })
     for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
         per_seed = [{} for _ in range(len(ts) + 1)]
@@ -209,7 +210,7 @@ def format_markdown(table: Dict) -> str:
             marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"
             cells += f" {m['mean']:.{nd}f}{std}{m['mark']} | {delta} | {marked} |"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
-        dagger = " †" if r.get("trained_differently") else ""
+        dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {i} | {r['system']}{dagger} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
                    + f" {per_seed} |")
     out.append("")

@@ -241,7 +241,7 @@ def format_markdown(table: Dict) -> str:
             t = r.get("tok_bleu")
             tok_cells = " ? | ? |" if t is None else f" {t:.2f} | " + (
                 "- |" if first else ("? |" if base_tok is None else f"{t - base_tok:+.2f} |"))
-        dagger = " †" if r.get("trained_differently") else ""
+        dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {r['label']}{dagger} | {params} | {speed} | {r['bleu']:.2f}{mark_arrow(r['mark'], r['delta'])} "
                    f"| {delta} | {pvals} |{more_cells}{tok_cells} {full} | {p_params} | {p_speed} | {p_bleu} | {p_delta} |")
     out += ["",

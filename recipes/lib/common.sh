@@ -257,6 +257,19 @@ binarise() {
   rm -rf "$DATA"; mv "$DATA.tmp" "$DATA"
 }
 
+# ---------------------------------------------------------------- CPU threads
+# cpu_threads PROCESSES: the threads each CPU process of a step computes with. CPU_THREADS (default:
+# OMP_NUM_THREADS when set, else the cores this shell may use divided among PROCESSES, at least 1)
+# is exported as OMP_NUM_THREADS and MKL_NUM_THREADS, which torch reads at start. More threads than
+# free cores make every operation wait for the slowest thread: on cores shared with other jobs,
+# CPU_THREADS=1 (see docs/recipes.md, "CPU threads").
+cpu_threads() {
+  local cores; cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
+  CPU_THREADS=${CPU_THREADS:-${OMP_NUM_THREADS:-$(( cores / $1 > 1 ? cores / $1 : 1 ))}}
+  [[ $CPU_THREADS =~ ^[1-9][0-9]*$ ]] || die "CPU_THREADS=$CPU_THREADS: give the threads per CPU process, a positive integer (default: cores / processes)"
+  export OMP_NUM_THREADS=$CPU_THREADS MKL_NUM_THREADS=$CPU_THREADS
+}
+
 # ---------------------------------------------------------------- train
 detect_gpus() {
   if command -v nvidia-smi >/dev/null 2>&1; then nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true; else echo 0; fi
@@ -266,17 +279,21 @@ train_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   "${STEPS[@]}" check-arch "$ARCH" || exit 2
-  [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
+  [[ -f "$DATA/prepare.json" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
-  # the data-bin must be the one prepared with these settings; a run directory stays on its data
+  # the data-bin must be the one prepared with these settings (another language pair: named);
+  # a run directory stays on its data
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
+  [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
   local workers
   local per_node=$NGPUS; (( NGPUS > 0 )) || per_node=${CPU_WORKERS:-1}  # processes per node
   workers=$(( per_node * NNODES ))
+  local threads=""
+  if (( NGPUS == 0 )); then cpu_threads "$per_node"; threads=" cpu_threads=$CPU_THREADS"; fi
   if [[ -z "${UPDATE_FREQ:-}" ]]; then
     UPDATE_FREQ=$(( (PAPER_GPUS + workers - 1) / workers ))
     (( PAPER_GPUS % workers == 0 )) || log "warning: $workers workers do not divide $PAPER_GPUS; --update-freq $UPDATE_FREQ"
@@ -351,8 +368,8 @@ train_main() {
   if "${STEPS[@]}" finished-before --save-dir "$SAVE_DIR" -- "${args[@]}"; then
     log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0
   fi
-  [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] && log "resuming from $SAVE_DIR/checkpoint_last.pt"
-  log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16"
+  # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
+  log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
   local rc=0 r pids=()
   if [[ -n "${CPU_RANKS:-}" ]]; then  # ranks 1.. in the background, each with its own log
@@ -389,12 +406,17 @@ evaluate_main() {
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
   EVAL_SUBSET=${EVAL_SUBSET:-test}           # or valid (the CSAN paper's Figure 2)
   NGPUS=${NGPUS:-$(detect_gpus)}
+  (( NGPUS > 0 )) || cpu_threads 1  # generation on CPU: one process
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
   [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
   [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
   "${STEPS[@]}" check-comet || exit 2
-  local out="$SAVE_DIR/$EVAL_SUBSET"  # per subset: test and valid never share a file
+  # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
+  # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
+  # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
+  local final="$SAVE_DIR/$EVAL_SUBSET" out="$SAVE_DIR/$EVAL_SUBSET.tmp"
+  rm -rf "$out" "$final.old"
   mkdir -p "$out"
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
@@ -404,7 +426,7 @@ evaluate_main() {
   "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
   local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
-  log "generating (beam $BEAM, lenpen $LENPEN)"
+  log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
   # --required-batch-size-multiple 1: fairseq 0.12 silently drops a final batch smaller than the multiple
   "$PYTHON" -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset "$EVAL_SUBSET" \
     --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 --required-batch-size-multiple 1 "${cpu[@]}" \
@@ -431,8 +453,9 @@ evaluate_main() {
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json"
-  log "scores: $out/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
+    --publish "$final"
+  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

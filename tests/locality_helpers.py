@@ -121,10 +121,11 @@ def check_incremental_decoding_is_refused(name, flags):
         attn(x[:1], x[:1], x[:1], incremental_state={})
 
 
-def make_data_dir(tmp_path_factory):
-    from cli_helpers import make_data
+def make_data_dir():
+    """The toy corpus binarised once per test run (read only), shared by every piece's file."""
+    from cli_helpers import shared_data
 
-    return make_data(str(tmp_path_factory.mktemp("data")))
+    return shared_data()
 
 
 def check_train_resume(name, data_dir, tmp_path, caplog):

@@ -61,8 +61,8 @@ def test_parameter_delta_at_base_size_matches_the_formula():
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return make_data_dir(tmp_path_factory)
+def data_dir():
+    return make_data_dir()
 
 
 @pytest.mark.e2e

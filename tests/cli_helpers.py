@@ -19,12 +19,12 @@ TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "800", "--cpu", 
          "--no-epoch-checkpoints"]
 
 
-def make_data(root, n_train=200):
+def make_data(root, n_train=200, n_valid=20, n_test=12):
     """Toy corpus -> fairseq-preprocess (joined dictionary). Returns the binarised dir."""
     from fairseq_attn_plugins.toy_corpus import write_corpus
 
     raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
-    write_corpus(raw, sizes=(("train", n_train), ("valid", 20), ("test", 12)))
+    write_corpus(raw, sizes=(("train", n_train), ("valid", n_valid), ("test", n_test)))
     run_cli("fairseq_cli.preprocess", ["--source-lang", "src", "--target-lang", "tgt",
                                        "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
                                        "--testpref", f"{raw}/test", "--destdir", dest,
@@ -32,10 +32,11 @@ def make_data(root, n_train=200):
     return dest
 
 
-def shared_data(n_train=200):
+def shared_data(n_train=200, n_valid=20, n_test=12):
     """:func:`make_data`'s binarised dir, made once per test run for all workers (read only)."""
     from shared_builds import build_once
-    return os.path.join(build_once(f"cli_toy_bin_{n_train}", lambda root: make_data(root, n_train)), "bin")
+    sizes = (n_train, n_valid, n_test)
+    return os.path.join(build_once("toy_bin_%d_%d_%d" % sizes, lambda root: make_data(root, *sizes)), "bin")
 
 
 def run_cli(module, argv, check=True):

@@ -157,24 +157,6 @@ def bin_dir() -> str:
     return os.path.dirname(sys.executable)
 
 
-def make_data(tmp: str, sizes=(("train", 300), ("valid", 30), ("test", 20))) -> str:
-    from fairseq_attn_plugins.toy_corpus import write_corpus
-
-    raw = write_corpus(os.path.join(tmp, "raw"), sizes=sizes)
-    dest = os.path.join(tmp, "bin")
-    run([os.path.join(bin_dir(), "fairseq-preprocess"), "--source-lang", "src", "--target-lang", "tgt",
-         "--joined-dictionary", "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
-         "--testpref", f"{raw}/test", "--destdir", dest, "--workers", "1"])
-    return dest
-
-
-def shared_data(sizes=(("train", 300), ("valid", 30), ("test", 20))) -> str:
-    """:func:`make_data`'s binarised dir, made once per test run for all workers (read only)."""
-    from shared_builds import build_once
-    key = "toy_bin_" + "_".join(f"{split}{n}" for split, n in sizes)
-    return os.path.join(build_once(key, lambda root: make_data(root, sizes)), "bin")
-
-
 def user_dir() -> str:
     return os.path.dirname(fairseq_attn_plugins.__file__)
 

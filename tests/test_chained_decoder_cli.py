@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def data_dir():
-    return shared_data(n_train=120)
+    return shared_data(120)
 
 
 def parse_generate(out):

@@ -26,7 +26,7 @@ def flags_to_cli(flags):
 
 @pytest.fixture(scope="module")
 def data_dir():
-    return shared_data(n_train=120)
+    return shared_data(120)
 
 
 @pytest.mark.parametrize("pair", COMPATIBLE_PAIRS or [None])

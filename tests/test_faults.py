@@ -21,13 +21,13 @@ from fairseq import checkpoint_utils
 from fairseq_attn_plugins.attention import PIECES, PieceConfigError
 from fairseq_attn_plugins.integration.checkpoint_safety import UnsafeCheckpointError
 
+from cli_helpers import shared_data
 from reliability_helpers import (
     bin_dir,
     build_model,
     ddp_worker,
     env,
     greedy_all_pieces,
-    shared_data,
     piece_test_flags,
     plain_args,
     plugin_archs,
@@ -297,7 +297,7 @@ def test_safe_load_accepts_the_numpy_values_fairseq_keeps(tmp_path):
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def data_bin():
-    return shared_data()
+    return shared_data(300, 30, 20)
 
 
 def _losses(text):

@@ -22,7 +22,8 @@ from torch.testing import assert_close
 from fairseq_attn_plugins.attention import PieceConfigError
 from fairseq_attn_plugins.models.hydra_config import model_config_class
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
-from reliability_helpers import TINY, arch_pieces, arch_test_flags, bin_dir, cli, env, shared_data, user_dir
+from cli_helpers import shared_data
+from reliability_helpers import TINY, arch_pieces, arch_test_flags, bin_dir, cli, env, user_dir
 
 ARCHS = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
 # training runs: every base-size architecture and one big one (a big architecture differs
@@ -33,7 +34,7 @@ TRAINED = [a for a in ARCHS if not a.endswith("_big")] + ["transformer_csan2d_va
 
 @pytest.fixture(scope="module")
 def data():
-    return shared_data(sizes=(("train", 24), ("valid", 4), ("test", 4)))
+    return shared_data(24, 4, 4)
 
 
 def _model_flags(arch):

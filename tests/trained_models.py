@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process  # noqa: E402
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, shared_data, train_in_process  # noqa: E402
 from shared_builds import build_once  # noqa: E402
 
 #: name -> (--arch, extra flags)
@@ -24,23 +24,9 @@ MODELS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
 def data_dir() -> str:
-    """The toy corpus binarised by fairseq-preprocess (in this process), joined dictionary."""
-    from fairseq import options
-    from fairseq_cli import preprocess
-
-    from fairseq_attn_plugins.toy_corpus import write_corpus
-
-    def make(root):
-        raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
-        write_corpus(raw, sizes=(("train", 300), ("valid", 20), ("test", 12)))
-        preprocess.main(options.get_preprocessing_parser().parse_args([
-            "--source-lang", "src", "--target-lang", "tgt", "--trainpref", f"{raw}/train",
-            "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test", "--destdir", dest,
-            "--joined-dictionary", "--workers", "1"]))
-
-    return os.path.join(build_once("toy_corpus_bin", make), "bin")
+    """The toy corpus binarised by fairseq-preprocess, joined dictionary (made once per run)."""
+    return shared_data(300)
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,7 +6,7 @@ it, so an interrupted step never leaves a file that looks finished.
 
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, detok, split-compounds, prepare-record,
-average, hyps, score. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+average, hyps, score, bible-corpus, toy-corpus, check-positions. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 
@@ -14,9 +14,12 @@ import argparse
 
 from fairseq_attn_records.run_record import finished_before
 
+from .bible import cmd_bible_corpus
 from .checkpoints import cmd_average
 from .corpora import cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
+from .demo_corpus import cmd_toy_corpus
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
+from .positions import cmd_check_positions
 from .scoring import cmd_check_comet, cmd_hyps, cmd_score
 from .subwords import cmd_bpe_apply, cmd_bpe_learn
 from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize
@@ -32,7 +35,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("check-tools"); p.add_argument("tools", nargs="+", choices=sorted(INSTALL_HINT)); p.set_defaults(fn=cmd_check_tools)
-    p = sub.add_parser("check-arch"); p.add_argument("arch"); p.set_defaults(fn=cmd_check_arch)
+    p = sub.add_parser("check-arch"); p.add_argument("arch", nargs="+"); p.set_defaults(fn=cmd_check_arch)
     p = sub.add_parser("check-script"); p.add_argument("files", nargs="+", help="LANG FILE pairs")
     p.add_argument("--what", default="corpus"); p.add_argument("--sample", type=int, default=1000)
     p.set_defaults(fn=cmd_check_script)
@@ -92,6 +95,21 @@ def main(argv=None):
     p.add_argument("--save-dir", required=True)
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then fairseq-train's arguments")
     p.set_defaults(fn=cmd_finished_before)
+    p = sub.add_parser("bible-corpus", help="the Greek-English New Testament of the bible-alignments package")
+    p.add_argument("--out"); p.add_argument("--src-lang", default="grc"); p.add_argument("--tgt-lang", default="en")
+    p.add_argument("--check", action="store_true", help="only check that the package's data files are there")
+    p.set_defaults(fn=cmd_bible_corpus)
+    p = sub.add_parser("toy-corpus", help="the demo's embedded synthetic corpus as a recipe's local files")
+    p.add_argument("--out", required=True); p.add_argument("--src-lang", required=True)
+    p.add_argument("--tgt-lang", required=True); p.add_argument("--sizes", default="train=4000,valid=200,test=400")
+    p.add_argument("--seed", type=int, default=0); p.set_defaults(fn=cmd_toy_corpus)
+    p = sub.add_parser("check-positions", help="print the position limits ARCH needs for the longest "
+                       "valid/test sentence and output (or refuse: learned tables, a limit set in MODEL_ARGS)")
+    p.add_argument("--data", required=True); p.add_argument("--arch", nargs="+", required=True)
+    p.add_argument("--src", required=True); p.add_argument("--tgt", required=True)
+    p.add_argument("--splits", nargs="+", default=["valid", "test"])
+    p.add_argument("--max-len-a", type=float, default=0.0); p.add_argument("--max-len-b", type=int, default=200)
+    p.add_argument("--model-args", default="", help="MODEL_ARGS, one string"); p.set_defaults(fn=cmd_check_positions)
     args = ap.parse_args(argv)
     args.fn(args)
 

@@ -7,12 +7,12 @@ import unicodedata
 
 from .files import count_lines, die, pairs, read_lines, write_lines_atomic
 
-_EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul"}  # anything else: Latin
+_EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul", "el": "greek", "grc": "greek"}  # else Latin
 
 
 def script_profile(lines) -> dict:
-    """Share of letters that are Latin, Han, kana and Hangul."""
-    counts = {"latin": 0, "han": 0, "kana": 0, "hangul": 0}
+    """Share of letters that are Latin, Greek, Han, kana and Hangul."""
+    counts = {"latin": 0, "greek": 0, "han": 0, "kana": 0, "hangul": 0}
     for line in lines:
         for ch in line:
             if not ch.isalpha():
@@ -26,6 +26,8 @@ def script_profile(lines) -> dict:
                 counts["hangul"] += 1
             elif "LATIN" in name:
                 counts["latin"] += 1
+            elif name.startswith("GREEK"):
+                counts["greek"] += 1
     total = sum(counts.values())
     return {k: (v / total if total else 0.0) for k, v in counts.items()}
 
@@ -37,6 +39,8 @@ def script_problem(lang: str, lines) -> str:
         return "no letters at all"
     cjk = p["han"] + p["kana"]
     want = _EXPECTED_SCRIPT.get(lang, "latin")
+    if want == "latin" and p["latin"] < 0.5 and p["greek"] >= 0.5:
+        return f"{p['greek']:.0%} of its letters are Greek, expected Latin ({lang})"
     if want == "latin" and p["latin"] < 0.5:
         return f"{cjk:.0%} of its letters are Chinese/Japanese characters, expected Latin ({lang})"
     if want == "han" and (cjk < 0.5 or p["kana"] > 0.1 * cjk):
@@ -45,6 +49,8 @@ def script_problem(lang: str, lines) -> str:
     if want == "japanese" and (cjk < 0.5 or p["kana"] < 0.1 * cjk):
         return (f"{p['latin']:.0%} Latin letters and {p['kana']:.0%} kana, "
                 f"expected Japanese (kanji and kana, {lang})")
+    if want == "greek" and p["greek"] < 0.5:
+        return f"{p['greek']:.0%} Greek letters, expected Greek ({lang})"
     if want == "hangul" and p["hangul"] < 0.5:
         return f"{p['hangul']:.0%} Hangul, expected Korean ({lang})"
     return ""

@@ -40,8 +40,9 @@ def cmd_check_tools(args):
 def cmd_check_arch(args):
     import fairseq_attn_plugins  # noqa: F401  registers the architectures
     from fairseq.models import ARCH_MODEL_REGISTRY
-    if args.arch not in ARCH_MODEL_REGISTRY:
+    unknown = [a for a in args.arch if a not in ARCH_MODEL_REGISTRY]
+    if unknown:
         ours = sorted(a for a in ARCH_MODEL_REGISTRY if a.startswith("transformer_") and
                       (a.endswith("_wmt_en_de") or a.endswith("_wmt_en_de_big")))
-        die(f"unknown ARCH={args.arch!r}. Set ARCH to a registered architecture, e.g. one of:\n  "
+        die(f"unknown ARCH={unknown[0]!r}. Set ARCH to a registered architecture, e.g. one of:\n  "
             + "\n  ".join(ours))

@@ -1,0 +1,105 @@
+"""The Greek-English New Testament corpus of the ``bible-alignments`` package (Clear Bible; data
+CC-BY 4.0): the SBLGNT Greek New Testament and the Berean Standard Bible (BSB) English, as token
+files with verse ids. Real text, offline: the package is on the registry (install it with
+``pip install --no-deps bible-alignments``; its code's dependencies are not needed, only its data
+files are read).
+
+Verse pairs: the Greek tokens of a verse (``SBLGNT.tsv``, token id ``nBBCCCVVVWWW``) joined by
+spaces, and the English tokens whose ``source_verse`` is that verse (``nt_BSB.tsv``), each followed
+by a space unless ``skip_space_after`` is ``y``. Verses present on one side only are left out
+(7,936 pairs in version 0.4.2). The SBLGNT token files carry no punctuation; the BSB's do.
+
+Split: by verse, not by book, so that the three sets share one length distribution: a verse goes
+to test when ``sha256(verse id) mod 100 < 12``, to valid when it is in ``12..16``, else to train
+(about 12 % / 5 % / 83 %). The split depends on nothing but the verse id.
+"""
+
+import csv
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from importlib import metadata
+from typing import Dict, List, Tuple
+
+from .files import die, write_lines_atomic
+
+PACKAGE = "bible-alignments"
+SOURCE_FILE = "data/sources/SBLGNT.tsv"
+TARGET_FILE = "data/eng/targets/BSB/nt_BSB.tsv"
+SPLITS = (("test", 0, 12), ("valid", 12, 17), ("train", 17, 100))
+
+
+def data_files() -> Tuple[str, str, str]:
+    """(SBLGNT path, BSB NT path, package version), or a one-line error saying how to install."""
+    try:
+        dist = metadata.distribution(PACKAGE)
+    except metadata.PackageNotFoundError:
+        die(f"CORPUS=bible reads the {PACKAGE} package's data: pip install --no-deps {PACKAGE} "
+            f"(bash scripts/setup_env.sh installs it)")
+    paths = []
+    for rel in (SOURCE_FILE, TARGET_FILE):
+        path = str(dist.locate_file(rel))
+        if not os.path.isfile(path):
+            die(f"{PACKAGE} {dist.version}: {path} is missing (this version ships no {rel}); "
+                f"pip install --no-deps --force-reinstall {PACKAGE}==0.4.2")
+        paths.append(path)
+    return paths[0], paths[1], dist.version
+
+
+def _rows(path: str):
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader)
+        for row in reader:
+            yield dict(zip(header, row + [""] * (len(header) - len(row))))
+
+
+def greek_verses(path: str) -> "OrderedDict[str, str]":
+    words: "OrderedDict[str, List[str]]" = OrderedDict()
+    for row in _rows(path):
+        words.setdefault(row["id"][1:9], []).append(row["text"])
+    return OrderedDict((v, " ".join(w)) for v, w in words.items())
+
+
+def english_verses(path: str) -> "OrderedDict[str, str]":
+    text: "OrderedDict[str, str]" = OrderedDict()
+    for row in _rows(path):
+        sep = "" if row["skip_space_after"] == "y" else " "
+        text[row["source_verse"]] = text.get(row["source_verse"], "") + row["text"] + sep
+    return OrderedDict((v, " ".join(t.split())) for v, t in text.items())
+
+
+def split_of(verse: str) -> str:
+    bucket = int(hashlib.sha256(verse.encode()).hexdigest(), 16) % 100
+    return next(name for name, lo, hi in SPLITS if lo <= bucket < hi)
+
+
+def verse_pairs() -> Tuple[Dict[str, List[Tuple[str, str, str]]], str]:
+    """{split: [(verse id, greek, english)]} in canonical order, and the package version."""
+    src_path, tgt_path, version = data_files()
+    grc, eng = greek_verses(src_path), english_verses(tgt_path)
+    out: Dict[str, List[Tuple[str, str, str]]] = {name: [] for name, _, _ in SPLITS}
+    for verse, g in grc.items():
+        e = eng.get(verse, "")
+        if g.strip() and e.strip():
+            out[split_of(verse)].append((verse, g, e))
+    return out, version
+
+
+def cmd_bible_corpus(args):
+    """bible-corpus --out DIR --src-lang grc --tgt-lang en: DIR/{train,valid,test}.{SRC,TGT},
+    DIR/{split}.ids (verse ids) and DIR/corpus.json (package version, pair counts)."""
+    if args.check:
+        data_files()
+        return
+    splits, version = verse_pairs()
+    os.makedirs(args.out, exist_ok=True)
+    for split, rows in splits.items():
+        write_lines_atomic(os.path.join(args.out, f"{split}.{args.src_lang}"), [g for _, g, _ in rows])
+        write_lines_atomic(os.path.join(args.out, f"{split}.{args.tgt_lang}"), [e for _, _, e in rows])
+        write_lines_atomic(os.path.join(args.out, f"{split}.ids"), [v for v, _, _ in rows])
+    info = {"package": PACKAGE, "version": version, "pairs": {s: len(r) for s, r in splits.items()},
+            "split": "sha256(verse id) mod 100: test < 12 <= valid < 17 <= train"}
+    write_lines_atomic(os.path.join(args.out, "corpus.json"), [json.dumps(info, indent=2)])
+    print(json.dumps(info["pairs"]))

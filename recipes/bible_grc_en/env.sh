@@ -1,0 +1,31 @@
+# Greek-English New Testament (SBLGNT Greek, BSB English; the bible-alignments package, CC-BY):
+# a small real language pair that is read offline, for the train-short / test-long study
+# (lengths.sh) and quick checks. Settings shared by the scripts.
+RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+. "$RECIPE_DIR/../lib/common.sh"
+SRC=${SRC:-grc}; TGT=${TGT:-en}
+JOINT=${JOINT:-0}              # Greek and English scripts share nothing: separate BPE and dictionaries
+BPE_MERGES=${BPE_MERGES:-4000} # 6,602 training verses: 32K merges would learn whole verses
+LENPEN=${LENPEN:-1.0}
+PAPER_METRIC=${PAPER_METRIC:-bleu}
+STUDY_TRAIN_MAX_LEN=${STUDY_TRAIN_MAX_LEN:-20}  # lengths.sh: train on verses up to 20 Greek words (70 % of them)
+
+check_corpus_inputs() {
+  [[ $SRC == grc && $TGT == en ]] || die "the bible corpus is Greek-English: SRC=grc TGT=en (got SRC=$SRC TGT=$TGT)"
+  "${STEPS[@]}" bible-corpus --check
+}
+
+corpus_settings() {  # the package version: its data is what the corpus is made from
+  echo --set; echo "CORPUS=bible-alignments $("$PYTHON" -c 'import importlib.metadata as m; print(m.version("bible-alignments"))' 2>/dev/null)"
+}
+
+fetch_train() {
+  "${STEPS[@]}" bible-corpus --out "$WORK/downloads/bible" --src-lang "$SRC" --tgt-lang "$TGT" >/dev/null
+  cp "$WORK/downloads/bible/train.$SRC" "$WORK/raw/train.$SRC"; cp "$WORK/downloads/bible/train.$TGT" "$WORK/raw/train.$TGT"
+  echo "{\"parts\": {\"sblgnt-bsb\": $(wc -l < "$WORK/raw/train.$SRC")}, \"missing\": [], \"partial\": false}" \
+    > "$WORK/raw/train.parts.json"
+}
+
+fetch_split() {  # valid / test: written with the training part (one split of the verses)
+  cp "$WORK/downloads/bible/$1.$SRC" "$WORK/raw/$1.$SRC"; cp "$WORK/downloads/bible/$1.$TGT" "$WORK/raw/$1.$TGT"
+}

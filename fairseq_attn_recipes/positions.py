@@ -12,8 +12,9 @@ max_target_positions - 1)``. What this step does (``check-positions``):
   baseline): prints ``--max-source-positions S --max-target-positions T`` for the caller to add
   (sinusoidal tables are computed for any length, relative schemes have no table);
 * learned position tables (``--encoder-learned-pos`` / ``--decoder-learned-pos``), whose rows
-  beyond the limit do not exist, or a limit the user set in MODEL_ARGS: a one-line error naming
-  the flag, before any training.
+  beyond the limit do not exist, a limit the user set in MODEL_ARGS, or a piece whose own table
+  caps the positions (``--dpi-max-len``, ``--convattn-max-len``; checked by building the model as
+  training will): a one-line error naming the flag, before any training.
 """
 
 import os
@@ -35,13 +36,23 @@ def longest(data: str, split: str, src: str, tgt: str):
     return tuple(out)
 
 
-def resolved_model_args(data: str, arch: str, model_args):
-    """fairseq's own resolution of ARCH's defaults with MODEL_ARGS."""
+def model_limits(data: str, arch: str, model_args):
+    """(resolved model flags, (source, target) positions the built model reads): fairseq's own
+    resolution of ARCH's defaults with MODEL_ARGS, then the model built on the data's
+    dictionaries, so that the pieces' own checks and caps (``--dpi-max-len``,
+    ``--convattn-max-len``) apply as in training."""
     import fairseq_attn_plugins
-    from fairseq import options
+    from fairseq import tasks
+
+    from .recording import resolve_train_args
     user_dir = os.path.dirname(fairseq_attn_plugins.__file__)
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(parser, [data, "--arch", arch, "--user-dir", user_dir, *model_args])
+    cfg = resolve_train_args([data, "--task", "translation", "--arch", arch, "--user-dir", user_dir, *model_args])
+    try:
+        model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    except ValueError as e:  # a piece refusing its flags (PieceConfigError is a ValueError)
+        die(f"ARCH={arch} with MODEL_ARGS {' '.join(model_args)!r}: {str(e).splitlines()[0]}")
+    src, tgt = model.max_positions()
+    return cfg.model, (int(src), int(tgt))
 
 
 def needed_positions(lengths, max_len_a: float, max_len_b: int):
@@ -58,17 +69,17 @@ def given(flag: str, model_args) -> bool:
 
 def extra_positions(arch: str, data: str, model_args, need_src: int, need_tgt: int, splits) -> list:
     """The flags ARCH needs to hold ``need_src`` / ``need_tgt`` positions ([] if none); a one-line
-    error for a learned table or a limit the user set in MODEL_ARGS."""
-    cfg = resolved_model_args(data, arch, model_args)
-    have = {"source": cfg.max_source_positions, "target": cfg.max_target_positions}
+    error for a learned table, a limit the user set in MODEL_ARGS, or a piece that caps them."""
+    cfg, (src, tgt) = model_limits(data, arch, model_args)
+    have = {"source": src, "target": tgt}
     need = {"source": need_src, "target": need_tgt}
     learned = {"source": "--encoder-learned-pos" if cfg.encoder_learned_pos else None,
                "target": "--decoder-learned-pos" if cfg.decoder_learned_pos else None}
     short = [side for side in ("source", "target") if have[side] < need[side]]
     for side in short:
         flag = f"--max-{side}-positions"
-        what = (f"ARCH={arch}: {flag} is {have[side]}, but the {'/'.join(splits)} {side} sentences "
-                f"and outputs need {need[side]} positions")
+        what = (f"ARCH={arch}: the model reads {have[side]} {side} positions ({flag}), but the "
+                f"{'/'.join(splits)} {side} sentences and outputs need {need[side]}")
         if learned[side]:
             die(f"{what}, and {learned[side]} learns a table of {have[side]} rows, none beyond: train it with "
                 f"{flag} {need[side]} or without {learned[side]}")
@@ -77,8 +88,13 @@ def extra_positions(arch: str, data: str, model_args, need_src: int, need_tgt: i
     if not short:
         return []
     # both limits move together: fairseq's checks read them as a pair
-    return ["--max-source-positions", str(max(need_src, have["source"])),
-            "--max-target-positions", str(max(need_tgt, have["target"]))]
+    extra = ["--max-source-positions", str(max(need_src, src)), "--max-target-positions", str(max(need_tgt, tgt))]
+    _, (src2, tgt2) = model_limits(data, arch, model_args + extra)
+    if src2 < need_src or tgt2 < need_tgt:
+        die(f"ARCH={arch}: with {' '.join(extra)} the model still reads only {src2} source / {tgt2} target "
+            f"positions (a piece caps them, e.g. --convattn-max-len), but the {'/'.join(splits)} sentences "
+            f"need {need_src} / {need_tgt}: raise that piece's limit in MODEL_ARGS")
+    return extra
 
 
 def cmd_check_positions(args):

@@ -32,6 +32,7 @@ sentence, every metric of the main table scored and tested on each bucket.
 
 import bisect
 import math
+import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -267,19 +268,20 @@ def plot(data: Dict, png_path: str) -> None:
     """One panel per metric: x = bucket, y = score, one line per system with its 95% bootstrap
     interval (bs_mean ± bs_ci) as error bars; buckets beyond / partly beyond the training
     length shaded. Written whole (tmp file, then rename)."""
-    from .figures import _pyplot, _save
+    from .figures import _pyplot
 
     plt = _pyplot()
     keys, buckets = data["metrics"] or ["bleu"], data["buckets"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4.4), squeeze=False)
     xs = list(range(len(buckets)))
     for ax, k in zip(axes[0], keys):
+        shaded = set()
         for b_i, b in enumerate(buckets):
             shade = {BEYOND: 0.25, PARTLY_BEYOND: 0.1}.get(b.get("training"))
-            if shade:
+            if shade:  # one legend entry per kind of shading
                 ax.axvspan(b_i - 0.5, b_i + 0.5, color="grey", alpha=shade, linewidth=0,
-                           label=f"{b['training']} training length" if b_i == next(
-                               i for i, c in enumerate(buckets) if c.get("training") == b["training"]) else None)
+                           label=None if b["training"] in shaded else f"{b['training']} training length")
+                shaded.add(b["training"])
         for s_i, name in enumerate(data["system_names"]):
             cells = [b["systems"][s_i]["scores"][k] if b["systems"] else None for b in buckets]
             y = [math.nan if c is None else c["score"] for c in cells]
@@ -296,7 +298,11 @@ def plot(data: Dict, png_path: str) -> None:
         ax.set_ylabel(M.label(k))
         ax.set_title(f"{M.label(k)} by source length")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    handles, names = axes[0][0].get_legend_handles_labels()  # one legend below the panels, off the data
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=8)
     fig.suptitle("error bars: 95% bootstrap interval (sacreBLEU's paired bootstrap on each bucket)", fontsize=9)
-    _save(fig, png_path)
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(names) - 1) // 4), 1, 1))
+    tmp = png_path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
     plt.close(fig)
+    os.replace(tmp, png_path)

@@ -111,3 +111,41 @@ def test_recipe_score_step_records_chrf_and_comet(tiny_comet, tmp_path, monkeypa
         steps(["check-comet"])
     assert e.value.code == 2
     assert f"COMET_MODEL={tmp_path / 'gone' / 'model.ckpt'}: no such file" in capsys.readouterr().err
+
+
+def test_comet_by_source_length(tiny_comet, tmp_path, monkeypatch):
+    """--by-length with COMET: each bucket's COMET is the mean of the main table's segment
+    scores of its sentences, tested with sacreBLEU's draws on that subset."""
+    from fairseq_attn_records import metrics as M
+
+    paths, ckpt = tiny_comet
+    monkeypatch.setenv("COMET_MODEL", ckpt)
+    monkeypatch.setenv("COMET_GPUS", "0")
+    src = paths["src"].read_text(encoding="utf-8").split("\n")[:-1]
+    lengths = [len(s.split()) for s in src]
+    edge = sorted(lengths)[29]  # the first bucket holds >= 30 sentences: it is tested
+    out = tmp_path / "ours.json"
+    assert significance.main([str(paths["ref"]), str(paths["base"]), str(paths["good"]), "--src", str(paths["src"]),
+                              "--comet-batch-size", "8", "--bs-samples", "200", "--ar-trials", "200",
+                              "--by-length", str(edge), "--json", str(out)]) == 0
+    ours = json.loads(out.read_text())
+    data = ours["by_length"]
+    assert data["metrics"] == ["bleu", "chrf", "comet"]
+    segs = [row["comet_segments"] for row in ours["systems"]]
+    for b, bucket in enumerate(data["buckets"]):
+        idx = [i for i, n in enumerate(lengths) if (n <= edge) == (b == 0)]
+        assert bucket["n"] == len(idx)
+        if not idx:
+            continue
+        subset = [[seg[i] for i in idx] for seg in segs]
+        expect = M.paired_mean_tests(list(zip(("base", "good"), subset)), bs_samples=200, ar_trials=200)
+        for row, cell, sub in zip(bucket["systems"], expect, subset):
+            torch.testing.assert_close(row["scores"]["comet"]["score"], sum(sub) / len(sub), rtol=0, atol=1e-12)
+            assert (row["scores"]["comet"]["bs_mean"], row["scores"]["comet"]["bs_ci"]) == (cell["bs_mean"],
+                                                                                          cell["bs_ci"])
+        good = bucket["systems"][1]["scores"]["comet"]
+        if bucket["tested"]:
+            assert (good["p_bootstrap"], good["p_ar"]) == (expect[1]["p_bootstrap"], expect[1]["p_ar"])
+        else:
+            assert good["p_bootstrap"] is None and bucket["systems"][1]["marks"]["comet"] == ""
+    assert data["buckets"][0]["tested"]

@@ -6,7 +6,12 @@ the same resamples for every metric, for systems better than the baseline on tha
 metric only; see :func:`fairseq_attn_records.metrics.metric_mark`).
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
-[--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]``.
+[--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]
+[--by-length EDGES|auto [--train-max-len N] [--plot FILE.png]]``.
+
+``--by-length`` (needs --src; one run per system, several seeds are refused): every metric
+scored and tested per bucket of source length, a second table after the main one
+(:mod:`fairseq_attn_plugins.reporting.by_length`).
 
 Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
 one row per system with every metric as mean ± sample std (n-1) and a mark only when
@@ -20,12 +25,14 @@ import argparse
 import sys
 
 from fairseq_attn_records.metrics import check_tokenize, parse_metrics
+from fairseq_attn_records.text_inputs import read_text_lines
 
 from ..reporting import seeds
 from ..reporting.curves import plot_curves
 from ..reporting.files import check_output_paths, write_json_atomic, write_text_atomic
 from ..reporting.results import collect, format_markdown
 from ..reporting.significance import check_counts
+from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
 
 
@@ -41,8 +48,10 @@ def main(argv=None) -> int:
     p.add_argument("--curves", metavar="FILE.png", help="draw training/validation loss (and validation BLEU "
                    "if logged) against updates and wall-clock time from the runs' train.log; seeds as "
                    "mean ± std bands")
-    p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
+    p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL and "
+                   "--by-length)")
     add_metric_args(p)
+    add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000)
     p.add_argument("--ar-trials", type=int, default=10000)
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
@@ -57,8 +66,14 @@ def main(argv=None) -> int:
         metrics = parse_metrics(args.metrics)
         check_tokenize(args.tokenize)
         check_counts(args.bs_samples, args.ar_trials)
-        check_output_paths(args.json, args.md)
+        edges, train_max_len = check_length_args(args)
+        if edges is not None and not args.ref:
+            raise ValueError("--by-length needs --ref (it scores the test set by source length)")
+        check_output_paths(args.json, args.md, args.plot)
         groups = seeds.group_runs(names, args.runs)
+        if edges is not None and len(groups) < len(args.runs):
+            raise ValueError("--by-length needs one run per system (several seeds given: "
+                             + ", ".join(f"{n} x{len(rs)}" for n, rs in groups.items() if len(rs) > 1) + ")")
         comet = load_comet(args, "fairseq-attn-results") if args.ref else None
         if args.curves:
             plot_curves([(n, [d for _, d in rs]) for n, rs in groups.items()], args.curves)
@@ -73,16 +88,30 @@ def main(argv=None) -> int:
             table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials,
                             metrics=metrics, comet=comet, src_path=args.src)
             md = format_markdown(table)
+            if edges is not None:
+                table["by_length"] = buckets_of_runs(args, edges, train_max_len, table, metrics, comet)
+                md += "\n\n" + length_markdown(table["by_length"])
     except (FileNotFoundError, ValueError) as e:
         print(f"fairseq-attn-results: error: {e}", file=sys.stderr)
         return 2
     print(md)
+    if "by_length" in table:
+        draw_plot(table["by_length"], args.plot)
     if args.md:
         write_text_atomic(md + "\n", args.md)
     if args.json:
         write_json_atomic(table, args.json)
     print_comet_hint("fairseq-attn-results", comet)
     return 0
+
+
+def buckets_of_runs(args, edges, train_max_len, table, metrics, comet):
+    """The ``by_length`` object of a single-seed table: the translations its rows scored."""
+    refs = read_text_lines(args.ref, "reference")
+    sources = read_text_lines(args.src, "source")
+    systems = [(r["system"], read_text_lines(r["hyp"], "system output")) for r in table["rows"]]
+    return score_buckets(args, edges, train_max_len, refs, systems, sources, metrics,
+                         segments_of(table["rows"], table["metrics"]), {"comet": comet})
 
 
 if __name__ == "__main__":

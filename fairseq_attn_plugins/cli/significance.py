@@ -1,4 +1,5 @@
-"""``fairseq-attn-significance REF BASELINE_HYP SYSTEM_HYP... [--metrics bleu,chrf,ter] [--src SRC] [--json FILE]``
+"""``fairseq-attn-significance REF BASELINE_HYP SYSTEM_HYP... [--metrics bleu,chrf,ter] [--src SRC] [--json FILE]
+[--by-length EDGES|auto [--train-max-len N] [--plot FILE.png]]``
 
 Paired significance tests of one or more systems against a baseline, on detokenised
 text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTest
@@ -7,7 +8,8 @@ text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTes
 --src (the same resamples; nothing is downloaded).
 
 The tests, their seeds and the marks: :mod:`fairseq_attn_plugins.reporting.significance`;
-COMET: :mod:`fairseq_attn_records.comet`; the metric flags: :mod:`.metric_options`.
+COMET: :mod:`fairseq_attn_records.comet`; the metric flags: :mod:`.metric_options`; scores by
+source length (``--by-length``): :mod:`fairseq_attn_plugins.reporting.by_length`.
 """
 
 import argparse
@@ -18,6 +20,7 @@ from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read
 
 from ..reporting.files import check_output_paths, write_json_atomic
 from ..reporting.significance import check_counts, format_table, legend_lines, paired_tests
+from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
 
 
@@ -29,8 +32,9 @@ def main(argv=None) -> int:
     p.add_argument("baseline", help="baseline system output (detokenised)")
     p.add_argument("systems", nargs="+", help="system outputs to compare with the baseline")
     p.add_argument("--names", nargs="+", help="display names (baseline first); default: file names")
-    p.add_argument("--src", help="source sentences (COMET reads them; needed with COMET_MODEL)")
+    p.add_argument("--src", help="source sentences (COMET reads them; needed with COMET_MODEL and --by-length)")
     add_metric_args(p)
+    add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--ar-trials", type=int, default=10000, help="approximate-randomisation trials (default 10000)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -44,7 +48,8 @@ def main(argv=None) -> int:
         metrics = parse_metrics(args.metrics)
         check_tokenize(args.tokenize)
         check_counts(args.bs_samples, args.ar_trials)
-        check_output_paths(args.json)
+        edges, train_max_len = check_length_args(args)
+        check_output_paths(args.json, args.plot)
         comet = load_comet(args, prog)
         refs = read_text_lines(args.ref, "reference")
         sources = None
@@ -61,12 +66,20 @@ def main(argv=None) -> int:
             systems.append((n, hyps))
         result = paired_tests(refs, systems, args.tokenize, args.bs_samples, args.ar_trials,
                               metrics=metrics, comet=comet, sources=sources)
+        if edges is not None:
+            result["by_length"] = score_buckets(args, edges, train_max_len, refs, systems, sources, metrics,
+                                                segments_of(result["systems"], result["metrics"]),
+                                                {"comet": comet})
     except (FileNotFoundError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     print(format_table(result))
     print()
     print("\n".join(legend_lines(result)))
+    if "by_length" in result:
+        print()
+        print(length_markdown(result["by_length"]))
+        draw_plot(result["by_length"], args.plot)
     if args.json:
         write_json_atomic(result, args.json)
     print_comet_hint(prog, comet)

@@ -46,10 +46,10 @@ def steps(*args):
 
 # ------------------------------------------------------------------ fast checks
 def test_every_recipe_has_thin_scripts():
-    for recipe in ("wmt14_en_de", "wmt17_zh_en", "wat17_ja_en"):
-        for script in ("prepare.sh", "train.sh", "evaluate.sh", "README.md", "env.sh"):
+    for recipe in ("wmt14_en_de", "wmt17_zh_en", "wat17_ja_en", "bible_grc_en"):
+        for script in ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh", "README.md", "env.sh"):
             assert os.path.isfile(os.path.join(RECIPES, recipe, script)), (recipe, script)
-        for script in ("prepare.sh", "train.sh", "evaluate.sh"):
+        for script in ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh"):
             body = [line for line in read(os.path.join(RECIPES, recipe, script))
                     if line.strip() and not line.startswith("#")]
             assert len(body) <= 3, f"{recipe}/{script} should only call the shared library"

@@ -135,3 +135,86 @@ def test_position_limits_refused_when_a_piece_caps_them():
     p = check(data, "transformer_convattn1d_wmt_en_de", f"--convattn-max-len={src - 1}")
     assert p.returncode == 2
     assert f"the model still reads only {src - 1} source" in p.stderr and "--convattn-max-len" in p.stderr
+
+
+# ------------------------------------------------------------------ the QUICK study, end to end
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def lengths_sh(env, check=True):
+    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", QUICK="1",
+                QUICK_SIZES="train=600,valid=60,test=120", MAX_UPDATE="24", SAVE_INTERVAL_UPDATES="12",
+                N_AVG="1", LOG_INTERVAL="6", BS_SAMPLES="200", AR_TRIALS="200")
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    full.update(env)
+    p = subprocess.run(["bash", os.path.join(ROOT, "recipes", "wmt14_en_de", "lengths.sh")], env=full,
+                       capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"lengths.sh failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def one_error(p):
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2 and len(errors) == 1, p.stderr[-2000:]
+    return errors[0]
+
+
+@pytest.mark.e2e
+def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
+    import json
+
+    import sacrebleu
+
+    work = tmp_path / "work"
+    env = dict(WORK=str(work), ARCHS="baseline,alibi")
+    # bad input first: nothing is prepared or trained
+    assert "TRAIN_MAX_LEN=0" in one_error(lengths_sh(dict(env, TRAIN_MAX_LEN="0"), check=False))
+    assert "give at least two" in one_error(lengths_sh(dict(env, ARCHS="baseline"), check=False))
+    assert "transformer_nope_wmt_en_de" in one_error(lengths_sh(dict(env, ARCHS="baseline,nope"), check=False))
+    assert not (work / "lengths").exists()
+
+    lengths_sh(env)
+    study = work / "lengths" / "max7"
+    corpus = work / "quick-corpus"
+    test_src, test_ref = read(corpus / "test.src"), read(corpus / "test.tgt")
+    assert max(len(s.split()) for s in test_src) > 7  # the test set holds sentences beyond the cap
+    runs = {name: json.loads((study / name / "run.json").read_text()) for name in ("baseline", "alibi")}
+    data = {r["data"]["path"] for r in runs.values()}
+    assert len(data) == 1 and os.path.isdir(data.pop())
+    data_dir = runs["baseline"]["data"]["path"]
+    # the capped data: every training source <= 7 words, as many pairs as a plain count gives
+    # (cleaning drops none of the toy pairs)
+    train_src = read(corpus / "train.src")
+    kept = sum(1 for s in train_src if len(s.split()) <= 7)
+    prep = json.loads(open(os.path.join(data_dir, "prepare.json")).read())
+    assert prep["settings"]["TRAIN_MAX_LEN"] == "7"
+    assert prep["train_pairs"]["clean"] == kept < len(train_src)
+    # each run was evaluated on the whole test set of its own data
+    for name, rec in runs.items():
+        ev = rec["evaluations"]["test"]
+        assert read(ev["ref"]) == test_ref
+        assert len(read(study / name / "test" / "hyp.txt")) == len(test_ref)
+    # the by-length table: every test sentence in one bucket, the buckets past 7 words marked,
+    # each bucket's BLEU that of sacreBLEU on its lines
+    table = json.loads((study / "lengths.json").read_text())["by_length"]
+    assert sum(b["n"] for b in table["buckets"]) == len(test_ref)
+    hyps = {name: read(study / name / "test" / "hyp.txt") for name in runs}
+    for k, b in enumerate(table["buckets"]):
+        lo, hi = b["lo"], b["hi"]
+        idx = [i for i, s in enumerate(test_src)
+               if (k == 0 or lo <= len(s.split())) and (hi is None or len(s.split()) <= hi)]
+        assert len(idx) == b["n"]
+        assert b["training"] == ("beyond" if lo > 7 else "within" if hi is not None and hi <= 7 else "partly beyond")
+        for sys_row in b["systems"]:
+            want = sacrebleu.corpus_bleu([hyps[sys_row["name"]][i] for i in idx], [[test_ref[i] for i in idx]]).score
+            assert abs(sys_row["scores"]["bleu"]["score"] - want) < 1e-9
+    assert any(b["training"] == "beyond" for b in table["buckets"])
+    md = (study / "lengths.md").read_text()
+    assert "Scores by source length" in md and "beyond" in md
+    assert (study / "lengths.png").stat().st_size > 10000
+
+    # the same study again: nothing is trained again, the same table comes out
+    p = lengths_sh(env)
+    assert p.stderr.count("with the same settings: skipped") == 2
+    assert json.loads((study / "lengths.json").read_text())["by_length"] == table

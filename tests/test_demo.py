@@ -62,7 +62,7 @@ def test_results_table(tmp_path, capsys):
     assert better["p_bootstrap"] < 0.01 and better["p_ar"] < 0.01 and better["mark"] == "**"
     assert table["rows"][0]["delta"] is None and better["params"] == 208576
     md = out_md.read_text()
-    assert "| 2 | better | 208.6K |" in md and "**" in md
+    assert "| 2 | better | ? | 208.6K |" in md and "**" in md
     # chrF++ beside BLEU: sacreBLEU's chrF with word order 2, its delta and its own mark
     for row in table["rows"]:
         hyps = (tmp_path / row["system"] / "hyp.txt").read_text().splitlines()

@@ -76,8 +76,8 @@ def test_a_misleading_folder_name_shows_the_recorded_architecture(tmp_path, refs
     # † : the record's 80 updates against the older run's log's 20 (trained differently)
     assert f"| 2 | my_csan_run † | {RELPOS}: relpos | 208.6K |" in md
     assert ("Architecture: pieces: the architecture and active attention pieces each run's record (run.json) "
-            "says it trained, whatever its folder is called (per layer in --json); ?: a run without a run "
-            "record, whose architecture is unknown.") in md
+            "says it trained, whatever its folder is called (per layer in --json); ?: no run record (an older "
+            "run folder, or a translations file), so the architecture is unknown.") in md
     rows = json.loads(out_json.read_text())["rows"]
     assert rows[0]["trained_model"] is None
     assert rows[1]["trained_model"] == {"arch": RELPOS, "pieces": ["relpos"],
@@ -105,5 +105,5 @@ def test_seeds_table_shows_the_recorded_architecture(tmp_path, refs, relpos_chec
     md = seeds.format_markdown(table)
     assert md.splitlines()[0].startswith("| # | System | Architecture: pieces | Seeds | #Params |")
     assert "| 1 | old | ? | 2 |" in md and f"| 2 | my_csan_run † | {RELPOS}: relpos | 1 |" in md
-    assert "?: a run without a run record, whose architecture is unknown." in md
+    assert "?: no run record (an older run folder, or a translations file), so the architecture is unknown." in md
     assert [r["trained_model"] and r["trained_model"]["pieces"] for r in table["rows"]] == [None, ["relpos"]]

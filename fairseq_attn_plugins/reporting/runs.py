@@ -131,7 +131,7 @@ def model_legend(cells: Sequence[str]) -> str:
     line = (f"{MODEL_HEADER}: the architecture and active attention pieces each run's record "
             f"(run.json) says it trained, whatever its folder is called (per layer in --json)")
     if UNKNOWN_MODEL in cells:
-        line += f"; {UNKNOWN_MODEL}: a run without a run record, whose architecture is unknown"
+        line += f"; {UNKNOWN_MODEL}: no run record (an older run folder, or a translations file), so the architecture is unknown"
     return line + "."
 
 

@@ -59,6 +59,37 @@ def log(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+class EpochProgress:
+    """The demo's progress lines of one training, from fairseq-train's json log lines as they
+    come: the parameter count, resumes, and per epoch one line with its last validation loss
+    and one with its training averages. fairseq validates at every mid-epoch checkpoint (many
+    per epoch) and logs the epoch's ``train`` record after its last validation: a validation is
+    held until the next one replaces it or the epoch's record prints it (:meth:`flush` prints
+    one still held when the training ends without that record)."""
+
+    def __init__(self, arch: str, max_epoch: int, out=None):
+        self.arch, self.max_epoch = arch, max_epoch
+        self.out = out or log
+        self.valid = None  # the latest validation of the epoch, not printed yet
+
+    def __call__(self, line: str) -> None:
+        if "| valid |" in line or "| train |" in line:
+            stats = json.loads(line[line.index("{"):])
+            if "valid_loss" in stats:
+                self.valid = stats
+                return
+            self.flush()
+            self.out(f"  {self.arch} epoch {stats['epoch']}/{self.max_epoch}: train loss {stats['train_loss']}, "
+                     f"{stats['train_wps']} tok/s")
+        elif "num. shared model params" in line or "Loaded checkpoint" in line:
+            self.out("  " + line.split("| ")[-1].strip())
+
+    def flush(self) -> None:
+        if self.valid is not None:
+            stats, self.valid = self.valid, None
+            self.out(f"  {self.arch} epoch {stats['epoch']}/{self.max_epoch}: valid loss {stats['valid_loss']}")
+
+
 class DemoError(RuntimeError):
     pass
 
@@ -183,17 +214,7 @@ class Pipeline:
         run = self.path("runs", arch)
         os.makedirs(run, exist_ok=True)
 
-        def echo(line):
-            if "| valid |" in line or "| train |" in line:
-                stats = json.loads(line[line.index("{"):])
-                if "valid_loss" in stats:
-                    log(f"  {arch} epoch {stats['epoch']}/{p['max_epoch']}: valid loss {stats['valid_loss']}")
-                else:
-                    log(f"  {arch} epoch {stats['epoch']}/{p['max_epoch']}: train loss {stats['train_loss']}, "
-                        f"{stats['train_wps']} tok/s")
-            elif "num. shared model params" in line or "Loaded checkpoint" in line:
-                log("  " + line.split("| ")[-1].strip())
-
+        echo = EpochProgress(arch, p["max_epoch"])
         self._run("fairseq_attn_recipes.train", [
             self.path("data-bin"), "--user-dir", self.user_dir, "--arch", arch,
             "--encoder-layers", str(p["enc_layers"]), "--decoder-layers", str(p["dec_layers"]),
@@ -212,6 +233,7 @@ class Pipeline:
             "--save-interval-updates", str(p["save_updates"]), "--keep-interval-updates", "1",
             "--log-format", "json", "--log-interval", "1000",
         ] + self.train_args, os.path.join(run, "train.log"), echo)
+        echo.flush()
 
     def generate(self, arch: str) -> None:
         run = self.path("runs", arch)

@@ -62,7 +62,7 @@ def test_results_table(tmp_path, capsys):
     assert better["p_bootstrap"] < 0.01 and better["p_ar"] < 0.01 and better["mark"] == "**"
     assert table["rows"][0]["delta"] is None and better["params"] == 208576
     md = out_md.read_text()
-    assert "| 2 | better | 208.6K |" in md and "**" in md
+    assert "| 2 | better | ? | 208.6K |" in md and "**" in md
     # chrF++ beside BLEU: sacreBLEU's chrF with word order 2, its delta and its own mark
     for row in table["rows"]:
         hyps = (tmp_path / row["system"] / "hyp.txt").read_text().splitlines()
@@ -81,6 +81,40 @@ def test_results_table(tmp_path, capsys):
     os.remove(out_json)
     assert results.main(["--ref", str(ref), *runs, "--json", str(out_json)]) == 2
     assert "hyp.txt is missing" in capsys.readouterr().err and not out_json.exists()
+
+
+def test_demo_prints_one_validation_line_per_epoch():
+    """Real fairseq-train output as the demo logs it (validation at every mid-epoch checkpoint,
+    several per epoch): one valid line per epoch, the epoch's last validation, before the
+    epoch's train line."""
+    path = os.path.join(os.path.dirname(__file__), "data", "fairseq_json_mid_epoch_valid.train.log")
+    lines = open(path, encoding="utf-8").read().splitlines(keepends=True)
+    printed = []
+    progress = demo.EpochProgress("arch_x", 4, out=printed.append)
+    for line in lines:
+        progress(line)
+    progress.flush()
+    expected, last_valid = [], {}
+    for line in lines:
+        if "num. shared model params" in line:
+            expected.append("  " + line.split("| ")[-1].strip())
+        elif "| valid | " in line:
+            st = json.loads(line.split("| valid | ")[1])
+            last_valid[st["epoch"]] = st["valid_loss"]
+        elif "| train | " in line:
+            st = json.loads(line.split("| train | ")[1])
+            expected.append(f"  arch_x epoch {st['epoch']}/4: valid loss {last_valid[st['epoch']]}")
+            expected.append(f"  arch_x epoch {st['epoch']}/4: train loss {st['train_loss']}, {st['train_wps']} tok/s")
+    assert sum("| valid | " in line for line in lines) > 2 * len(last_valid)  # the log validates mid-epoch
+    assert printed == expected and len(printed) == 1 + 2 * 4
+    # a training that ends after a validation without its epoch's record: that validation is printed
+    printed.clear()
+    cut = next(i for i, line in enumerate(lines) if "| train | " in line)
+    progress = demo.EpochProgress("arch_x", 4, out=printed.append)
+    for line in lines[:cut]:
+        progress(line)
+    progress.flush()
+    assert printed[-1] == f"  arch_x epoch 1/4: valid loss {last_valid[1]}" and len(printed) == 2
 
 
 def test_archs_come_from_fairseq_registry():

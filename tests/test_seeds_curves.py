@@ -2,7 +2,10 @@
 
 The logs in tests/data/ are real fairseq-train output (--log-format json, a 1-layer
 model on the toy corpus): ``fairseq_json_bleu.train.log`` with --eval-bleu,
-``fairseq_json_resumed.train.log`` stopped at 6 updates and resumed to 12."""
+``fairseq_json_resumed.train.log`` stopped at 6 updates and resumed to 12;
+``fairseq_json_mid_epoch_valid.train.log`` as the demo logs (``--log-interval 1000``: no
+``train_inner``; ``--save-interval-updates 3``: validations mid-epoch and at each epoch's end;
+a 3+2-layer model, 4 epochs of 5 updates; paths replaced by placeholders)."""
 
 import json
 import math
@@ -21,6 +24,7 @@ from fairseq_attn_plugins.toy_corpus import make_corpus
 DATA = os.path.join(os.path.dirname(__file__), "data")
 BLEU_LOG = os.path.join(DATA, "fairseq_json_bleu.train.log")
 RESUMED_LOG = os.path.join(DATA, "fairseq_json_resumed.train.log")
+MID_EPOCH_LOG = os.path.join(DATA, "fairseq_json_mid_epoch_valid.train.log")
 
 
 # ------------------------------------------------------------------ plain references
@@ -52,6 +56,64 @@ def plain_records(path, kind):
     return out
 
 
+def plain_validation_times(path):
+    """[(update, elapsed seconds)] of every validation, written plainly from the log: the
+    training records' times by update (plus 0 s at update 0, and the time so far at a resume's
+    update), knots where the latest time moves on, a validation at a knot's update at its latest
+    time, between knots from the earlier's latest to the later's earliest (its latest if that is
+    no later), after the last knot at the last two knots' rate."""
+    times = {0: [0.0]}
+    valids = []
+    offset = last = 0.0
+    for line in open(path, encoding="utf-8"):
+        if "Loaded checkpoint" in line:
+            k = int(line.split(" @ ")[1].split()[0])
+            offset = last
+            times = {u: t for u, t in times.items() if u <= k}
+            times.setdefault(k, []).append(offset)
+            valids = [v for v in valids if v <= k]
+        for kind, u_key, wall_key in (("train_inner", "num_updates", "wall"), ("train", "train_num_updates", "train_wall")):
+            if f"| {kind} | " in line:
+                st = json.loads(line.split(f"| {kind} | ", 1)[1])
+                last = offset + float(st[wall_key])
+                times.setdefault(int(st[u_key]), []).append(last)
+        if "| valid | " in line:
+            u = int(json.loads(line.split("| valid | ", 1)[1])["valid_num_updates"])
+            valids = [v for v in valids if v < u] + [u]
+    knots = []
+    for u in sorted(times):
+        if not knots or max(times[u]) > max(times[knots[-1]]):
+            knots.append(u)
+    out = []
+    for u in valids:
+        if u in knots:
+            out.append((u, max(times[u])))
+        elif u > knots[-1]:
+            u0, u1 = knots[-2], knots[-1]
+            out.append((u, max(times[u1]) + (max(times[u1]) - max(times[u0])) * (u - u1) / (u1 - u0)))
+        else:
+            u0 = max(k for k in knots if k < u)
+            u1 = min(k for k in knots if k > u)
+            end = min(times[u1]) if min(times[u1]) > max(times[u0]) else max(times[u1])
+            out.append((u, max(times[u0]) + (end - max(times[u0])) * (u - u0) / (u1 - u0)))
+    return out
+
+
+def check_validation_times(path):
+    """The validation series' x values: the plain computation's, strictly increasing with the
+    update, no two validations at one time."""
+    c = curves.run_curves(path)
+    expect = plain_validation_times(path)
+    assert [u for u, _, _ in c["valid_loss"]] == [u for u, _ in expect]
+    torch.testing.assert_close(torch.tensor([w for _, w, _ in c["valid_loss"]], dtype=torch.float64),
+                               torch.tensor([w for _, w in expect], dtype=torch.float64), rtol=0, atol=1e-12)
+    for (u0, w0, _), (u1, w1, _) in zip(c["valid_loss"], c["valid_loss"][1:]):
+        assert u1 > u0 and w1 > w0, (u0, w0, u1, w1)
+    walls = [w for _, w, _ in c["valid_loss"]]
+    assert len(set(walls)) == len(walls)
+    return c
+
+
 # ------------------------------------------------------------------ item 2: curves
 def test_curves_from_real_fairseq_log_with_bleu():
     c = curves.run_curves(BLEU_LOG)
@@ -63,31 +125,37 @@ def test_curves_from_real_fairseq_log_with_bleu():
                                                        for st, _ in valid]
     assert [(p[0], p[2]) for p in c["valid_bleu"]] == [(int(st["valid_num_updates"]), float(st["valid_bleu"]))
                                                        for st, _ in valid]
-    # a validation point sits at its true time: interpolated by update between the training
-    # records around it (train_inner and the epoch's train record), or a record's at its update
-    times = {}  # update -> every training record's time at it
-    for st, off in inner:
-        times.setdefault(int(st["num_updates"]), []).append(off + float(st["wall"]))
-    for st, off in plain_records(BLEU_LOG, "train"):
-        times.setdefault(int(st["train_num_updates"]), []).append(off + float(st["train_wall"]))
-    for u, wall, _ in c["valid_loss"]:
-        if u in times:
-            expect = max(times[u])
-        else:
-            u0 = max(x for x in times if x < u)
-            u1 = min(x for x in times if x > u)
-            expect = max(times[u0]) + (min(times[u1]) - max(times[u0])) * (u - u0) / (u1 - u0)
-        torch.testing.assert_close(wall, expect, rtol=0, atol=1e-12)
-    # consecutive validations (mid-epoch, then at the epoch's end) no longer share one time
-    walls = [w for _, w, _ in c["valid_loss"]]
-    assert walls == sorted(walls) and len(set(walls)) == len(walls)
+    # a validation point sits at its elapsed time: on the run's clock through the training records
+    # (train_inner and the epoch's train record, whole seconds), consecutive validations (mid-epoch,
+    # then at the epoch's end) at different times
+    check_validation_times(BLEU_LOG)
+
+
+def test_validations_before_the_first_training_record_start_from_zero():
+    """The demo's log: no train_inner, validations mid-epoch. Those of the first epoch ran before
+    its train record: each at its own time since the training start, none at that record's time."""
+    c = check_validation_times(MID_EPOCH_LOG)
+    first_train = plain_records(MID_EPOCH_LOG, "train")[0][0]
+    u1, w1 = int(first_train["train_num_updates"]), float(first_train["train_wall"])
+    early = [(u, w) for u, w, _ in c["valid_loss"] if u < u1]
+    assert len(early) >= 1 and all(0 < w < w1 for _, w in early), (early, u1, w1)
+    # on the line from the training start (0 updates, 0 s) to that record
+    for u, w in early:
+        torch.testing.assert_close(w, w1 * u / u1, rtol=0, atol=1e-12)
+    assert len(c["valid_loss"]) > len(plain_records(MID_EPOCH_LOG, "train"))  # several per epoch
 
 
 def test_interpolated_validation_time_between_training_records():
     anchors = [(10, 0.0, 1.0), (20, 100.0, 1.0), (20, 130.0, 1.0), (40, 170.0, 1.0)]
     pts = curves.place_on_wall_clock([(15, 0.0, 5.0), (20, 0.0, 4.0), (30, 0.0, 3.0), (50, 0.0, 2.0)], anchors)
-    assert pts == [(15, 50.0, 5.0), (20, 130.0, 4.0), (30, 150.0, 3.0), (50, 170.0, 2.0)]
+    # 15: from 0 s to update 20's first record (100 s, before its validation and save), 20: its
+    # latest record, 50 (after the last record): 40 s per 20 updates goes on
+    assert pts == [(15, 50.0, 5.0), (20, 130.0, 4.0), (30, 150.0, 3.0), (50, 190.0, 2.0)]
     assert curves.place_on_wall_clock([(5, 0.0, 1.0)], anchors) == [(5, 0.0, 1.0)]
+    # records repeating a second (the log's whole seconds) are no knots: no two times alike
+    ties = [(0, 0.0, 1.0), (2, 1.0, 1.0), (4, 1.0, 1.0), (6, 2.0, 1.0)]
+    assert curves.place_on_wall_clock([(3, 0, 1.0), (4, 0, 1.0), (5, 0, 1.0)], ties) == [
+        (3, 1.25, 1.0), (4, 1.5, 1.0), (5, 1.75, 1.0)]
 
 
 def test_curves_of_a_resumed_run_add_the_earlier_wall_time():
@@ -100,6 +168,7 @@ def test_curves_of_a_resumed_run_add_the_earlier_wall_time():
     assert c["valid_bleu"] == []  # not logged without --eval-bleu
     walls = [p[1] for p in c["train_loss"]]
     assert walls == sorted(walls)  # the time axis never goes back
+    check_validation_times(RESUMED_LOG)  # the resumed process's validations after the earlier time
 
 
 def test_resume_truncates_records_past_the_checkpoint(tmp_path):

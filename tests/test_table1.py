@@ -161,6 +161,18 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     assert (tmp_path / "f3.png").read_bytes()[:8] == PNG
     f3 = json.loads((tmp_path / "f3.json").read_text())
     assert [s["name"] for s in f3["systems"]] == ["a", "b"] and f3["orders"] == [1, 2, 3, 4]
+    # each system with what its run record says it trained, whatever it is called; a file: unknown
+    capsys.readouterr()
+    assert paper.main(["figure3", "--ref", ref, "--baseline", f"base={runs['w3']}/hyp.txt",
+                       "--system", f"a_2d_run={runs['w11']}", f"b={runs['h3']}/hyp.txt",
+                       "--png", str(tmp_path / "f3.png"), "--json", str(tmp_path / "f3.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("| system | Architecture: pieces | 1-gram |")
+    assert "| base (accuracy) | ? |" in out and "| b (gap) | ? |" in out
+    assert f"| a_2d_run (gap) | {csan1d}: csan1d |" in out and "so the architecture is unknown." in out
+    f3 = json.loads((tmp_path / "f3.json").read_text())
+    assert f3["baseline"]["trained_model"] is None and f3["systems"][1]["trained_model"] is None
+    assert f3["systems"][0]["trained_model"]["arch"] == csan1d and f3["systems"][0]["trained_model"]["pieces"] == ["csan1d"]
     # bad input: one-line errors, nothing written
     capsys.readouterr()
     assert paper.main(["figure2", "--ref", ref, "--window", f"x={runs['w3']}", "--png", str(tmp_path / "x.png")]) == 2

@@ -88,10 +88,10 @@ def text_listing(names: Optional[List[str]] = None) -> str:
 
 def arch_layers(arch: str) -> str:
     """The pieces per layer of architecture ``arch`` at its defaults, e.g.
-    ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    ``--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    from .flags import per_layer, selected_pieces, validate_attention_args
+    from .flags import validate_attention_args
 
     if arch not in ARCH_CONFIG_REGISTRY or ARCH_MODEL_REGISTRY[arch].__name__ != "AttnTransformerModel":
         raise ValueError(f"--arch {arch!r} is not a transformer_attn architecture; expected one of "
@@ -99,6 +99,15 @@ def arch_layers(arch: str) -> str:
     args = argparse.Namespace()
     ARCH_CONFIG_REGISTRY[arch](args)
     validate_attention_args(args)
+    return f"--attn-pieces {args.attn_pieces!r}: " + config_layers(args)
+
+
+def config_layers(args) -> str:
+    """The active pieces per layer of a resolved model configuration (an architecture's
+    defaults, a checkpoint's or a run record's model flags), e.g.
+    ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    from .flags import per_layer, selected_pieces
+
     layers = []
     for side in ("encoder", "decoder"):
         n, heads, dim = (getattr(args, f"{side}_{k}") for k in ("layers", "attention_heads", "embed_dim"))
@@ -106,7 +115,23 @@ def arch_layers(arch: str) -> str:
             site = AttentionSite(side, i, n, heads, dim // heads)
             names = [c.name for c in selected_pieces(args) if c.covers(args, site)]
             layers.append(SimpleNamespace(site=site, names=",".join(names) or "none"))
-    return f"--attn-pieces {args.attn_pieces!r}: " + per_layer(layers, lambda m: m.names)
+    return per_layer(layers, lambda m: m.names)
+
+
+def model_pieces(model: Dict) -> Dict:
+    """What a run record's ``model`` (every model flag fairseq resolved) trained:
+    ``{"arch", "pieces": [active piece names], "pieces_per_layer": config_layers}``. Flags a
+    record lacks take the plugin's defaults (:func:`.flags.attention_defaults`, as for old
+    checkpoints: a stock Transformer has no piece); PieceConfigError for pieces unknown here."""
+    from .flags import attention_defaults, selected_pieces
+
+    args = argparse.Namespace(**model)
+    attention_defaults(args)
+    pieces = [c.name for c in selected_pieces(args)]
+    sized = all(f"{side}_{k}" in model for side in ("encoder", "decoder")
+                for k in ("layers", "attention_heads", "embed_dim"))
+    return {"arch": model.get("arch"), "pieces": pieces,
+            "pieces_per_layer": config_layers(args) if sized else None}
 
 
 def architectures() -> List[str]:

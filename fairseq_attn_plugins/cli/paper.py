@@ -28,7 +28,7 @@ from fairseq_attn_records.text_inputs import read_text_lines
 from ..reporting import figures
 from ..reporting import table1
 from ..reporting.files import write_json_atomic, write_text_atomic
-from ..reporting.runs import Run, check_distinct
+from ..reporting.runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
 from .metric_options import load_comet, print_comet_hint
 
 
@@ -93,18 +93,27 @@ def cmd_figure3(args) -> None:
     given = _pairs([args.baseline], "--baseline", False) + _pairs(args.system, "--system", False)
     if len(given) < 2:
         raise ValueError("give at least one --system NAME=HYP")
-    check_distinct([Run(p) for _, p in given if os.path.isdir(p)])
+    runs = {p: Run(p) for _, p in given if os.path.isdir(p)}
+    check_distinct(list(runs.values()))
+    # what each system trained, from its run record (a translations file: unknown)
+    trained = [runs[p].trained_model() if p in runs else None for _, p in given]
     # a run folder named after a Table 1 row must be that row's architecture
     hyps = [(n, figures.system_hyps(args.ref, n, p, None if n not in table1.ROW_BY_KEY else dict(
         label=f"Table 1 row {n}", arch=table1.ROW_BY_KEY[n].arch))) for n, p in given]
     base_name = hyps[0][0]
     data = figures.ngram_improvement(refs, hyps[0], hyps[1:], args.tokenize)
+    for entry, model in zip([data["baseline"]] + data["systems"], trained):
+        entry["trained_model"] = model
     figures.plot_figure3(data, args.png)
-    print("| system | " + " | ".join(f"{o}-gram" for o in data["orders"]) + " |")
-    print("|---|" + "---:|" * len(data["orders"]))
-    print(f"| {base_name} (accuracy) | " + " | ".join(f"{p:.2f}" for p in data["baseline"]["precisions"]) + " |")
-    for s in data["systems"]:
-        print(f"| {s['name']} (gap) | " + " | ".join(f"{g:+.2f}" for g in s["improvement"]) + " |")
+    cells = [model_cell(m) for m in trained]
+    print(f"| system | {MODEL_HEADER} | " + " | ".join(f"{o}-gram" for o in data["orders"]) + " |")
+    print("|---|---|" + "---:|" * len(data["orders"]))
+    print(f"| {base_name} (accuracy) | {cells[0]} | "
+          + " | ".join(f"{p:.2f}" for p in data["baseline"]["precisions"]) + " |")
+    for s, cell in zip(data["systems"], cells[1:]):
+        print(f"| {s['name']} (gap) | {cell} | " + " | ".join(f"{g:+.2f}" for g in s["improvement"]) + " |")
+    print()
+    print(model_legend(cells))
     if args.json:
         write_json_atomic(data, args.json)
 

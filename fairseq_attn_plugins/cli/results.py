@@ -1,5 +1,6 @@
 """``fairseq-attn-results``: collect finished runs into a table that reads like a paper's:
-system, #params, training speed, BLEU, chrF++ and COMET (with COMET_MODEL and --src),
+system, the architecture and active pieces its run record says it trained, #params,
+training speed, BLEU, chrF++ and COMET (with COMET_MODEL and --src),
 each with its delta over the baseline and its significance mark (``*`` p < 0.05,
 ``**`` p < 0.01 in both paired bootstrap resampling and approximate randomisation,
 the same resamples for every metric, for systems better than the baseline on that

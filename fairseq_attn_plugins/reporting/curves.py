@@ -21,12 +21,15 @@ seconds). fairseq restarts it when a run resumes, so each resume ("Loaded checkp
 training, downtime excluded, time lost to an interruption included. The same resume
 truncates every curve to the updates <= K (the later, resumed records win).
 
-fairseq logs no wall time for validation. A validation point is placed at its true
-time (:func:`place_on_wall_clock`): interpolated by update between the training
-records (``train_inner`` and the epoch's ``train``) around it, or the time of a
-training record at its very update. Taking the latest earlier record's time instead
-would put consecutive validations (e.g. one mid-epoch and one at the epoch's end) at
-one time, and draw vertical drops in the wall-clock panels.
+fairseq logs no wall time for validation, and its training records' wall times are whole
+seconds. A validation point is placed at its elapsed time since the training start
+(:func:`place_on_wall_clock`): interpolated by update on the run's clock, a line through the
+training start (0 updates at 0 s: fairseq's ``wall`` meter starts with the trainer, before the
+first update), each resume (K updates at the time spent so far) and the training records
+(``train_inner`` and the epoch's ``train``), each new whole second at the first update that logged
+it. Taking a training record's time instead would put every validation before the first record
+(the demo's first epoch: no ``train_inner``) or between two records at one time, and draw
+vertical drops in the wall-clock panels.
 
 Seeds as bands (:func:`seed_band`): mean and sample standard deviation (n - 1) over
 the seeds of one system at every update that all of them logged; the time axis of
@@ -78,11 +81,13 @@ def run_curves(path: str) -> Dict[str, List[Point]]:
     epoch_train: List[Point] = []
     valid = {"valid_loss": [], "valid_bleu": []}
     offset = last_wall = 0.0  # wall-clock of earlier processes (resumes) / of the latest record
+    starts: List[Point] = [(0, 0.0, math.nan)]  # the training start and each resume: knots of the clock
 
     for kind, st in read_log_records(path):
         if kind == "resume":
             offset = last_wall
             k = st["num_updates"]
+            starts = [p for p in starts if p[0] < k] + [(k, offset, math.nan)]
             for s in [inner, epoch_train] + list(valid.values()):
                 s[:] = [p for p in s if p[0] <= k]
         elif kind == "train_inner":
@@ -96,17 +101,25 @@ def run_curves(path: str) -> Dict[str, List[Point]]:
             for key in valid:
                 if key in st:
                     _append(valid[key], (u, last_wall, float(st[key])))
-    anchors = inner + epoch_train
+    anchors = starts + inner + epoch_train
     valid = {k: place_on_wall_clock(v, anchors) for k, v in valid.items()}
     return {"train_loss": inner or epoch_train, **valid}
 
 
 def place_on_wall_clock(points: Sequence[Point], anchors: Sequence[Point]) -> List[Point]:
-    """Validation points at their true time: the wall time interpolated linearly by update
-    between the training records (``anchors``) around each point (from the latest record
-    of the update before to the earliest of the update after); a point at the very update
-    of a training record takes the latest record's time (validation ran before it was
-    logged); before the first or after the last record, that record's time."""
+    """Validation points at their elapsed time since the training start, read off the run's
+    clock through ``anchors`` (the training start, resumes and training records).
+
+    The clock's knots are the updates whose latest record shows a later time than the knot
+    before (the log's times are whole seconds: records repeating the previous knot's second,
+    or going back, add nothing). A point at a knot's update takes its latest record's time
+    (a validation runs before the record of its update is logged); a point between two knots
+    is interpolated linearly by update from the earlier knot's latest time to the later
+    knot's earliest time (its latest where the earliest is no later than the earlier knot:
+    the validation and saving logged between a ``train_inner`` and the epoch's ``train`` record
+    at one update are not spread over the updates before); before the first knot, its
+    earliest time; after the last, the last two knots' rate goes on. Validations at
+    increasing updates so get strictly increasing times whenever the log holds two knots."""
     if not anchors:
         return list(points)
     first: Dict[int, float] = {}
@@ -114,20 +127,26 @@ def place_on_wall_clock(points: Sequence[Point], anchors: Sequence[Point]) -> Li
     for u, wall, _ in anchors:
         first[u] = min(wall, first.get(u, wall))
         last[u] = max(wall, last.get(u, wall))
-    us = sorted(last)
+    knots: List[int] = []
+    for u in sorted(last):
+        if not knots or last[u] > last[knots[-1]]:
+            knots.append(u)
     out = []
     for u, _, value in points:
-        earlier = [x for x in us if x < u]
-        later = [x for x in us if x > u]
-        if u in last:
+        later = [k for k in knots if k >= u]
+        if later and later[0] == u:
             wall = last[u]
-        elif not earlier:
-            wall = first[later[0]]
-        elif not later:
-            wall = last[earlier[-1]]
-        else:
-            u0, u1 = earlier[-1], later[0]
-            wall = last[u0] + (first[u1] - last[u0]) * (u - u0) / (u1 - u0)
+        elif later and later[0] == knots[0]:
+            wall = first[knots[0]]
+        elif later:
+            u0, u1 = knots[knots.index(later[0]) - 1], later[0]
+            end = first[u1] if first[u1] > last[u0] else last[u1]
+            wall = last[u0] + (end - last[u0]) * (u - u0) / (u1 - u0)
+        elif len(knots) == 1:
+            wall = last[knots[0]]
+        else:  # after the last knot: the rate of the last two goes on
+            u0, u1 = knots[-2], knots[-1]
+            wall = last[u1] + (last[u1] - last[u0]) * (u - u1) / (u1 - u0)
         out.append((u, wall, value))
     return out
 

@@ -1,5 +1,6 @@
 """Finished runs collected into a table that reads like a paper's (Table 2 of the CSAN
-paper, Yang et al., 2019, with today's metrics): system, #params, training speed, BLEU,
+paper, Yang et al., 2019, with today's metrics): system, the architecture and active pieces
+its run record says it trained (``?`` without a record), #params, training speed, BLEU,
 chrF++ and (with ``COMET_MODEL``) COMET, each with its delta over the baseline and its
 significance mark (``*`` p < 0.05, ``**`` p < 0.01 in both paired bootstrap resampling
 and approximate randomisation, the same resamples for every metric, for systems better
@@ -38,7 +39,8 @@ from fairseq_attn_records import metrics as M
 from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
 
 from .curves import read_log_records
-from .runs import Run, comparability, load_runs, stale_notes, trained_as
+from .runs import (MODEL_HEADER, Run, comparability, load_runs, model_cell, model_legend, stale_notes,
+                   trained_as)
 from .significance import legend_lines, paired_tests, system_mark
 
 
@@ -137,6 +139,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
         is_base = s is base
         rows.append({
             "system": name, "run_dir": d, "hyp": hyp, "subset": ev.get("subset"),
+            "trained_model": info.trained_model(),  # from the run record, never from the name
             "params": log["params"], "train_wps": log["train_wps"],
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
             "delta": None if is_base else s["bleu"] - base_bleu,
@@ -197,9 +200,10 @@ def format_markdown(table: Dict) -> str:
     pairs = any(r.get("train_pairs") is not None for r in rows)
     extra_head = (" Tok. BLEU |" if tok else "") + (" Train pairs |" if pairs else "")
     extra_rule = ("---:|" if tok else "") + ("---:|" if pairs else "")
-    out = ["| # | System | #Params | Speed (tok/s) | Speed (upd/s) |" + "".join(f" {labels[k]} | Δ |" for k in keys)
-           + extra_head,
-           "|---|---|---:|---:|---:|" + "---:|---:|" * len(keys) + extra_rule]
+    out = [f"| # | System | {MODEL_HEADER} | #Params | Speed (tok/s) | Speed (upd/s) |"
+           + "".join(f" {labels[k]} | Δ |" for k in keys) + extra_head,
+           "|---|---|---|---:|---:|---:|" + "---:|---:|" * len(keys) + extra_rule]
+    models = [model_cell(r.get("trained_model")) for r in rows]
     for i, r in enumerate(rows, 1):
         sp = lambda v, f: "?" if v is None else format(v, f)
         cells = ""
@@ -213,13 +217,15 @@ def format_markdown(table: Dict) -> str:
         if pairs:
             extra += f" {sp(r.get('train_pairs'), ',d')}{' (partial)' if r.get('train_data_partial') else ''} |"
         dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
-        out.append(f"| {i} | {r['system']}{dagger} | {fmt_params(r['params'])} | {sp(r['train_wps'], '.0f')} | "
+        out.append(f"| {i} | {r['system']}{dagger} | {models[i - 1]} | {fmt_params(r['params'])} | "
+                   f"{sp(r['train_wps'], '.0f')} | "
                    f"{sp(r['train_ups'], '.2f')} |" + cells + extra)
     out.append("")
     legend = legend_lines({"systems": [{"name": table["baseline"]}], "metrics": keys,
                            "bs_samples": table.get("bs_samples", 1000), "ar_trials": table.get("ar_trials", 10000),
                            "signature": {}})
     out += legend
+    out.append(model_legend(models))
     out.append("BLEU and chrF++: detokenised sacreBLEU; COMET: mean segment score; p-values in --json "
                "and in fairseq-attn-significance (signatures below).")
     if tok:

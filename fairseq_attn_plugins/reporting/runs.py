@@ -13,6 +13,8 @@ from nothing else. Every consumer (results table, seeds, Table 1, Figures 2-3) g
 * :class:`Run` -- a record that contradicts itself (``arch`` against ``model.arch``) or its
   newest checkpoint's configuration (architecture, pieces, piece flags) is an error naming both
   (:func:`check_record_against_checkpoint`);
+* :meth:`Run.trained_model` -- the architecture and active pieces the record says the run
+  trained, the system column of every table (:func:`model_cell`; ``?`` without a record);
 * :meth:`Run.expect` -- a row or label whose run does not match (architecture, a model flag)
   is an error naming both;
 * :func:`comparability` -- runs trained on different data, for different numbers of updates
@@ -24,6 +26,9 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records import run_record
+
+from ..attention import catalogue
+from ..attention.piece import PieceConfigError
 
 
 class Run:
@@ -44,6 +49,17 @@ class Run:
     def arch(self) -> Optional[str]:
         ident = self.identity()
         return ident.get("arch") if ident else None
+
+    def trained_model(self) -> Optional[Dict]:
+        """``{"arch", "pieces", "pieces_per_layer"}`` from the record's resolved model flags
+        (:func:`..attention.catalogue.model_pieces`, the rule ``fairseq-attn-pieces`` and the
+        model build use), or None without a record."""
+        if self.record is None:
+            return None
+        try:
+            return catalogue.model_pieces(dict(self.record.get("model") or {}, arch=self.arch))
+        except PieceConfigError as e:
+            raise run_record.RecordError(f"{run_record.record_path(self.path)}: {e}") from None
 
     def describe(self) -> str:
         return f"{self.given} (trained as {self.arch or 'an unknown architecture'})"
@@ -97,6 +113,26 @@ class Run:
             if have != want:
                 raise ValueError(f"{label} expects --{flag.replace('_', '-')} {want}, but {self.given} "
                                  f"was trained with {have} ({got})")
+
+
+UNKNOWN_MODEL = "?"
+MODEL_HEADER = "Architecture: pieces"
+
+
+def model_cell(trained: Optional[Dict]) -> str:
+    """``ARCH: PIECE,PIECE`` (``none``: no piece), or ``?`` for a run without a record."""
+    if trained is None:
+        return UNKNOWN_MODEL
+    return f"{trained['arch']}: {','.join(trained['pieces']) or 'none'}"
+
+
+def model_legend(cells: Sequence[str]) -> str:
+    """The legend line of the model column (``?`` explained when a row shows it)."""
+    line = (f"{MODEL_HEADER}: the architecture and active attention pieces each run's record "
+            f"(run.json) says it trained, whatever its folder is called (per layer in --json)")
+    if UNKNOWN_MODEL in cells:
+        line += f"; {UNKNOWN_MODEL}: no run record (an older run folder, or a translations file), so the architecture is unknown"
+    return line + "."
 
 
 def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:

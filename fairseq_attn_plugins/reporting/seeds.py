@@ -31,7 +31,7 @@ from fairseq_attn_records import run_record
 from .curves import mean_std
 from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
                       signature_lines)
-from .runs import comparability, load_runs, stale_notes, trained_as
+from .runs import MODEL_HEADER, comparability, load_runs, model_cell, model_legend, stale_notes, trained_as
 from .significance import paired_tests
 
 HELP = """\
@@ -177,6 +177,8 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
         b = per_metric["bleu"]
         rows.append({
             "system": name, "n_seeds": len(rs), "seeds": [s for s, _ in rs], "run_dirs": [d for _, d in rs],
+            # the seeds' records agree but for the seed (group_runs): the first recorded one says it
+            "trained_model": next((m for m in (infos[d].trained_model() for _, d in rs) if m), None),
             "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,
             "bleu_per_seed": b["per_seed"], "bleu_mean": b["mean"], "bleu_std": b["std"], "delta": b["delta"],
             "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
@@ -196,9 +198,10 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
 def format_markdown(table: Dict) -> str:
     keys = table.get("metrics", ["bleu"])
     labels = table.get("labels", {"bleu": "BLEU"})
-    out = ["| # | System | Seeds | #Params | Speed (tok/s) |"
+    out = [f"| # | System | {MODEL_HEADER} | Seeds | #Params | Speed (tok/s) |"
            + "".join(f" {labels[k]} (mean ± std) | Δ | pairs sig. |" for k in keys) + " BLEU per seed |",
-           "|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---|"]
+           "|---|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---|"]
+    models = [model_cell(r.get("trained_model")) for r in table["rows"]]
     for i, r in enumerate(table["rows"], 1):
         wps = "?" if r["train_wps"] is None else f"{r['train_wps']:.0f}"
         cells = ""
@@ -211,7 +214,7 @@ def format_markdown(table: Dict) -> str:
             cells += f" {m['mean']:.{nd}f}{std}{m['mark']} | {delta} | {marked} |"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
         dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
-        out.append(f"| {i} | {r['system']}{dagger} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
+        out.append(f"| {i} | {r['system']}{dagger} | {models[i - 1]} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
                    + f" {per_seed} |")
     out.append("")
     out.append(f"Baseline: {table['baseline']}. Scores: mean ± sample standard deviation (n-1) over seeds. "
@@ -221,6 +224,7 @@ def format_markdown(table: Dict) -> str:
                f"every metric, for EVERY pair of a system seed and a baseline seed (the weakest mark is "
                f"shown); an equal or worse system gets no mark. 'pairs sig.' counts the pairs in which "
                f"the system seed is significantly better than the baseline seed.")
+    out.append(model_legend(models))
     out += comparability_lines(table)
     out += signature_lines(table["signature"])
     out += table.get("notes", [])

@@ -78,12 +78,16 @@ def cmd_prepare_record(args):
     if args.parts and os.path.isfile(args.parts):
         with open(args.parts, encoding="utf-8") as f:
             parts = json.load(f)
+    cap = None
+    if args.clean_record and os.path.isfile(args.clean_record):
+        with open(args.clean_record, encoding="utf-8") as f:
+            cap = json.load(f).get("cap")
     data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
     record = {
         "settings": dict(sorted(key_values(args.set).items())),
         "train_pairs": {"raw": count_lines(args.raw_train), "clean": count_lines(args.clean_train),
                         "parts": parts.get("parts", {}), "missing_parts": parts.get("missing", []),
-                        "partial": bool(parts.get("partial", False))},
+                        "partial": bool(parts.get("partial", False)), "cap": cap},
         "test_ref": file_digest(args.test_ref),
         "data_id": _data_id(data),
         "data_bin": data,
@@ -126,13 +130,14 @@ def cmd_check_data(args):
                 trained_on = json.load(f)
             if trained_on.get("data_id") != rec["data_id"]:
                 die(f"{args.run_dir} holds a model trained on another data-bin than {args.data} "
-                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR")
+                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR, or DATA={trained_on.get('data')} "
+                    f"to continue it")
         elif args.require:
             die(f"{args.run_dir} has no data.json: no record of the data its model was trained on "
                 f"(trained by an older train.sh?); train it again with train.sh")
         else:
             os.makedirs(args.run_dir, exist_ok=True)
-            write_lines_atomic(run_rec, [json.dumps({"data": os.path.abspath(args.data), "data_id": rec["data_id"],
+            write_lines_atomic(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
                                                      "settings": rec["settings"],
                                                      "train_pairs": rec["train_pairs"]}, indent=2)])
     if args.print_pairs:

@@ -75,6 +75,7 @@ def main(argv=None):
     p.add_argument("--max-src-words", type=int, help="drop pairs whose --src-raw line has more words (TRAIN_MAX_LEN)")
     p.add_argument("--src-raw", help="source lines the cap counts words of (aligned with --src-in)")
     p.add_argument("--words-of", default="raw", choices=["raw", "tokenised"], help="what --src-raw is (recorded)")
+    p.add_argument("--full-src-out"); p.add_argument("--full-tgt-out")
     p.add_argument("--record", help="JSON: what the cap kept and dropped"); p.set_defaults(fn=cmd_clean)
     p = sub.add_parser("cap-check"); p.add_argument("--max-src-words", type=int, required=True)
     p.add_argument("--src-raw", required=True); p.set_defaults(fn=cmd_cap_check)

@@ -113,6 +113,11 @@ def settings_summary(settings: dict) -> str:
             f"bpe={settings.get('BPE_TOOL')}:{settings.get('BPE_MERGES')} joint={settings.get('JOINT')}")
 
 
+def prepare_vars(settings: dict) -> str:
+    """The prepare.sh variables a data folder was made with (those that are set)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(settings.items()) if v not in ("", None) and k != "DATA")
+
+
 def _same_folder(a: str, b: str) -> bool:
     return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
 
@@ -129,7 +134,8 @@ def cmd_run_data(args):
     if args.data:
         have = _data_id(args.data)
         if have != data_id:
-            die(f"DATA={args.data} (data_id {str(have)[:ID_LEN]}) is not the data the run {args.run_dir} was trained "
+            what = f"data_id {have[:ID_LEN]}" if have else "no prepare.json"
+            die(f"DATA={args.data} ({what}) is not the data the run {args.run_dir} was trained "
                 f"on ({path}, data_id {data_id[:ID_LEN]}): unset DATA to evaluate on the run's own data")
         print(os.path.realpath(args.data))
         return
@@ -141,7 +147,7 @@ def cmd_run_data(args):
             print(os.path.realpath(c))
             return
     die(f"the run {args.run_dir} was trained on {path} (data_id {data_id[:ID_LEN]}), which no longer exists: "
-        f"re-run prepare.sh with the settings it was prepared with ({settings_summary(settings)}) or train again")
+        f"re-run prepare.sh with the settings it was prepared with ({prepare_vars(settings)}) or train again")
 
 
 # ---------------------------------------------------------------- list and prune
@@ -196,6 +202,14 @@ def data_folders(work: str):
     return out
 
 
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
 def _describe(name, folder, rec, by) -> str:
     if rec is None:
         return f"{name}  no prepare.json (not made by prepare.sh): left alone"
@@ -204,7 +218,7 @@ def _describe(name, folder, rec, by) -> str:
     pairs = f"train pairs {tp.get('clean')} of {tp.get('raw')}"
     if cap:
         pairs += f" (cap {cap['max_src_words']} {cap['words_of']} source words: kept {cap['kept']}, dropped {cap['dropped']})"
-    return (f"{name}  {settings_summary(rec.get('settings', {}))}  {pairs}  {_size(folder) / 1e6:.1f} MB  "
+    return (f"{name}  {settings_summary(rec.get('settings', {}))}  {pairs}  {_human(_size(folder))}  "
             f"referenced by: {', '.join(by) if by else 'nothing'}")
 
 

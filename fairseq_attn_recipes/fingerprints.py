@@ -115,7 +115,8 @@ def cmd_check_data(args):
             for k in sorted(set(want) | set(rec["settings"])) if rec["settings"].get(k) != want.get(k)]
     if diff:
         die(f"{args.data} was prepared with other settings: " + "; ".join(diff) +
-            ". Run with the settings it was prepared with, or re-run prepare.sh with these (another WORK/DATA)")
+            ". Run with the settings it was prepared with, or re-run prepare.sh with these (each prepared data keeps "
+            "its own folder in WORK/data)")
     data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
     if _data_id(data) != rec["data_id"]:
         changed = sorted(set(data) ^ set(rec["data_bin"]) |

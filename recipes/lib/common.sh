@@ -55,7 +55,7 @@ remove_leftovers() {
   for d in "$WORK/raw" "$WORK/tok" "$WORK/bpe" "$WORK/.done" "$WORK/downloads"; do
     [[ -d $d ]] && find "$d" -maxdepth 1 -name '*.tmp' -exec rm -rf {} +
   done
-  rm -rf "$DATA.tmp" "$WORK/data/binarise.tmp"
+  rm -rf "$DATA.tmp" "$DATA.tmp.dict" "$WORK/data/binarise.tmp" "$WORK/data/binarise.tmp.dict"
 }
 
 recipe_defaults() {
@@ -211,8 +211,9 @@ prepare_main() {
       "$WORK/raw/test.$l" "$WORK/tok/test.$l"
   done
   [[ $SRC != zh && $SRC != ja ]] || cap_check "$WORK/tok/train.$SRC"
-  # BPE is learned on the whole training set, capped or not: a capped data-bin shares its codes
-  # (and the input its dictionary is made from) with the full one; only its training pairs differ
+  # BPE is learned on the whole training set, capped or not, and a capped data-bin's dictionary
+  # is made from the uncapped cleaned pairs: it shares its codes and dictionary with the full
+  # data-bin of the same settings; only its training pairs differ
   if [[ $JOINT == 1 ]]; then
     stage bpe.learn --set "tool=$BPE_TOOL" --set "merges=$BPE_MERGES" \
       --in "$WORK/tok/train.$SRC" --in "$WORK/tok/train.$TGT" -- \
@@ -236,8 +237,9 @@ prepare_main() {
   local cap_fp=() cap_args=()
   if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
     local counted words_of=raw; counted=$(cap_counted_file); [[ $counted == "$WORK/raw/"* ]] || words_of=tokenised
-    cap_fp=(--set "train_max_len=$TRAIN_MAX_LEN" --in "$counted")
-    cap_args=(--max-src-words "$TRAIN_MAX_LEN" --src-raw "$counted" --words-of "$words_of")
+    cap_fp=(--set "train_max_len=$TRAIN_MAX_LEN" --set "dictionary_input=uncapped" --in "$counted")
+    cap_args=(--max-src-words "$TRAIN_MAX_LEN" --src-raw "$counted" --words-of "$words_of"
+              --full-src-out "$WORK/bpe/train.full.$SRC" --full-tgt-out "$WORK/bpe/train.full.$TGT")
   fi
   stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" "${cap_fp[@]}" \
     --in "$WORK/bpe/train.$SRC" --in "$WORK/bpe/train.$TGT" -- \
@@ -247,6 +249,7 @@ prepare_main() {
   local bin_in=() f
   for f in train.clean valid test; do bin_in+=(--in "$WORK/bpe/$f.$SRC" --in "$WORK/bpe/$f.$TGT"); done
   for f in valid test; do bin_in+=(--in "$WORK/raw/$f.$SRC" --in "$WORK/raw/$f.$TGT"); done
+  [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
   # the latest prepared folder removed by hand (or pruned): binarised again
   if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
   stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise
@@ -286,11 +289,20 @@ make_raw() {
 binarise() {
   local joined=(); [[ $JOINT == 1 ]] && joined=(--joined-dictionary)
   local tmp="$DATA.tmp" split l; [[ $DATA_KEYED == 0 ]] || tmp="$WORK/data/binarise.tmp"
-  rm -rf "$tmp"; mkdir -p "$(dirname "$tmp")"
+  rm -rf "$tmp" "$tmp.dict"; mkdir -p "$(dirname "$tmp")"
+  local dicts=()
+  if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
+    # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's)
+    "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" --trainpref "$WORK/bpe/train.full" \
+      --dict-only --destdir "$tmp.dict" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
+      || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
+    dicts=(--srcdict "$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--tgtdict "$tmp.dict/dict.$TGT.txt")
+  fi
   "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" \
     --trainpref "$WORK/bpe/train.clean" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
-    --destdir "$tmp" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
-    || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp"; return 1; }
+    --destdir "$tmp" "${joined[@]}" "${dicts[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} >> "$WORK/preprocess.log" 2>&1 \
+    || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
+  rm -rf "$tmp.dict"
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
@@ -346,8 +358,9 @@ train_main() {
   # the data-bin must be the one prepared with these settings (another language pair: named);
   # a run directory stays on its data
   prepare_settings
-  DATA=$(cd "$DATA" && pwd -P)  # the resolved folder (not the data-bin symlink) is what the run records
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
+  # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
+  DATA=$(cd "$DATA" && pwd -P)
   [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
   log "data: $DATA"
   NGPUS=${NGPUS:-$(detect_gpus)}

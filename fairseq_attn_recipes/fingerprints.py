@@ -145,4 +145,5 @@ def cmd_check_data(args):
         print(json.dumps({"train_pairs": rec["train_pairs"]["clean"], "train_pairs_raw": rec["train_pairs"]["raw"],
                           "train_pairs_by_part": rec["train_pairs"]["parts"],
                           "train_data_partial": rec["train_pairs"]["partial"],
+                          "train_cap": rec["train_pairs"].get("cap"),
                           "prepare_settings": rec["settings"]}))

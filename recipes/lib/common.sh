@@ -166,6 +166,9 @@ check_pair() {
 prepare_main() {
   recipe_defaults
   prepare_settings
+  if [[ $DATA_KEYED == 0 && $(realpath -m "$DATA") == "$(realpath -m "$WORK/data")"/* ]]; then
+    die "DATA=$DATA: the folders of $WORK/data are made by prepare.sh itself (one per prepared data); unset DATA"
+  fi
   mkdir -p "$WORK"/{raw,tok,bpe}
   remove_leftovers
   # 1. everything checked before any long work: tools, the local corpora (line counts and
@@ -291,10 +294,11 @@ binarise() {
   local tmp="$DATA.tmp" split l; [[ $DATA_KEYED == 0 ]] || tmp="$WORK/data/binarise.tmp"
   rm -rf "$tmp" "$tmp.dict"; mkdir -p "$(dirname "$tmp")"
   local dicts=()
+  : > "$WORK/preprocess.log"
   if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
     # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's)
     "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" --trainpref "$WORK/bpe/train.full" \
-      --dict-only --destdir "$tmp.dict" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
+      --dict-only --destdir "$tmp.dict" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} >> "$WORK/preprocess.log" 2>&1 \
       || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
     dicts=(--srcdict "$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--tgtdict "$tmp.dict/dict.$TGT.txt")
   fi

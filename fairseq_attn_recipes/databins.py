@@ -18,7 +18,7 @@ import json
 import os
 import shutil
 
-from .files import die
+from .files import die, write_lines_atomic
 
 ID_LEN = 12
 LINK = "data-bin"
@@ -51,6 +51,7 @@ def cmd_data_place(args):
     os.makedirs(root, exist_ok=True)
     dest = os.path.join(root, data_id[:ID_LEN])
     if os.path.isdir(dest) and not os.path.islink(dest) and _data_id(dest) == data_id:
+        _also_prepared_as(dest, read_prepare(args.tmp))
         shutil.rmtree(args.tmp)
         kept = True
     else:
@@ -69,6 +70,22 @@ def cmd_data_place(args):
     os.symlink(os.path.join("data", data_id[:ID_LEN]), tmp_link)
     os.replace(tmp_link, link)  # rename(2): as `mv -T`, data-bin is never missing
     print(f"{dest} ({'the same data was prepared before: kept' if kept else 'new'}); {link} -> data/{data_id[:ID_LEN]}")
+
+
+def _also_prepared_as(dest: str, new: dict) -> None:
+    """The same data (same data_id) made with other settings (e.g. a cap that drops only pairs the
+    cleaning drops anyway): those settings are recorded beside the first ones, in
+    prepare.json's ``also_prepared_as``, so that train.sh/evaluate.sh accept either."""
+    rec = read_prepare(dest)
+    if rec["settings"] == new["settings"]:
+        return
+    ways = rec.setdefault("also_prepared_as", [])
+    if any(w.get("settings") == new["settings"] for w in ways):
+        return
+    ways.append({"settings": new["settings"], "train_pairs": new["train_pairs"]})
+    write_lines_atomic(os.path.join(dest, "prepare.json"), [json.dumps(rec, indent=2)])
+    print(f"{dest}: the same data as prepared with {prepare_vars(rec['settings'])}; "
+          f"these settings are recorded beside those (also_prepared_as)")
 
 
 def _adopt_folder(link: str, root: str) -> None:

@@ -105,6 +105,10 @@ def cmd_check_data(args):
     with open(path, encoding="utf-8") as f:
         rec = json.load(f)
     want = dict(sorted(key_values(args.set).items()))
+    # the same data made with other settings too (data-place): any of its ways describes it
+    for way in rec.get("also_prepared_as", []):
+        if way.get("settings") == want and rec["settings"] != want:
+            rec = dict(rec, settings=way["settings"], train_pairs=way["train_pairs"])
     have_pair = (rec["settings"].get("SRC"), rec["settings"].get("TGT"))
     want_pair = (want.get("SRC"), want.get("TGT"))
     if None not in want_pair and have_pair != want_pair:  # another recipe's WORK: the pair says it all

@@ -157,3 +157,38 @@ def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
     p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="1"), check=False)
     assert f"TRAIN_MAX_LEN='{cap}' there, TRAIN_MAX_LEN=None here" in one_error(p)
     assert "give 'list'" in one_error(data_sh(env, "nonsense", check=False))
+
+
+def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path):
+    from test_recipes import steps
+    work = tmp_path / "work"
+    (tmp_path / "train.en").write_text("a b\nc d e\n")
+    (tmp_path / "test.de").write_text("x y\n")
+
+    def prepare(clean):
+        tmp = work / "data" / "binarise.tmp"
+        os.makedirs(tmp / "raw")
+        (tmp / "dict.en.txt").write_text("a 1\n")
+        (tmp / "raw" / "test.de").write_text("x y\n")
+        p = steps("prepare-record", "--data", str(tmp), "--set", "SRC=en", "--set", "TGT=de", "--set", f"CLEAN={clean}",
+                  "--raw-train", str(tmp_path / "train.en"), "--clean-train", str(tmp_path / "train.en"),
+                  "--test-ref", str(tmp / "raw" / "test.de"))
+        assert p.returncode == 0, p.stderr
+        p = steps("data-place", "--tmp", str(tmp), "--work", str(work))
+        assert p.returncode == 0 and not tmp.exists(), p.stderr
+        return p
+
+    prepare("1-250")
+    p = prepare("1-300")  # other settings, byte-identical data: the same data_id, one folder
+    (folder,) = os.listdir(work / "data")
+    assert "also_prepared_as" in p.stdout and os.readlink(work / "data-bin") == os.path.join("data", folder)
+    rec = json.load(open(work / "data" / folder / "prepare.json"))
+    assert rec["settings"]["CLEAN"] == "1-250" and [w["settings"]["CLEAN"] for w in rec["also_prepared_as"]] == ["1-300"]
+    for clean, ok in (("1-250", True), ("1-300", True), ("1-200", False)):
+        p = steps("check-data", "--data", str(work / "data-bin"), "--set", "SRC=en", "--set", "TGT=de",
+                  "--set", f"CLEAN={clean}", "--print-pairs")
+        assert (p.returncode == 0) == ok, p.stderr
+        if ok:
+            assert json.loads(p.stdout)["prepare_settings"]["CLEAN"] == clean
+        else:
+            assert "CLEAN='1-250' there, CLEAN='1-200' here" in p.stderr

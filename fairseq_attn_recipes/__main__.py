@@ -5,8 +5,9 @@ Each step reads whole files and writes its output to ``OUT.tmp`` then renames
 it, so an interrupted step never leaves a file that looks finished.
 
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
-concat-parts, extract, tokenize, clean, detok, split-compounds, prepare-record,
-average, hyps, score, bible-corpus, toy-corpus, check-positions. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
+data-place, run-data, data-list, data-prune, average, hyps, score, bible-corpus, toy-corpus,
+check-positions. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 
@@ -16,7 +17,8 @@ from fairseq_attn_records.run_record import finished_before
 
 from .bible import cmd_bible_corpus
 from .checkpoints import cmd_average
-from .corpora import cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
+from .corpora import cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
+from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_run_data
 from .demo_corpus import cmd_toy_corpus
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
 from .positions import cmd_check_positions
@@ -50,7 +52,8 @@ def main(argv=None):
     p.set_defaults(fn=cmd_concat_parts)
     p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
-    p.add_argument("--test-ref", required=True); p.add_argument("--parts"); p.set_defaults(fn=cmd_prepare_record)
+    p.add_argument("--test-ref", required=True); p.add_argument("--parts")
+    p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)"); p.set_defaults(fn=cmd_prepare_record)
     p = sub.add_parser("check-data"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--test-ref"); p.add_argument("--run-dir"); p.add_argument("--require", action="store_true")
     p.add_argument("--print-pairs", action="store_true"); p.set_defaults(fn=cmd_check_data)
@@ -72,7 +75,23 @@ def main(argv=None):
     for a in ("src-in", "tgt-in", "src-out", "tgt-out"):
         p.add_argument("--" + a, required=True)
     p.add_argument("--min", type=int, default=1); p.add_argument("--max", type=int, default=250)
-    p.add_argument("--ratio", type=float, default=1.5); p.set_defaults(fn=cmd_clean)
+    p.add_argument("--ratio", type=float, default=1.5)
+    p.add_argument("--max-src-words", type=int, help="drop pairs whose --src-raw line has more words (TRAIN_MAX_LEN)")
+    p.add_argument("--src-raw", help="source lines the cap counts words of (aligned with --src-in)")
+    p.add_argument("--words-of", default="raw", choices=["raw", "tokenised"], help="what --src-raw is (recorded)")
+    p.add_argument("--full-src-out"); p.add_argument("--full-tgt-out")
+    p.add_argument("--record", help="JSON: what the cap kept and dropped"); p.set_defaults(fn=cmd_clean)
+    p = sub.add_parser("cap-check"); p.add_argument("--max-src-words", type=int, required=True)
+    p.add_argument("--src-raw", required=True); p.set_defaults(fn=cmd_cap_check)
+    p = sub.add_parser("data-place", help="move a finished data-bin to WORK/data/<id>, point WORK/data-bin at it")
+    p.add_argument("--tmp", required=True); p.add_argument("--work", required=True); p.set_defaults(fn=cmd_data_place)
+    p = sub.add_parser("run-data", help="print the data folder a run was trained on")
+    p.add_argument("--run-dir", required=True); p.add_argument("--work"); p.add_argument("--data", help="an explicit DATA")
+    p.set_defaults(fn=cmd_run_data)
+    p = sub.add_parser("data-list", help="the data folders of WORK/data and the runs that name them")
+    p.add_argument("work"); p.set_defaults(fn=cmd_data_list)
+    p = sub.add_parser("data-prune", help="remove the folders of WORK/data no run record names")
+    p.add_argument("work"); p.set_defaults(fn=cmd_data_prune)
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
     p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)
     p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)

@@ -163,22 +163,70 @@ def cmd_extract(args):
     write_lines_atomic(args.tgt_out, tgt_out)
 
 
+def cap_keep(src_words, max_words: int, what: str):
+    """Which training pairs a source-length cap keeps: ``src_words`` the source lines the cap
+    counts words of. A cap that keeps every pair or none is refused (one line)."""
+    if max_words < 1:
+        die(f"TRAIN_MAX_LEN={max_words}: give the most source words a training pair may have, a positive integer")
+    lengths = [len(line.split()) for line in src_words]
+    longest = max(lengths, default=0)
+    if longest <= max_words:
+        die(f"TRAIN_MAX_LEN={max_words} keeps every training pair (the longest source has {longest} words): "
+            f"nothing is capped; unset TRAIN_MAX_LEN or give a smaller one (words counted in {what})")
+    keep = [n <= max_words for n in lengths]
+    if not any(keep):
+        die(f"TRAIN_MAX_LEN={max_words} leaves no training pair (the shortest source has {min(lengths)} words): "
+            f"give a larger one (words counted in {what})")
+    return keep
+
+
+def cmd_cap_check(args):
+    """cap-check --max-src-words N --src-raw FILE: the cap is usable (before any long work)."""
+    keep = cap_keep(read_lines(args.src_raw), args.max_src_words, args.src_raw)
+    print(f"TRAIN_MAX_LEN={args.max_src_words} keeps {sum(keep)} of {len(keep)} training pairs ({args.src_raw})")
+
+
 def cmd_clean(args):
-    """As Moses' clean-corpus-n.perl: keep pairs with min <= len <= max tokens and length ratio <= ratio."""
+    """As Moses' clean-corpus-n.perl: keep pairs with min <= len <= max tokens and length ratio <= ratio.
+    With --max-src-words N --src-raw FILE, also drop the pairs whose line in FILE (aligned with the
+    inputs) has more than N whitespace-separated words; --record writes what the cap kept and dropped,
+    --full-src-out/--full-tgt-out the cleaned pairs without the cap (the dictionary's input)."""
     src, tgt = read_lines(args.src_in), read_lines(args.tgt_in)
     if len(src) != len(tgt):
         die(f"{args.src_in} has {len(src)} lines but {args.tgt_in} has {len(tgt)}")
-    keep_s, keep_t = [], []
-    for s, t in zip(src, tgt):
+    capped = [True] * len(src)
+    cap = None
+    if args.max_src_words is not None:
+        if not args.src_raw:
+            die("clean --max-src-words needs --src-raw (the source lines whose words are counted)")
+        counted = read_lines(args.src_raw)
+        if len(counted) != len(src):
+            die(f"{args.src_raw} has {len(counted)} lines but {args.src_in} has {len(src)}: not aligned")
+        capped = cap_keep(counted, args.max_src_words, args.src_raw)
+        cap = {"max_src_words": args.max_src_words, "words_of": args.words_of, "counted_in": os.path.abspath(args.src_raw),
+               "kept": sum(capped), "dropped": len(capped) - sum(capped),
+               "shared_with_uncapped": "BPE codes, dictionary (made from the cleaned pairs without the cap)"}
+    keep_s, keep_t, full_s, full_t = [], [], [], []
+    for s, t, in_cap in zip(src, tgt, capped):
         ls, lt = len(s.split()), len(t.split())
         if not (args.min <= ls <= args.max and args.min <= lt <= args.max):
             continue
         if ls / lt > args.ratio or lt / ls > args.ratio:
             continue
-        keep_s.append(s)
-        keep_t.append(t)
+        full_s.append(s)
+        full_t.append(t)
+        if in_cap:
+            keep_s.append(s)
+            keep_t.append(t)
     if not keep_s:
         die("cleaning removed every sentence pair; check the corpus files and the language order")
     write_lines_atomic(args.src_out, keep_s)
     write_lines_atomic(args.tgt_out, keep_t)
+    if args.full_src_out:  # the cleaned pairs without the cap: what the dictionary is made from
+        write_lines_atomic(args.full_src_out, full_s)
+        write_lines_atomic(args.full_tgt_out, full_t)
+    if args.record:
+        write_lines_atomic(args.record, [json.dumps({"cap": cap}, indent=2)])
+    if cap:
+        print(f"clean: TRAIN_MAX_LEN={cap['max_src_words']} dropped {cap['dropped']} of {len(src)} pairs")
     print(f"clean: kept {len(keep_s)} of {len(src)} pairs")

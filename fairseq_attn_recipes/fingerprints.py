@@ -78,12 +78,16 @@ def cmd_prepare_record(args):
     if args.parts and os.path.isfile(args.parts):
         with open(args.parts, encoding="utf-8") as f:
             parts = json.load(f)
+    cap = None
+    if args.clean_record and os.path.isfile(args.clean_record):
+        with open(args.clean_record, encoding="utf-8") as f:
+            cap = json.load(f).get("cap")
     data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
     record = {
         "settings": dict(sorted(key_values(args.set).items())),
         "train_pairs": {"raw": count_lines(args.raw_train), "clean": count_lines(args.clean_train),
                         "parts": parts.get("parts", {}), "missing_parts": parts.get("missing", []),
-                        "partial": bool(parts.get("partial", False))},
+                        "partial": bool(parts.get("partial", False)), "cap": cap},
         "test_ref": file_digest(args.test_ref),
         "data_id": _data_id(data),
         "data_bin": data,
@@ -101,6 +105,10 @@ def cmd_check_data(args):
     with open(path, encoding="utf-8") as f:
         rec = json.load(f)
     want = dict(sorted(key_values(args.set).items()))
+    # the same data made with other settings too (data-place): any of its ways describes it
+    for way in rec.get("also_prepared_as", []):
+        if way.get("settings") == want and rec["settings"] != want:
+            rec = dict(rec, settings=way["settings"], train_pairs=way["train_pairs"])
     have_pair = (rec["settings"].get("SRC"), rec["settings"].get("TGT"))
     want_pair = (want.get("SRC"), want.get("TGT"))
     if None not in want_pair and have_pair != want_pair:  # another recipe's WORK: the pair says it all
@@ -111,7 +119,8 @@ def cmd_check_data(args):
             for k in sorted(set(want) | set(rec["settings"])) if rec["settings"].get(k) != want.get(k)]
     if diff:
         die(f"{args.data} was prepared with other settings: " + "; ".join(diff) +
-            ". Run with the settings it was prepared with, or re-run prepare.sh with these (another WORK/DATA)")
+            ". Run with the settings it was prepared with, or re-run prepare.sh with these (each prepared data keeps "
+            "its own folder in WORK/data)")
     data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
     if _data_id(data) != rec["data_id"]:
         changed = sorted(set(data) ^ set(rec["data_bin"]) |
@@ -126,17 +135,19 @@ def cmd_check_data(args):
                 trained_on = json.load(f)
             if trained_on.get("data_id") != rec["data_id"]:
                 die(f"{args.run_dir} holds a model trained on another data-bin than {args.data} "
-                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR")
+                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR, or DATA={trained_on.get('data')} "
+                    f"to continue it")
         elif args.require:
             die(f"{args.run_dir} has no data.json: no record of the data its model was trained on "
                 f"(trained by an older train.sh?); train it again with train.sh")
         else:
             os.makedirs(args.run_dir, exist_ok=True)
-            write_lines_atomic(run_rec, [json.dumps({"data": os.path.abspath(args.data), "data_id": rec["data_id"],
+            write_lines_atomic(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
                                                      "settings": rec["settings"],
                                                      "train_pairs": rec["train_pairs"]}, indent=2)])
     if args.print_pairs:
         print(json.dumps({"train_pairs": rec["train_pairs"]["clean"], "train_pairs_raw": rec["train_pairs"]["raw"],
                           "train_pairs_by_part": rec["train_pairs"]["parts"],
                           "train_data_partial": rec["train_pairs"]["partial"],
+                          "train_cap": rec["train_pairs"].get("cap"),
                           "prepare_settings": rec["settings"]}))

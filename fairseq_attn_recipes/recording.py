@@ -115,7 +115,7 @@ def last_save_points(run_dir: str, n: int, checkpoints: Optional[Dict] = None) -
 def _data_record(data_dir: str) -> Dict:
     with open(os.path.join(data_dir, "prepare.json"), encoding="utf-8") as f:
         prep = json.load(f)
-    return {"path": os.path.abspath(data_dir), "data_id": prep["data_id"], "settings": prep["settings"],
+    return {"path": os.path.realpath(data_dir), "data_id": prep["data_id"], "settings": prep["settings"],
             "train_pairs": prep["train_pairs"]}
 
 

@@ -314,10 +314,10 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     # leftovers of a killed run are never used
     (work / "raw" / "train.en.tmp").write_text("garbage\n")
     (work / "tok" / "train.en.tmp").write_text("garbage\n")
-    os.makedirs(work / "data-bin.tmp")
+    os.makedirs(work / "data" / "binarise.tmp")
     p = run("wmt14_en_de", "prepare.sh", env)
     assert "binarise: done before, skipped" in p.stderr
-    assert not (work / "raw" / "train.en.tmp").exists() and not (work / "data-bin.tmp").exists()
+    assert not (work / "raw" / "train.en.tmp").exists() and not (work / "data" / "binarise.tmp").exists()
 
     run("wmt14_en_de", "train.sh", env)
     assert (work / "runs" / "transformer_attn_wmt_en_de" / "run.json").exists()
@@ -333,10 +333,12 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     assert "tok.en: done before, skipped" in p.stderr and "bpe.learn: redone" in p.stderr
     assert "merges: '60' -> '50'" in p.stderr and "binarise: redone" in p.stderr
     assert read(work / "data-bin" / "dict.en.txt") != dict_60
-    # the run trained on the old data-bin is refused by both scripts
-    for script in ("train.sh", "evaluate.sh"):
-        p = run("wmt14_en_de", script, env50, check=False)
-        assert p.returncode == 2 and "trained on another data-bin" in p.stderr, p.stderr
+    # the run trained on the old data-bin: train.sh refuses to continue it on the new one;
+    # evaluate.sh takes the run's own data (kept in WORK/data) and refuses the settings asked for
+    p = run("wmt14_en_de", "train.sh", env50, check=False)
+    assert p.returncode == 2 and "trained on another data-bin" in p.stderr, p.stderr
+    p = run("wmt14_en_de", "evaluate.sh", env50, check=False)
+    assert p.returncode == 2 and "BPE_MERGES='60' there, BPE_MERGES='50' here" in p.stderr, p.stderr
 
     # another training corpus: raw and everything after it redone
     other = recipe_data.write_pair(str(tmp_path / "data2"), "en", "de", seed=7)

@@ -47,9 +47,9 @@ def steps(*args):
 # ------------------------------------------------------------------ fast checks
 def test_every_recipe_has_thin_scripts():
     for recipe in ("wmt14_en_de", "wmt17_zh_en", "wat17_ja_en", "bible_grc_en"):
-        for script in ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh", "README.md", "env.sh"):
+        for script in ("prepare.sh", "train.sh", "evaluate.sh", "data.sh", "lengths.sh", "README.md", "env.sh"):
             assert os.path.isfile(os.path.join(RECIPES, recipe, script)), (recipe, script)
-        for script in ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh"):
+        for script in ("prepare.sh", "train.sh", "evaluate.sh", "data.sh", "lengths.sh"):
             body = [line for line in read(os.path.join(RECIPES, recipe, script))
                     if line.strip() and not line.startswith("#")]
             assert len(body) <= 3, f"{recipe}/{script} should only call the shared library"
@@ -243,7 +243,11 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert read(os.path.join(save, "test", "hyp.txt")) == test_hyp
     assert len(read(os.path.join(save, "valid", "hyp.txt"))) == len(read(os.path.join(work, "raw", "valid.de")))
     evals = record()["evaluations"]
-    assert evals["test"] == test_eval and evals["valid"]["ref"] == os.path.join(work, "raw", "valid.de")
+    # scored against the raw reference kept in the run's own data folder (WORK/data/<id>/raw)
+    data = os.path.realpath(os.path.join(work, "data-bin"))
+    assert rec["data"]["path"] == data and os.path.dirname(data) == os.path.join(os.path.realpath(work), "data")
+    assert evals["test"] == test_eval and evals["valid"]["ref"] == os.path.join(data, "raw", "valid.de")
+    assert read(os.path.join(data, "raw", "valid.de")) == read(os.path.join(work, "raw", "valid.de"))
     from fairseq_attn_plugins.reporting.runs import Run
     for subset in ("test", "valid"):  # the reporting side picks the subset by its reference
         hyp, ev = Run(save).hyp_for(os.path.join(work, "raw", f"{subset}.de"))
@@ -376,6 +380,15 @@ def test_cjk_recipes(tmp_path, recipe, src, tgt):
     run(recipe, "evaluate.sh", dict(env, N_AVG="1"))
     scores = json.load(open(tmp_path / "work" / "runs" / "transformer_attn_wmt_en_de" / "test" / "scores.json"))
     assert "bleu" in scores["scores"] and scores["lenpen"] == 1.0
+    if src == "zh":  # TRAIN_MAX_LEN counts the words of the tokenised source (raw Chinese has no spaces)
+        lengths = sorted(len(t.split()) for t in tok)
+        cap = lengths[len(lengths) // 2] - 1
+        full = os.path.realpath(tmp_path / "work" / "data-bin")
+        run(recipe, "prepare.sh", dict(env, TRAIN_MAX_LEN=str(cap)))
+        assert os.path.realpath(tmp_path / "work" / "data-bin") != full
+        rec = json.load(open(tmp_path / "work" / "data-bin" / "prepare.json"))["train_pairs"]["cap"]
+        dropped = sum(1 for t in tok if len(t.split()) > cap)
+        assert rec["words_of"] == "tokenised" and (rec["dropped"], rec["kept"]) == (dropped, len(tok) - dropped) and dropped
 
 
 def test_sentencepiece_option_round_trips(tmp_path):

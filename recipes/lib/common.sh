@@ -55,7 +55,7 @@ remove_leftovers() {
   for d in "$WORK/raw" "$WORK/tok" "$WORK/bpe" "$WORK/.done" "$WORK/downloads"; do
     [[ -d $d ]] && find "$d" -maxdepth 1 -name '*.tmp' -exec rm -rf {} +
   done
-  rm -rf "$DATA.tmp"
+  rm -rf "$DATA.tmp" "$DATA.tmp.dict" "$WORK/data/binarise.tmp" "$WORK/data/binarise.tmp.dict"
 }
 
 recipe_defaults() {
@@ -66,6 +66,9 @@ recipe_defaults() {
   CLEAN_MIN=${CLEAN_MIN:-1}; CLEAN_MAX=${CLEAN_MAX:-250}; CLEAN_RATIO=${CLEAN_RATIO:-1.5}
   WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 1)}
   DATA=${DATA:-$WORK/data-bin}
+  # the default layout: each prepared data in WORK/data/<id>, WORK/data-bin a symlink naming the
+  # latest, each run evaluated on its own (DATA_KEYED=1); an explicit DATA is written/read as given
+  if [[ $DATA == "$WORK/data-bin" ]]; then DATA_KEYED=1; else DATA_KEYED=0; fi
   USER_DIR=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
     || die "fairseq_attn_plugins is not importable by $PYTHON; run 'bash scripts/setup_env.sh' and '. .venv/bin/activate'"
 }
@@ -135,6 +138,18 @@ prepare_settings() {
             --set "BPE_MERGES=$BPE_MERGES" --set "CLEAN=$CLEAN_MIN-$CLEAN_MAX-$CLEAN_RATIO"
             --set "TOKENIZER_${SRC^^}=$(tokenizer_tool "$SRC")" --set "TOKENIZER_${TGT^^}=$(tokenizer_tool "$TGT")"
             --set "PREPROCESS_ARGS=${PREPROCESS_ARGS:-}")
+  # the training-length cap (set only when given: data prepared without it keeps its record)
+  if [[ -n ${TRAIN_MAX_LEN:-} ]]; then PREP_SET+=(--set "TRAIN_MAX_LEN=$TRAIN_MAX_LEN"); fi
+}
+
+# TRAIN_MAX_LEN counts the words of the raw training source; Chinese and Japanese are written
+# without spaces, so for them the words of the tokenised source
+cap_counted_file() {
+  case $SRC in zh|ja) echo "$WORK/tok/train.$SRC";; *) echo "$WORK/raw/train.$SRC";; esac
+}
+
+cap_check() {  # cap_check FILE: the cap keeps some but not every training pair (one-line error)
+  [[ -z ${TRAIN_MAX_LEN:-} ]] || "${STEPS[@]}" cap-check --max-src-words "$TRAIN_MAX_LEN" --src-raw "$1" >&2 || exit 2
 }
 
 # local_split SPLIT (train/valid/test): true when the user gives that split as local files
@@ -151,6 +166,9 @@ check_pair() {
 prepare_main() {
   recipe_defaults
   prepare_settings
+  if [[ $DATA_KEYED == 0 && $(realpath -m "$DATA") == "$(realpath -m "$WORK/data")"/* ]]; then
+    die "DATA=$DATA: the folders of $WORK/data are made by prepare.sh itself (one per prepared data); unset DATA"
+  fi
   mkdir -p "$WORK"/{raw,tok,bpe}
   remove_leftovers
   # 1. everything checked before any long work: tools, the local corpora (line counts and
@@ -158,6 +176,9 @@ prepare_main() {
   local tools=(fairseq sacrebleu "$BPE_TOOL") l split
   for l in "$SRC" "$TGT"; do tools+=("$(tokenizer_tool "$l" | sed 's/moses-plain/moses/')"); done
   "${STEPS[@]}" check-tools "${tools[@]}" || exit 2
+  if [[ -n ${TRAIN_MAX_LEN:-} ]] && ! [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ && $(( 10#$TRAIN_MAX_LEN )) -ge 1 ]]; then
+    die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the most source words a training pair may have, a positive integer (empty: no cap)"
+  fi
   local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
     local s="${split^^}_SRC" t="${split^^}_TGT"
@@ -166,6 +187,7 @@ prepare_main() {
       [[ -f "${!s}" ]] || die "$s=${!s}: no such file. Give an existing file, or unset $s and $t for the official $split data."
       [[ -f "${!t}" ]] || die "$t=${!t}: no such file. Give an existing file, or unset $s and $t for the official $split data."
       check_pair "${!s}" "${!t}" "$s/$t"
+      [[ $split != train || $SRC == zh || $SRC == ja ]] || cap_check "${!s}"
       raw_fp+=(--set "$split=local" --in "${!s}" --in "${!t}")
     else
       raw_fp+=(--set "$split=official")
@@ -182,6 +204,7 @@ prepare_main() {
   fi
   # 2. raw corpora: local files where given, the official ones otherwise; checked aligned
   stage raw "${raw_fp[@]}" -- make_raw
+  [[ $SRC == zh || $SRC == ja ]] || cap_check "$WORK/raw/train.$SRC"
   # 3. tokenise, 4. (joint) BPE, 5. clean by length and ratio, 6. binarise
   for l in "$SRC" "$TGT"; do
     stage "tok.$l" --set "lang=$l" --set "tool=$(tokenizer_tool "$l")" \
@@ -190,6 +213,10 @@ prepare_main() {
       "$WORK/raw/train.$l" "$WORK/tok/train.$l" "$WORK/raw/valid.$l" "$WORK/tok/valid.$l" \
       "$WORK/raw/test.$l" "$WORK/tok/test.$l"
   done
+  [[ $SRC != zh && $SRC != ja ]] || cap_check "$WORK/tok/train.$SRC"
+  # BPE is learned on the whole training set, capped or not, and a capped data-bin's dictionary
+  # is made from the uncapped cleaned pairs: it shares its codes and dictionary with the full
+  # data-bin of the same settings; only its training pairs differ
   if [[ $JOINT == 1 ]]; then
     stage bpe.learn --set "tool=$BPE_TOOL" --set "merges=$BPE_MERGES" \
       --in "$WORK/tok/train.$SRC" --in "$WORK/tok/train.$TGT" -- \
@@ -209,15 +236,28 @@ prepare_main() {
       "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$WORK/tok/train.$l" "$WORK/bpe/train.$l" \
       "$WORK/tok/valid.$l" "$WORK/bpe/valid.$l" "$WORK/tok/test.$l" "$WORK/bpe/test.$l"
   done
-  stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" \
+  # TRAIN_MAX_LEN: the pairs whose source has more words are dropped here (valid/test stay whole)
+  local cap_fp=() cap_args=()
+  if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
+    local counted words_of=raw; counted=$(cap_counted_file); [[ $counted == "$WORK/raw/"* ]] || words_of=tokenised
+    cap_fp=(--set "train_max_len=$TRAIN_MAX_LEN" --set "dictionary_input=uncapped" --in "$counted")
+    cap_args=(--max-src-words "$TRAIN_MAX_LEN" --src-raw "$counted" --words-of "$words_of"
+              --full-src-out "$WORK/bpe/train.full.$SRC" --full-tgt-out "$WORK/bpe/train.full.$TGT")
+  fi
+  stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" "${cap_fp[@]}" \
     --in "$WORK/bpe/train.$SRC" --in "$WORK/bpe/train.$TGT" -- \
-    "${STEPS[@]}" clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" \
-    --src-in "$WORK/bpe/train.$SRC" --tgt-in "$WORK/bpe/train.$TGT" \
+    "${STEPS[@]}" clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" "${cap_args[@]}" \
+    --src-in "$WORK/bpe/train.$SRC" --tgt-in "$WORK/bpe/train.$TGT" --record "$WORK/bpe/train.clean.json" \
     --src-out "$WORK/bpe/train.clean.$SRC" --tgt-out "$WORK/bpe/train.clean.$TGT"
   local bin_in=() f
   for f in train.clean valid test; do bin_in+=(--in "$WORK/bpe/$f.$SRC" --in "$WORK/bpe/$f.$TGT"); done
-  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" --in "$WORK/raw/test.$TGT" -- binarise
-  log "prepared: $DATA ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning)"
+  for f in valid test; do bin_in+=(--in "$WORK/raw/$f.$SRC" --in "$WORK/raw/$f.$TGT"); done
+  [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
+  # the latest prepared folder removed by hand (or pruned): binarised again
+  if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
+  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise
+  local where=$DATA; [[ $DATA_KEYED == 0 ]] || where="$DATA -> $(readlink "$DATA")"
+  log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning)"
 }
 
 # make_raw: $WORK/raw/{train,valid,test}.{SRC,TGT} (+ train.parts.json), all checked aligned
@@ -245,16 +285,54 @@ make_raw() {
   done
 }
 
+# binarise: the data-bin written aside, with copies of the raw valid/test source and reference
+# (raw/, what evaluate.sh scores against) and its record (prepare.json, data_id); then moved to
+# WORK/data/<first 12 hex of data_id> (kept if that folder holds the same data) with WORK/data-bin
+# repointed at it, or to an explicit DATA
 binarise() {
   local joined=(); [[ $JOINT == 1 ]] && joined=(--joined-dictionary)
-  rm -rf "$DATA.tmp"
+  local tmp="$DATA.tmp" split l; [[ $DATA_KEYED == 0 ]] || tmp="$WORK/data/binarise.tmp"
+  rm -rf "$tmp" "$tmp.dict"; mkdir -p "$(dirname "$tmp")"
+  local dicts=()
+  : > "$WORK/preprocess.log"
+  if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
+    # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's)
+    "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" --trainpref "$WORK/bpe/train.full" \
+      --dict-only --destdir "$tmp.dict" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} >> "$WORK/preprocess.log" 2>&1 \
+      || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
+    dicts=(--srcdict "$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--tgtdict "$tmp.dict/dict.$TGT.txt")
+  fi
   "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" \
     --trainpref "$WORK/bpe/train.clean" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
-    --destdir "$DATA.tmp" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} > "$WORK/preprocess.log" 2>&1 \
-    || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$DATA.tmp"; return 1; }
-  "${STEPS[@]}" prepare-record --data "$DATA.tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
-    --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$WORK/raw/test.$TGT" --parts "$WORK/raw/train.parts.json"
-  rm -rf "$DATA"; mv "$DATA.tmp" "$DATA"
+    --destdir "$tmp" "${joined[@]}" "${dicts[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} >> "$WORK/preprocess.log" 2>&1 \
+    || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
+  rm -rf "$tmp.dict"
+  rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
+  mkdir -p "$tmp/raw"
+  for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
+  "${STEPS[@]}" prepare-record --data "$tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
+    --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
+    --clean-record "$WORK/bpe/train.clean.json"
+  if [[ $DATA_KEYED == 1 ]]; then
+    "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" >&2
+  else
+    rm -rf "$DATA"; mv "$tmp" "$DATA"
+  fi
+}
+
+# data_refs: the raw valid/test source and reference of the data-bin $DATA (its raw/; data prepared
+# before data folders held them: $WORK/raw)
+data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw"; fi; }
+
+# data_main list|prune: the prepared data folders of WORK/data (id, settings, training pairs, size,
+# the runs naming them), or remove those no run record (nor WORK/data-bin) names
+data_main() {
+  recipe_defaults
+  case ${1:-} in
+    list) "${STEPS[@]}" data-list "$WORK";;
+    prune) "${STEPS[@]}" data-prune "$WORK";;
+    *) die "data.sh ${1:-}: give 'list' (the prepared data of WORK=$WORK and the runs naming them) or 'prune' (remove the unreferenced ones)";;
+  esac
 }
 
 # ---------------------------------------------------------------- CPU threads
@@ -285,7 +363,10 @@ train_main() {
   # a run directory stays on its data
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
+  # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
+  DATA=$(cd "$DATA" && pwd -P)
   [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
+  log "data: $DATA"
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
@@ -408,8 +489,14 @@ evaluate_main() {
   NGPUS=${NGPUS:-$(detect_gpus)}
   (( NGPUS > 0 )) || cpu_threads 1  # generation on CPU: one process
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
-  [[ -f "$WORK/raw/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $WORK/raw/$EVAL_SUBSET.$TGT: run prepare.sh first"
   [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  # the run's own data (its record), with the raw source and reference kept in it; an explicit
+  # DATA must be that data
+  local given=(); [[ $DATA_KEYED == 1 ]] || given=(--data "$DATA")
+  DATA=$("${STEPS[@]}" run-data --run-dir "$SAVE_DIR" --work "$WORK" "${given[@]}") || exit 2
+  local refs; refs=$(data_refs)
+  [[ -f "$refs/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $refs/$EVAL_SUBSET.$TGT: run prepare.sh first"
+  log "data: $DATA (the run's own, recorded in $SAVE_DIR/run.json); source and reference: $refs/$EVAL_SUBSET.{$SRC,$TGT}"
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
   "${STEPS[@]}" check-comet || exit 2
   # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
@@ -419,7 +506,7 @@ evaluate_main() {
   rm -rf "$out" "$final.old"
   mkdir -p "$out"
   prepare_settings
-  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$WORK/raw/test.$TGT" --run-dir "$SAVE_DIR" \
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$refs/test.$TGT" --run-dir "$SAVE_DIR" \
     --require --print-pairs > "$out/data.check.json.tmp" || exit 2
   mv "$out/data.check.json.tmp" "$out/data.check.json"
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
@@ -433,7 +520,7 @@ evaluate_main() {
     ${GEN_ARGS:-} > "$out/generate.out.tmp" 2> "$out/generate.err" \
     || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
   mv "$out/generate.out.tmp" "$out/generate.out"
-  local n; n=$(wc -l < "$WORK/raw/$EVAL_SUBSET.$TGT")
+  local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
   "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"
   "${STEPS[@]}" detok --lang "$TGT" "$out/hyp.tok.txt" "$out/hyp.txt"
   local tokargs=()
@@ -442,7 +529,7 @@ evaluate_main() {
     # and reference (+ compound splitting for German), multi-bleu.perl
     local method="moses tokenizer.perl (no -a) on detokenised text, multi-bleu.perl"
     "${STEPS[@]}" tokenize --lang "$TGT" --tool moses-plain "$out/hyp.txt" "$out/hyp.tokbleu.txt" \
-      "$WORK/raw/$EVAL_SUBSET.$TGT" "$out/ref.tokbleu.txt"
+      "$refs/$EVAL_SUBSET.$TGT" "$out/ref.tokbleu.txt"
     if [[ $TGT == de ]]; then
       "${STEPS[@]}" split-compounds "$out/hyp.tokbleu.txt" "$out/hyp.tokbleu.txt" \
         "$out/ref.tokbleu.txt" "$out/ref.tokbleu.txt"
@@ -450,12 +537,12 @@ evaluate_main() {
     fi
     tokargs=(--tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt" --tok-method "$method")
   fi
-  "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$WORK/raw/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
+  "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$refs/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
-    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$WORK/raw/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
+    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"
-  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $WORK/raw/test.$TGT RUN_DIRS..."
+  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $refs/test.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

@@ -67,7 +67,7 @@ table1_main() {
   for line in "${rows[@]}"; do  # "KEY ARCH"
     EVAL_SUBSET=test paper_run "table1 ${line% *}" "${line#* }" "$TABLE1_DIR/runs/${line% *}"
   done
-  "${PAPER[@]}" table1 --ref "$WORK/raw/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
+  "${PAPER[@]}" table1 --ref "$(data_refs)/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
     --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" \
     --md "$TABLE1_DIR/table1.md" --json "$TABLE1_DIR/table1.json" || exit 2
   log "Table 1: $TABLE1_DIR/table1.md (and table1.json)"
@@ -96,7 +96,7 @@ figure2_main() {
       --csan-window "$FIG2_WINDOW" --csan-heads "$v"
     hargs+=("$v=$FIGURE2_DIR/runs/csan2d_h$v")
   done
-  local args=(--ref "$WORK/raw/valid.$TGT" --window-2d "$FIG2_WINDOW" --tokenize "${SACREBLEU_TOK:-13a}"
+  local args=(--ref "$(data_refs)/valid.$TGT" --window-2d "$FIG2_WINDOW" --tokenize "${SACREBLEU_TOK:-13a}"
               --png "$FIGURE2_DIR/figure2.png" --json "$FIGURE2_DIR/figure2.json")
   (( ${#wargs[@]} )) && args+=(--window "${wargs[@]}")
   (( ${#hargs[@]} )) && args+=(--heads "${hargs[@]}")
@@ -114,7 +114,7 @@ figure3_main() {
     [[ -f "$runs/$key/test/hyp.txt" ]] || die "$runs/$key/test/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
     [[ $key == baseline ]] || sys+=("$key=$runs/$key")
   done
-  "${PAPER[@]}" figure3 --ref "$WORK/raw/test.$TGT" --baseline "baseline=$runs/baseline" --system "${sys[@]}" \
+  "${PAPER[@]}" figure3 --ref "$(data_refs)/test.$TGT" --baseline "baseline=$runs/baseline" --system "${sys[@]}" \
     --tokenize "${SACREBLEU_TOK:-13a}" --png "$TABLE1_DIR/figure3.png" --json "$TABLE1_DIR/figure3.json" || exit 2
   log "Figure 3: $TABLE1_DIR/figure3.png (and figure3.json)"
 }

@@ -1,0 +1,260 @@
+"""Prepared data that coexist in one WORK, keyed by fingerprint.
+
+Layout (prepare.sh without an explicit ``DATA``)::
+
+    WORK/data/<first 12 hex of data_id>/   one folder per prepared data: the data-bin,
+        prepare.json                       its record (settings, training pairs, data_id)
+        raw/{valid,test}.{SRC,TGT}         the raw (detokenised) valid/test source and reference
+    WORK/data-bin -> data/<id>             relative symlink naming the latest prepared folder
+
+``data-place`` moves a finished data-bin there (a folder with that id already holding the same
+data is kept) and repoints ``data-bin`` in one rename. A run records the resolved folder
+(``run.json`` ``data.path``, ``data.json``); ``run-data`` finds it again for evaluate.sh.
+``data-list`` / ``data-prune`` show the folders with the runs that name them and remove only the
+folders no run record (nor ``data-bin``) names.
+"""
+
+import json
+import os
+import shutil
+
+from .files import die, write_lines_atomic
+
+ID_LEN = 12
+LINK = "data-bin"
+
+
+def read_prepare(folder: str):
+    """prepare.json of a data folder, or None when it has none (or an unreadable one)."""
+    path = os.path.join(folder, "prepare.json")
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _data_id(folder: str):
+    rec = read_prepare(folder)
+    return rec.get("data_id") if rec else None
+
+
+def cmd_data_place(args):
+    """Move the finished data-bin ``--tmp`` to WORK/data/<id> (kept when it already holds the same
+    data_id) and point WORK/data-bin at it (a temporary symlink renamed over the old one)."""
+    data_id = _data_id(args.tmp)
+    if not data_id:
+        die(f"{args.tmp} has no prepare.json: the data-bin was not recorded")
+    root = os.path.join(args.work, "data")
+    os.makedirs(root, exist_ok=True)
+    dest = os.path.join(root, data_id[:ID_LEN])
+    if os.path.isdir(dest) and not os.path.islink(dest) and _data_id(dest) == data_id:
+        _also_prepared_as(dest, read_prepare(args.tmp))
+        shutil.rmtree(args.tmp)
+        kept = True
+    else:
+        if os.path.islink(dest) or os.path.isfile(dest):
+            os.remove(dest)
+        elif os.path.isdir(dest):  # not the data its name says (changed by hand): replaced
+            shutil.rmtree(dest)
+        os.replace(args.tmp, dest)
+        kept = False
+    link = os.path.join(args.work, LINK)
+    if os.path.isdir(link) and not os.path.islink(link):
+        _adopt_folder(link, root)
+    tmp_link = link + ".tmp"
+    if os.path.lexists(tmp_link):
+        os.remove(tmp_link)
+    os.symlink(os.path.join("data", data_id[:ID_LEN]), tmp_link)
+    os.replace(tmp_link, link)  # rename(2): as `mv -T`, data-bin is never missing
+    print(f"{dest} ({'the same data was prepared before: kept' if kept else 'new'}); {link} -> data/{data_id[:ID_LEN]}")
+
+
+def _also_prepared_as(dest: str, new: dict) -> None:
+    """The same data (same data_id) made with other settings (e.g. a cap that drops only pairs the
+    cleaning drops anyway): those settings are recorded beside the first ones, in
+    prepare.json's ``also_prepared_as``, so that train.sh/evaluate.sh accept either."""
+    rec = read_prepare(dest)
+    if rec["settings"] == new["settings"]:
+        return
+    ways = rec.setdefault("also_prepared_as", [])
+    if any(w.get("settings") == new["settings"] for w in ways):
+        return
+    ways.append({"settings": new["settings"], "train_pairs": new["train_pairs"]})
+    write_lines_atomic(os.path.join(dest, "prepare.json"), [json.dumps(rec, indent=2)])
+    print(f"{dest}: the same data as prepared with {prepare_vars(rec['settings'])}; "
+          f"these settings are recorded beside those (also_prepared_as)")
+
+
+def _adopt_folder(link: str, root: str) -> None:
+    """A data-bin folder of an older prepare.sh: moved to WORK/data/<its id> (runs trained on it
+    find it there by their data_id), or refused when it has no record."""
+    old_id = _data_id(link)
+    if not old_id:
+        die(f"{link} is a folder without prepare.json (not made by prepare.sh): move it away and re-run prepare.sh")
+    dest = os.path.join(root, old_id[:ID_LEN])
+    if os.path.isdir(dest) and _data_id(dest) == old_id:
+        shutil.rmtree(link)  # the same data is kept in WORK/data
+    else:
+        os.replace(link, dest)
+    print(f"{link}: the data-bin folder of an older prepare.sh moved to {dest}")
+
+
+# ---------------------------------------------------------------- run records
+def _load_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def run_data(run_dir: str):
+    """(path, data_id, settings) of the data a run was trained on: run.json's ``data``, else
+    data.json; None when neither records it."""
+    rec = _load_json(os.path.join(run_dir, "run.json"))
+    d = (rec or {}).get("data") if isinstance(rec, dict) else None
+    if isinstance(d, dict) and d.get("data_id"):
+        return d.get("path"), d["data_id"], d.get("settings") or {}
+    d = _load_json(os.path.join(run_dir, "data.json"))
+    if isinstance(d, dict) and d.get("data_id"):
+        return d.get("data"), d["data_id"], d.get("settings") or {}
+    return None
+
+
+def settings_summary(settings: dict) -> str:
+    cap = settings.get("TRAIN_MAX_LEN") or "none"
+    return (f"{settings.get('SRC')}-{settings.get('TGT')} cap={cap} "
+            f"bpe={settings.get('BPE_TOOL')}:{settings.get('BPE_MERGES')} joint={settings.get('JOINT')}")
+
+
+def prepare_vars(settings: dict) -> str:
+    """The prepare.sh variables a data folder was made with (those that are set)."""
+    return " ".join(f"{k}={v}" for k, v in sorted(settings.items()) if v not in ("", None) and k != "DATA")
+
+
+def _same_folder(a: str, b: str) -> bool:
+    return bool(a and b) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def cmd_run_data(args):
+    """Print the data folder of the run in --run-dir: the folder its record names (or, moved with
+    its WORK, WORK/data/<id>), holding the data_id recorded. --data (an explicit DATA) must be
+    that data. A folder that no longer exists: one line naming the run and the folder."""
+    found = run_data(args.run_dir)
+    if found is None:
+        die(f"{args.run_dir} has no record of the data its model was trained on (run.json data, data.json): "
+            f"train it again with train.sh")
+    path, data_id, settings = found
+    if args.data:
+        have = _data_id(args.data)
+        if have != data_id:
+            what = f"data_id {have[:ID_LEN]}" if have else "no prepare.json"
+            die(f"DATA={args.data} ({what}) is not the data the run {args.run_dir} was trained "
+                f"on ({path}, data_id {data_id[:ID_LEN]}): unset DATA to evaluate on the run's own data")
+        print(os.path.realpath(args.data))
+        return
+    candidates = [path] if path else []
+    if args.work:
+        candidates.append(os.path.join(args.work, "data", data_id[:ID_LEN]))
+    for c in candidates:
+        if c and os.path.isdir(c) and _data_id(c) == data_id:
+            print(os.path.realpath(c))
+            return
+    die(f"the run {args.run_dir} was trained on {path} (data_id {data_id[:ID_LEN]}), which no longer exists: "
+        f"re-run prepare.sh with the settings it was prepared with ({prepare_vars(settings)}) or train again")
+
+
+# ---------------------------------------------------------------- list and prune
+def references(work: str):
+    """{run folder: (data path, data_id)} for every run.json / data.json under WORK (symlinks are
+    not followed; WORK/data itself is not searched)."""
+    refs = {}
+    data_root = os.path.join(work, "data")
+    for dirpath, dirnames, filenames in os.walk(work, followlinks=False):
+        if os.path.abspath(dirpath) == os.path.abspath(work) and "data" in dirnames:
+            dirnames.remove("data")
+        if os.path.abspath(dirpath).startswith(os.path.abspath(data_root) + os.sep):
+            continue
+        if "run.json" in filenames or "data.json" in filenames:
+            found = run_data(dirpath)
+            if found:
+                refs[dirpath] = found[:2]
+    return refs
+
+
+def _size(folder: str) -> int:
+    total = 0
+    for dirpath, _, filenames in os.walk(folder, followlinks=False):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
+
+def data_folders(work: str):
+    """[(name, folder, prepare.json or None, referencing runs)] for each folder in WORK/data,
+    symlinks and *.tmp left out; ``data-bin`` counts as a reference."""
+    root = os.path.join(work, "data")
+    if not os.path.isdir(root):
+        return []
+    refs = references(work)
+    link = os.path.join(work, LINK)
+    latest = os.path.realpath(link) if os.path.islink(link) else None
+    out = []
+    for name in sorted(os.listdir(root)):
+        folder = os.path.join(root, name)
+        if name.endswith(".tmp") or os.path.islink(folder) or not os.path.isdir(folder):
+            continue
+        rec = read_prepare(folder)
+        data_id = (rec or {}).get("data_id")
+        by = sorted(os.path.relpath(run, work) for run, (path, rid) in refs.items()
+                    if _same_folder(path, folder) or (data_id and rid == data_id))
+        if latest and os.path.realpath(folder) == latest:
+            by.insert(0, LINK)
+        out.append((name, folder, rec, by))
+    return out
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return ""
+
+
+def _describe(name, folder, rec, by) -> str:
+    if rec is None:
+        return f"{name}  no prepare.json (not made by prepare.sh): left alone"
+    tp = rec.get("train_pairs", {})
+    cap = tp.get("cap")
+    pairs = f"train pairs {tp.get('clean')} of {tp.get('raw')}"
+    if cap:
+        pairs += f" (cap {cap['max_src_words']} {cap['words_of']} source words: kept {cap['kept']}, dropped {cap['dropped']})"
+    return (f"{name}  {settings_summary(rec.get('settings', {}))}  {pairs}  {_human(_size(folder))}  "
+            f"referenced by: {', '.join(by) if by else 'nothing'}")
+
+
+def cmd_data_list(args):
+    folders = data_folders(args.work)
+    if not folders:
+        print(f"{args.work}/data: no prepared data")
+    for f in folders:
+        print(_describe(*f))
+
+
+def cmd_data_prune(args):
+    """Remove the folders of WORK/data that no run record and not data-bin name."""
+    removed = 0
+    for name, folder, rec, by in data_folders(args.work):
+        if by or rec is None:
+            print(f"kept {_describe(name, folder, rec, by)}")
+            continue
+        shutil.rmtree(folder)  # a real folder directly in WORK/data (symlinks were left out)
+        removed += 1
+        print(f"removed {folder} ({settings_summary(rec.get('settings', {}))})")
+    print(f"{removed} unreferenced data folder(s) removed")

@@ -1,0 +1,194 @@
+"""Prepared data that coexist in one WORK (WORK/data/<id>, WORK/data-bin naming the latest), each
+run evaluated on its own data and reference, data.sh list|prune, and the TRAIN_MAX_LEN cap: real
+recipe runs on the tiny corpora of test_recipes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import recipe_data  # noqa: E402
+from test_recipes import RECIPES, prepared_ende, read, run  # noqa: E402
+
+
+def data_id(folder):
+    return json.load(open(os.path.join(folder, "prepare.json")))["data_id"]
+
+
+def latest(work):
+    return os.path.realpath(os.path.join(work, "data-bin"))
+
+
+def data_sh(env, action, check=True):
+    full = dict(os.environ, PYTHON=sys.executable, **env)
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    p = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "data.sh"), action], env=full,
+                       capture_output=True, text=True)
+    assert p.returncode == 0 or not check, p.stderr
+    return p
+
+
+def one_error(p):
+    assert p.returncode == 2 and p.stderr.count("error: ") == 1, p.stderr
+    return [line for line in p.stderr.splitlines() if line.startswith("error: ")][0]
+
+
+@pytest.mark.e2e
+def test_prepared_data_coexist_and_each_run_evaluates_on_its_own(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    work = env["WORK"]
+    # the keyed layout: data-bin is a relative symlink to data/<first 12 hex of data_id>
+    link = os.path.join(work, "data-bin")
+    first = latest(work)
+    assert os.path.islink(link) and os.readlink(link) == os.path.join("data", data_id(first)[:12])
+    assert os.path.dirname(first) == os.path.realpath(os.path.join(work, "data"))
+    for split in ("valid", "test"):  # the raw source and reference, kept with the data
+        assert read(os.path.join(first, "raw", f"{split}.en")) == read(env[f"{split.upper()}_SRC"])
+        assert read(os.path.join(first, "raw", f"{split}.de")) == read(env[f"{split.upper()}_TGT"])
+
+    save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
+    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="2"))
+    assert json.load(open(os.path.join(save, "run.json")))["data"]["path"] == first  # resolved, not data-bin
+    assert json.load(open(os.path.join(save, "data.json")))["data"] == first
+
+    # another corpus (other training and test sets, other merges) in the same WORK: a second folder
+    other = recipe_data.write_pair(str(tmp_path / "other"), "en", "de", seed=7)
+    env_b = dict(env, **other, BPE_MERGES="50")
+    run("wmt14_en_de", "prepare.sh", env_b)
+    second = latest(work)
+    assert second != first and sorted(os.listdir(os.path.join(work, "data"))) == sorted(
+        [os.path.basename(first), os.path.basename(second)])
+    assert read(os.path.join(work, "raw", "test.de")) == read(other["TEST_TGT"]) != read(env["TEST_TGT"])
+
+    # the first run still evaluates, on its own data against its own reference
+    p = run("wmt14_en_de", "evaluate.sh", env)
+    assert f"data: {first} (the run's own" in p.stderr
+    ev = json.load(open(os.path.join(save, "run.json")))["evaluations"]["test"]
+    assert ev["ref"] == os.path.join(first, "raw", "test.de")
+    import sacrebleu
+    hyp = read(os.path.join(save, "test", "hyp.txt"))
+    assert len(hyp) == len(read(env["TEST_TGT"]))
+    assert ev["scores"]["bleu"]["score"] == round(sacrebleu.corpus_bleu(hyp, [read(env["TEST_TGT"])]).score, 2)
+
+    # a third preparation makes the second unreferenced; list names the references
+    run("wmt14_en_de", "prepare.sh", dict(env, BPE_MERGES="40"))
+    third = latest(work)
+    outside = tmp_path / "outside"  # a symlink in WORK/data is never followed nor removed
+    shutil.copytree(second, outside)
+    os.symlink(outside, os.path.join(work, "data", "elsewhere"))
+    p = data_sh(env, "list")
+    lines = {line.split()[0]: line for line in p.stdout.splitlines()}
+    assert set(lines) == {os.path.basename(f) for f in (first, second, third)}
+    assert lines[os.path.basename(first)].endswith("referenced by: runs/transformer_attn_wmt_en_de")
+    assert "bpe=subword-nmt:50" in lines[os.path.basename(second)] and lines[os.path.basename(second)].endswith(
+        "referenced by: nothing")
+    assert lines[os.path.basename(third)].endswith("referenced by: data-bin")
+    p = data_sh(env, "prune")
+    assert f"removed {second} " in p.stdout and "1 unreferenced data folder(s) removed" in p.stdout
+    assert not os.path.exists(second) and os.path.isdir(first) and os.path.isdir(third)
+    assert os.path.isfile(outside / "prepare.json") and os.path.islink(os.path.join(work, "data", "elsewhere"))
+
+    # an explicit DATA that is not the run's data: one line
+    line = one_error(run("wmt14_en_de", "evaluate.sh", dict(env, DATA=third), check=False))
+    assert f"DATA={third}" in line and "is not the data the run" in line and save in line
+    # the run's folder removed by hand: one line naming the run and the missing folder
+    shutil.rmtree(first)
+    line = one_error(run("wmt14_en_de", "evaluate.sh", env, check=False))
+    assert f"the run {save} was trained on {first}" in line and "no longer exists" in line
+    assert "re-run prepare.sh with the settings it was prepared with (BPE_MERGES=60 " in line and "or train again" in line
+
+
+def clean_kept(src, tgt, keep, lo=1, hi=250, ratio=1.5):
+    """The recipe's cleaning written plainly: the pairs among ``keep`` within the length limits and ratio."""
+    out = []
+    for i in keep:
+        ls, lt = len(src[i].split()), len(tgt[i].split())
+        if lo <= ls <= hi and lo <= lt <= hi and ls / lt <= ratio and lt / ls <= ratio:
+            out.append(i)
+    return out
+
+
+@pytest.mark.e2e
+def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    work = env["WORK"]
+    full = latest(work)
+    raw = read(env["TRAIN_SRC"])
+    longest = max(len(line.split()) for line in raw)
+    shortest = min(len(line.split()) for line in raw)
+    # bad caps: one line each, before any work (data-bin unchanged, nothing redone)
+    for cap, says in (("0", "TRAIN_MAX_LEN=0: give the most source words a training pair may have, a positive integer"),
+                      ("-2", "TRAIN_MAX_LEN=-2: give"), ("ten", "TRAIN_MAX_LEN=ten: give"),
+                      (str(longest), f"TRAIN_MAX_LEN={longest} keeps every training pair (the longest source has "
+                                     f"{longest} words): nothing is capped"),
+                      (str(shortest - 1), f"TRAIN_MAX_LEN={shortest - 1} leaves no training pair")):
+        p = run("wmt14_en_de", "prepare.sh", dict(env, TRAIN_MAX_LEN=cap), check=False)
+        assert one_error(p).startswith("error: " + says), p.stderr
+        assert "] raw" not in p.stderr and latest(work) == full
+
+    cap = longest - 1
+    codes = read(os.path.join(work, "bpe", "codes"))
+    run("wmt14_en_de", "prepare.sh", dict(env, TRAIN_MAX_LEN=str(cap)))
+    assert read(os.path.join(work, "bpe", "codes")) == codes  # BPE codes: learned on the full training set
+    capped = latest(work)
+    assert capped != full and os.path.isdir(full)
+    rec = json.load(open(os.path.join(capped, "prepare.json")))
+    keep = [i for i, line in enumerate(raw) if len(line.split()) <= cap]
+    assert 0 < len(keep) < len(raw)
+    assert rec["settings"]["TRAIN_MAX_LEN"] == str(cap)
+    assert {k: rec["train_pairs"]["cap"][k] for k in ("max_src_words", "words_of", "kept", "dropped")} == {
+        "max_src_words": cap, "words_of": "raw", "kept": len(keep), "dropped": len(raw) - len(keep)}
+    bpe_src, bpe_tgt = read(os.path.join(work, "bpe", "train.en")), read(os.path.join(work, "bpe", "train.de"))
+    kept = clean_kept(bpe_src, bpe_tgt, keep)
+    assert read(os.path.join(work, "bpe", "train.clean.en")) == [bpe_src[i] for i in kept]
+    assert read(os.path.join(work, "bpe", "train.clean.de")) == [bpe_tgt[i] for i in kept]
+    assert rec["train_pairs"]["clean"] == len(kept) and rec["train_pairs"]["raw"] == len(raw)
+    from fairseq.data import indexed_dataset
+    binarised = indexed_dataset.make_dataset(os.path.join(capped, "train.en-de.en"), impl="mmap")
+    assert len(binarised) == len(kept) < json.load(open(os.path.join(full, "prepare.json")))["train_pairs"]["clean"]
+    # the same dictionary as the uncapped data (made from the uncapped pairs); valid/test whole
+    for name in ("dict.en.txt", "dict.de.txt", "valid.en-de.en.bin", "test.en-de.de.bin"):
+        assert open(os.path.join(capped, name), "rb").read() == open(os.path.join(full, name), "rb").read(), name
+    # train.sh without the cap refuses the capped data, naming it
+    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="1"), check=False)
+    assert f"TRAIN_MAX_LEN='{cap}' there, TRAIN_MAX_LEN=None here" in one_error(p)
+    assert "give 'list'" in one_error(data_sh(env, "nonsense", check=False))
+
+
+def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path):
+    from test_recipes import steps
+    work = tmp_path / "work"
+    (tmp_path / "train.en").write_text("a b\nc d e\n")
+    (tmp_path / "test.de").write_text("x y\n")
+
+    def prepare(clean):
+        tmp = work / "data" / "binarise.tmp"
+        os.makedirs(tmp / "raw")
+        (tmp / "dict.en.txt").write_text("a 1\n")
+        (tmp / "raw" / "test.de").write_text("x y\n")
+        p = steps("prepare-record", "--data", str(tmp), "--set", "SRC=en", "--set", "TGT=de", "--set", f"CLEAN={clean}",
+                  "--raw-train", str(tmp_path / "train.en"), "--clean-train", str(tmp_path / "train.en"),
+                  "--test-ref", str(tmp / "raw" / "test.de"))
+        assert p.returncode == 0, p.stderr
+        p = steps("data-place", "--tmp", str(tmp), "--work", str(work))
+        assert p.returncode == 0 and not tmp.exists(), p.stderr
+        return p
+
+    prepare("1-250")
+    p = prepare("1-300")  # other settings, byte-identical data: the same data_id, one folder
+    (folder,) = os.listdir(work / "data")
+    assert "also_prepared_as" in p.stdout and os.readlink(work / "data-bin") == os.path.join("data", folder)
+    rec = json.load(open(work / "data" / folder / "prepare.json"))
+    assert rec["settings"]["CLEAN"] == "1-250" and [w["settings"]["CLEAN"] for w in rec["also_prepared_as"]] == ["1-300"]
+    for clean, ok in (("1-250", True), ("1-300", True), ("1-200", False)):
+        p = steps("check-data", "--data", str(work / "data-bin"), "--set", "SRC=en", "--set", "TGT=de",
+                  "--set", f"CLEAN={clean}", "--print-pairs")
+        assert (p.returncode == 0) == ok, p.stderr
+        if ok:
+            assert json.loads(p.stdout)["prepare_settings"]["CLEAN"] == clean
+        else:
+            assert "CLEAN='1-250' there, CLEAN='1-200' here" in p.stderr

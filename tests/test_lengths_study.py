@@ -183,13 +183,13 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     data = {r["data"]["path"] for r in runs.values()}
     assert len(data) == 1 and os.path.isdir(data.pop())
     data_dir = runs["baseline"]["data"]["path"]
-    # the capped data: every training source <= 7 words, as many pairs as a plain count gives
-    # (cleaning drops none of the toy pairs)
+    # the capped data: the pairs a plain count of source words keeps, then cleaned
     train_src = read(corpus / "train.src")
     kept = sum(1 for s in train_src if len(s.split()) <= 7)
     prep = json.loads(open(os.path.join(data_dir, "prepare.json")).read())
     assert prep["settings"]["TRAIN_MAX_LEN"] == "7"
-    assert prep["train_pairs"]["clean"] == kept < len(train_src)
+    assert prep["train_pairs"]["cap"]["kept"] == kept < len(train_src)
+    assert 0 < prep["train_pairs"]["clean"] <= kept
     # each run was evaluated on the whole test set of its own data
     for name, rec in runs.items():
         ev = rec["evaluations"]["test"]
@@ -214,7 +214,3 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert "Scores by source length" in md and "beyond" in md
     assert (study / "lengths.png").stat().st_size > 10000
 
-    # the same study again: nothing is trained again, the same table comes out
-    p = lengths_sh(env)
-    assert p.stderr.count("with the same settings: skipped") == 2
-    assert json.loads((study / "lengths.json").read_text())["by_length"] == table

@@ -89,6 +89,9 @@ def test_auto_edges_are_nearest_rank_quantiles():
     assert BL.auto_edges([7] * 40) == [7]  # one length: one bucket holding all, one empty
     assert BL.auto_edges([0, 0, 0]) == [1]  # only empty lines
     assert BL.auto_edges([1, 1, 1, 1, 2, 9]) == [1, 2]  # edges deduplicated, the longest dropped
+    # the training length is an edge too (no bucket straddles it), unless it is >= the longest
+    assert BL.auto_edges(lengths, train_max_len=edges[0] + 1) == sorted(set(edges) | {edges[0] + 1})
+    assert BL.auto_edges(lengths, train_max_len=max(lengths)) == edges
 
 
 def test_training_relation():

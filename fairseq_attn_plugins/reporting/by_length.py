@@ -12,7 +12,8 @@ sentence, every metric of the main table scored and tested on each bucket.
   sentences; equal edges are merged, edges of 0 and edges >= the longest length (which would
   leave the last bucket empty) are dropped; with no edge left the one edge is the longest
   length (at least 1). Ties at an edge all go to the lower bucket, so buckets are equal only
-  up to ties.
+  up to ties. With ``--train-max-len N`` the training length N is an edge too (dropped by the
+  same rule), so that no bucket holds lengths on both sides of it.
 * **Statistics per bucket**: the sentences of the bucket (source, reference, every system's
   line) go through :func:`.significance.paired_tests`, i.e. sacreBLEU's own ``PairedTest``
   with the seed, ``--bs-samples`` and ``--ar-trials`` of the main table (segment metrics such
@@ -46,7 +47,8 @@ LENGTH_DEFINITION = ("number of whitespace-separated words of the source line (-
                      "length 0 and falls in the first bucket")
 AUTO_RULE = (f"auto: nearest-rank quantiles of the source lengths at 1/{AUTO_BUCKETS} .. "
              f"{AUTO_BUCKETS - 1}/{AUTO_BUCKETS} (edge i = sorted lengths[ceil(i*n/{AUTO_BUCKETS}) - 1]), "
-             "deduplicated, edges of 0 or >= the longest length dropped")
+             "and the training length (--train-max-len) when given, deduplicated, edges of 0 or >= the "
+             "longest length dropped")
 EDGES_HELP = "'auto' or comma-separated increasing positive integers, e.g. 10,20,30,50"
 BEYOND = "beyond"
 PARTLY_BEYOND = "partly beyond"
@@ -114,12 +116,16 @@ def sentence_length(line: str) -> int:
     return len(line.split())
 
 
-def auto_edges(lengths: Sequence[int], n_buckets: int = AUTO_BUCKETS) -> List[int]:
-    """Quantile edges giving about ``n_buckets`` buckets of similar size (rule in the module doc)."""
+def auto_edges(lengths: Sequence[int], n_buckets: int = AUTO_BUCKETS,
+               train_max_len: Optional[int] = None) -> List[int]:
+    """Quantile edges giving about ``n_buckets`` buckets of similar size (rule in the module doc);
+    with ``train_max_len`` that length is an edge too, so that no bucket straddles it."""
     s = sorted(lengths)
     n, longest = len(s), (max(lengths) if lengths else 0)
-    edges = sorted({s[math.ceil(i * n / n_buckets) - 1] for i in range(1, n_buckets)} if n else set())
-    edges = [e for e in edges if 0 < e < longest]
+    edges = {s[math.ceil(i * n / n_buckets) - 1] for i in range(1, n_buckets)} if n else set()
+    if train_max_len is not None:
+        edges.add(train_max_len)
+    edges = [e for e in sorted(edges) if 0 < e < longest]
     return edges or [max(longest, 1)]
 
 
@@ -202,7 +208,7 @@ def scores_by_length(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[
         raise ValueError(f"the source has {len(sources)} lines but the reference has {len(refs)}")
     lengths = [sentence_length(s) for s in sources]
     spec = "auto" if edges == "auto" else ",".join(map(str, edges))
-    edges = auto_edges(lengths) if edges == "auto" else list(edges)
+    edges = auto_edges(lengths, train_max_len=train_max_len) if edges == "auto" else list(edges)
     where = assign_buckets(lengths, edges)
     out_buckets, keys, labels = [], None, None
     for b, bucket in enumerate(make_buckets(edges)):

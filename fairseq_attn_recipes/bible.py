@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 from collections import OrderedDict
-from importlib import metadata
 from typing import Dict, List, Tuple
 
 from .files import die, write_lines_atomic
@@ -32,6 +31,7 @@ SPLITS = (("test", 0, 12), ("valid", 12, 17), ("train", 17, 100))
 
 def data_files() -> Tuple[str, str, str]:
     """(SBLGNT path, BSB NT path, package version), or a one-line error saying how to install."""
+    from importlib import metadata  # here: every recipe step imports this module
     try:
         dist = metadata.distribution(PACKAGE)
     except metadata.PackageNotFoundError:

@@ -90,8 +90,20 @@ def longest_plain(root):
 
 
 def check(data, arch, model_args="", a=0.0, b=200):
-    return steps("check-positions", "--data", data, "--src", "src", "--tgt", "tgt", "--arch", *arch.split(),
-                 "--max-len-a", str(a), "--max-len-b", str(b), f"--model-args={model_args}")
+    """The check-positions step, in this process (torch and fairseq are imported once per worker)."""
+    import contextlib
+    import io
+    import types
+
+    from fairseq_attn_recipes.__main__ import main
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(["check-positions", "--data", data, "--src", "src", "--tgt", "tgt", "--arch", *arch.split(),
+                  "--max-len-a", str(a), "--max-len-b", str(b), f"--model-args={model_args}"])
+        except SystemExit as e:
+            code = e.code
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def flags(p):

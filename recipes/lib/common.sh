@@ -356,7 +356,9 @@ detect_gpus() {
 train_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
-  "${STEPS[@]}" check-arch "$ARCH" || exit 2
+  # ARCHS_CHECKED: the architectures a calling step (lengths.sh, table1.sh, figure2.sh) checked
+  # together before any work; each check imports torch and fairseq (seconds)
+  [[ " ${ARCHS_CHECKED:-} " == *" $ARCH "* ]] || "${STEPS[@]}" check-arch "$ARCH" || exit 2
   [[ -f "$DATA/prepare.json" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   # the data-bin must be the one prepared with these settings (another language pair: named);

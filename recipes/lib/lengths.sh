@@ -62,6 +62,7 @@ lengths_main() {
   done
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
   "${STEPS[@]}" check-arch "${archs[@]}" || exit 2
+  ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
   # fairseq's fixed 200-token default (max_len_b)
   GEN_ARGS=${GEN_ARGS:---max-len-a 2 --max-len-b 10}

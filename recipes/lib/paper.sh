@@ -64,6 +64,8 @@ table1_main() {
   paper_check_data
   paper_settings "$TABLE1_DIR"
   mapfile -t rows <<< "$rows"
+  ARCHS_CHECKED=$(for line in "${rows[@]}"; do echo "${line#* }"; done)  # "rows" checked them all
+  ARCHS_CHECKED=${ARCHS_CHECKED//$'\n'/ }
   for line in "${rows[@]}"; do  # "KEY ARCH"
     EVAL_SUBSET=test paper_run "table1 ${line% *}" "${line#* }" "$TABLE1_DIR/runs/${line% *}"
   done
@@ -81,7 +83,8 @@ figure2_main() {
   HEADS=${HEADS:-1,3,5,7}                  # 2D-CSAN --csan-heads values (odd, <= heads)
   FIG2_WINDOW=${FIG2_WINDOW:-11}           # the 2D-CSAN window, fixed as in the paper
   FIGURE2_DIR=${FIGURE2_DIR:-$WORK/figure2}
-  "${STEPS[@]}" check-arch transformer_csan1d_wmt_en_de || exit 2
+  "${STEPS[@]}" check-arch transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de || exit 2
+  ARCHS_CHECKED="transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de"
   [[ -n "$WINDOWS$HEADS" ]] || die "WINDOWS and HEADS are both empty"
   paper_check_data
   paper_settings "$FIGURE2_DIR"

@@ -15,7 +15,7 @@ from fairseq_attn_plugins.cli import significance
 from fairseq_attn_plugins.reporting import by_length as BL
 from fairseq_attn_plugins.toy_corpus import make_corpus
 
-from test_significance import _noisy
+from test_significance import _noisy, _runs_with
 
 BS, AR = 100, 200
 # toy source lengths run 3..14 words: 1-2 is empty, > 10 holds 16 sentences, the others >= 30
@@ -251,14 +251,7 @@ def test_plot_writes_a_png(files, tmp_path, capsys):
 # ---- (f) fairseq-attn-results on run directories -----------------------------------------------------
 
 def _run_dirs(tmp_path, hyps):
-    runs = []
-    for name, path in hyps:
-        d = tmp_path / name
-        d.mkdir()
-        (d / "train.log").write_text("")
-        (d / "hyp.txt").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
-        runs.append(str(d))
-    return runs
+    return [d for _, d in _runs_with(tmp_path, hyps)]
 
 
 def test_results_command_by_length(files, sig_json, tmp_path, capsys):

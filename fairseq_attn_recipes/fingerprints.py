@@ -71,6 +71,36 @@ def _data_id(digest: dict) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
+def recorded_inputs(named, raw_record=None, downloads=None) -> list:
+    """The files a prepare was given: ``named`` (NAME=PATH: TRAIN_SRC, ...) with the size and
+    sha256 the raw step recorded when it read them (``raw_record``: its stage marker; read again
+    where it has none), and the archives downloaded into WORK (``downloads``: the sums file
+    ``download`` keeps, NAME beside its sha256; the archive's size where it is still there)."""
+    digests = {}
+    if raw_record and os.path.isfile(raw_record):
+        with open(raw_record, encoding="utf-8") as f:
+            try:
+                digests = json.load(f).get("inputs", {})
+            except json.JSONDecodeError:
+                digests = {}
+    out = []
+    for name, path in key_values(named).items():
+        path = os.path.abspath(path)
+        d = digests.get(path) or file_digest(path)
+        out.append({"name": name, "path": path, "bytes": d["bytes"], "sha256": d["sha256"]})
+    if downloads and os.path.isfile(downloads):
+        folder = os.path.join(os.path.dirname(os.path.abspath(downloads)), "downloads")
+        with open(downloads, encoding="utf-8") as f:
+            for line in f:
+                sha, _, fname = line.strip().partition("  ")
+                if not fname:
+                    continue
+                path = os.path.join(folder, fname)
+                size = os.path.getsize(path) if os.path.isfile(path) else None
+                out.append({"name": "download", "path": path, "bytes": size, "sha256": sha})
+    return out
+
+
 def cmd_prepare_record(args):
     """Write DATA/prepare.json: the settings, the training-pair counts and the digests of the
     test reference and of every data-bin file (checked by train.sh and evaluate.sh)."""
@@ -85,6 +115,7 @@ def cmd_prepare_record(args):
     data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
     record = {
         "settings": dict(sorted(key_values(args.set).items())),
+        "inputs": recorded_inputs(args.input, args.raw_record, args.downloads),
         "train_pairs": {"raw": count_lines(args.raw_train), "clean": count_lines(args.clean_train),
                         "parts": parts.get("parts", {}), "missing_parts": parts.get("missing", []),
                         "partial": bool(parts.get("partial", False)), "cap": cap},

@@ -116,7 +116,7 @@ def _data_record(data_dir: str) -> Dict:
     with open(os.path.join(data_dir, "prepare.json"), encoding="utf-8") as f:
         prep = json.load(f)
     return {"path": os.path.realpath(data_dir), "data_id": prep["data_id"], "settings": prep["settings"],
-            "train_pairs": prep["train_pairs"]}
+            "train_pairs": prep["train_pairs"], "inputs": prep.get("inputs")}
 
 
 def identity_of_checkpoint(path: str) -> Dict:

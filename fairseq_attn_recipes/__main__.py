@@ -6,7 +6,7 @@ it, so an interrupted step never leaves a file that looks finished.
 
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
-data-place, run-data, data-list, data-prune, register-run, average, hyps, score, bible-corpus, toy-corpus,
+data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
 check-positions. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
@@ -20,6 +20,7 @@ from .checkpoints import cmd_average
 from .corpora import cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
 from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_register_run, cmd_run_data
 from .demo_corpus import cmd_toy_corpus
+from .evaluations import cmd_evaluated_before
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
 from .positions import cmd_check_positions
 from .scoring import cmd_check_comet, cmd_hyps, cmd_score
@@ -100,6 +101,12 @@ def main(argv=None):
     p.add_argument("--work", required=True); p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_register_run)
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
     p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)
+    p = sub.add_parser("evaluated-before", help="the key of an evaluation (settings, files, checkpoints averaged): "
+                       "exit 0 when the folder it publishes to holds this very evaluation, 1 none, 3 another (printed)")
+    p.add_argument("--run-dir", required=True); p.add_argument("--n-avg", type=int, required=True)
+    p.add_argument("--subset", required=True); p.add_argument("--final", required=True, help="the folder it is published to")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.add_argument("--out", required=True); p.set_defaults(fn=cmd_evaluated_before)
     p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)
     p.add_argument("--output", required=True); p.set_defaults(fn=cmd_hyps)
     p = sub.add_parser("score"); p.add_argument("--hyp", required=True); p.add_argument("--ref", required=True)

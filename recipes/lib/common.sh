@@ -532,14 +532,28 @@ evaluate_main() {
   local refs; refs=$(data_refs)
   [[ -f "$refs/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $refs/$EVAL_SUBSET.$TGT: run prepare.sh first"
   log "data: $DATA (the run's own, recorded in $SAVE_DIR/run.json); source and reference: $refs/$EVAL_SUBSET.{$SRC,$TGT}"
-  # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
-  "${STEPS[@]}" check-comet || exit 2
   # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
   # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
   # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
   local final="$SAVE_DIR/$EVAL_SUBSET" out="$SAVE_DIR/$EVAL_SUBSET.tmp"
   rm -rf "$out" "$final.old"
   mkdir -p "$out"
+  # the same evaluation (settings, files, checkpoints averaged: evaluations.py) done before: skipped
+  local rc=0 why
+  why=$("${STEPS[@]}" evaluated-before --run-dir "$SAVE_DIR" --n-avg "$N_AVG" --subset "$EVAL_SUBSET" --final "$final" \
+    --set "subset=$EVAL_SUBSET" --set "ARCH=$ARCH" --set "BEAM=$BEAM" --set "LENPEN=$LENPEN" --set "GEN_ARGS=${GEN_ARGS:-}" \
+    --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$N_AVG" --set "BPE_TOOL=$BPE_TOOL" \
+    --set "SACREBLEU_TOK=$SACREBLEU_TOK" --set "TOK_BLEU=$TOK_BLEU" --set "PAPER_METRIC=${PAPER_METRIC:-}" \
+    --set "COMET_MODEL=${COMET_MODEL:-}" --in "$DATA/prepare.json" --in "$refs/$EVAL_SUBSET.$SRC" \
+    --in "$refs/$EVAL_SUBSET.$TGT" --out "$out/evaluated_with.json") || rc=$?
+  case $rc in
+    0) rm -rf "$out"; log "$final: evaluated before with the same settings, files and checkpoints: skipped"; return 0;;
+    1) ;;
+    3) log "$final: evaluated again: $why";;
+    *) exit 2;;
+  esac
+  # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
+  "${STEPS[@]}" check-comet || exit 2
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$refs/test.$TGT" --run-dir "$SAVE_DIR" \
     --require --print-pairs > "$out/data.check.json.tmp" || exit 2
@@ -573,7 +587,7 @@ evaluate_main() {
     tokargs=(--tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt" --tok-method "$method")
   fi
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$refs/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
-    --record "$out/averaged.json" --record "$out/data.check.json" \
+    --record "$out/averaged.json" --record "$out/data.check.json" --record "$out/evaluated_with.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
     --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"

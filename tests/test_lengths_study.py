@@ -6,7 +6,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from importlib import metadata
 
 import pytest
 
@@ -25,7 +24,8 @@ def read(path):
 
 # ------------------------------------------------------------------ the bible corpus
 def package_file(rel):
-    return str(metadata.distribution("bible-alignments").locate_file(rel))
+    from fairseq_attn_recipes import bible
+    return str(bible.distribution().locate_file(rel))
 
 
 def plain_verses():

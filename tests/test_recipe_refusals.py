@@ -87,8 +87,9 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     rec_killed["model"] = dict(rec_killed["model"], csan_window=5)
     json.dump(rec_killed, open(os.path.join(elsewhere2, "run.json"), "w"))
     p = run("wmt14_en_de", "train.sh", dict(train, SAVE_DIR=elsewhere2, MODEL_ARGS=f"{base_args} --csan-window 3"))
-    assert "recorded a start that saved no checkpoint and finished no training" in p.stderr
-    assert "replaced by this run" in p.stderr
+    said = p.stdout + p.stderr  # the training step's output is its log, on stdout
+    assert "recorded a start that saved no checkpoint and finished no training" in said
+    assert "csan_window: 5 recorded, 3 now" in said and "replaced by this run" in said
     assert json.load(open(os.path.join(elsewhere2, "run.json")))["model"]["csan_window"] == 3
 
     # another preparation: the first data is named only by the runs outside WORK (registered)

@@ -79,18 +79,18 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     assert json.load(open(os.path.join(outside, "run.json")))["model"]["csan_window"] == 3
     assert os.path.isfile(os.path.join(outside, "checkpoint_last.pt"))
 
-    # a record of a start that saved nothing is replaced, saying so (not "another run")
+    # a start that fails before its first save (a batch that holds no sentence): no advice to
+    # resume from a checkpoint that does not exist; its record is no run yet, replaced by the next
     elsewhere2 = str(tmp_path / "elsewhere" / "killed")
-    os.makedirs(elsewhere2)
-    rec_killed = json.load(open(os.path.join(outside, "run.json")))
-    rec_killed.update(checkpoints={}, num_updates=None, trainings=[dict(rec_killed["trainings"][0], finished=None)])
-    rec_killed["model"] = dict(rec_killed["model"], csan_window=5)
-    json.dump(rec_killed, open(os.path.join(elsewhere2, "run.json"), "w"))
+    p = run("wmt14_en_de", "train.sh", dict(train, SAVE_DIR=elsewhere2, MAX_TOKENS="1",
+                                              MODEL_ARGS=f"{base_args} --csan-window 3"), check=False)
+    assert p.returncode == 2 and os.path.isfile(os.path.join(elsewhere2, "run.json")), p.stderr
+    assert "before saving a checkpoint" in p.stderr and "Re-running resumes" not in p.stderr
     p = run("wmt14_en_de", "train.sh", dict(train, SAVE_DIR=elsewhere2, MODEL_ARGS=f"{base_args} --csan-window 3"))
     said = p.stdout + p.stderr  # the training step's output is its log, on stdout
     assert "recorded a start that saved no checkpoint and finished no training" in said
-    assert "csan_window: 5 recorded, 3 now" in said and "replaced by this run" in said
-    assert json.load(open(os.path.join(elsewhere2, "run.json")))["model"]["csan_window"] == 3
+    assert "max_tokens: 1 recorded, 400 now" in said and "replaced by this run" in said
+    assert json.load(open(os.path.join(elsewhere2, "run.json")))["training"]["max_tokens"] == 400
 
     # another preparation: the first data is named only by the runs outside WORK (registered)
     run("wmt14_en_de", "prepare.sh", dict(env, BPE_MERGES="40"))

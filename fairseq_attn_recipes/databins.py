@@ -26,6 +26,7 @@ import os
 import shutil
 
 from .files import die, write_lines_atomic
+from .fingerprints import inputs_summary
 
 ID_LEN = 12
 LINK = "data-bin"
@@ -279,17 +280,6 @@ def _human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return ""
-
-
-def inputs_summary(rec: dict) -> str:
-    """The files a prepare was given (prepare.json ``inputs``): name, path, size, sha256."""
-    inputs = rec.get("inputs")
-    if inputs is None:
-        return "inputs: not recorded (prepared before prepare.json named its inputs)"
-    if not inputs:
-        return "inputs: none recorded"
-    return "inputs: " + ", ".join(f"{i['name']}={i['path']} ({_human(i['bytes'])}, sha256 {i['sha256'][:12]})"
-                                  for i in inputs)
 
 
 def prepare_again(rec: dict) -> str:

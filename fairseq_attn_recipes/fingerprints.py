@@ -71,6 +71,17 @@ def _data_id(digest: dict) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
+def inputs_summary(rec: dict) -> str:
+    """The files a prepare was given (prepare.json ``inputs``): name, path, size, sha256."""
+    inputs = rec.get("inputs")
+    if inputs is None:
+        return "inputs: not recorded (prepared before prepare.json named its inputs)"
+    if not inputs:
+        return "inputs: none recorded"
+    size = lambda i: "" if i.get("bytes") is None else f"{i['bytes']} bytes, "
+    return "inputs: " + ", ".join(f"{i['name']}={i['path']} ({size(i)}sha256 {i['sha256'][:12]})" for i in inputs)
+
+
 def recorded_inputs(named, raw_record=None, downloads=None) -> list:
     """The files a prepare was given: ``named`` (NAME=PATH: TRAIN_SRC, ...) with the size and
     sha256 the raw step recorded when it read them (``raw_record``: its stage marker; read again
@@ -156,9 +167,11 @@ def cmd_check_data(args):
     if _data_id(data) != rec["data_id"]:
         changed = sorted(set(data) ^ set(rec["data_bin"]) |
                          {k for k in set(data) & set(rec["data_bin"]) if data[k] != rec["data_bin"][k]})
-        die(f"{args.data} changed after prepare.sh wrote it ({', '.join(changed)}): re-run prepare.sh")
+        die(f"{args.data} changed after prepare.sh wrote it ({', '.join(changed)}): re-run prepare.sh "
+            f"({inputs_summary(rec)})")
     if args.test_ref and file_digest(args.test_ref) != rec["test_ref"]:
-        die(f"{args.test_ref} is not the test reference {args.data} was prepared with: re-run prepare.sh")
+        die(f"{args.test_ref} is not the test reference {args.data} was prepared with: re-run prepare.sh "
+            f"({inputs_summary(rec)})")
     if args.run_dir:
         run_rec = os.path.join(args.run_dir, "data.json")
         if os.path.isfile(run_rec):

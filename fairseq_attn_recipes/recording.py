@@ -159,7 +159,7 @@ def check_model_flags(cfg) -> None:
     from fairseq_attn_plugins.attention.settings import PieceConfigError
     from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
 
-    model_cls = ARCH_MODEL_REGISTRY.get(cfg.model.arch) if isinstance(cfg.model, argparse.Namespace) else None
+    model_cls = ARCH_MODEL_REGISTRY.get(vars(cfg.model).get("arch")) if isinstance(cfg.model, argparse.Namespace) else None
     if model_cls is None or not issubclass(model_cls, AttnTransformerModel):
         return  # fairseq's own models: checked when fairseq builds them
     try:

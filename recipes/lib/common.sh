@@ -538,6 +538,10 @@ evaluate_main() {
   local final="$SAVE_DIR/$EVAL_SUBSET" out="$SAVE_DIR/$EVAL_SUBSET.tmp"
   rm -rf "$out" "$final.old"
   mkdir -p "$out"
+  prepare_settings
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$refs/test.$TGT" --run-dir "$SAVE_DIR" \
+    --require --print-pairs > "$out/data.check.json.tmp" || exit 2
+  mv "$out/data.check.json.tmp" "$out/data.check.json"
   # the same evaluation (settings, files, checkpoints averaged: evaluations.py) done before: skipped
   local rc=0 why
   why=$("${STEPS[@]}" evaluated-before --run-dir "$SAVE_DIR" --n-avg "$N_AVG" --subset "$EVAL_SUBSET" --final "$final" \
@@ -554,10 +558,6 @@ evaluate_main() {
   esac
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
   "${STEPS[@]}" check-comet || exit 2
-  prepare_settings
-  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$refs/test.$TGT" --run-dir "$SAVE_DIR" \
-    --require --print-pairs > "$out/data.check.json.tmp" || exit 2
-  mv "$out/data.check.json.tmp" "$out/data.check.json"
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
   "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)

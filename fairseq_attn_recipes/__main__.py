@@ -6,7 +6,7 @@ it, so an interrupted step never leaves a file that looks finished.
 
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
-data-place, run-data, data-list, data-prune, average, hyps, score, bible-corpus, toy-corpus,
+data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
 check-positions. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
@@ -18,8 +18,9 @@ from fairseq_attn_records.run_record import finished_before
 from .bible import cmd_bible_corpus
 from .checkpoints import cmd_average
 from .corpora import cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
-from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_run_data
+from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_register_run, cmd_run_data
 from .demo_corpus import cmd_toy_corpus
+from .evaluations import cmd_evaluated_before
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
 from .positions import cmd_check_positions
 from .scoring import cmd_check_comet, cmd_hyps, cmd_score
@@ -53,7 +54,10 @@ def main(argv=None):
     p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
     p.add_argument("--test-ref", required=True); p.add_argument("--parts")
-    p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)"); p.set_defaults(fn=cmd_prepare_record)
+    p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="a file the prepare was given (TRAIN_SRC=...)")
+    p.add_argument("--raw-record", help="the raw step's marker (the digests of the files it read)")
+    p.add_argument("--downloads", help="WORK/downloads.sha256 (the archives downloaded)"); p.set_defaults(fn=cmd_prepare_record)
     p = sub.add_parser("check-data"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--test-ref"); p.add_argument("--run-dir"); p.add_argument("--require", action="store_true")
     p.add_argument("--print-pairs", action="store_true"); p.set_defaults(fn=cmd_check_data)
@@ -90,10 +94,19 @@ def main(argv=None):
     p.set_defaults(fn=cmd_run_data)
     p = sub.add_parser("data-list", help="the data folders of WORK/data and the runs that name them")
     p.add_argument("work"); p.set_defaults(fn=cmd_data_list)
-    p = sub.add_parser("data-prune", help="remove the folders of WORK/data no run record names")
-    p.add_argument("work"); p.set_defaults(fn=cmd_data_prune)
+    p = sub.add_parser("data-prune", help="show the folders of WORK/data no run record names (removed with --yes)")
+    p.add_argument("work"); p.add_argument("--yes", action="store_true", help="remove them (without: only shown)")
+    p.set_defaults(fn=cmd_data_prune)
+    p = sub.add_parser("register-run", help="record a run folder in WORK/runs.index (list and prune see it)")
+    p.add_argument("--work", required=True); p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_register_run)
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
     p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)
+    p = sub.add_parser("evaluated-before", help="the key of an evaluation (settings, files, checkpoints averaged): "
+                       "exit 0 when the folder it publishes to holds this very evaluation, 1 none, 3 another (printed)")
+    p.add_argument("--run-dir", required=True); p.add_argument("--n-avg", type=int, required=True)
+    p.add_argument("--subset", required=True); p.add_argument("--final", required=True, help="the folder it is published to")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.add_argument("--out", required=True); p.set_defaults(fn=cmd_evaluated_before)
     p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)
     p.add_argument("--output", required=True); p.set_defaults(fn=cmd_hyps)
     p = sub.add_parser("score"); p.add_argument("--hyp", required=True); p.add_argument("--ref", required=True)

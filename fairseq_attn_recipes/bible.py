@@ -1,8 +1,8 @@
 """The Greek-English New Testament corpus of the ``bible-alignments`` package (Clear Bible; data
 CC-BY 4.0): the SBLGNT Greek New Testament and the Berean Standard Bible (BSB) English, as token
 files with verse ids. Real text, offline: the package is on the registry (install it with
-``pip install --no-deps bible-alignments``; its code's dependencies are not needed, only its data
-files are read).
+``scripts/setup_env.sh``, into ``.venv/share/bible-alignments``; its code's dependencies are not
+needed, only its data files are read).
 
 Verse pairs: the Greek tokens of a verse (``SBLGNT.tsv``, token id ``nBBCCCVVVWWW``) joined by
 spaces, and the English tokens whose ``source_verse`` is that verse (``nt_BSB.tsv``), each followed
@@ -18,6 +18,7 @@ import csv
 import hashlib
 import json
 import os
+import sys
 from collections import OrderedDict
 from typing import Dict, List, Tuple
 
@@ -29,20 +30,35 @@ TARGET_FILE = "data/eng/targets/BSB/nt_BSB.tsv"
 SPLITS = (("test", 0, 12), ("valid", 12, 17), ("train", 17, 100))
 
 
-def data_files() -> Tuple[str, str, str]:
-    """(SBLGNT path, BSB NT path, package version), or a one-line error saying how to install."""
+# scripts/setup_env.sh installs the package here (pip install --target): outside site-packages, so
+# pip does not check its code's dependencies (django, jupyterlab...: not needed to read its data,
+# and reported as conflicts on every later pip install were it in site-packages)
+DATA_HOME = os.path.join(sys.prefix, "share", PACKAGE)
+
+
+def distribution():
+    """The bible-alignments distribution: installed in this environment, or in DATA_HOME; a
+    one-line error saying how to install it otherwise."""
     from importlib import metadata  # here: every recipe step imports this module
     try:
-        dist = metadata.distribution(PACKAGE)
+        return metadata.distribution(PACKAGE)
     except metadata.PackageNotFoundError:
-        die(f"CORPUS=bible reads the {PACKAGE} package's data: pip install --no-deps {PACKAGE} "
-            f"(bash scripts/setup_env.sh installs it)")
+        found = list(metadata.distributions(name=PACKAGE, path=[DATA_HOME]))
+        if found:
+            return found[0]
+    die(f"CORPUS=bible reads the {PACKAGE} package's data: bash scripts/setup_env.sh installs it "
+        f"(pip install --no-deps --target {DATA_HOME} {PACKAGE}==0.4.2)")
+
+
+def data_files() -> Tuple[str, str, str]:
+    """(SBLGNT path, BSB NT path, package version), or a one-line error saying how to install."""
+    dist = distribution()
     paths = []
     for rel in (SOURCE_FILE, TARGET_FILE):
         path = str(dist.locate_file(rel))
         if not os.path.isfile(path):
             die(f"{PACKAGE} {dist.version}: {path} is missing (this version ships no {rel}); "
-                f"pip install --no-deps --force-reinstall {PACKAGE}==0.4.2")
+                f"pip install --no-deps --force-reinstall --target {DATA_HOME} {PACKAGE}==0.4.2")
         paths.append(path)
     return paths[0], paths[1], dist.version
 
@@ -90,8 +106,8 @@ def verse_pairs() -> Tuple[Dict[str, List[Tuple[str, str, str]]], str]:
 def cmd_bible_corpus(args):
     """bible-corpus --out DIR --src-lang grc --tgt-lang en: DIR/{train,valid,test}.{SRC,TGT},
     DIR/{split}.ids (verse ids) and DIR/corpus.json (package version, pair counts)."""
-    if args.check:
-        data_files()
+    if args.check:  # the data files are there: prints the package and its version
+        print(f"{PACKAGE} {data_files()[2]}")
         return
     splits, version = verse_pairs()
     os.makedirs(args.out, exist_ok=True)

@@ -10,18 +10,27 @@ Layout (prepare.sh without an explicit ``DATA``)::
 ``data-place`` moves a finished data-bin there (a folder with that id already holding the same
 data is kept) and repoints ``data-bin`` in one rename. A run records the resolved folder
 (``run.json`` ``data.path``, ``data.json``); ``run-data`` finds it again for evaluate.sh.
-``data-list`` / ``data-prune`` show the folders with the runs that name them and remove only the
-folders no run record (nor ``data-bin``) names.
+``data-list`` / ``data-prune`` show the folders with the runs that name them; ``data-prune`` shows
+the folders no run record (nor ``data-bin``) names, with their sizes and why, and removes them only
+with ``--yes``.
+
+A run may lie outside WORK (``SAVE_DIR=/elsewhere``): train.sh registers every run folder in the
+WORK whose data it trains on (``WORK/runs.index``, one absolute path per line, ``register-run``),
+and list and prune read the runs registered there beside those found under WORK; a registered
+folder that no longer exists is listed as gone.
 """
 
+import fcntl
 import json
 import os
 import shutil
 
 from .files import die, write_lines_atomic
+from .fingerprints import inputs_summary
 
 ID_LEN = 12
 LINK = "data-bin"
+RUN_INDEX = "runs.index"
 
 
 def read_prepare(folder: str):
@@ -163,14 +172,45 @@ def cmd_run_data(args):
         if c and os.path.isdir(c) and _data_id(c) == data_id:
             print(os.path.realpath(c))
             return
+    rec = _load_json(os.path.join(args.run_dir, "run.json")) or {}
+    inputs = ((rec.get("data") or {}).get("inputs") if isinstance(rec, dict) else None)
     die(f"the run {args.run_dir} was trained on {path} (data_id {data_id[:ID_LEN]}), which no longer exists: "
-        f"re-run prepare.sh with the settings it was prepared with ({prepare_vars(settings)}) or train again")
+        f"re-run prepare.sh with the settings it was prepared with ({prepare_again({'settings': settings, 'inputs': inputs})}) "
+        f"or train again")
 
 
 # ---------------------------------------------------------------- list and prune
+def registered_runs(work: str):
+    """The run folders registered in WORK/runs.index (absolute paths, in registration order)."""
+    path = os.path.join(work, RUN_INDEX)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def register_run(work: str, run_dir: str) -> bool:
+    """Add ``run_dir`` to WORK/runs.index (under a lock, written aside then renamed); False when it
+    was registered before."""
+    os.makedirs(work, exist_ok=True)
+    run_dir = os.path.realpath(run_dir)
+    with open(os.path.join(work, RUN_INDEX + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        runs = registered_runs(work)
+        if run_dir in runs:
+            return False
+        write_lines_atomic(os.path.join(work, RUN_INDEX), runs + [run_dir])
+    return True
+
+
+def cmd_register_run(args):
+    register_run(args.work, args.run_dir)
+
+
 def references(work: str):
     """{run folder: (data path, data_id)} for every run.json / data.json under WORK (symlinks are
-    not followed; WORK/data itself is not searched)."""
+    not followed; WORK/data itself is not searched) and in every folder registered in
+    WORK/runs.index that still exists."""
     refs = {}
     data_root = os.path.join(work, "data")
     for dirpath, dirnames, filenames in os.walk(work, followlinks=False):
@@ -181,8 +221,23 @@ def references(work: str):
         if "run.json" in filenames or "data.json" in filenames:
             found = run_data(dirpath)
             if found:
-                refs[dirpath] = found[:2]
+                refs[os.path.realpath(dirpath)] = found[:2]
+    for run in registered_runs(work):
+        found = run_data(run) if os.path.isdir(run) else None
+        if found:
+            refs[os.path.realpath(run)] = found[:2]
     return refs
+
+
+def gone_runs(work: str):
+    """The registered run folders that no longer exist."""
+    return [run for run in registered_runs(work) if not os.path.isdir(run)]
+
+
+def _run_name(work: str, run: str) -> str:
+    """A run as list/prune name it: relative to WORK when inside it, else its absolute path."""
+    rel = os.path.relpath(run, os.path.realpath(work))
+    return run if rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
 def _size(folder: str) -> int:
@@ -211,7 +266,7 @@ def data_folders(work: str):
             continue
         rec = read_prepare(folder)
         data_id = (rec or {}).get("data_id")
-        by = sorted(os.path.relpath(run, work) for run, (path, rid) in refs.items()
+        by = sorted(_run_name(work, run) for run, (path, rid) in refs.items()
                     if _same_folder(path, folder) or (data_id and rid == data_id))
         if latest and os.path.realpath(folder) == latest:
             by.insert(0, LINK)
@@ -227,7 +282,12 @@ def _human(n: float) -> str:
     return ""
 
 
-def _describe(name, folder, rec, by) -> str:
+def prepare_again(rec: dict) -> str:
+    """How to make a data folder again: the settings it was prepared with and the files it was given."""
+    return f"{prepare_vars(rec.get('settings') or {})}; {inputs_summary(rec)}"
+
+
+def _describe(name, folder, rec, by, size=None) -> str:
     if rec is None:
         return f"{name}  no prepare.json (not made by prepare.sh): left alone"
     tp = rec.get("train_pairs", {})
@@ -235,8 +295,14 @@ def _describe(name, folder, rec, by) -> str:
     pairs = f"train pairs {tp.get('clean')} of {tp.get('raw')}"
     if cap:
         pairs += f" (cap {cap['max_src_words']} {cap['words_of']} source words: kept {cap['kept']}, dropped {cap['dropped']})"
-    return (f"{name}  {settings_summary(rec.get('settings', {}))}  {pairs}  {_human(_size(folder))}  "
-            f"referenced by: {', '.join(by) if by else 'nothing'}")
+    size = _size(folder) if size is None else size
+    return (f"{name}  {settings_summary(rec.get('settings', {}))}  {pairs}  {_human(size)}  "
+            f"{inputs_summary(rec)}  referenced by: {', '.join(by) if by else 'nothing'}")
+
+
+def _gone_lines(work: str):
+    return [f"registered run {run}: gone (the folder no longer exists; {os.path.join(work, RUN_INDEX)})"
+            for run in gone_runs(work)]
 
 
 def cmd_data_list(args):
@@ -245,16 +311,37 @@ def cmd_data_list(args):
         print(f"{args.work}/data: no prepared data")
     for f in folders:
         print(_describe(*f))
+    for line in _gone_lines(args.work):
+        print(line)
+
+
+def _why_unreferenced(work: str, rec: dict, n_runs: int) -> str:
+    return (f"data_id {rec.get('data_id', '?')[:ID_LEN]} is named by none of the {n_runs} run record(s) "
+            f"under {work} or registered in {os.path.join(work, RUN_INDEX)}, and {LINK} points elsewhere")
 
 
 def cmd_data_prune(args):
-    """Remove the folders of WORK/data that no run record and not data-bin name."""
-    removed = 0
+    """The folders of WORK/data that no run record and not data-bin name: shown with their sizes and
+    why (the default, as --dry-run), removed only with --yes."""
+    doomed, total = [], 0
     for name, folder, rec, by in data_folders(args.work):
         if by or rec is None:
             print(f"kept {_describe(name, folder, rec, by)}")
             continue
-        shutil.rmtree(folder)  # a real folder directly in WORK/data (symlinks were left out)
-        removed += 1
-        print(f"removed {folder} ({settings_summary(rec.get('settings', {}))})")
-    print(f"{removed} unreferenced data folder(s) removed")
+        size = _size(folder)
+        doomed.append((folder, rec, size))
+        total += size
+    for line in _gone_lines(args.work):
+        print(line)
+    n_runs = len(references(args.work))
+    for folder, rec, size in doomed:
+        verb = "removed" if args.yes else "would remove"
+        if args.yes:
+            shutil.rmtree(folder)  # a real folder directly in WORK/data (symlinks were left out)
+        print(f"{verb} {folder} ({_human(size)}; {settings_summary(rec.get('settings', {}))}; "
+              f"{_why_unreferenced(args.work, rec, n_runs)})")
+    if args.yes:
+        print(f"{len(doomed)} unreferenced data folder(s) removed ({_human(total)})")
+    else:
+        print(f"{len(doomed)} unreferenced data folder(s), {_human(total)}, would be removed; nothing was removed: "
+              f"'data.sh prune --yes' removes them")

@@ -71,6 +71,47 @@ def _data_id(digest: dict) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
+def inputs_summary(rec: dict) -> str:
+    """The files a prepare was given (prepare.json ``inputs``): name, path, size, sha256."""
+    inputs = rec.get("inputs")
+    if inputs is None:
+        return "inputs: not recorded (prepared before prepare.json named its inputs)"
+    if not inputs:
+        return "inputs: none recorded"
+    size = lambda i: "" if i.get("bytes") is None else f"{i['bytes']} bytes, "
+    return "inputs: " + ", ".join(f"{i['name']}={i['path']} ({size(i)}sha256 {i['sha256'][:12]})" for i in inputs)
+
+
+def recorded_inputs(named, raw_record=None, downloads=None) -> list:
+    """The files a prepare was given: ``named`` (NAME=PATH: TRAIN_SRC, ...) with the size and
+    sha256 the raw step recorded when it read them (``raw_record``: its stage marker; read again
+    where it has none), and the archives downloaded into WORK (``downloads``: the sums file
+    ``download`` keeps, NAME beside its sha256; the archive's size where it is still there)."""
+    digests = {}
+    if raw_record and os.path.isfile(raw_record):
+        with open(raw_record, encoding="utf-8") as f:
+            try:
+                digests = json.load(f).get("inputs", {})
+            except json.JSONDecodeError:
+                digests = {}
+    out = []
+    for name, path in key_values(named).items():
+        path = os.path.abspath(path)
+        d = digests.get(path) or file_digest(path)
+        out.append({"name": name, "path": path, "bytes": d["bytes"], "sha256": d["sha256"]})
+    if downloads and os.path.isfile(downloads):
+        folder = os.path.join(os.path.dirname(os.path.abspath(downloads)), "downloads")
+        with open(downloads, encoding="utf-8") as f:
+            for line in f:
+                sha, _, fname = line.strip().partition("  ")
+                if not fname:
+                    continue
+                path = os.path.join(folder, fname)
+                size = os.path.getsize(path) if os.path.isfile(path) else None
+                out.append({"name": "download", "path": path, "bytes": size, "sha256": sha})
+    return out
+
+
 def cmd_prepare_record(args):
     """Write DATA/prepare.json: the settings, the training-pair counts and the digests of the
     test reference and of every data-bin file (checked by train.sh and evaluate.sh)."""
@@ -85,6 +126,7 @@ def cmd_prepare_record(args):
     data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
     record = {
         "settings": dict(sorted(key_values(args.set).items())),
+        "inputs": recorded_inputs(args.input, args.raw_record, args.downloads),
         "train_pairs": {"raw": count_lines(args.raw_train), "clean": count_lines(args.clean_train),
                         "parts": parts.get("parts", {}), "missing_parts": parts.get("missing", []),
                         "partial": bool(parts.get("partial", False)), "cap": cap},
@@ -125,9 +167,11 @@ def cmd_check_data(args):
     if _data_id(data) != rec["data_id"]:
         changed = sorted(set(data) ^ set(rec["data_bin"]) |
                          {k for k in set(data) & set(rec["data_bin"]) if data[k] != rec["data_bin"][k]})
-        die(f"{args.data} changed after prepare.sh wrote it ({', '.join(changed)}): re-run prepare.sh")
+        die(f"{args.data} changed after prepare.sh wrote it ({', '.join(changed)}): re-run prepare.sh "
+            f"({inputs_summary(rec)})")
     if args.test_ref and file_digest(args.test_ref) != rec["test_ref"]:
-        die(f"{args.test_ref} is not the test reference {args.data} was prepared with: re-run prepare.sh")
+        die(f"{args.test_ref} is not the test reference {args.data} was prepared with: re-run prepare.sh "
+            f"({inputs_summary(rec)})")
     if args.run_dir:
         run_rec = os.path.join(args.run_dir, "data.json")
         if os.path.isfile(run_rec):

@@ -5,6 +5,7 @@ identity, differences, evaluations) is :mod:`fairseq_attn_records.run_record`, t
 module needs fairseq and torch and imports the plugin (its checkpoint allowlist) where it reads
 a checkpoint."""
 
+import argparse
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import warnings
 from typing import Dict, List, Optional
 
 from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
-                                             now, save, save_points)
+                                             now, record_path, save, save_points)
 
 
 def resolve_train_args(argv: List[str]):
@@ -116,7 +117,7 @@ def _data_record(data_dir: str) -> Dict:
     with open(os.path.join(data_dir, "prepare.json"), encoding="utf-8") as f:
         prep = json.load(f)
     return {"path": os.path.realpath(data_dir), "data_id": prep["data_id"], "settings": prep["settings"],
-            "train_pairs": prep["train_pairs"]}
+            "train_pairs": prep["train_pairs"], "inputs": prep.get("inputs")}
 
 
 def identity_of_checkpoint(path: str) -> Dict:
@@ -149,11 +150,38 @@ def _legacy_identity(run_dir: str) -> Optional[Dict]:
     return ident
 
 
+def check_model_flags(cfg) -> None:
+    """The model's own checks of its flags (architecture, pieces, their values, the backend) on
+    fairseq's resolution of them, before anything is written: a refused flag leaves no record
+    that would block its correction. RecordError with the model's one-line message."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from fairseq_attn_plugins.attention.settings import PieceConfigError
+    from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
+
+    model_cls = ARCH_MODEL_REGISTRY.get(vars(cfg.model).get("arch")) if isinstance(cfg.model, argparse.Namespace) else None
+    if model_cls is None or not issubclass(model_cls, AttnTransformerModel):
+        return  # fairseq's own models: checked when fairseq builds them
+    try:
+        model_cls.check_args(cfg.model)
+    except PieceConfigError as e:
+        raise RecordError(str(e)) from None
+
+
+def never_trained(run_dir: str, rec: Dict) -> bool:
+    """A record whose run saved no checkpoint and finished no training (a start refused or killed
+    before its first save): no run yet, replaced by the next start rather than compared with it."""
+    saved = any(CHECKPOINT_NAME.fullmatch(name) for name in os.listdir(run_dir))
+    return not saved and not any(t.get("finished") for t in rec.get("trainings") or [])
+
+
 def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool:
     """Before training: the run ``cfg`` is (fairseq's resolved config) against the run its
     save_dir holds. Returns True to train (a new run, or the same run continued, recorded
     when ``write``), False when the run was trained to ``max_update`` before; raises
-    RecordError naming the differences when the folder holds another run."""
+    RecordError naming the differences when the folder holds another run, or the model's flags
+    are refused (checked before anything is written)."""
+    check_model_flags(cfg)
     new = identity_of_cfg(cfg)
     run_dir = cfg.checkpoint.save_dir
     data_dir = cfg.task.data
@@ -174,12 +202,17 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
             rec.pop("max_update", None)
     if rec is not None:
         diff = differences(rec, new)
+        if diff and not adopted and never_trained(run_dir, rec):
+            if write:
+                print(f"{record_path(run_dir)} recorded a start that saved no checkpoint and finished no training "
+                      f"({'; '.join(diff)}): replaced by this run", file=sys.stderr)
+            rec, diff = None, []
         if diff:
             raise RecordError(
                 f"{run_dir} holds another run than the one asked for:\n  " + "\n  ".join(diff) +
                 "\nresuming it would train its weights under other settings. Give this run its own "
                 "folder (SAVE_DIR=<new folder>), or run with the recorded settings to continue it.")
-    else:
+    if rec is None:
         rec = {"format": FORMAT, "run_id": uuid.uuid4().hex, "created": now(), "trainings": [],
                "checkpoints": {}, "evaluations": {}, "num_updates": None}
     rec.update({k: new[k] for k in ("arch", "model", "training", "seed", "batch")})

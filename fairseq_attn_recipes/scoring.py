@@ -70,7 +70,7 @@ def cmd_score(args):
     out = {"subset": args.subset, "hyp": os.path.abspath(args.hyp), "ref": os.path.abspath(args.ref)}
     if scorer is not None:
         src = read_text_lines(args.src, "source")
-        check_aligned(args.ref, ref, args.src, src)
+        check_aligned(args.ref, ref, args.src, src, what="source sentence")
         scores["comet"] = metrics.segment_score(scorer.score_systems(src, ref, [hyp])[0], scorer.signature())
         out["src"] = os.path.abspath(args.src)
     if args.tok_hyp:

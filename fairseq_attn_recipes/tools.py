@@ -38,11 +38,14 @@ def cmd_check_tools(args):
 
 
 def cmd_check_arch(args):
+    import difflib
+
     import fairseq_attn_plugins  # noqa: F401  registers the architectures
     from fairseq.models import ARCH_MODEL_REGISTRY
     unknown = [a for a in args.arch if a not in ARCH_MODEL_REGISTRY]
     if unknown:
-        ours = sorted(a for a in ARCH_MODEL_REGISTRY if a.startswith("transformer_") and
-                      (a.endswith("_wmt_en_de") or a.endswith("_wmt_en_de_big")))
-        die(f"unknown ARCH={unknown[0]!r}. Set ARCH to a registered architecture, e.g. one of:\n  "
-            + "\n  ".join(ours))
+        near = difflib.get_close_matches(unknown[0], list(ARCH_MODEL_REGISTRY), n=4, cutoff=0.6)
+        die(f"unknown ARCH={unknown[0]!r}: " + (f"the nearest registered architectures are {', '.join(near)}"
+                                               if near else "no registered architecture is near it")
+            + " (each piece P registers transformer_P_wmt_en_de and transformer_P_vaswani_wmt_en_de_big; "
+              "fairseq-attn-pieces lists the pieces)")

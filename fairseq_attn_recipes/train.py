@@ -7,7 +7,9 @@ compared with the run record of ``--save-dir`` (:func:`.recording.start_run`): a
 refused with the differences named (exit 2), a run trained to ``--max-update`` before is not
 trained again (exit 10: fairseq 0.12 would make one more update and rewrite its last
 checkpoint), the same run with a larger ``--max-update`` continues and the training is
-recorded. After training, the checkpoints saved are recorded with the update number each
+recorded. The model's flags are checked first (a refused flag writes no record); a record of a
+start that saved no checkpoint and finished no training is replaced, saying so. Every refusal,
+the record's and the plugin's, is one line and exit status 2. After training, the checkpoints saved are recorded with the update number each
 holds. Every rank checks; only rank 0 writes the record. Done in the training process itself,
 on the configuration fairseq-train then trains with, so the record costs no second start of
 torch and fairseq and cannot describe another configuration than the one trained.
@@ -58,11 +60,17 @@ def main(argv=None) -> int:
     from fairseq.distributed import utils as distributed_utils
     from fairseq_cli import train as fairseq_train
 
-    if cfg.common.profile or cfg.common.use_plasma_view:  # fairseq-train's own setup for these
-        sys.argv = [sys.argv[0]] + list(argv)
-        fairseq_train.cli_main()
-    else:  # what fairseq-train's cli_main does, with the config resolved once
-        distributed_utils.call_main(cfg, fairseq_train.main)
+    from fairseq_attn_plugins.integration.refusals import refusal_kinds
+
+    try:
+        if cfg.common.profile or cfg.common.use_plasma_view:  # fairseq-train's own setup for these
+            sys.argv = [sys.argv[0]] + list(argv)
+            fairseq_train.cli_main()
+        else:  # what fairseq-train's cli_main does, with the config resolved once
+            distributed_utils.call_main(cfg, fairseq_train.main)
+    except refusal_kinds() as e:  # refused by the plugin (a checkpoint, a validation set): one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if rank0:
         try:
             recording.finish_run(cfg.checkpoint.save_dir)

@@ -29,6 +29,9 @@ Layout (``"format": 1``)::
                  "checkpoints_mtime_ns": ...,  # the newest checkpoint file when it was evaluated
                  "averaged": [{"file": "checkpoint_2_54.pt", "num_updates": 54}, ...],
                  "beam": 4, "lenpen": 0.6,
+                 "evaluated_with": {"settings": {"GEN_ARGS", "BEAM", "LENPEN", "N_AVG", ...},
+                                    "inputs": {source, reference, prepare.json: sha256},
+                                    "checkpoints": [{"file", "num_updates", "bytes", "mtime_ns"}]},
                  "scores": {"bleu": {"score": 27.3, "signature": "...", "full": "..."},
                             "chrf": {...}, "comet": {"score", "signature", "segments"},
                             "tokenized_bleu": {"score": 28.1, "method": "...", "full": "..."}}}
@@ -309,7 +312,8 @@ def evaluation_entry(run_dir: str, evaluation: Dict) -> Dict:
         "ref_sha256": file_sha256(evaluation["ref"]), "averaged": averaged,
         "num_updates": max((a["num_updates"] for a in averaged), default=None),
         "checkpoints_mtime_ns": mtime,
-        "beam": evaluation.get("beam"), "lenpen": evaluation.get("lenpen"), "scores": evaluation["scores"],
+        "beam": evaluation.get("beam"), "lenpen": evaluation.get("lenpen"),
+        "evaluated_with": evaluation.get("evaluated_with"), "scores": evaluation["scores"],
         "evaluated": now(),
     }
 

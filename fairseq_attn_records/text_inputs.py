@@ -52,11 +52,13 @@ def read_text_lines(path: str, what: str = "text") -> List[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def check_aligned(ref_path: str, refs: Sequence[str], hyp_path: str, hyps: Sequence[str]) -> None:
-    """A system output must have one line per reference line."""
+def check_aligned(ref_path: str, refs: Sequence[str], hyp_path: str, hyps: Sequence[str],
+                  what: str = "translation") -> None:
+    """A system output (or the test set's source: ``what="source sentence"``) must have one line
+    per reference line."""
     if len(hyps) != len(refs):
         raise ValueError(f"{hyp_path}: {len(hyps)} lines but the reference {ref_path} has {len(refs)} "
-                         f"(one translation per reference line, in the same order)")
+                         f"(one {what} per reference line, in the same order)")
 
 
 def empty_lines(lines: Sequence[str]) -> List[int]:

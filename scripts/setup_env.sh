@@ -21,9 +21,15 @@ if ! python -c 'import fairseq' 2>/dev/null; then
   if (( pyver >= 311 )); then pipq --no-deps "ve-fairseq==0.12.3"; else pipq --no-deps "fairseq==0.12.2"; fi
 fi
 pipq -r requirements.txt
-# the Greek-English New Testament of recipes/bible_grc_en (data files only; --no-deps: its code's
-# dependencies, django and jupyterlab among them, are not needed to read them)
-python -c 'import importlib.metadata as m; m.version("bible-alignments")' 2>/dev/null || pipq --no-deps "bible-alignments==0.4.2"
+# the Greek-English New Testament of recipes/bible_grc_en: its data files only, installed outside
+# site-packages (.venv/share/bible-alignments, where fairseq_attn_recipes/bible.py reads them): its
+# code's dependencies (django, jupyterlab...) are not needed, and pip checks only site-packages, so
+# no later install reports them as conflicts. An older set-up's copy in site-packages is moved there.
+bible_home=.venv/share/bible-alignments
+if python -c 'import importlib.metadata as m; m.distribution("bible-alignments")' 2>/dev/null; then
+  python -m pip uninstall -y -q bible-alignments
+fi
+[[ -d $bible_home/data/sources ]] || pipq --no-deps --target "$bible_home" "bible-alignments==0.4.2"
 pipq --no-deps -e .
 # COMET (the comet extra): optional for users, installed here because the tests score with a
 # tiny COMET checkpoint; WITH_COMET=0 leaves it out. The installed torch is kept (constraint);

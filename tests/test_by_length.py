@@ -293,7 +293,7 @@ BAD = [
     (["--src", "SRC", "--by-length", "auto", "--train-max-len", "0"], "--train-max-len 0: a positive integer"),
     (["--src", "SRC", "--by-length", "auto", "--train-max-len", "-3"], "--train-max-len -3: a positive integer"),
     (["--src", "SRC", "--by-length", "auto", "--train-max-len", "x"], "--train-max-len x: a positive integer"),
-    (["--src", "SHORT", "--by-length", "auto"], "SHORT: 150 lines but the reference REF has 200"),
+    (["--src", "SHORT", "--by-length", "auto"], "SHORT: 150 lines but the reference REF has 200 (one source sentence per"),
 ]
 
 

@@ -6,7 +6,6 @@ import hashlib
 import os
 import subprocess
 import sys
-from importlib import metadata
 
 import pytest
 
@@ -25,7 +24,8 @@ def read(path):
 
 # ------------------------------------------------------------------ the bible corpus
 def package_file(rel):
-    return str(metadata.distribution("bible-alignments").locate_file(rel))
+    from fairseq_attn_recipes import bible
+    return str(bible.distribution().locate_file(rel))
 
 
 def plain_verses():
@@ -227,3 +227,9 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert "Scores by source length" in md and "beyond" in md
     assert (study / "lengths.png").stat().st_size > 10000
 
+    # re-run: every run trained and evaluated before with the same settings is skipped, nothing is
+    # decoded again (a PYTHON that refuses fairseq-generate), and the table is the same
+    from test_evaluation_reuse import no_generate
+    p = lengths_sh(dict(env, PYTHON=no_generate(tmp_path)))
+    assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 2
+    assert json.loads((study / "lengths.json").read_text())["by_length"] == table

@@ -53,8 +53,24 @@ def test_the_command_lists_pieces_flags_and_arch_layers(capsys):
     for s in PIECES["relpos"].all_settings():
         assert f"{s.flag} (default {s.default!r}; {catalogue.allowed(s)})" in out
     assert pieces_main(["--arch", "transformer_csan2d_wmt_en_de"]) == 0
-    assert capsys.readouterr().out.strip() == (
-        "--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none")
+    assert capsys.readouterr().out.strip().splitlines() == [
+        "--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none",
+        "csan2d: --csan-window 11, --csan-layers '0-2', --csan-heads 3, --csan-head-edge 'cut'"]
+    # each active piece's flags with the architecture's values (a preset of dpi's flags here)
+    assert pieces_main(["--arch", "transformer_dpi_sanp_wmt_en_de"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[1].startswith("dpi: ") and "--dpi-mode 'p'" in lines[1] and "--dpi-sides 'both'" in lines[1]
+    assert pieces_main(["--arch", "transformer_t5bias_wmt_en_de"]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[1].startswith("t5bias: --t5-buckets 32, --t5-max-distance 128")
+    # the summaries are whole sentences; allowed values name the rules check_combination adds
+    assert pieces_main(["block", "cnns", "t5bias"]) == 0
+    out = capsys.readouterr().out
+    assert "block: Intra-block attention, source2token block summaries, inter-block attention and a gate " in out
+    assert "cnns: QANet convolution sublayers" in out
+    assert "--t5-buckets (default 32; integer >= 4, even)" in out
+    assert "--t5-max-distance (default 128; integer >= 3, > --t5-buckets / 2)" in out
+    for cls in PIECES.values():
+        assert catalogue.summary(cls).endswith("."), cls.name
     assert pieces_main(["nosuchpiece"]) == 2
     assert "unknown piece" in capsys.readouterr().err
 

@@ -23,10 +23,10 @@ def latest(work):
     return os.path.realpath(os.path.join(work, "data-bin"))
 
 
-def data_sh(env, action, check=True):
+def data_sh(env, *action, check=True):
     full = dict(os.environ, PYTHON=sys.executable, **env)
     full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
-    p = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "data.sh"), action], env=full,
+    p = subprocess.run(["bash", os.path.join(RECIPES, "wmt14_en_de", "data.sh"), *action], env=full,
                        capture_output=True, text=True)
     assert p.returncode == 0 or not check, p.stderr
     return p
@@ -87,8 +87,8 @@ def test_prepared_data_coexist_and_each_run_evaluates_on_its_own(tmp_path):
     assert "bpe=subword-nmt:50" in lines[os.path.basename(second)] and lines[os.path.basename(second)].endswith(
         "referenced by: nothing")
     assert lines[os.path.basename(third)].endswith("referenced by: data-bin")
-    p = data_sh(env, "prune")
-    assert f"removed {second} " in p.stdout and "1 unreferenced data folder(s) removed" in p.stdout
+    p = data_sh(env, "prune", "--yes")
+    assert f"removed {second} (" in p.stdout and "1 unreferenced data folder(s) removed" in p.stdout
     assert not os.path.exists(second) and os.path.isdir(first) and os.path.isdir(third)
     assert os.path.isfile(outside / "prepare.json") and os.path.islink(os.path.join(work, "data", "elsewhere"))
 

@@ -125,11 +125,15 @@ def test_missing_tool_fails_fast(tmp_path):
 
 
 def test_unknown_arch_fails_fast(tmp_path):
-    p = run("wmt14_en_de", "train.sh", {"WORK": str(tmp_path / "work"), "ARCH": "transformer_nope_wmt_en_de"},
+    p = run("wmt14_en_de", "train.sh", {"WORK": str(tmp_path / "work"), "ARCH": "transformer_csan_2d_wmt_en_de"},
             check=False)
     assert p.returncode == 2
-    assert "unknown ARCH='transformer_nope_wmt_en_de'" in p.stderr
-    assert "transformer_csan2d_wmt_en_de" in p.stderr  # lists what is registered
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "unknown ARCH='transformer_csan_2d_wmt_en_de'" in errors[0]
+    # the nearest registered architectures, not all of them
+    named = [a for a in errors[0].split("are ", 1)[1].split(" (")[0].split(", ")]
+    assert "transformer_csan2d_wmt_en_de" in named and len(named) <= 4
+    assert "transformer_rope_wmt_en_de" not in errors[0]
     assert not os.path.exists(tmp_path / "work" / "runs")
 
 

@@ -139,10 +139,13 @@ def test_attn_backend_override_and_stock_checkpoints(relpos):
 
 # ------------------------------------------------------------------ override typos, one-line refusals
 def refusal_printed(exc):
-    """What a fairseq command prints for ``exc`` left uncaught: the hook the plugin installs."""
+    """What a fairseq command prints for ``exc`` left uncaught: the hook the plugin installs there
+    (only there: pytest's interpreter keeps its own)."""
+    from fairseq_attn_plugins.integration import refusals
+
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        sys.excepthook(type(exc), exc, exc.__traceback__)
+        refusals.excepthook(type(exc), exc, exc.__traceback__)
     return err.getvalue()
 
 

@@ -27,7 +27,7 @@ def allowed(s: Setting) -> str:
     hi = flag_of(s.hi) if isinstance(s.hi, str) else s.hi
     if s.type is int:
         kind = "odd integer" if s.odd else "integer"
-        return f"{kind} >= {s.lo}" + (f", <= {hi}" if hi is not None else "")
+        return f"{kind} >= {s.lo}" + (f", <= {hi}" if hi is not None else "") + (f", {s.rule}" if s.rule else "")
     if s.type is float:
         if s.positive:
             return "number > 0" + (f", <= {hi}" if hi is not None else "")
@@ -73,13 +73,18 @@ def markdown_table(cls) -> str:
     return "\n".join(lines)
 
 
+def summary(cls) -> str:
+    """The first paragraph of a piece's docstring, whole, on one line."""
+    paragraph = (cls.__doc__ or "").strip().split("\n\n")[0]
+    return " ".join(paragraph.split()).replace(" See module docstring.", "")
+
+
 def text_listing(names: Optional[List[str]] = None) -> str:
     """Every piece (or ``names``) with its capabilities and flags, for a terminal."""
     blocks = []
     for name in names or sorted(PIECES):
         cls = PIECES[name]
-        doc = (cls.__doc__ or "").strip().splitlines()[0].replace(" See module docstring.", "")
-        lines = [f"{name}: {doc}", f"  {capabilities(cls)}"]
+        lines = [f"{name}: {summary(cls)}", f"  {capabilities(cls)}"]
         for f, d, a, h in rows(cls):
             lines += [f"  {f} (default {d}; {a})", f"      {h}"]
         blocks.append("\n".join(lines))
@@ -88,7 +93,8 @@ def text_listing(names: Optional[List[str]] = None) -> str:
 
 def arch_layers(arch: str) -> str:
     """The pieces per layer of architecture ``arch`` at its defaults, e.g.
-    ``--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
+    ``--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``, then
+    each active piece's flags with their values (:func:`piece_values`)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     from .flags import validate_attention_args
@@ -99,7 +105,17 @@ def arch_layers(arch: str) -> str:
     args = argparse.Namespace()
     ARCH_CONFIG_REGISTRY[arch](args)
     validate_attention_args(args)
-    return f"--attn-pieces {args.attn_pieces!r}: " + config_layers(args)
+    return "\n".join([f"--attn-pieces {args.attn_pieces!r}: " + config_layers(args)] + piece_values(args))
+
+
+def piece_values(args) -> List[str]:
+    """Each active piece's flags with their values in ``args``, one line per piece, e.g.
+    ``csan2d: --csan-window 11, --csan-heads 3, ...``."""
+    from .flags import selected_pieces
+
+    return [f"{cls.name}: " + ", ".join(f"{s.flag} {getattr(args, s.name)!r}" for s in cls.all_settings()
+                                         if s not in cls.unused_settings)
+            for cls in selected_pieces(args)]
 
 
 def config_layers(args) -> str:

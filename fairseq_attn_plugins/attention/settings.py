@@ -53,6 +53,7 @@ class Setting:
     positive: bool = False
     choices: Optional[Tuple[str, ...]] = None
     role: str = VALUE
+    rule: str = ""  # a rule tying the value to other flags (the piece's check_combination), in words
 
     @property
     def flag(self) -> str:
@@ -88,9 +89,10 @@ class Setting:
 
 # ---- factories -----------------------------------------------------------
 def Int(name: str, default, help: str, lo: int = 1, hi=None, odd: bool = False,
-        metavar: str = "N") -> Setting:
-    """An integer in [lo, hi] (``hi`` None: no upper bound; a string: a model attribute)."""
-    return Setting(name, int, default, help, metavar, lo=lo, hi=hi, odd=odd)
+        metavar: str = "N", rule: str = "") -> Setting:
+    """An integer in [lo, hi] (``hi`` None: no upper bound; a string: a model attribute);
+    ``rule``: what the piece's ``check_combination`` adds, in words (the catalogue shows it)."""
+    return Setting(name, int, default, help, metavar, lo=lo, hi=hi, odd=odd, rule=rule)
 
 
 def Float(name: str, default, help: str, lo=None, hi=None, hi_open: bool = False,

@@ -3,7 +3,8 @@
     fairseq-attn-pieces [PIECE ...]          every piece (or those named): capabilities, and
                                              each flag with its default, allowed values, help
     fairseq-attn-pieces --arch ARCH          the pieces per layer of a transformer_attn
-                                             architecture at its defaults
+                                             architecture at its defaults, and each active
+                                             piece's flags with their values
     fairseq-attn-pieces --markdown PIECE     the flag table of a piece, as in its doc
     fairseq-attn-pieces --update-docs DIR    rewrite the flag tables of DIR/*.md
 

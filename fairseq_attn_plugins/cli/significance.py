@@ -55,7 +55,7 @@ def main(argv=None) -> int:
         sources = None
         if args.src:
             sources = read_text_lines(args.src, "source")
-            check_aligned(args.ref, refs, args.src, sources)
+            check_aligned(args.ref, refs, args.src, sources, what="source sentence")
         systems = []
         for n, path in zip(names, paths):
             hyps = read_text_lines(path, "system output")

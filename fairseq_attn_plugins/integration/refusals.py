@@ -2,16 +2,35 @@
 
 fairseq-train, -generate, -interactive and -validate (with ``--user-dir``) have no handler for
 the plugin's errors, so a refused flag or checkpoint came out as a 20-line traceback through
-fairseq's internals with the reason on its last line. Once the plugin is imported, an uncaught
-error of the plugin's own kinds (:class:`PieceConfigError`: a flag, override or piece set
-refused; a corrupt or unsafe checkpoint) prints ``error: MESSAGE`` alone (exit status 1); any
-other exception keeps Python's traceback. Python code calling the plugin still gets the
-exception itself.
+fairseq's internals with the reason on its last line, and a mistyped flag as fairseq's 190-line
+usage. When the running program is one of fairseq's commands or one of this distribution's
+(:func:`running_command`), importing the plugin makes
+
+* an uncaught error of the plugin's own kinds (:class:`PieceConfigError`: a flag, override or
+  piece set refused; a corrupt or unsafe checkpoint) print ``error: MESSAGE`` alone (exit
+  status 1, Python's for an uncaught error; any other exception keeps its traceback);
+* in the programs parsing fairseq's command line (:func:`fairseq_parser_command`), an argparse
+  error print one line without the usage, and an unknown flag the nearest known one
+  (``--csan-windw``: ``did you mean --csan-window?``), exit status 2 as argparse's.
+
+Any other program importing the package (a script, a notebook, pytest) keeps its interpreter as
+it was: ``sys.excepthook`` and argparse are left alone and the exceptions propagate with their
+tracebacks. Python code calling the plugin always gets the exception itself. The recipes' training
+step (``python -m fairseq_attn_recipes.train``) catches the refusals itself and exits 2, the status
+the recipes read as "refused, nothing trained".
 """
 
+import argparse
+import difflib
+import os
 import sys
 
 _installed = False
+
+# fairseq's console commands and ours all start with "fairseq-"; run by module, the programs of
+# fairseq (fairseq_cli.generate...) and of this distribution
+COMMAND_PREFIX = "fairseq-"
+MODULE_PREFIXES = ("fairseq_cli.", "fairseq_attn_recipes", "fairseq_attn_plugins")
 
 
 def refusal_kinds():
@@ -21,22 +40,66 @@ def refusal_kinds():
     return PieceConfigError, CorruptCheckpointError, UnsafeCheckpointError
 
 
-def _hook(previous):
-    def excepthook(kind, value, tb):
-        if isinstance(value, refusal_kinds()):
-            sys.stderr.write(f"error: {value}\n")
-            sys.stderr.flush()
-            return
-        previous(kind, value, tb)
+def running_command(argv0=None, main_module=None) -> bool:
+    """Whether the running program is a fairseq command or one of ours: a console script named
+    ``fairseq-*``, or a module of fairseq_cli / this distribution run with ``python -m``."""
+    argv0 = (sys.argv[0] if sys.argv else "") if argv0 is None else argv0
+    if main_module is None:
+        main = sys.modules.get("__main__")
+        spec = main.__spec__ if main is not None else None
+        main_module = spec.name if spec is not None else ""
+    return os.path.basename(argv0).startswith(COMMAND_PREFIX) or main_module.startswith(MODULE_PREFIXES)
 
-    excepthook._attn_plugins_refusals = True
-    return excepthook
+
+def fairseq_parser_command(argv0=None, main_module=None) -> bool:
+    """Whether the running program parses fairseq's command line: fairseq's console commands
+    (``fairseq-train``..., not ours, ``fairseq-attn-*``, which print their own errors), its
+    modules, and the recipes' training step."""
+    argv0 = os.path.basename((sys.argv[0] if sys.argv else "") if argv0 is None else argv0)
+    if main_module is None:
+        main = sys.modules.get("__main__")
+        spec = main.__spec__ if main is not None else None
+        main_module = spec.name if spec is not None else ""
+    return ((argv0.startswith(COMMAND_PREFIX) and not argv0.startswith("fairseq-attn-"))
+            or main_module.startswith("fairseq_cli.") or main_module == "fairseq_attn_recipes.train")
+
+
+def excepthook(kind, value, tb, previous=None):
+    """A refusal of the plugin as ``error: MESSAGE``; anything else to ``previous`` (Python's)."""
+    if isinstance(value, refusal_kinds()):
+        sys.stderr.write(f"error: {value}\n")
+        sys.stderr.flush()
+        return
+    (previous or sys.__excepthook__)(kind, value, tb)
+
+
+def nearest_flag(unknown: str, known) -> str:
+    """The known option string closest to ``unknown`` (``--csan-windw`` -> ``--csan-window``), or ''."""
+    flag = unknown.split("=", 1)[0]
+    close = difflib.get_close_matches(flag, [k for k in known if k.startswith("--")], n=1, cutoff=0.6)
+    return close[0] if close else ""
+
+
+def parser_error(parser: argparse.ArgumentParser, message: str):
+    """argparse's error without the usage (fairseq's runs to 190 lines): one line, the nearest
+    known flag of each unknown one; exit status 2 as argparse's."""
+    hint = ""
+    prefix = "unrecognized arguments: "
+    if message.startswith(prefix):
+        flags = [a for a in message[len(prefix):].split() if a.startswith("-")]
+        near = [(f, nearest_flag(f, parser._option_string_actions)) for f in flags]
+        hint = "; ".join(f"did you mean {n} (for {f})?" if len(flags) > 1 else f"did you mean {n}?"
+                         for f, n in near if n)
+    parser.exit(2, f"error: {message}" + (f" ({hint})" if hint else "") + f" ({parser.prog} --help lists the flags)\n")
 
 
 def install() -> None:
+    """The one-line refusals, only for fairseq's commands and ours (see the module docstring)."""
     global _installed
-    if _installed:
+    if _installed or not running_command():
         return
-    if not getattr(sys.excepthook, "_attn_plugins_refusals", False):
-        sys.excepthook = _hook(sys.excepthook)
+    previous = sys.excepthook
+    sys.excepthook = lambda kind, value, tb: excepthook(kind, value, tb, previous)
+    if fairseq_parser_command():
+        argparse.ArgumentParser.error = parser_error
     _installed = True

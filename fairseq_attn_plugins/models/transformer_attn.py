@@ -10,6 +10,7 @@ Architectures are named ``transformer_<variant>_wmt_en_de`` (base) and
 on top of fairseq's matching architecture.
 """
 
+import argparse
 import functools
 import logging
 import weakref
@@ -150,6 +151,23 @@ class AttnTransformerModel(TransformerModel):
         add_attention_args(parser)
         finetune.add_args(parser)
 
+    @staticmethod
+    def complete_args(args):
+        """The defaults of anything still missing, then every check of the flags (pieces, their
+        values, the backend): PieceConfigError naming the flag."""
+        transformer_wmt_en_de(args)  # fairseq's base defaults for anything still missing
+        attention_defaults(args)
+        if getattr(args, "encoder_layers_to_keep", None) or getattr(args, "decoder_layers_to_keep", None):
+            raise PieceConfigError("--encoder/decoder-layers-to-keep would renumber the layers "
+                                   "that pieces are assigned to; not supported")
+        validate_attention_args(args)
+
+    @classmethod
+    def check_args(cls, args):
+        """The checks :meth:`build_model` makes, on a copy of ``args`` (a parsed command line):
+        run before anything is written, so that a refused flag leaves nothing behind."""
+        cls.complete_args(argparse.Namespace(**vars(args)))
+
     @classmethod
     def build_model(cls, args, task):
         if is_config(args):  # fairseq-hydra-train (or its checkpoint): build from the Namespace
@@ -157,12 +175,7 @@ class AttnTransformerModel(TransformerModel):
             model = cls.build_model(namespace, task)
             write_back(args, namespace)
             return model
-        transformer_wmt_en_de(args)  # fairseq's base defaults for anything still missing
-        attention_defaults(args)
-        if getattr(args, "encoder_layers_to_keep", None) or getattr(args, "decoder_layers_to_keep", None):
-            raise PieceConfigError("--encoder/decoder-layers-to-keep would renumber the layers "
-                                   "that pieces are assigned to; not supported")
-        validate_attention_args(args)
+        cls.complete_args(args)
         model = super().build_model(args, task)
         attns = [m for m in model.modules() if isinstance(m, PluginSelfAttention)]
         logger.info(f"attention pieces per layer (--attn-pieces {args.attn_pieces!r}): "

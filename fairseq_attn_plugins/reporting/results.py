@@ -98,7 +98,7 @@ def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Opti
     sources = None
     if src_path:
         sources = read_text_lines(src_path, "source")
-        check_aligned(ref_path, refs, src_path, sources)
+        check_aligned(ref_path, refs, src_path, sources, what="source sentence")
     hyps = []
     for _, path in named:
         hyps.append(read_text_lines(path, "system output"))

@@ -12,11 +12,11 @@ STUDY_TRAIN_MAX_LEN=${STUDY_TRAIN_MAX_LEN:-20}  # lengths.sh: train on verses up
 
 check_corpus_inputs() {
   [[ $SRC == grc && $TGT == en ]] || die "the bible corpus is Greek-English: SRC=grc TGT=en (got SRC=$SRC TGT=$TGT)"
-  "${STEPS[@]}" bible-corpus --check
+  "${STEPS[@]}" bible-corpus --check >/dev/null
 }
 
 corpus_settings() {  # the package version: its data is what the corpus is made from
-  echo --set; echo "CORPUS=bible-alignments $("$PYTHON" -c 'import importlib.metadata as m; print(m.version("bible-alignments"))' 2>/dev/null)"
+  echo --set; echo "CORPUS=$("${STEPS[@]}" bible-corpus --check)"
 }
 
 fetch_train() {

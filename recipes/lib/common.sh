@@ -20,6 +20,11 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "error: $*" >&2; exit 2; }
+# no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
+# (its settings are environment variables)
+no_args() {
+  (( $# == 0 )) || die "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
+}
 
 # stage NAME [--set KEY=VALUE | --in FILE]... -- CMD...: run CMD unless $WORK/.done/NAME
 # records that it was done from these very settings and input files (sizes, line counts,
@@ -164,6 +169,7 @@ check_pair() {
 }
 
 prepare_main() {
+  no_args "$@"
   recipe_defaults
   prepare_settings
   if [[ $DATA_KEYED == 0 && $(realpath -m "$DATA") == "$(realpath -m "$WORK/data")"/* ]]; then
@@ -310,7 +316,12 @@ binarise() {
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
+  local given=()  # the files the user gave (the official data: the archives downloaded into WORK)
+  for split in train valid test; do
+    if local_split "$split"; then local s="${split^^}_SRC" t="${split^^}_TGT"; given+=(--input "$s=${!s}" --input "$t=${!t}"); fi
+  done
   "${STEPS[@]}" prepare-record --data "$tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
+    "${given[@]}" --raw-record "$WORK/.done/raw" --downloads "$WORK/downloads.sha256" \
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
     --clean-record "$WORK/bpe/train.clean.json"
   if [[ $DATA_KEYED == 1 ]]; then
@@ -324,14 +335,28 @@ binarise() {
 # before data folders held them: $WORK/raw)
 data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw"; fi; }
 
-# data_main list|prune: the prepared data folders of WORK/data (id, settings, training pairs, size,
-# the runs naming them), or remove those no run record (nor WORK/data-bin) names
+# data_main list | prune [--dry-run | --yes]: the prepared data folders of WORK/data (id, settings,
+# inputs, training pairs, size, the runs naming them: those under WORK and those registered in
+# WORK/runs.index wherever they lie), or those no run record (nor WORK/data-bin) names: shown with
+# their sizes and why, removed only with --yes
 data_main() {
-  recipe_defaults
+  local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them) or 'prune' (show the unreferenced ones; 'prune --yes' removes them)"
   case ${1:-} in
-    list) "${STEPS[@]}" data-list "$WORK";;
-    prune) "${STEPS[@]}" data-prune "$WORK";;
-    *) die "data.sh ${1:-}: give 'list' (the prepared data of WORK=$WORK and the runs naming them) or 'prune' (remove the unreferenced ones)";;
+    list) shift; no_args "$@"; recipe_defaults; "${STEPS[@]}" data-list "$WORK";;
+    prune)
+      shift
+      local yes=() a
+      for a in "$@"; do
+        case $a in
+          --yes) yes=(--yes);;
+          --dry-run) ;;
+          *) die "data.sh prune: unknown argument '$a': give --dry-run (the default: show what would be removed) or --yes (remove it)";;
+        esac
+      done
+      [[ " $* " != *" --yes "* || " $* " != *" --dry-run "* ]] || die "data.sh prune: --dry-run and --yes contradict each other: give one"
+      recipe_defaults
+      "${STEPS[@]}" data-prune "$WORK" "${yes[@]}";;
+    *) die "data.sh${1:+ $1}: unknown action; $usage";;
   esac
 }
 
@@ -354,6 +379,7 @@ detect_gpus() {
 }
 
 train_main() {
+  no_args "$@"
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   # ARCHS_CHECKED: the architectures a calling step (lengths.sh, table1.sh, figure2.sh) checked
@@ -452,6 +478,8 @@ train_main() {
     log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0
   fi
   # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
+  # registered in the WORK whose data it trains on: data.sh list/prune see it wherever SAVE_DIR lies
+  "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
   local rc=0 r pids=()
@@ -474,12 +502,17 @@ train_main() {
   # holds another run (the differences are printed)
   (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0; }
   (( rc != 2 )) || die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
-  (( rc == 0 )) || die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from checkpoint_last.pt"
+  if (( rc != 0 )); then
+    # resuming is offered only where there is something to resume from
+    [[ -f $SAVE_DIR/checkpoint_last.pt ]] || die "training failed (exit $rc) before saving a checkpoint; see $SAVE_DIR/train.log"
+    die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from $SAVE_DIR/checkpoint_last.pt"
+  fi
   log "trained: $SAVE_DIR (run record: $SAVE_DIR/run.json)"
 }
 
 # ---------------------------------------------------------------- evaluate
 evaluate_main() {
+  no_args "$@"
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
@@ -499,8 +532,6 @@ evaluate_main() {
   local refs; refs=$(data_refs)
   [[ -f "$refs/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $refs/$EVAL_SUBSET.$TGT: run prepare.sh first"
   log "data: $DATA (the run's own, recorded in $SAVE_DIR/run.json); source and reference: $refs/$EVAL_SUBSET.{$SRC,$TGT}"
-  # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
-  "${STEPS[@]}" check-comet || exit 2
   # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
   # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
   # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
@@ -511,6 +542,22 @@ evaluate_main() {
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$refs/test.$TGT" --run-dir "$SAVE_DIR" \
     --require --print-pairs > "$out/data.check.json.tmp" || exit 2
   mv "$out/data.check.json.tmp" "$out/data.check.json"
+  # the same evaluation (settings, files, checkpoints averaged: evaluations.py) done before: skipped
+  local rc=0 why
+  why=$("${STEPS[@]}" evaluated-before --run-dir "$SAVE_DIR" --n-avg "$N_AVG" --subset "$EVAL_SUBSET" --final "$final" \
+    --set "subset=$EVAL_SUBSET" --set "ARCH=$ARCH" --set "BEAM=$BEAM" --set "LENPEN=$LENPEN" --set "GEN_ARGS=${GEN_ARGS:-}" \
+    --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$N_AVG" --set "BPE_TOOL=$BPE_TOOL" \
+    --set "SACREBLEU_TOK=$SACREBLEU_TOK" --set "TOK_BLEU=$TOK_BLEU" --set "PAPER_METRIC=${PAPER_METRIC:-}" \
+    --set "COMET_MODEL=${COMET_MODEL:-}" --in "$DATA/prepare.json" --in "$refs/$EVAL_SUBSET.$SRC" \
+    --in "$refs/$EVAL_SUBSET.$TGT" --out "$out/evaluated_with.json") || rc=$?
+  case $rc in
+    0) rm -rf "$out"; log "$final: evaluated before with the same settings, files and checkpoints: skipped"; return 0;;
+    1) ;;
+    3) log "$final: evaluated again: $why";;
+    *) exit 2;;
+  esac
+  # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
+  "${STEPS[@]}" check-comet || exit 2
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
   "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
   local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
@@ -540,7 +587,7 @@ evaluate_main() {
     tokargs=(--tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt" --tok-method "$method")
   fi
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$refs/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
-    --record "$out/averaged.json" --record "$out/data.check.json" \
+    --record "$out/averaged.json" --record "$out/data.check.json" --record "$out/evaluated_with.json" \
     --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
     --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"

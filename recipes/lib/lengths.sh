@@ -45,6 +45,7 @@ lengths_quick_settings() {  # the demo's corpus and toy sizes (each still overri
 }
 
 lengths_main() {
+  no_args "$@"
   [[ ${QUICK:-0} =~ ^[01]$ ]] || die "QUICK=$QUICK: give 1 (the demo's corpus, toy sizes) or 0"
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_settings; fi
   TRAIN_MAX_LEN=${TRAIN_MAX_LEN:-${STUDY_TRAIN_MAX_LEN:-30}}

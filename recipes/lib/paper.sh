@@ -55,6 +55,7 @@ paper_run() {
 
 # ---------------------------------------------------------------- Table 1
 table1_main() {
+  no_args "$@"
   recipe_defaults
   paper_quick_defaults
   ROWS=${ROWS:-all}
@@ -77,6 +78,7 @@ table1_main() {
 
 # ---------------------------------------------------------------- Figure 2
 figure2_main() {
+  no_args "$@"
   recipe_defaults
   paper_quick_defaults
   WINDOWS=${WINDOWS:-3,5,7,9,11,13,15}     # 1D-CSAN --csan-window values
@@ -109,6 +111,7 @@ figure2_main() {
 
 # ---------------------------------------------------------------- Figure 3
 figure3_main() {
+  no_args "$@"
   recipe_defaults
   TABLE1_DIR=${TABLE1_DIR:-$WORK/table1}
   FIG3_ROWS=${FIG3_ROWS:-csan1d,csan2d}

@@ -78,7 +78,7 @@ class ConvSublayer(nn.Module):
 
 @register_piece
 class ConvSublayers(AttentionPiece):
-    """n QANet convolution sublayers on the input of a SAN layer (Yu et al. 2018)."""
+    """QANet convolution sublayers (--cnns-convs of them) on the input of a SAN layer (Yu et al. 2018)."""
 
     name = "cnns"
     incremental_ok = False

@@ -92,9 +92,9 @@ class T5RelativeBias(AttentionPiece):
     test_flags = {"t5_layers": "0", "t5_buckets": 8, "t5_max_distance": 6}
 
     settings = (
-        Int("t5_buckets", 32, lo=4,
+        Int("t5_buckets", 32, lo=4, rule="even",
             help="T5 relative bias: number of distance buckets, an even integer >= 4 (default 32)"),
-        Int("t5_max_distance", 128, lo=3, metavar="M",
+        Int("t5_max_distance", 128, lo=3, metavar="M", rule="> --t5-buckets / 2",
             help="T5 relative bias: distance from which every key shares the last bucket, "
                  "integer > buckets/2 (default 128)"),
         Choice("t5_sharing", "stack", SHARING,

@@ -1,0 +1,88 @@
+"""What an evaluation is made from, so that the same evaluation is not done twice.
+
+An evaluation's key (``evaluated_with``, recorded in ``SUBSET/scores.json`` and the run record's
+evaluation) names everything its scores depend on: the settings given (the subset, generation:
+``GEN_ARGS``, beam, length penalty, ``N_AVG``; BPE removal, the metrics' settings), the files
+evaluated (source and reference, the data's record: sha256 each) and the checkpoints averaged
+(file, update number, size, time). ``evaluated-before`` compares the key of an evaluation about
+to run with the one recorded in the folder it would be published to: the same evaluation, its
+outputs intact, is skipped; a changed one is redone, the changes named. The folder is the
+record's place, so a caller evaluating other test files into another folder gets its own record.
+"""
+
+import json
+import os
+import sys
+
+from fairseq_attn_records import run_record
+
+from .files import die, key_values, write_lines_atomic
+from .fingerprints import describe_changes, file_digest
+
+KEY = "evaluated_with"
+
+
+def evaluation_key(run_dir: str, n_avg: int, settings: dict, inputs) -> dict:
+    """The key of evaluating the average of the newest ``n_avg`` save points of ``run_dir`` with
+    ``settings`` on the files ``inputs``."""
+    from .recording import last_save_points, scan_checkpoints
+
+    rec = run_record.load(run_dir) or {}
+    known = scan_checkpoints(run_dir, rec.get("checkpoints"))
+    try:
+        points = last_save_points(run_dir, n_avg, known)
+    except run_record.RecordError as e:
+        die(str(e))
+    return {"settings": dict(sorted(settings.items())),
+            "inputs": {os.path.abspath(f): file_digest(f)["sha256"] for f in inputs},
+            "checkpoints": [{"file": p["file"], "num_updates": p["num_updates"], "bytes": known[p["file"]]["bytes"],
+                             "mtime_ns": known[p["file"]]["mtime_ns"]} for p in points]}
+
+
+def changes(old: dict, new: dict) -> list:
+    """What differs between two keys, one phrase each."""
+    out = describe_changes(old, new)
+    if old.get("checkpoints") != new.get("checkpoints"):
+        name = lambda key: ", ".join(f"{c['file']} (update {c['num_updates']})" for c in key.get("checkpoints") or [])
+        out.append(f"checkpoints averaged: {name(old) or 'none recorded'} -> {name(new)}")
+    return out
+
+
+def recorded_key(final: str, run_dir: str, subset: str):
+    """(key, None) of the evaluation published in ``final``, or (None, why it cannot be reused)."""
+    scores = os.path.join(final, "scores.json")
+    if not os.path.isfile(scores):
+        return None, None
+    try:
+        with open(scores, encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None, f"{scores} is unreadable"
+    if KEY not in old:
+        return None, f"{scores} does not record what it was evaluated with (evaluated by an older evaluate.sh)"
+    if run_dir:
+        entry = ((run_record.load(run_dir) or {}).get("evaluations") or {}).get(subset)
+        if entry is None or os.path.realpath(os.path.join(run_dir, entry["dir"])) != os.path.realpath(final):
+            return None, f"{run_record.record_path(run_dir)} records no evaluation of {subset} in {final}"
+        try:
+            run_record.check_evaluation(run_dir, subset, entry)
+        except run_record.RecordError as e:
+            return None, str(e)
+    return old[KEY], None
+
+
+def cmd_evaluated_before(args):
+    """Write the key of this evaluation to --out ({"evaluated_with": key}). Exit 0: evaluated before
+    with this very key, its outputs intact (skip); 1: not evaluated before; 3: redo (why printed)."""
+    key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs)
+    write_lines_atomic(args.out, [json.dumps({KEY: key}, indent=2)])
+    old, why = recorded_key(args.final, args.run_dir, args.subset)
+    if old is None:
+        if why:
+            print(why)
+            sys.exit(3)
+        sys.exit(1)
+    if old == json.loads(json.dumps(key)):
+        sys.exit(0)
+    print("; ".join(changes(old, key)))
+    sys.exit(3)

@@ -1,0 +1,61 @@
+"""An evaluation is done once: evaluate.sh (and lengths.sh, which runs it for every run) skips the
+evaluation its run folder holds for the same settings, files and checkpoints averaged, and redoes
+a changed one naming the change. The skip is proven by a PYTHON that refuses to run
+fairseq-generate: a re-run that decoded would fail."""
+
+import json
+import os
+import stat
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_recipes import prepared_ende, run  # noqa: E402
+
+
+def no_generate(tmp_path):
+    """A PYTHON for the recipe that fails (exit 97) when asked to run fairseq-generate."""
+    path = tmp_path / "python_without_generate"
+    path.write_text('#!/usr/bin/env bash\nif [[ " $* " == *" fairseq_cli.generate "* ]]; then echo "generate called" >&2; '
+                    f'exit 97; fi\nexec {sys.executable} "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+@pytest.mark.e2e
+def test_the_same_evaluation_is_skipped_and_a_changed_one_redone(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    save = str(tmp_path / "run")
+    env = dict(env, SAVE_DIR=save)
+    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="4"))
+    run("wmt14_en_de", "evaluate.sh", env)
+    record = lambda: json.load(open(os.path.join(save, "run.json")))["evaluations"]["test"]
+    first = record()
+    used = first["evaluated_with"]
+    assert used["settings"]["LENPEN"] == "0.6" and used["settings"]["GEN_ARGS"] == "--max-len-a 1.2 --max-len-b 5"
+    assert [c["file"] for c in used["checkpoints"]] == [a["file"] for a in first["averaged"]]
+    scores = json.load(open(os.path.join(save, "test", "scores.json")))
+    assert scores["evaluated_with"] == used
+
+    # the same evaluation: nothing decoded, the record untouched
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, PYTHON=no_generate(tmp_path)))
+    assert "evaluated before with the same settings, files and checkpoints: skipped" in p.stderr
+    assert record() == first and not os.path.exists(os.path.join(save, "test.tmp"))
+
+    # each change is an evaluation of its own: redone, the change named
+    for change, named in ((dict(LENPEN="1.0"), "LENPEN: '0.6' -> '1.0'"),
+                          (dict(GEN_ARGS="--max-len-a 1.2 --max-len-b 3"), "GEN_ARGS: "),
+                          (dict(N_AVG="1"), "N_AVG: '2' -> '1'")):
+        p = run("wmt14_en_de", "evaluate.sh", dict(env, PYTHON=no_generate(tmp_path), **change), check=False)
+        assert p.returncode == 2 and "generate called" in p.stderr and named in p.stderr, p.stderr[-2000:]
+        p = run("wmt14_en_de", "evaluate.sh", dict(env, **change))
+        assert f"evaluated again: {named}" in p.stderr or named in p.stderr
+        assert all(record()["evaluated_with"]["settings"][k] == v for k, v in change.items())
+    # trained on: the checkpoints averaged changed
+    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="6"))
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1"))
+    assert "checkpoints averaged: " in p.stderr and "(update 6)" in p.stderr
+    assert record()["evaluated_with"]["checkpoints"][0]["num_updates"] == 6
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1", PYTHON=no_generate(tmp_path)))
+    assert "skipped" in p.stderr

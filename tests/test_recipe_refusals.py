@@ -1,0 +1,158 @@
+"""Nothing lost, no dead ends: every recipe script refuses an argument it does not know before doing
+anything; data.sh prune shows and removes only with --yes; a run outside WORK keeps its data; a
+refused model flag leaves nothing that blocks its correction; a mistyped flag is one line naming
+the nearest known one. Real recipe runs on the tiny corpora of test_recipes."""
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_recipes import RECIPES, TINY_MODEL, prepared_ende, run  # noqa: E402
+
+SCRIPTS = {"wmt14_en_de": ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh", "table1.sh", "figure2.sh",
+                           "figure3.sh", "data.sh"),
+           "bible_grc_en": ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh", "data.sh")}
+
+
+def script(recipe, name, *args, env=None, check=True):
+    full = dict(os.environ, PYTHON=sys.executable, **(env or {}))
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    p = subprocess.run(["bash", os.path.join(RECIPES, recipe, name), *args], env=full, capture_output=True, text=True)
+    assert p.returncode == 0 or not check, p.stderr
+    return p
+
+
+def error_lines(p):
+    """The error lines of a recipe script (the training step's are on stdout, as its log)."""
+    return [line for line in (p.stdout + p.stderr).splitlines() if line.startswith("error: ")]
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def test_every_script_refuses_an_unknown_argument_before_doing_anything(tmp_path):
+    for recipe, names in SCRIPTS.items():
+        for name in names:
+            work = tmp_path / recipe / name
+            args = ("list", "--dry-run") if name == "data.sh" else ("--dry-run",)
+            p = script(recipe, name, *args, env={"WORK": str(work)}, check=False)
+            assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, (recipe, name, p.stderr)
+            assert "unknown argument '--dry-run'" in p.stderr, p.stderr
+            assert not work.exists(), (recipe, name)  # nothing made, not even WORK
+    for args, said in ((("prune", "-y"), "unknown argument '-y'"), (("prune", "--yes", "--dry-run"), "contradict"),
+                       (("purge",), "unknown action")):
+        p = script("wmt14_en_de", "data.sh", *args, env={"WORK": str(tmp_path / "w")}, check=False)
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and said in p.stderr, p.stderr
+
+
+@pytest.mark.e2e
+def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    work = env["WORK"]
+    first = os.path.realpath(os.path.join(work, "data-bin"))
+    rec = json.load(open(os.path.join(first, "prepare.json")))
+    # the data's record names the files it was given: path, size, sha256
+    given = {i["name"]: i for i in rec["inputs"]}
+    assert set(given) == {f"{s}_{side}" for s in ("TRAIN", "VALID", "TEST") for side in ("SRC", "TGT")}
+    for name, i in given.items():  # (the shared WORK was prepared in a folder renamed after)
+        assert os.path.basename(i["path"]) == os.path.basename(env[name]) and i["bytes"] == os.path.getsize(env[name])
+        assert i["sha256"] == sha256(env[name])
+
+    # 4. a refused flag writes no record: its correction in the same folder trains
+    outside = str(tmp_path / "elsewhere" / "csan2d")
+    train = dict(env, ARCH="transformer_csan2d_wmt_en_de", SAVE_DIR=outside, MAX_UPDATE="2")
+    base_args = f"{TINY_MODEL} --csan-layers 0"
+    for bad, named in (("--csan-window 0", "--csan-window"), ("--relpos-k 4", "--relpos-k")):
+        p = run("wmt14_en_de", "train.sh", dict(train, MODEL_ARGS=f"{base_args} {bad}"), check=False)
+        assert p.returncode == 2 and named in error_lines(p)[0], p.stdout + p.stderr
+        assert not os.path.exists(os.path.join(outside, "run.json")), "a refused run left its record"
+        assert "Re-running resumes" not in p.stderr
+    p = run("wmt14_en_de", "train.sh", dict(train, MODEL_ARGS=f"{base_args} --csan-window 3"))
+    assert json.load(open(os.path.join(outside, "run.json")))["model"]["csan_window"] == 3
+    assert os.path.isfile(os.path.join(outside, "checkpoint_last.pt"))
+
+    # a start that fails before its first save (a batch that holds no sentence): no advice to
+    # resume from a checkpoint that does not exist; its record is no run yet, replaced by the next
+    elsewhere2 = str(tmp_path / "elsewhere" / "killed")
+    p = run("wmt14_en_de", "train.sh", dict(train, SAVE_DIR=elsewhere2, MAX_TOKENS="1",
+                                              MODEL_ARGS=f"{base_args} --csan-window 3"), check=False)
+    assert p.returncode == 2 and os.path.isfile(os.path.join(elsewhere2, "run.json")), p.stderr
+    assert "before saving a checkpoint" in p.stderr and "Re-running resumes" not in p.stderr
+    p = run("wmt14_en_de", "train.sh", dict(train, SAVE_DIR=elsewhere2, MODEL_ARGS=f"{base_args} --csan-window 3"))
+    said = p.stdout + p.stderr  # the training step's output is its log, on stdout
+    assert "recorded a start that saved no checkpoint and finished no training" in said
+    assert "max_tokens: 1 recorded, 400 now" in said and "replaced by this run" in said
+    assert json.load(open(os.path.join(elsewhere2, "run.json")))["training"]["max_tokens"] == 400
+
+    # another preparation: the first data is named only by the runs outside WORK (registered)
+    run("wmt14_en_de", "prepare.sh", dict(env, BPE_MERGES="40"))
+    second = os.path.realpath(os.path.join(work, "data-bin"))
+    assert second != first
+    index = open(os.path.join(work, "runs.index")).read().split()
+    assert index == [os.path.realpath(outside), os.path.realpath(elsewhere2)]
+    # an unreferenced folder: a copy of the second data under another id
+    stray = os.path.join(work, "data", "0123456789ab")
+    shutil.copytree(second, stray)
+    stray_rec = json.load(open(os.path.join(stray, "prepare.json")))
+    stray_rec["data_id"] = "0123456789ab" + "0" * 52
+    json.dump(stray_rec, open(os.path.join(stray, "prepare.json"), "w"))
+
+    listing = script("wmt14_en_de", "data.sh", "list", env=env).stdout
+    line = [row for row in listing.splitlines() if row.startswith(os.path.basename(first))][0]
+    assert os.path.realpath(outside) in line and os.path.realpath(elsewhere2) in line
+    assert f"TRAIN_SRC={given['TRAIN_SRC']['path']}" in line and given["TRAIN_SRC"]["sha256"][:12] in line
+
+    before = sorted(os.listdir(os.path.join(work, "data")))
+    for args in (("prune",), ("prune", "--dry-run")):
+        p = script("wmt14_en_de", "data.sh", *args, env=env)
+        assert f"would remove {stray} (" in p.stdout and "nothing was removed" in p.stdout, p.stdout
+        assert "is named by none of the 2 run record(s)" in p.stdout
+        assert sorted(os.listdir(os.path.join(work, "data"))) == before
+    p = script("wmt14_en_de", "data.sh", "prune", "--yes", env=env)
+    assert f"removed {stray} (" in p.stdout and "1 unreferenced data folder(s) removed" in p.stdout
+    assert not os.path.exists(stray) and os.path.isdir(first) and os.path.isdir(second)
+
+    # the run's data folder gone: the advice to prepare again names the files it was made from
+    os.rename(first, first + ".aside")
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, ARCH="transformer_csan2d_wmt_en_de", SAVE_DIR=outside), check=False)
+    assert p.returncode == 2 and "re-run prepare.sh with the settings it was prepared with" in error_lines(p)[0]
+    assert f"TRAIN_SRC={given['TRAIN_SRC']['path']}" in error_lines(p)[0], p.stderr
+    os.rename(first + ".aside", first)
+
+    # registered runs removed: listed as gone, and their data no longer kept
+    shutil.rmtree(tmp_path / "elsewhere")
+    listing = script("wmt14_en_de", "data.sh", "list", env=env).stdout
+    assert f"registered run {os.path.realpath(outside)}: gone" in listing
+    p = script("wmt14_en_de", "data.sh", "prune", env=env)
+    assert f"would remove {first} (" in p.stdout and os.path.isdir(first)
+
+
+@pytest.mark.e2e
+def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    save = str(tmp_path / "run")
+    p = run("wmt14_en_de", "train.sh", dict(env, ARCH="transformer_csan2d_wmt_en_de", SAVE_DIR=save, MAX_UPDATE="2",
+                                              MODEL_ARGS=f"{TINY_MODEL} --csan-layers 0 --csan-windw 3"), check=False)
+    assert p.returncode == 2
+    said = [line for line in (p.stdout + p.stderr).splitlines()
+            if not line.startswith("[wmt14_en_de ") and not line.startswith("$ ")]
+    assert len(said) <= 3, said
+    assert "--csan-windw" in said[0] and "did you mean --csan-window?" in said[0], said
+    assert "usage:" not in p.stdout + p.stderr
+    assert not os.path.exists(os.path.join(save, "run.json"))
+    # fairseq-train itself, with the plugin as --user-dir: the same line
+    import trained_models
+    plugin = os.path.join(os.path.dirname(RECIPES), "fairseq_attn_plugins")
+    q = subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-train"), trained_models.data_dir(),
+                        "--user-dir", plugin, "--arch", "transformer_csan2d_wmt_en_de", "--csan-windw", "3",
+                        "--task", "translation", "--save-dir", str(tmp_path / "ft")], capture_output=True, text=True)
+    said = [line for line in q.stderr.splitlines() if "tensorboardX" not in line]
+    assert q.returncode == 2 and len(said) == 1 and "did you mean --csan-window?" in said[0], q.stderr

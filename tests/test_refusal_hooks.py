@@ -1,0 +1,69 @@
+"""Importing the plugin changes nothing in the interpreter of a script, a notebook or pytest: the
+one-line refusals (``sys.excepthook``) and the one-line argparse errors naming the nearest flag
+are installed only where the running program is a fairseq command or one of ours."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_attn_plugins.integration import refusals
+
+PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_attn_plugins")
+
+
+def test_importing_the_plugin_leaves_the_interpreter_alone():
+    code = ("import argparse, sys; h = sys.excepthook; e = argparse.ArgumentParser.error; "
+            "import fairseq_attn_plugins; assert sys.excepthook is h; assert argparse.ArgumentParser.error is e")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    # a script's own error raised by the plugin keeps its traceback
+    code = ("import argparse, fairseq_attn_plugins; from fairseq_attn_plugins.attention.flags import validate_attention_args; "
+            "validate_attention_args(argparse.Namespace(attn_pieces='nosuch', attn_backend='auto'))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 1 and "Traceback" in p.stderr and "unknown piece(s) ['nosuch']" in p.stderr
+
+
+def test_which_programs_are_commands():
+    for argv0, main in (("/venv/bin/fairseq-generate", ""), ("/venv/bin/fairseq-train", ""),
+                        ("/x/fairseq_cli/generate.py", "fairseq_cli.generate"),
+                        ("/x/fairseq_attn_recipes/train.py", "fairseq_attn_recipes.train"),
+                        ("/venv/bin/fairseq-attn-results", "")):
+        assert refusals.running_command(argv0, main), argv0
+    for argv0, main in (("-c", ""), ("/venv/bin/pytest", ""), ("notebook.py", ""), ("/venv/bin/ipython", "")):
+        assert not refusals.running_command(argv0, main), argv0
+    # argparse's errors are one line only where fairseq's parser runs (ours print their own)
+    assert refusals.fairseq_parser_command("/venv/bin/fairseq-train", "")
+    assert refusals.fairseq_parser_command("/x/fairseq_attn_recipes/train.py", "fairseq_attn_recipes.train")
+    assert not refusals.fairseq_parser_command("/venv/bin/fairseq-attn-results", "")
+
+
+def test_an_unknown_flag_names_the_nearest(capsys):
+    parser = argparse.ArgumentParser(prog="fairseq-train")
+    for flag in ("--csan-window", "--csan-layers", "--relpos-k"):
+        parser.add_argument(flag)
+    try:
+        refusals.parser_error(parser, "unrecognized arguments: --csan-windw 3")
+    except SystemExit as e:
+        assert e.code == 2
+    err = capsys.readouterr().err
+    assert err == ("error: unrecognized arguments: --csan-windw 3 (did you mean --csan-window?) "
+                   "(fairseq-train --help lists the flags)\n")
+
+
+@pytest.mark.e2e
+def test_fairseq_generate_still_prints_a_refusal_in_one_line(tmp_path):
+    """A real fairseq-generate (console script) with the plugin as --user-dir: a refused checkpoint
+    is its last line, without traceback."""
+    bad = tmp_path / "checkpoint.pt"
+    bad.write_bytes(b"not a checkpoint")
+    gen = os.path.join(os.path.dirname(sys.executable), "fairseq-generate")
+    sys.path.insert(0, os.path.dirname(__file__))
+    import trained_models
+
+    p = subprocess.run([gen, trained_models.data_dir(), "--user-dir", PLUGIN_DIR, "--path", str(bad), "--cpu"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert p.stderr.splitlines()[-1].startswith(f"error: checkpoint '{bad}' (16 bytes) is corrupt"), p.stderr[-2000:]

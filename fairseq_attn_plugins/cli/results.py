@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     add_metric_args(p)
     add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000)
-    p.add_argument("--ar-trials", type=int, default=10000)
+    p.add_argument("--ar-trials", type=int, help="approximate-randomisation trials (default 10000)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
     p.add_argument("--md", metavar="FILE", help="write the table as markdown")
     args = p.parse_args(argv)
@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     try:
         metrics = parse_metrics(args.metrics)
         check_tokenize(args.tokenize)
+        edges, train_max_len = check_length_args(args)  # sets --ar-trials' default
         check_counts(args.bs_samples, args.ar_trials)
-        edges, train_max_len = check_length_args(args)
         if edges is not None and not args.ref:
             raise ValueError("--by-length needs --ref (it scores the test set by source length)")
         check_output_paths(args.json, args.md, args.plot)
@@ -109,7 +109,7 @@ def main(argv=None) -> int:
 def buckets_of_runs(args, edges, train_max_len, table, metrics, comet):
     """The ``by_length`` object of a single-seed table: the translations its rows scored."""
     refs = read_text_lines(args.ref, "reference")
-    sources = read_text_lines(args.src, "source")
+    sources = read_text_lines(args.src, "source") if args.src else None
     systems = [(r["system"], read_text_lines(r["hyp"], "system output")) for r in table["rows"]]
     return score_buckets(args, edges, train_max_len, refs, systems, sources, metrics,
                          segments_of(table["rows"], table["metrics"]), {"comet": comet})

@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     add_metric_args(p)
     add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--ar-trials", type=int, default=10000, help="approximate-randomisation trials (default 10000)")
+    p.add_argument("--ar-trials", type=int, help="approximate-randomisation trials (default 10000)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = p.parse_args(argv)
 
@@ -47,8 +47,8 @@ def main(argv=None) -> int:
     try:
         metrics = parse_metrics(args.metrics)
         check_tokenize(args.tokenize)
+        edges, train_max_len = check_length_args(args)  # sets --ar-trials' default
         check_counts(args.bs_samples, args.ar_trials)
-        edges, train_max_len = check_length_args(args)
         check_output_paths(args.json, args.plot)
         comet = load_comet(args, prog)
         refs = read_text_lines(args.ref, "reference")

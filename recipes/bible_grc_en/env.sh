@@ -15,8 +15,9 @@ check_corpus_inputs() {
   "${STEPS[@]}" bible-corpus --check
 }
 
-corpus_settings() {  # the package version: its data is what the corpus is made from
+corpus_settings() {  # the package version (its data is what the corpus is made from) and the split rule
   echo --set; echo "CORPUS=bible-alignments $("$PYTHON" -c 'import importlib.metadata as m; print(m.version("bible-alignments"))' 2>/dev/null)"
+  echo --set; echo "SPLIT=by chapter"
 }
 
 fetch_train() {
@@ -26,8 +27,10 @@ fetch_train() {
     > "$WORK/raw/train.parts.json"
 }
 
-fetch_split() {  # valid / test: written with the training part (one split of the verses)
-  cp "$WORK/downloads/bible/$1.$SRC" "$WORK/raw/$1.$SRC"; cp "$WORK/downloads/bible/$1.$TGT" "$WORK/raw/$1.$TGT"
+fetch_split() {  # valid / test: written with the training part (one split of the chapters), with
+  # the verse id (SPLIT.ids) and the chapter (SPLIT.docs, the documents of CONCAT) of each line
+  local f
+  for f in "$SRC" "$TGT" ids docs; do cp "$WORK/downloads/bible/$1.$f" "$WORK/raw/$1.$f"; done
 }
 
 # a corpus of 6,602 verses trains a small model in minutes on CPU: the defaults below (each

@@ -124,6 +124,13 @@ sacrebleu_testset() {
   "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo src > "$WORK/raw/$split.$SRC.tmp" || die "sacrebleu could not fetch $test"
   "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo ref > "$WORK/raw/$split.$TGT.tmp" || die "sacrebleu could not fetch $test"
   mv "$WORK/raw/$split.$SRC.tmp" "$WORK/raw/$split.$SRC"; mv "$WORK/raw/$split.$TGT.tmp" "$WORK/raw/$split.$TGT"
+  # the document of each line, where sacreBLEU has them (CONCAT of lengths.sh joins segments of one document)
+  if "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo docid > "$WORK/raw/$split.docs.tmp" 2>/dev/null \
+     && [[ $(wc -l < "$WORK/raw/$split.docs.tmp") == $(wc -l < "$WORK/raw/$split.$SRC") ]]; then
+    mv "$WORK/raw/$split.docs.tmp" "$WORK/raw/$split.docs"
+  else
+    rm -f "$WORK/raw/$split.docs.tmp"
+  fi
 }
 
 copy_local() {  # copy_local FILE DEST: atomic copy of a user-given corpus file
@@ -310,6 +317,10 @@ binarise() {
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
+  # a recipe's document ids (SPLIT.docs) and segment ids (SPLIT.ids), where it writes them
+  for split in valid test; do for l in docs ids; do
+    [[ ! -f "$WORK/raw/$split.$l" ]] || cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"
+  done; done
   "${STEPS[@]}" prepare-record --data "$tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
     --clean-record "$WORK/bpe/train.clean.json"

@@ -1,5 +1,5 @@
 """``python -m fairseq_attn_plugins.cli.by_concat --study-json lengths.json --study-md lengths.md
---info concat.json --k 1=lengths.json --k 2=k2.json ...``: the per-k table of the long-input study
+--info concat.json --k 1=lengths.json --k 2=k2.json ... [--plot FILE.png]``: the per-k table of the long-input study
 (:mod:`fairseq_attn_plugins.reporting.by_concat`) added to the study's JSON (``concat``) and markdown,
 each written whole; the table printed."""
 
@@ -19,6 +19,7 @@ def main(argv=None) -> int:
     p.add_argument("--info", help="concat-test's concat.json (the documents)")
     p.add_argument("--k", action="append", default=[], metavar="K=FILE.json",
                    help="the main table (fairseq-attn-results --json) of the inputs of k segments")
+    p.add_argument("--plot", metavar="FILE.png", help="scores and length ratio against k, one line per system")
     args = p.parse_args(argv)
     try:
         tables = by_concat.load_tables(args.k)
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
         return 2
     write_json_atomic(study, args.study_json)
     write_text_atomic(by_concat.replace_section(md, section), args.study_md)
+    if args.plot:
+        by_concat.plot(study["concat"], args.plot)
     print(section)
     return 0
 

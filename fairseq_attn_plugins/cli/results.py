@@ -8,11 +8,13 @@ metric only; see :func:`fairseq_attn_records.metrics.metric_mark`).
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
 [--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]
-[--by-length EDGES|auto [--train-max-len N] [--plot FILE.png]]``.
+[--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]]``.
 
-``--by-length`` (needs --src; one run per system, several seeds are refused): every metric
-scored and tested per bucket of source length, a second table after the main one
-(:mod:`fairseq_attn_plugins.reporting.by_length`).
+``--by-length`` (needs --src for source length; one run per system, several seeds are refused):
+every metric scored and tested per bucket of source length (``--by-length-of ref``: reference
+length; ``hyp``: each system's output length, without paired test), a second table after the main
+one (:mod:`fairseq_attn_plugins.reporting.by_length`). Each table has each system's output/reference
+length ratio (sacreBLEU's sys_len / ref_len).
 
 Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
 one row per system with every metric as mean ± sample std (n-1) and a mark only when

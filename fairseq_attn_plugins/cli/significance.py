@@ -1,5 +1,5 @@
 """``fairseq-attn-significance REF BASELINE_HYP SYSTEM_HYP... [--metrics bleu,chrf,ter] [--src SRC] [--json FILE]
-[--by-length EDGES|auto [--train-max-len N] [--plot FILE.png]]``
+[--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]]``
 
 Paired significance tests of one or more systems against a baseline, on detokenised
 text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTest
@@ -9,7 +9,9 @@ text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTes
 
 The tests, their seeds and the marks: :mod:`fairseq_attn_plugins.reporting.significance`;
 COMET: :mod:`fairseq_attn_records.comet`; the metric flags: :mod:`.metric_options`; scores by
-source length (``--by-length``): :mod:`fairseq_attn_plugins.reporting.by_length`.
+source, reference or output length (``--by-length``, ``--by-length-of``):
+:mod:`fairseq_attn_plugins.reporting.by_length`. Every table carries each system's output/reference
+length ratio (sacreBLEU's sys_len / ref_len).
 """
 
 import argparse

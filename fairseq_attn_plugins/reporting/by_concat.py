@@ -6,12 +6,13 @@ paired tests against the baseline, marks and length ratio). This module gathers 
 
 * ``lengths.json`` gets ``concat``: ``{"documents": ..., "k": {k: {"n", "mean_src_words",
   "max_src_words", "src", "ref", "hyps": {system: path}, "systems": {system: {"scores":
-  {metric: score}, "length_ratio", "sys_len", "ref_len", "p_bootstrap": {metric: p}, "p_ar":
+  {metric: score}, "intervals": {metric: {"bs_mean", "bs_ci"}}, "length_ratio", "sys_len", "ref_len", "p_bootstrap": {metric: p}, "p_ar":
   {metric: p}, "marks": {metric: mark}}}}}}`` (the baseline has no p-values). ``n``, the mean and
   the largest source length in words are counted on the source file the table scored, the
   length ratio is sacreBLEU's ``sys_len / ref_len`` (:func:`fairseq_attn_records.metrics.length_ratio`).
 * ``lengths.md`` gets the table "Scores by input length" (one row per k), replacing the one a
-  previous run wrote.
+  previous run wrote; ``--plot``: one panel per metric and one for the length ratio, k on the x
+  axis, one line per system with its 95% bootstrap interval (:func:`plot`).
 
 Command line (called by lengths.sh): :mod:`fairseq_attn_plugins.cli.by_concat`.
 """
@@ -36,6 +37,8 @@ def concat_entry(table: Dict) -> Dict:
         keys = table["metrics"]
         systems[r["system"]] = {
             "scores": {k: r["scores"][k]["score"] for k in keys},
+            "intervals": {k: {"bs_mean": r["scores"][k].get("bs_mean"), "bs_ci": r["scores"][k].get("bs_ci")}
+                          for k in keys},
             "length_ratio": r["length_ratio"], "sys_len": r["sys_len"], "ref_len": r["ref_len"],
             "p_bootstrap": None if i == 0 else {k: r["scores"][k].get("p_bootstrap") for k in keys},
             "p_ar": None if i == 0 else {k: r["scores"][k].get("p_ar") for k in keys},
@@ -109,3 +112,50 @@ def load_tables(specs: List[str]) -> Dict[int, Dict]:
         with open(path, encoding="utf-8") as f:
             out[int(k)] = json.load(f)
     return out
+
+
+def plot(concat: Dict, png_path: str) -> None:
+    """Score against k, one panel per metric and one for the length ratio, one line per system
+    (error bars: sacreBLEU's 95% bootstrap interval of that k). Written whole (tmp, then rename)."""
+    import os
+
+    from .figures import _pyplot
+
+    ks = list(concat["k"])
+    if not ks:
+        return
+    plt = _pyplot()
+    first = concat["k"][ks[0]]
+    names, keys, labels = list(first["systems"]), first["metrics"], first["labels"]
+    panels = keys + ["length_ratio"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4.2), squeeze=False)
+    xs = list(range(len(ks)))
+    for ax, key in zip(axes[0], panels):
+        for s_i, name in enumerate(names):
+            cells = [concat["k"][k]["systems"][name] for k in ks]
+            if key == "length_ratio":
+                y, err = [c["length_ratio"] for c in cells], None
+            else:
+                y = [c["scores"][key] for c in cells]
+                iv = [c["intervals"][key] for c in cells]
+                err = [[0.0 if i["bs_mean"] is None else max(0.0, v - i["bs_mean"] + i["bs_ci"]) for v, i in zip(y, iv)],
+                       [0.0 if i["bs_mean"] is None else max(0.0, i["bs_mean"] + i["bs_ci"] - v) for v, i in zip(y, iv)]]
+            ax.errorbar([x + 0.05 * (s_i - 0.5 * (len(names) - 1)) for x in xs], y, yerr=err, marker="o",
+                        markersize=4, capsize=3, color=f"C{s_i % 10}", label=name)
+        if key == "length_ratio":
+            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(xs)
+        ax.set_xticklabels([f"k={k}\n{concat['k'][k]['mean_src_words']:.0f} words" for k in ks], fontsize=8)
+        ax.set_xlabel("segments per input (mean source words)")
+        ax.set_ylabel("output / reference length" if key == "length_ratio" else labels[key])
+        ax.set_title("length ratio by k" if key == "length_ratio" else f"{labels[key]} by k")
+        ax.grid(alpha=0.3)
+    handles, shown = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, shown, loc="lower center", ncol=min(len(shown), 6), fontsize=8)
+    fig.suptitle("inputs of k consecutive segments of one document; error bars: 95% bootstrap interval",
+                 fontsize=9)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    tmp = png_path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, png_path)

@@ -208,7 +208,8 @@ lengths_main() {
   done
   "$PYTHON" -m fairseq_attn_plugins.cli.by_concat --study-json "$LENGTHS_DIR/lengths.json" \
     --study-md "$LENGTHS_DIR/lengths.md" --info "$LENGTHS_DIR/concat/concat.json" "${per_k[@]}" \
+    --plot "$LENGTHS_DIR/lengths_concat.png" \
     >> "$LENGTHS_DIR/results.out" || die "the per-k table failed"
   cat "$LENGTHS_DIR/results.out"
-  log "by-length table: $LENGTHS_DIR/lengths.md, plot: $LENGTHS_DIR/lengths.png"
+  log "tables: $LENGTHS_DIR/lengths.md, plots: $LENGTHS_DIR/lengths.png (by source length), $LENGTHS_DIR/lengths_concat.png (by k)"
 }

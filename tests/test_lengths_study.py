@@ -268,3 +268,23 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
                 assert set(got["p_bootstrap"]) == set(got["p_ar"]) == {"bleu", "chrf"}
                 assert all(0 < p <= 1 for p in list(got["p_bootstrap"].values()) + list(got["p_ar"].values()))
 
+
+
+# ------------------------------------------------------------------ the sweep route (bad input only)
+@pytest.mark.parametrize("content, message", [
+    (None, "SWEEP=FILE: give the settings to sweep"),
+    ("a\tLR=1e-3\na\tLR=2e-3\n", "'a' is given twice"),
+    ("a\tlr=1e-3\n", "'lr=1e-3' (line of a) is not VAR=VALUE"),
+    ("# only a comment\n", "no settings in it"),
+])
+def test_sweep_refuses_bad_settings_before_any_work(tmp_path, content, message):
+    env = dict(os.environ, PYTHON=sys.executable, WORK=str(tmp_path / "w"))
+    if content is not None:
+        (tmp_path / "sweep.tsv").write_text(content)
+        env["SWEEP"] = str(tmp_path / "sweep.tsv")
+    else:
+        env.pop("SWEEP", None)
+    p = subprocess.run(["bash", os.path.join(ROOT, "recipes", "bible_grc_en", "sweep.sh")], env=env,
+                       capture_output=True, text=True)
+    assert message in one_error(p)
+    assert not (tmp_path / "w").exists()

@@ -5,7 +5,6 @@ RECIPE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$RECIPE_DIR/../lib/common.sh"
 SRC=${SRC:-grc}; TGT=${TGT:-en}
 JOINT=${JOINT:-0}              # Greek and English scripts share nothing: separate BPE and dictionaries
-BPE_MERGES=${BPE_MERGES:-4000} # 6,667 training verses: 32K merges would learn whole verses
 LENPEN=${LENPEN:-1.0}
 PAPER_METRIC=${PAPER_METRIC:-bleu}
 STUDY_TRAIN_MAX_LEN=${STUDY_TRAIN_MAX_LEN:-20}  # lengths.sh: train on verses up to 20 Greek words (70 % of them)
@@ -33,8 +32,10 @@ fetch_split() {  # valid / test: written with the training part (one split of th
   for f in "$SRC" "$TGT" ids docs; do cp "$WORK/downloads/bible/$1.$f" "$WORK/raw/$1.$f"; done
 }
 
-# a corpus of 6,667 verses trains a small model in minutes on CPU: the defaults below (each
-# overridable) replace the papers' 8-GPU base setup
+# The CPU preset, all in this block: a corpus of 6,667 verses trains a small model in minutes on CPU;
+# the defaults below (each overridable) replace the papers' 8-GPU base setup
+BPE_MERGES=${BPE_MERGES:-4000} # 32K merges would learn whole verses
 PAPER_GPUS=${PAPER_GPUS:-1}; MAX_TOKENS=${MAX_TOKENS:-2048}; MAX_UPDATE=${MAX_UPDATE:-1500}
 LR=${LR:-1e-3}; WARMUP=${WARMUP:-300}; DROPOUT=${DROPOUT:-0.2}; SAVE_INTERVAL_UPDATES=${SAVE_INTERVAL_UPDATES:-250}
+LABEL_SMOOTHING=${LABEL_SMOOTHING:-0.1}
 MODEL_ARGS=${MODEL_ARGS:---encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256 --encoder-attention-heads 4 --decoder-attention-heads 4}

@@ -406,7 +406,7 @@ train_main() {
   local args=("$DATA" --user-dir "$USER_DIR" --arch "$ARCH"
     --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps "$ADAM_EPS" --clip-norm 0.0
     --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --dropout "$DROPOUT" --weight-decay 0.0
+    --criterion label_smoothed_cross_entropy --label-smoothing "${LABEL_SMOOTHING:-0.1}" --dropout "$DROPOUT" --weight-decay 0.0
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
     --save-dir "$SAVE_DIR" --save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates 20
     --log-format json --log-interval "${LOG_INTERVAL:-100}" --seed "$SEED")

@@ -61,7 +61,7 @@ def main(argv=None):
     p = sub.add_parser("extract"); p.add_argument("inputs", nargs="+"); p.add_argument("--sep", default=" ||| ")
     p.add_argument("--src-field", type=int, default=-2); p.add_argument("--tgt-field", type=int, default=-1)
     p.add_argument("--max-lines", type=int, default=0); p.add_argument("--src-out", required=True)
-    p.add_argument("--tgt-out", required=True); p.add_argument("--docs-out"); p.add_argument("--docs-field", type=int, default=1)
+    p.add_argument("--tgt-out", required=True); p.add_argument("--docs-out"); p.add_argument("--docs-field", type=int, default=0)
     p.set_defaults(fn=cmd_extract)
     p = sub.add_parser("tokenize"); p.add_argument("--lang", required=True); p.add_argument("--tool")
     p.add_argument("--workers", type=int, default=1); p.add_argument("files", nargs="+"); p.set_defaults(fn=cmd_tokenize)

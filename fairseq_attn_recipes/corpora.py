@@ -162,7 +162,7 @@ def cmd_extract(args):
             tgt_out.append(fields[args.tgt_field].strip())
             if args.docs_out:
                 if len(fields) < 4:
-                    die(f"{path}:{i + 1}: expected an ID and a document ID before the two sentences "
+                    die(f"{path}:{i + 1}: expected a document ID and a sentence ID before the two sentences "
                         f"(fields separated by {args.sep!r})")
                 docs_out.append(fields[args.docs_field].strip())
     write_lines_atomic(args.src_out, src_out)

@@ -119,3 +119,17 @@ def test_bad_concat_and_test_docs_are_refused_in_one_line_with_nothing_written(t
     p = concat(files, "1,2", out)
     assert p.returncode == 2 and f"TEST_DOCS={files['docs']}: 19 lines, but the test source" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_aspec_test_lines_give_their_document_ids(tmp_path):
+    """ASPEC-JE dev/test lines: field-document ID ||| sentence ID ||| Japanese ||| English."""
+    rows = [("A-B-1", "1", "日本語 一", "one"), ("A-B-1", "2", "日本語 二", "two"), ("C-D-7", "1", "三", "three")]
+    src = write(tmp_path / "test.txt", [" ||| ".join(r) for r in rows])
+    p = steps("extract", src, "--src-out", str(tmp_path / "ja"), "--tgt-out", str(tmp_path / "en"),
+              "--docs-field", "0", "--docs-out", str(tmp_path / "docs"))
+    assert p.returncode == 0, p.stderr
+    assert read(tmp_path / "docs") == [r[0] for r in rows]
+    assert read(tmp_path / "ja") == [r[2] for r in rows] and read(tmp_path / "en") == [r[3] for r in rows]
+    bad = steps("extract", write(tmp_path / "two.txt", ["ja ||| en"]), "--src-out", str(tmp_path / "x"),
+                "--tgt-out", str(tmp_path / "y"), "--docs-out", str(tmp_path / "z"))
+    assert bad.returncode == 2 and "expected a document ID and a sentence ID" in bad.stderr

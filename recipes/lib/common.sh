@@ -259,6 +259,7 @@ prepare_main() {
   local bin_in=() f
   for f in train.clean valid test; do bin_in+=(--in "$WORK/bpe/$f.$SRC" --in "$WORK/bpe/$f.$TGT"); done
   for f in valid test; do bin_in+=(--in "$WORK/raw/$f.$SRC" --in "$WORK/raw/$f.$TGT"); done
+  for f in valid.docs valid.ids test.docs test.ids; do [[ ! -f $WORK/raw/$f ]] || bin_in+=(--in "$WORK/raw/$f"); done
   [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
   # the latest prepared folder removed by hand (or pruned): binarised again
   if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi

@@ -35,6 +35,8 @@ sweep_main() {
   local lines; lines=$(sweep_lines) || exit 2
   recipe_defaults
   SWEEP_DIR=${SWEEP_DIR:-$WORK/sweep}
+  # generation as the study's (lengths.sh): outputs may grow with the source
+  GEN_ARGS=${GEN_ARGS:---max-len-a 2 --max-len-b 10}
   mkdir -p "$SWEEP_DIR"
   local names=() runs=() line name v start
   : > "$SWEEP_DIR/sweep.times.tsv.tmp"

@@ -7,7 +7,7 @@ it, so an interrupted step never leaves a file that looks finished.
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
-check-positions. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+check-positions, concat-test. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 
@@ -17,6 +17,7 @@ from fairseq_attn_records.run_record import finished_before
 
 from .bible import cmd_bible_corpus
 from .checkpoints import cmd_average
+from .concat import cmd_concat_test
 from .corpora import cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
 from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_register_run, cmd_run_data
 from .demo_corpus import cmd_toy_corpus
@@ -64,7 +65,8 @@ def main(argv=None):
     p = sub.add_parser("extract"); p.add_argument("inputs", nargs="+"); p.add_argument("--sep", default=" ||| ")
     p.add_argument("--src-field", type=int, default=-2); p.add_argument("--tgt-field", type=int, default=-1)
     p.add_argument("--max-lines", type=int, default=0); p.add_argument("--src-out", required=True)
-    p.add_argument("--tgt-out", required=True); p.set_defaults(fn=cmd_extract)
+    p.add_argument("--tgt-out", required=True); p.add_argument("--docs-out"); p.add_argument("--docs-field", type=int, default=0)
+    p.set_defaults(fn=cmd_extract)
     p = sub.add_parser("tokenize"); p.add_argument("--lang", required=True); p.add_argument("--tool")
     p.add_argument("--workers", type=int, default=1); p.add_argument("files", nargs="+"); p.set_defaults(fn=cmd_tokenize)
     p = sub.add_parser("bpe-learn"); p.add_argument("inputs", nargs="+"); p.add_argument("--output", required=True)
@@ -142,6 +144,13 @@ def main(argv=None):
     p.add_argument("--splits", nargs="+", default=["valid", "test"])
     p.add_argument("--max-len-a", type=float, default=0.0); p.add_argument("--max-len-b", type=int, default=200)
     p.add_argument("--model-args", default="", help="MODEL_ARGS, one string"); p.set_defaults(fn=cmd_check_positions)
+    p = sub.add_parser("concat-test", help="the test set as groups of k consecutive segments of one document "
+                       "(CONCAT of lengths.sh)")
+    p.add_argument("--src", required=True); p.add_argument("--ref", required=True)
+    p.add_argument("--docs", help="one document id per test line (default: the file is one document)")
+    p.add_argument("--ks", required=True, help="CONCAT, e.g. 1,2,4,8"); p.add_argument("--out", required=True)
+    p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
+    p.set_defaults(fn=cmd_concat_test)
     args = ap.parse_args(argv)
     args.fn(args)
 

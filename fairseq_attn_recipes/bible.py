@@ -9,9 +9,13 @@ spaces, and the English tokens whose ``source_verse`` is that verse (``nt_BSB.ts
 by a space unless ``skip_space_after`` is ``y``. Verses present on one side only are left out
 (7,936 pairs in version 0.4.2). The SBLGNT token files carry no punctuation; the BSB's do.
 
-Split: by verse, not by book, so that the three sets share one length distribution: a verse goes
-to test when ``sha256(verse id) mod 100 < 12``, to valid when it is in ``12..16``, else to train
-(about 12 % / 5 % / 83 %). The split depends on nothing but the verse id.
+Split: by chapter, so that test and valid documents are whole and contiguous (the long-input
+study joins consecutive verses of one chapter, :mod:`.concat`): every verse of chapter ``BBCCC``
+(the first 5 digits of the verse id ``BBCCCVVV``) goes to test when ``sha256(chapter id) mod 100
+< 12``, to valid when it is in ``12..16``, else to train (about 12 % / 5 % / 83 % of the 260
+chapters). The split depends on nothing but the chapter id. (It was by verse before: a verse's
+neighbours were then in other splits, and no test document was whole.) ``{split}.ids`` holds the
+verse id of each line, ``{split}.docs`` its chapter (the document id of ``concat-test``).
 """
 
 import csv
@@ -28,6 +32,7 @@ PACKAGE = "bible-alignments"
 SOURCE_FILE = "data/sources/SBLGNT.tsv"
 TARGET_FILE = "data/eng/targets/BSB/nt_BSB.tsv"
 SPLITS = (("test", 0, 12), ("valid", 12, 17), ("train", 17, 100))
+SPLIT_RULE = "by chapter: sha256(chapter id BBCCC) mod 100: test < 12 <= valid < 17 <= train"
 
 
 # scripts/setup_env.sh installs the package here (pip install --target): outside site-packages, so
@@ -86,8 +91,13 @@ def english_verses(path: str) -> "OrderedDict[str, str]":
     return OrderedDict((v, " ".join(t.split())) for v, t in text.items())
 
 
+def chapter_of(verse: str) -> str:
+    """The document of a verse: book and chapter, the first 5 digits of ``BBCCCVVV``."""
+    return verse[:5]
+
+
 def split_of(verse: str) -> str:
-    bucket = int(hashlib.sha256(verse.encode()).hexdigest(), 16) % 100
+    bucket = int(hashlib.sha256(chapter_of(verse).encode()).hexdigest(), 16) % 100
     return next(name for name, lo, hi in SPLITS if lo <= bucket < hi)
 
 
@@ -105,7 +115,7 @@ def verse_pairs() -> Tuple[Dict[str, List[Tuple[str, str, str]]], str]:
 
 def cmd_bible_corpus(args):
     """bible-corpus --out DIR --src-lang grc --tgt-lang en: DIR/{train,valid,test}.{SRC,TGT},
-    DIR/{split}.ids (verse ids) and DIR/corpus.json (package version, pair counts)."""
+    DIR/{split}.ids (verse ids), DIR/{split}.docs (their chapters) and DIR/corpus.json (package version, pair counts)."""
     if args.check:  # the data files are there: prints the package and its version
         print(f"{PACKAGE} {data_files()[2]}")
         return
@@ -115,7 +125,8 @@ def cmd_bible_corpus(args):
         write_lines_atomic(os.path.join(args.out, f"{split}.{args.src_lang}"), [g for _, g, _ in rows])
         write_lines_atomic(os.path.join(args.out, f"{split}.{args.tgt_lang}"), [e for _, _, e in rows])
         write_lines_atomic(os.path.join(args.out, f"{split}.ids"), [v for v, _, _ in rows])
+        write_lines_atomic(os.path.join(args.out, f"{split}.docs"), [chapter_of(v) for v, _, _ in rows])
     info = {"package": PACKAGE, "version": version, "pairs": {s: len(r) for s, r in splits.items()},
-            "split": "sha256(verse id) mod 100: test < 12 <= valid < 17 <= train"}
+            "split": SPLIT_RULE}
     write_lines_atomic(os.path.join(args.out, "corpus.json"), [json.dumps(info, indent=2)])
     print(json.dumps(info["pairs"]))

@@ -148,8 +148,9 @@ def cmd_concat_parts(args):
 
 
 def cmd_extract(args):
-    """Pick fields from ' ||| '-separated lines (ASPEC) or tab-separated ones."""
-    src_out, tgt_out = [], []
+    """Pick fields from ' ||| '-separated lines (ASPEC) or tab-separated ones (with --docs-out,
+    the document id of each line too)."""
+    src_out, tgt_out, docs_out = [], [], []
     for path in args.inputs:
         for i, line in enumerate(read_lines(path)):
             if args.max_lines and len(src_out) >= args.max_lines:
@@ -159,8 +160,15 @@ def cmd_extract(args):
                 die(f"{path}:{i + 1}: expected fields separated by {args.sep!r}")
             src_out.append(fields[args.src_field].strip())
             tgt_out.append(fields[args.tgt_field].strip())
+            if args.docs_out:
+                if len(fields) < 4:
+                    die(f"{path}:{i + 1}: expected a document ID and a sentence ID before the two sentences "
+                        f"(fields separated by {args.sep!r})")
+                docs_out.append(fields[args.docs_field].strip())
     write_lines_atomic(args.src_out, src_out)
     write_lines_atomic(args.tgt_out, tgt_out)
+    if args.docs_out:
+        write_lines_atomic(args.docs_out, docs_out)
 
 
 def cap_keep(src_words, max_words: int, what: str):

@@ -67,6 +67,20 @@ def cmd_fingerprint(args):
     sys.exit(3)
 
 
+# Test sets derived from a data folder's own test set after it was prepared (the joined inputs of
+# lengths.sh's CONCAT: DATA/concat/*.bin|idx and DATA/raw/concat/*): evaluation-only subsets with
+# their own records (the stage that builds them, the runs' evaluations), not part of the data's identity
+DERIVED_TEST_SETS = "concat"
+
+
+def data_digest(folder: str) -> dict:
+    """The digest that identifies a data folder: every file but prepare.json and the derived test sets."""
+    data = {k: v for k, v in file_digest(folder).items() if k not in ("prepare.json", DERIVED_TEST_SETS)}
+    if isinstance(data.get("raw"), dict):
+        data["raw"] = {k: v for k, v in data["raw"].items() if k != DERIVED_TEST_SETS}
+    return data
+
+
 def _data_id(digest: dict) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
@@ -123,7 +137,7 @@ def cmd_prepare_record(args):
     if args.clean_record and os.path.isfile(args.clean_record):
         with open(args.clean_record, encoding="utf-8") as f:
             cap = json.load(f).get("cap")
-    data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
+    data = data_digest(args.data)
     record = {
         "settings": dict(sorted(key_values(args.set).items())),
         "inputs": recorded_inputs(args.input, args.raw_record, args.downloads),
@@ -163,7 +177,7 @@ def cmd_check_data(args):
         die(f"{args.data} was prepared with other settings: " + "; ".join(diff) +
             ". Run with the settings it was prepared with, or re-run prepare.sh with these (each prepared data keeps "
             "its own folder in WORK/data)")
-    data = {k: v for k, v in file_digest(args.data).items() if k != "prepare.json"}
+    data = data_digest(args.data)
     if _data_id(data) != rec["data_id"]:
         changed = sorted(set(data) ^ set(rec["data_bin"]) |
                          {k for k in set(data) & set(rec["data_bin"]) if data[k] != rec["data_bin"][k]})

@@ -158,6 +158,15 @@ def corpus_scores(refs: Sequence[str], hyps: Sequence[str], metrics: Sequence[st
     return out
 
 
+def length_ratio(refs: Sequence[str], hyps: Sequence[str], tokenize: str = "13a") -> Dict:
+    """The output/reference length ratio sacreBLEU's BLEU prints (``ratio = sys_len / ref_len``,
+    tokens of its tokeniser, the brevity penalty's input): ``{"sys_len", "ref_len", "ratio"}``
+    (ratio None for an empty reference). Below 1 the outputs are shorter than the references."""
+    b = make_metric("bleu", tokenize).corpus_score(list(hyps), [list(refs)])
+    return {"sys_len": int(b.sys_len), "ref_len": int(b.ref_len),
+            "ratio": float(b.sys_len) / float(b.ref_len) if b.ref_len else None}
+
+
 def segment_score(segments: Sequence[float], signature: str) -> Dict:
     """The recorded score of a segment metric: the mean, its signature and the segment scores."""
     return {"score": sum(segments) / len(segments), "signature": signature, "segments": list(segments)}

@@ -177,7 +177,7 @@ def test_marks_only_on_tested_buckets(files, sig_json, capsys):
                             "--ar-trials", str(AR)])
     out = capsys.readouterr().out
     assert rc == 0
-    assert _row(out, "1–2") == "| 1–2 | 0 |" + " - |" * 6
+    assert _row(out, "1–2") == "| 1–2 | 0 |" + " - |" * 6 + " - |" * 2  # scores, deltas, length ratios
     assert "*" not in _row(out, "> 10")
     assert "**" in _row(out, "3–5")
     assert "n < 30: no significance mark" in out
@@ -229,7 +229,7 @@ def test_json_layout(sig_json):
         (9, 10, "9–10", "partly beyond"), (11, None, "> 10", "beyond")]
     for b in data["buckets"]:
         for s in b["systems"]:
-            assert set(s) == {"name", "scores", "deltas", "marks"}
+            assert set(s) == {"name", "scores", "deltas", "marks", "length_ratio"}
             assert set(s["scores"]) == {"bleu", "chrf"}
 
 
@@ -317,3 +317,103 @@ def test_bad_input_is_one_line(files, tmp_path, capsys, command, flags, expect):
     expect = expect.replace("SHORT", str(short)).replace("REF", str(files["ref"]))
     assert expect in err[0]
     assert not out_json.exists() and not png.exists()
+
+
+# ---- (f) length ratio, reference and output length ------------------------------------------------
+
+def _plain_ratio(hyps, refs):
+    b = sacrebleu.corpus_bleu(hyps, [refs])
+    return b.sys_len / b.ref_len
+
+
+def test_length_ratio_of_every_bucket_and_system_is_sacrebleus(files, sig_json):
+    refs, src = _read(files["ref"]), _read(files["src"])
+    hyps = {"base": _read(files["base"]), "good": _read(files["good"])}
+    edges = [int(e) for e in EDGES.split(",")]
+    for b_i, b in enumerate(sig_json["by_length"]["buckets"]):
+        idx = [i for i, s in enumerate(src) if _plain_bucket(len(s.split()), edges) == b_i]
+        for s in b["systems"]:
+            want = _plain_ratio([hyps[s["name"]][i] for i in idx], [refs[i] for i in idx])
+            assert math.isclose(s["length_ratio"], want, rel_tol=0, abs_tol=1e-12)
+    # the main table too
+    for row in sig_json["systems"]:
+        assert math.isclose(row["length_ratio"], _plain_ratio(hyps[row["name"]], refs), abs_tol=1e-12)
+
+
+def test_by_reference_length_buckets_every_system_on_the_same_sentences(files, tmp_path):
+    out = tmp_path / "ref.json"
+    rc = significance.main([str(files["ref"]), str(files["base"]), str(files["good"]), "--names", "base", "good",
+                            "--by-length", EDGES, "--by-length-of", "ref", "--bs-samples", str(BS),
+                            "--ar-trials", str(AR), "--json", str(out)])  # no --src needed
+    assert rc == 0
+    data = json.loads(out.read_text())["by_length"]
+    assert data["length_of"] == "ref" and data["paired"] and "reference line" in data["length"]
+    refs, base, good = _read(files["ref"]), _read(files["base"]), _read(files["good"])
+    edges = [int(e) for e in EDGES.split(",")]
+    for b_i, b in enumerate(data["buckets"]):
+        idx = [i for i, r in enumerate(refs) if _plain_bucket(len(r.split()), edges) == b_i]
+        assert b["n"] == len(idx)
+        if not idx:
+            continue
+        r, h0, h1 = [refs[i] for i in idx], [base[i] for i in idx], [good[i] for i in idx]
+        _, scores = PairedTest([("base", h0), ("good", h1)], {"BLEU": BLEU()}, references=[r], test_type="ar",
+                               n_samples=AR, n_jobs=1)()
+        assert math.isclose(b["systems"][1]["scores"]["bleu"]["score"], sacrebleu.corpus_bleu(h1, [r]).score,
+                            abs_tol=1e-9)
+        if b["tested"]:
+            assert math.isclose(b["systems"][1]["scores"]["bleu"]["p_ar"], scores["BLEU"][1].p_value, abs_tol=1e-12)
+
+
+def test_by_output_length_buckets_each_system_on_its_own_outputs_without_paired_test(files, tmp_path, capsys):
+    import numpy as np
+    out = tmp_path / "hyp.json"
+    rc = significance.main([str(files["ref"]), str(files["base"]), str(files["good"]), "--names", "base", "good",
+                            "--by-length", EDGES, "--by-length-of", "hyp", "--bs-samples", str(BS),
+                            "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert rc == 0
+    data = json.loads(out.read_text())["by_length"]
+    assert data["length_of"] == "hyp" and not data["paired"]
+    assert "### Scores by output length" in printed and "No paired test: by output length" in printed
+    refs = _read(files["ref"])
+    hyps = {"base": _read(files["base"]), "good": _read(files["good"])}
+    edges = [int(e) for e in EDGES.split(",")]
+    seed = 12345
+    for b_i, b in enumerate(data["buckets"]):
+        for s in b["systems"]:
+            h = hyps[s["name"]]
+            idx = [i for i, line in enumerate(h) if _plain_bucket(len(line.split()), edges) == b_i]
+            assert s["n"] == len(idx) and s["marks"] == {"bleu": "", "chrf": ""}
+            assert all(v is None for v in s["deltas"].values())
+            if not idx:
+                assert s["scores"]["bleu"] is None
+                continue
+            r, hh = [refs[i] for i in idx], [h[i] for i in idx]
+            assert "p_bootstrap" not in s["scores"]["bleu"] and "p_ar" not in s["scores"]["bleu"]
+            assert math.isclose(s["scores"]["bleu"]["score"], sacrebleu.corpus_bleu(hh, [r]).score, abs_tol=1e-9)
+            assert math.isclose(s["scores"]["chrf"]["score"],
+                                sacrebleu.corpus_chrf(hh, [r], word_order=2).score, abs_tol=1e-9)
+            assert math.isclose(s["length_ratio"], _plain_ratio(hh, r), abs_tol=1e-12)
+            # the interval: sacreBLEU's own single-system bootstrap, done here with a plain loop
+            bleu = BLEU()
+            stats = np.array(bleu._extract_corpus_statistics(hh, [r]), dtype="float32")
+            draw = np.random.default_rng(seed).choice(len(hh), size=(BS, len(hh)), replace=True)
+            res = sorted(bleu._compute_score_from_stats(stats[d].sum(0)).score for d in draw)
+            lo = BS // 40
+            assert math.isclose(s["scores"]["bleu"]["bs_mean"], float(np.mean(res)), rel_tol=1e-9)
+            assert math.isclose(s["scores"]["bleu"]["bs_ci"], 0.5 * (res[BS - lo - 1] - res[lo]), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--by-length", EDGES, "--by-length-of", "tgt"], "--by-length-of tgt: give src (source length), ref"),
+    (["--by-length-of", "ref"], "--by-length-of needs --by-length"),
+    (["--by-length", EDGES, "--by-length-of", "hyp", "--ar-trials", "100"], "--ar-trials with --by-length-of hyp"),
+])
+def test_by_length_of_refusals(files, tmp_path, capsys, extra, message):
+    out = tmp_path / "x.json"
+    for main, args in ((significance.main, [str(files["ref"]), str(files["base"]), str(files["good"])]),
+                       (results_cli.main, ["--ref", str(files["ref"]), str(tmp_path / "a"), str(tmp_path / "b")])):
+        rc = main(args + ["--src", str(files["src"]), "--json", str(out)] + extra)
+        err = capsys.readouterr().err
+        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert not out.exists()

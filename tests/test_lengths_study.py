@@ -48,19 +48,21 @@ def plain_verses():
     return greek, {v: " ".join(t.split()) for v, t in english.items()}
 
 
-def test_bible_corpus_is_the_package_verses_split_by_verse_id(tmp_path):
+def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
     p = steps("bible-corpus", "--out", str(tmp_path))
     assert p.returncode == 0, p.stderr
     greek, english = plain_verses()
     both = [v for v in greek if v in english]
-    seen = {}
+    seen, chapter_split = {}, {}
     for split in ("train", "valid", "test"):
-        ids, grc, en = (read(tmp_path / f"{split}.{x}") for x in ("ids", "grc", "en"))
-        assert len(ids) == len(grc) == len(en)
-        for v, g, e in zip(ids, grc, en):
+        ids, grc, en, docs = (read(tmp_path / f"{split}.{x}") for x in ("ids", "grc", "en", "docs"))
+        assert len(ids) == len(grc) == len(en) == len(docs)
+        for v, g, e, d in zip(ids, grc, en, docs):
             assert g == greek[v] and e == english[v]
-            bucket = int(hashlib.sha256(v.encode()).hexdigest(), 16) % 100
+            assert d == v[:5]  # the document: book and chapter of BBCCCVVV
+            bucket = int(hashlib.sha256(v[:5].encode()).hexdigest(), 16) % 100
             assert split == ("test" if bucket < 12 else "valid" if bucket < 17 else "train")
+            assert chapter_split.setdefault(d, split) == split  # every chapter whole in one split
             seen[v] = split
     assert sorted(seen) == sorted(both) and len(seen) == 7936  # every verse with both sides, once
     assert read(tmp_path / "train.ids") == [v for v in greek if seen.get(v) == "train"]  # canonical order
@@ -179,14 +181,22 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     import sacrebleu
 
     work = tmp_path / "work"
-    env = dict(WORK=str(work), ARCHS="baseline,alibi")
+    # CONCAT: the test set as it is, and joined 2 segments at a time; no document has 200 segments
+    env = dict(WORK=str(work), ARCHS="baseline,alibi", CONCAT="1,2,200")
     # bad input first: nothing is prepared or trained
     assert "TRAIN_MAX_LEN=0" in one_error(lengths_sh(dict(env, TRAIN_MAX_LEN="0"), check=False))
+    assert "CONCAT=1,2,2: 2 is given twice" in one_error(lengths_sh(dict(env, CONCAT="1,2,2"), check=False))
+    assert "CONCAT=0,2: give the numbers" in one_error(lengths_sh(dict(env, CONCAT="0,2"), check=False))
+    docs = tmp_path / "docs.txt"
+    docs.write_text("d\n" * 7)
+    assert f"TEST_DOCS={docs}: 7 lines, but the test source" in one_error(
+        lengths_sh(dict(env, TEST_DOCS=str(docs)), check=False))
     assert "give at least two" in one_error(lengths_sh(dict(env, ARCHS="baseline"), check=False))
     assert "transformer_nope_wmt_en_de" in one_error(lengths_sh(dict(env, ARCHS="baseline,nope"), check=False))
     assert not (work / "lengths").exists()
 
-    lengths_sh(env)
+    p = lengths_sh(env)
+    assert "no document has 200 segments" in p.stderr and "k = 200 skipped" in p.stderr
     study = work / "lengths" / "max7"
     corpus = work / "quick-corpus"
     test_src, test_ref = read(corpus / "test.src"), read(corpus / "test.tgt")
@@ -226,10 +236,61 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     md = (study / "lengths.md").read_text()
     assert "Scores by source length" in md and "beyond" in md
     assert (study / "lengths.png").stat().st_size > 10000
+    # CONCAT: per k, the joined test set (one document: the test file in order), each run evaluated on
+    # it by the evaluation step with its own record, its scores those of sacreBLEU on the files
+    concat = json.loads((study / "lengths.json").read_text())["concat"]
+    assert list(concat["k"]) == ["1", "2"] and concat["documents"].startswith("the test file in order")
+    assert "Scores by input length" in md
+    one, two = concat["k"]["1"], concat["k"]["2"]
+    assert read(one["ref"]) == test_ref and read(one["src"]) == test_src
+    pairs = len(test_src) // 2
+    assert read(two["src"]) == [test_src[2 * i] + " " + test_src[2 * i + 1] for i in range(pairs)]
+    assert read(two["ref"]) == [test_ref[2 * i] + " " + test_ref[2 * i + 1] for i in range(pairs)]
+    for k, entry in concat["k"].items():
+        words = [len(s.split()) for s in read(entry["src"])]
+        assert entry["n"] == len(words) and entry["max_src_words"] == max(words)
+        assert abs(entry["mean_src_words"] - sum(words) / len(words)) < 1e-12
+        refs = read(entry["ref"])
+        for name, rec in runs.items():
+            rec = json.loads((study / name / "run.json").read_text())
+            subset = "test" if k == "1" else f"concat/k{k}.test"
+            assert rec["evaluations"][subset]["ref"] == entry["ref"]
+            assert entry["hyps"][name] == str(study / name / subset / "hyp.txt")
+            hyps = read(entry["hyps"][name])
+            got = entry["systems"][name]
+            bleu = sacrebleu.corpus_bleu(hyps, [refs])
+            assert abs(got["scores"]["bleu"] - bleu.score) < 1e-9
+            assert abs(got["scores"]["chrf"] - sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score) < 1e-9
+            assert abs(got["length_ratio"] - bleu.sys_len / bleu.ref_len) < 1e-12
+            if name == "baseline":
+                assert got["p_bootstrap"] is None and got["p_ar"] is None
+            else:
+                assert set(got["p_bootstrap"]) == set(got["p_ar"]) == {"bleu", "chrf"}
+                assert all(0 < p <= 1 for p in list(got["p_bootstrap"].values()) + list(got["p_ar"].values()))
 
     # re-run: every run trained and evaluated before with the same settings is skipped, nothing is
     # decoded again (a PYTHON that refuses fairseq-generate), and the table is the same
     from test_evaluation_reuse import no_generate
     p = lengths_sh(dict(env, PYTHON=no_generate(tmp_path)))
-    assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 2
+    assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 4  # 2 runs x k = 1, 2
     assert json.loads((study / "lengths.json").read_text())["by_length"] == table
+
+
+# ------------------------------------------------------------------ the sweep route (bad input only)
+@pytest.mark.parametrize("content, message", [
+    (None, "SWEEP=FILE: give the settings to sweep"),
+    ("a\tLR=1e-3\na\tLR=2e-3\n", "'a' is given twice"),
+    ("a\tlr=1e-3\n", "'lr=1e-3' (line of a) is not VAR=VALUE"),
+    ("# only a comment\n", "no settings in it"),
+])
+def test_sweep_refuses_bad_settings_before_any_work(tmp_path, content, message):
+    env = dict(os.environ, PYTHON=sys.executable, WORK=str(tmp_path / "w"))
+    if content is not None:
+        (tmp_path / "sweep.tsv").write_text(content)
+        env["SWEEP"] = str(tmp_path / "sweep.tsv")
+    else:
+        env.pop("SWEEP", None)
+    p = subprocess.run(["bash", os.path.join(ROOT, "recipes", "bible_grc_en", "sweep.sh")], env=env,
+                       capture_output=True, text=True)
+    assert message in one_error(p)
+    assert not (tmp_path / "w").exists()

@@ -8,11 +8,13 @@ metric only; see :func:`fairseq_attn_records.metrics.metric_mark`).
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
 [--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]
-[--by-length EDGES|auto [--train-max-len N] [--plot FILE.png]]``.
+[--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]]``.
 
-``--by-length`` (needs --src; one run per system, several seeds are refused): every metric
-scored and tested per bucket of source length, a second table after the main one
-(:mod:`fairseq_attn_plugins.reporting.by_length`).
+``--by-length`` (needs --src for source length; one run per system, several seeds are refused):
+every metric scored and tested per bucket of source length (``--by-length-of ref``: reference
+length; ``hyp``: each system's output length, without paired test), a second table after the main
+one (:mod:`fairseq_attn_plugins.reporting.by_length`). Each table has each system's output/reference
+length ratio (sacreBLEU's sys_len / ref_len).
 
 Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
 one row per system with every metric as mean ± sample std (n-1) and a mark only when
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     add_metric_args(p)
     add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000)
-    p.add_argument("--ar-trials", type=int, default=10000)
+    p.add_argument("--ar-trials", type=int, help="approximate-randomisation trials (default 10000)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
     p.add_argument("--md", metavar="FILE", help="write the table as markdown")
     args = p.parse_args(argv)
@@ -66,8 +68,8 @@ def main(argv=None) -> int:
     try:
         metrics = parse_metrics(args.metrics)
         check_tokenize(args.tokenize)
+        edges, train_max_len = check_length_args(args)  # sets --ar-trials' default
         check_counts(args.bs_samples, args.ar_trials)
-        edges, train_max_len = check_length_args(args)
         if edges is not None and not args.ref:
             raise ValueError("--by-length needs --ref (it scores the test set by source length)")
         check_output_paths(args.json, args.md, args.plot)
@@ -109,7 +111,7 @@ def main(argv=None) -> int:
 def buckets_of_runs(args, edges, train_max_len, table, metrics, comet):
     """The ``by_length`` object of a single-seed table: the translations its rows scored."""
     refs = read_text_lines(args.ref, "reference")
-    sources = read_text_lines(args.src, "source")
+    sources = read_text_lines(args.src, "source") if args.src else None
     systems = [(r["system"], read_text_lines(r["hyp"], "system output")) for r in table["rows"]]
     return score_buckets(args, edges, train_max_len, refs, systems, sources, metrics,
                          segments_of(table["rows"], table["metrics"]), {"comet": comet})

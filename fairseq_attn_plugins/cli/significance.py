@@ -1,5 +1,5 @@
 """``fairseq-attn-significance REF BASELINE_HYP SYSTEM_HYP... [--metrics bleu,chrf,ter] [--src SRC] [--json FILE]
-[--by-length EDGES|auto [--train-max-len N] [--plot FILE.png]]``
+[--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]]``
 
 Paired significance tests of one or more systems against a baseline, on detokenised
 text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTest
@@ -9,7 +9,9 @@ text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTes
 
 The tests, their seeds and the marks: :mod:`fairseq_attn_plugins.reporting.significance`;
 COMET: :mod:`fairseq_attn_records.comet`; the metric flags: :mod:`.metric_options`; scores by
-source length (``--by-length``): :mod:`fairseq_attn_plugins.reporting.by_length`.
+source, reference or output length (``--by-length``, ``--by-length-of``):
+:mod:`fairseq_attn_plugins.reporting.by_length`. Every table carries each system's output/reference
+length ratio (sacreBLEU's sys_len / ref_len).
 """
 
 import argparse
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
     add_metric_args(p)
     add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--ar-trials", type=int, default=10000, help="approximate-randomisation trials (default 10000)")
+    p.add_argument("--ar-trials", type=int, help="approximate-randomisation trials (default 10000)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = p.parse_args(argv)
 
@@ -47,8 +49,8 @@ def main(argv=None) -> int:
     try:
         metrics = parse_metrics(args.metrics)
         check_tokenize(args.tokenize)
+        edges, train_max_len = check_length_args(args)  # sets --ar-trials' default
         check_counts(args.bs_samples, args.ar_trials)
-        edges, train_max_len = check_length_args(args)
         check_output_paths(args.json, args.plot)
         comet = load_comet(args, prog)
         refs = read_text_lines(args.ref, "reference")

@@ -1,9 +1,19 @@
-"""Scores by source sentence length (``--by-length`` of ``fairseq-attn-significance`` and
+"""Scores by sentence length (``--by-length`` of ``fairseq-attn-significance`` and
 ``fairseq-attn-results``): the test set split into buckets by the length of each source
-sentence, every metric of the main table scored and tested on each bucket.
+sentence (or reference, or output: ``--by-length-of``), every metric of the main table scored
+and tested on each bucket.
 
-* **Length** of a sentence: the number of whitespace-separated words of its line in the
-  detokenised source (``--src``), ``len(line.split())``; an empty line has length 0.
+* **Length** of a sentence: the number of whitespace-separated words of its line,
+  ``len(line.split())``; an empty line has length 0. ``--by-length-of src`` (default): of the
+  detokenised source (``--src``); ``ref``: of the reference, so every system is still bucketed on
+  the same sentences and tested as below; ``hyp``: of each system's own output (Varis & Bojar
+  2021: the quality drop follows the output length). With ``hyp`` the systems' buckets hold
+  different sentences, so there is no paired test: each system gets its scores and its own 95%
+  bootstrap interval (sacreBLEU's ``_bootstrap_resample`` with its seed; a segment metric: the
+  same draw of its segment scores) per bucket, no mark, no delta, and a ``n`` per system; the
+  edges (``auto``) are computed from the reference lengths, one scale for all systems.
+* **Length ratio**: per system and bucket, sacreBLEU's ``sys_len / ref_len`` on the bucket's
+  sentences (:func:`fairseq_attn_records.metrics.length_ratio`).
 * **Buckets** for edges ``e1 < ... < ek`` (``--by-length 10,20,30``): ``1–e1`` (length <= e1,
   length 0 included), ``e1+1–e2``, ..., ``> ek``: k + 1 buckets.
 * ``--by-length auto`` (:func:`auto_edges`): about :data:`AUTO_BUCKETS` buckets of roughly equal
@@ -43,12 +53,23 @@ from .significance import paired_tests
 
 MIN_SENTENCES_FOR_TEST = 30
 AUTO_BUCKETS = 5
+LENGTH_OF = {"src": "source", "ref": "reference", "hyp": "output"}
 LENGTH_DEFINITION = ("number of whitespace-separated words of the source line (--src); an empty line has "
                      "length 0 and falls in the first bucket")
+LENGTH_DEFINITIONS = {
+    "src": LENGTH_DEFINITION,
+    "ref": "number of whitespace-separated words of the reference line; an empty line has length 0 and falls in "
+           "the first bucket",
+    "hyp": "number of whitespace-separated words of each system's own output line (edges of 'auto' from the "
+           "reference lengths); an empty line has length 0 and falls in the first bucket"}
+NO_PAIRED_TEST = ("by output length each system's buckets hold different sentences (its own outputs of that "
+                  "length), so no paired test compares them: scores and each system's own 95% bootstrap "
+                  "interval only, no marks, no deltas")
 AUTO_RULE = (f"auto: nearest-rank quantiles of the source lengths at 1/{AUTO_BUCKETS} .. "
              f"{AUTO_BUCKETS - 1}/{AUTO_BUCKETS} (edge i = sorted lengths[ceil(i*n/{AUTO_BUCKETS}) - 1]), "
              "and the training length (--train-max-len) when given, deduplicated, edges of 0 or >= the "
              "longest length dropped")
+AUTO_RULE_REF = AUTO_RULE.replace("of the source lengths", "of the reference lengths")
 EDGES_HELP = "'auto' or comma-separated increasing positive integers, e.g. 10,20,30,50"
 BEYOND = "beyond"
 PARTLY_BEYOND = "partly beyond"
@@ -94,10 +115,27 @@ def parse_train_max_len(spec: Optional[str]) -> Optional[int]:
     return int(spec)
 
 
+def parse_length_of(spec: Optional[str]) -> str:
+    """``--by-length-of``: src (default), ref or hyp; else ValueError naming the flag."""
+    if spec is None:
+        return "src"
+    if spec not in LENGTH_OF:
+        raise ValueError(f"--by-length-of {spec}: give src (source length), ref (reference length) or hyp "
+                         f"(each system's output length)")
+    return spec
+
+
 def check_flags(by_length: Optional[str], src: Optional[str], plot: Optional[str],
-                train_max_len: Optional[str]) -> Tuple[Optional[object], Optional[int]]:
+                train_max_len: Optional[str], length_of: Optional[str] = None,
+                ar_trials: Optional[int] = None) -> Tuple[Optional[object], Optional[int]]:
     """The by-length flags of a command checked together, before any work: (edges or "auto"
-    or None, train_max_len or None)."""
+    or None, train_max_len or None). ``ar_trials``: the paired-test flag as given (None: not given)."""
+    of = parse_length_of(length_of)
+    if length_of is not None and by_length is None:
+        raise ValueError("--by-length-of needs --by-length (it says which length the buckets are of)")
+    if of == "hyp" and ar_trials is not None:
+        raise ValueError("--ar-trials with --by-length-of hyp: " + NO_PAIRED_TEST +
+                         "; leave --ar-trials out (the main table then uses its default) or bucket by src or ref")
     if plot is not None and by_length is None:
         raise ValueError("--plot needs --by-length (it draws the scores by source length)")
     if train_max_len is not None and by_length is None:
@@ -105,7 +143,7 @@ def check_flags(by_length: Optional[str], src: Optional[str], plot: Optional[str
     if by_length is None:
         return None, None
     edges = parse_edges(by_length)
-    if not src:
+    if not src and of == "src":
         raise ValueError("--by-length needs --src (lengths are counted in words of the source sentences)")
     return edges, parse_train_max_len(train_max_len)
 
@@ -187,7 +225,7 @@ def bucket_rows(result: Dict, tested: bool) -> List[Dict]:
                 cell.update(p_bootstrap=s["scores"][k].get("p_bootstrap") if tested else None,
                             p_ar=s["scores"][k].get("p_ar") if tested else None)
             scores[k] = cell
-        rows.append({"name": s["name"], "scores": scores,
+        rows.append({"name": s["name"], "scores": scores, "length_ratio": s.get("length_ratio"),
                      "deltas": {k: None if not i else s["scores"][k]["score"] - base[k]["score"] for k in keys},
                      "marks": {k: M.metric_mark(k, s["scores"][k], base[k]["score"]) if i and tested else ""
                                for k in keys}})
@@ -198,15 +236,20 @@ def scores_by_length(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[
                      edges, tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
                      metrics: Sequence[str] = M.DEFAULT_METRICS,
                      segments: Optional[Mapping[str, Sequence[Sequence[float]]]] = None,
-                     signers: Optional[Mapping] = None, train_max_len: Optional[int] = None) -> Dict:
+                     signers: Optional[Mapping] = None, train_max_len: Optional[int] = None,
+                     length_of: str = "src") -> Dict:
     """Every bucket's scores, deltas, marks, p-values and intervals (``systems[0]``: the baseline).
 
     ``edges``: a list or "auto"; ``segments``: ``{metric key: [segment scores of each system]}``
     of the segment metrics (COMET) of the main table; ``signers``: ``{key: scorer}`` whose
-    signatures they carry. Returns the ``by_length`` object of ``--json``."""
-    if len(sources) != len(refs):
+    signatures they carry; ``length_of``: src, ref or hyp (:func:`scores_by_output_length`).
+    Returns the ``by_length`` object of ``--json``."""
+    if length_of == "hyp":
+        return scores_by_output_length(refs, systems, edges, tokenize, bs_samples, metrics, segments,
+                                       train_max_len)
+    if sources is not None and len(sources) != len(refs):
         raise ValueError(f"the source has {len(sources)} lines but the reference has {len(refs)}")
-    lengths = [sentence_length(s) for s in sources]
+    lengths = [sentence_length(s) for s in (sources if length_of == "src" else refs)]
     spec = "auto" if edges == "auto" else ",".join(map(str, edges))
     edges = auto_edges(lengths, train_max_len=train_max_len) if edges == "auto" else list(edges)
     where = assign_buckets(lengths, edges)
@@ -219,39 +262,118 @@ def scores_by_length(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[
         if idx:
             scorers = {k: SubsetSegments(seg, idx, (signers or {}).get(k)) for k, seg in (segments or {}).items()}
             res = paired_tests(subset(refs, idx), [(name, subset(h, idx)) for name, h in systems], tokenize,
-                               bs_samples, ar_trials, metrics=metrics, sources=subset(sources, idx),
+                               bs_samples, ar_trials, metrics=metrics,
+                               sources=None if sources is None else subset(sources, idx),
                                scorers=scorers)
             keys, labels = res["metrics"], res["labels"]
             entry["systems"] = bucket_rows(res, entry["tested"])
         out_buckets.append(entry)
-    return {"length": LENGTH_DEFINITION, "edges_spec": spec, "auto_rule": AUTO_RULE if spec == "auto" else None,
+    return {"length_of": length_of, "length": LENGTH_DEFINITIONS[length_of], "paired": True,
+            "edges_spec": spec, "auto_rule": (AUTO_RULE if length_of == "src" else AUTO_RULE_REF) if spec == "auto" else None,
             "edges": edges, "min_sentences_for_test": MIN_SENTENCES_FOR_TEST, "train_max_len": train_max_len,
             "metrics": keys, "labels": labels, "baseline": systems[0][0], "system_names": [n for n, _ in systems],
             "bs_samples": bs_samples, "ar_trials": ar_trials, "tokenize": tokenize, "buckets": out_buckets}
 
 
+def bootstrap_cell(key: str, refs: Sequence[str], hyps: Sequence[str], tokenize: str, bs_samples: int,
+                   segments: Optional[Sequence[float]] = None) -> Dict:
+    """One system's score on some sentences with sacreBLEU's 95% bootstrap interval of a single
+    system (its ``_bootstrap_resample`` and ``estimate_ci``, ``SACREBLEU_SEED``); a segment metric
+    (``segments``): the mean, resampled with the same draw."""
+    if segments is not None:
+        stats = M._mean_stats(segments)
+        mean, ci = M.estimate_ci(M._resampled_means(stats, M.bootstrap_indices(len(stats), bs_samples,
+                                                                                  comparison=False)))
+        return {"score": M._mean_of(stats), "bs_mean": mean, "bs_ci": ci}
+    from sacrebleu.significance import _bootstrap_resample
+    metric = M.make_metric(key, tokenize)
+    stats = metric._extract_corpus_statistics(list(hyps), [list(refs)])
+    _, resampled = _bootstrap_resample(stats, metric, bs_samples)
+    mean, ci = M.estimate_ci([s.score for s in resampled])
+    score = M.make_metric(key, tokenize).corpus_score(list(hyps), [list(refs)]).score
+    return {"score": float(score), "bs_mean": mean, "bs_ci": ci}
+
+
+def scores_by_output_length(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]]], edges,
+                            tokenize: str = "13a", bs_samples: int = 1000,
+                            metrics: Sequence[str] = M.DEFAULT_METRICS,
+                            segments: Optional[Mapping[str, Sequence[Sequence[float]]]] = None,
+                            train_max_len: Optional[int] = None) -> Dict:
+    """``--by-length-of hyp``: each system bucketed by the length of its own outputs; per bucket and
+    system its n, scores with bootstrap intervals and length ratio, no paired test (module doc)."""
+    for name, hyps in systems:
+        if len(hyps) != len(refs):
+            raise ValueError(f"{name}: {len(hyps)} lines but the reference has {len(refs)}")
+    spec = "auto" if edges == "auto" else ",".join(map(str, edges))
+    edges = auto_edges([sentence_length(r) for r in refs], train_max_len=train_max_len) if edges == "auto" \
+        else list(edges)
+    keys = ["bleu"] + [k for k in metrics if k != "bleu"] + [k for k in (segments or {}) if k not in metrics]
+    buckets = [{"lo": b.lo, "hi": b.hi, "label": b.label, "n": None, "training": training_relation(b, train_max_len),
+                "tested": False, "systems": []} for b in make_buckets(edges)]
+    for s_i, (name, hyps) in enumerate(systems):
+        where = assign_buckets([sentence_length(h) for h in hyps], edges)
+        for b_i, entry in enumerate(buckets):
+            idx = [i for i, w in enumerate(where) if w == b_i]
+            cell = {"name": name, "n": len(idx), "scores": {}, "deltas": {k: None for k in keys},
+                    "marks": {k: "" for k in keys}, "length_ratio": None}
+            if idx:
+                r, h = subset(refs, idx), subset(hyps, idx)
+                for k in keys:
+                    seg = (segments or {}).get(k)
+                    cell["scores"][k] = bootstrap_cell(k, r, h, tokenize, bs_samples,
+                                                       None if seg is None else subset(seg[s_i], idx))
+                cell["length_ratio"] = M.length_ratio(r, h, tokenize)["ratio"]
+            else:
+                cell["scores"] = {k: None for k in keys}
+            entry["systems"].append(cell)
+    return {"length_of": "hyp", "length": LENGTH_DEFINITIONS["hyp"], "paired": False, "no_paired_test": NO_PAIRED_TEST,
+            "edges_spec": spec, "auto_rule": AUTO_RULE_REF if spec == "auto" else None,
+            "edges": edges, "min_sentences_for_test": MIN_SENTENCES_FOR_TEST, "train_max_len": train_max_len,
+            "metrics": keys, "labels": {k: M.label(k) for k in keys}, "baseline": systems[0][0],
+            "system_names": [n for n, _ in systems], "bs_samples": bs_samples, "ar_trials": None,
+            "tokenize": tokenize, "buckets": buckets}
+
+
 # -- table and plot ------------------------------------------------------------------------
 
+def _ratio(r) -> str:
+    return "-" if r is None else f"{r:.3f}"
+
+
 def format_markdown(data: Dict) -> str:
-    """The table "Scores by source length (words)": bucket, n, then per metric each system's
-    score with its mark and each compared system's Δ; a training column with --train-max-len."""
+    """The table "Scores by source (reference, output) length (words)": bucket, n, then per metric
+    each system's score with its mark and each compared system's Δ, then each system's length
+    ratio; a training column with --train-max-len. By output length: n per system, no Δ."""
     keys, labels, names = data["metrics"] or [], data["labels"] or {}, data["system_names"]
+    of = LENGTH_OF[data.get("length_of", "src")]
+    paired = data.get("paired", True)
     train = data.get("train_max_len") is not None
-    head = "| Source length | n |" + (f" vs. training (≤ {data['train_max_len']}) |" if train else "")
-    rule = "|---|---:|" + ("---|" if train else "")
+    head = f"| {of.capitalize()} length |" + (" n |" if paired else "".join(f" n {n} |" for n in names))
+    head += f" vs. training (≤ {data['train_max_len']}) |" if train else ""
+    rule = "|---|" + ("---:|" if paired else "---:|" * len(names)) + ("---|" if train else "")
     for k in keys:
-        head += "".join(f" {labels[k]} {n} |" for n in names) + "".join(f" Δ {labels[k]} {n} |" for n in names[1:])
-        rule += "---:|" * (2 * len(names) - 1)
-    lines = ["### Scores by source length (words)", "", head, rule]
+        head += "".join(f" {labels[k]} {n} |" for n in names)
+        rule += "---:|" * len(names)
+        if paired:
+            head += "".join(f" Δ {labels[k]} {n} |" for n in names[1:])
+            rule += "---:|" * (len(names) - 1)
+    head += "".join(f" Len. ratio {n} |" for n in names)
+    rule += "---:|" * len(names)
+    lines = [f"### Scores by {of} length (words)", "", head, rule]
     for b in data["buckets"]:
-        row = f"| {b['label']} | {b['n']} |" + (f" {b['training']} |" if train else "")
+        ns = f" {b['n']} |" if paired else "".join(f" {s['n']} |" for s in b["systems"])
+        row = f"| {b['label']} |" + ns + (f" {b['training']} |" if train else "")
         for k in keys:
             nd = M.digits(k)
             if not b["systems"]:
-                row += " - |" * (2 * len(names) - 1)
+                row += " - |" * ((2 if paired else 1) * len(names) - (1 if paired else 0))
                 continue
-            row += "".join(f" {s['scores'][k]['score']:.{nd}f}{s['marks'][k]} |" for s in b["systems"])
-            row += "".join(f" {s['deltas'][k]:+.{nd}f} |" for s in b["systems"][1:])
+            row += "".join(" - |" if s["scores"][k] is None else f" {s['scores'][k]['score']:.{nd}f}{s['marks'][k]} |"
+                           for s in b["systems"])
+            if paired:
+                row += "".join(f" {s['deltas'][k]:+.{nd}f} |" for s in b["systems"][1:])
+        row += "".join(f" {_ratio(s.get('length_ratio'))} |" for s in b["systems"]) if b["systems"] \
+            else " - |" * len(names)
         lines.append(row)
     return "\n".join(lines)
 
@@ -260,10 +382,14 @@ def legend_lines(data: Dict) -> List[str]:
     out = [f"Length: {data['length']}. Buckets: " +
            (f"{data['auto_rule']}: edges {','.join(map(str, data['edges']))}." if data.get("auto_rule")
             else f"edges {data['edges_spec']}."),
-           f"Per bucket: that bucket's sentences scored and tested as the main table (sacreBLEU's PairedTest, "
-           f"{data['bs_samples']} resamples / {data['ar_trials']} trials, same seed); marks as in the main table.",
-           f"n < {data['min_sentences_for_test']}: no significance mark (too few sentences to test); "
-           f"n = 0: no scores."]
+           (f"Per bucket: that bucket's sentences scored and tested as the main table (sacreBLEU's PairedTest, "
+            f"{data['bs_samples']} resamples / {data['ar_trials']} trials, same seed); marks as in the main table."
+            if data.get("paired", True) else
+            f"No paired test: {data['no_paired_test']} ({data['bs_samples']} resamples, sacreBLEU's seed)."),
+           (f"n < {data['min_sentences_for_test']}: no significance mark (too few sentences to test); "
+            f"n = 0: no scores." if data.get("paired", True) else "n = 0: no scores."),
+           "Len. ratio: output / reference length in tokens on the bucket's sentences (sacreBLEU's "
+           "sys_len / ref_len, its BLEU tokeniser); below 1 the outputs are shorter than the references."]
     if data.get("train_max_len") is not None:
         out.append(f"vs. training: '{BEYOND}' = every sentence of the bucket is longer than the training length "
                    f"{data['train_max_len']} (words); '{PARTLY_BEYOND}' = the bucket holds lengths on both sides of it.")
@@ -298,15 +424,18 @@ def plot(data: Dict, png_path: str) -> None:
             ax.errorbar([x + 0.06 * (s_i - 0.5 * (len(data["system_names"]) - 1)) for x in xs], y, yerr=[lo, hi],
                         marker="o", markersize=4, capsize=3, color=f"C{s_i % 10}", label=name)
         ax.set_xticks(xs)
-        ax.set_xticklabels([f"{b['label']}\nn={b['n']}" for b in buckets], fontsize=8)
+        ax.set_xticklabels([b["label"] if b["n"] is None else f"{b['label']}\nn={b['n']}" for b in buckets],
+                           fontsize=8)
         ax.set_xlim(-0.5, len(buckets) - 0.5)
-        ax.set_xlabel("source length (words)")
+        ax.set_xlabel(f"{LENGTH_OF[data.get('length_of', 'src')]} length (words)")
         ax.set_ylabel(M.label(k))
-        ax.set_title(f"{M.label(k)} by source length")
+        ax.set_title(f"{M.label(k)} by {LENGTH_OF[data.get('length_of', 'src')]} length")
         ax.grid(alpha=0.3)
     handles, names = axes[0][0].get_legend_handles_labels()  # one legend below the panels, off the data
     fig.legend(handles, names, loc="lower center", ncol=min(len(names), 4), fontsize=8)
-    fig.suptitle("error bars: 95% bootstrap interval (sacreBLEU's paired bootstrap on each bucket)", fontsize=9)
+    fig.suptitle("error bars: 95% bootstrap interval (" + ("sacreBLEU's paired bootstrap on each bucket)"
+                 if data.get("paired", True) else "each system's own bootstrap on its outputs of the bucket)"),
+                 fontsize=9)
     fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(names) - 1) // 4), 1, 1))
     tmp = png_path + ".tmp.png"
     fig.savefig(tmp, dpi=100)

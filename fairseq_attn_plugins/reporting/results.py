@@ -41,7 +41,7 @@ from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read
 from .curves import read_log_records
 from .runs import (MODEL_HEADER, Run, comparability, load_runs, model_cell, model_legend, stale_notes,
                    trained_as)
-from .significance import legend_lines, paired_tests, system_mark
+from .significance import fmt_ratio, legend_lines, paired_tests, system_mark
 
 
 def parse_train_log(path: str) -> Dict:
@@ -144,6 +144,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
             "delta": None if is_base else s["bleu"] - base_bleu,
             "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
+            "length_ratio": s["length_ratio"], "sys_len": s["sys_len"], "ref_len": s["ref_len"],
             "mark": system_mark(s, base_bleu),  # better than the baseline only
             "scores": s["scores"],
             "deltas": {k: None if is_base else s["scores"][k]["score"] - base["scores"][k]["score"]
@@ -201,8 +202,8 @@ def format_markdown(table: Dict) -> str:
     extra_head = (" Tok. BLEU |" if tok else "") + (" Train pairs |" if pairs else "")
     extra_rule = ("---:|" if tok else "") + ("---:|" if pairs else "")
     out = [f"| # | System | {MODEL_HEADER} | #Params | Speed (tok/s) | Speed (upd/s) |"
-           + "".join(f" {labels[k]} | Δ |" for k in keys) + extra_head,
-           "|---|---|---|---:|---:|---:|" + "---:|---:|" * len(keys) + extra_rule]
+           + "".join(f" {labels[k]} | Δ |" for k in keys) + " Len. ratio |" + extra_head,
+           "|---|---|---|---:|---:|---:|" + "---:|---:|" * len(keys) + "---:|" + extra_rule]
     models = [model_cell(r.get("trained_model")) for r in rows]
     for i, r in enumerate(rows, 1):
         sp = lambda v, f: "?" if v is None else format(v, f)
@@ -211,6 +212,7 @@ def format_markdown(table: Dict) -> str:
             nd = M.digits(k)
             d = r["deltas"][k]
             cells += f" {r['scores'][k]['score']:.{nd}f}{r['marks'][k]} | {'-' if d is None else f'{d:+.{nd}f}'} |"
+        cells += f" {fmt_ratio(r.get('length_ratio'))} |"
         extra = ""
         if tok:
             extra += f" {sp(r.get('tok_bleu'), '.2f')} |"

@@ -48,7 +48,8 @@ def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]
 
     Returns ``{"metrics": [keys], "labels": {key: label}, "signature": {"bs"|"ar": {label:
     signature}}, "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci",
-    "p_bootstrap", "p_ar", "same_as_baseline"}}, "<key>_segments" per segment metric, and BLEU's
+    "p_bootstrap", "p_ar", "same_as_baseline"}}, "<key>_segments" per segment metric,
+    "length_ratio" / "sys_len" / "ref_len" (:func:`fairseq_attn_records.metrics.length_ratio`), and BLEU's
     cell flattened: "bleu", "bs_mean", "bs_ci", "p_bootstrap", "p_ar", "same_as_baseline"}]}``;
     the baseline has no p-values. Every number is a plain float (JSON-safe).
     """
@@ -89,6 +90,9 @@ def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]
         labels[key] = M.label(key)
         signature["bs"][labels[key]] = scorer.signature(bs_samples=bs_samples, seed=seed)
         signature["ar"][labels[key]] = scorer.signature(ar_trials=ar_trials, seed=seed)
+    for row, (_, hyps) in zip(out_rows, systems):  # the output/reference length ratio (sacreBLEU's)
+        lr = M.length_ratio(refs, hyps, tokenize)
+        row.update(length_ratio=lr["ratio"], sys_len=lr["sys_len"], ref_len=lr["ref_len"])
     for row in out_rows:  # BLEU's cell flattened, as every table reads it
         b = row["scores"]["bleu"]
         row.update(bleu=b["score"], bs_mean=b.get("bs_mean"), bs_ci=b.get("bs_ci"),
@@ -118,7 +122,8 @@ def format_table(result: Dict) -> str:
     keys = result.get("metrics", ["bleu"])
     labels = result.get("labels", {"bleu": "BLEU"})
     head = "| system |" + "".join(f" {labels[k]} (mean ± 95% CI) | p {labels[k]} (bs / ar) |" for k in keys)
-    lines = [head, "|---|" + "---:|---:|" * len(keys)]
+    head += " Len. ratio |"
+    lines = [head, "|---|" + "---:|---:|" * len(keys) + "---:|"]
     base = result["systems"][0]["scores"]
     fmt = lambda p: "-" if p is None else f"{p:.4f}"
     for row in result["systems"]:
@@ -130,14 +135,23 @@ def format_table(result: Dict) -> str:
             mark = M.metric_mark(k, c, base[k]["score"]) if row is not result["systems"][0] else ""
             p = "-" if c.get("p_bootstrap") is None else f"{fmt(c.get('p_bootstrap'))} / {fmt(c.get('p_ar'))}"
             cells += f" {c['score']:.{nd}f}{mark}{ci} | {p} |"
-        lines.append(f"| {row['name']} |" + cells)
+        lines.append(f"| {row['name']} |" + cells + f" {fmt_ratio(row.get('length_ratio'))} |")
     return "\n".join(lines)
+
+
+def fmt_ratio(r: Optional[float]) -> str:
+    return "-" if r is None else f"{r:.3f}"
+
+
+LENGTH_RATIO_LEGEND = ("Len. ratio: output / reference length in tokens (sacreBLEU's sys_len / ref_len, its BLEU "
+                       "tokeniser); below 1 the outputs are shorter than the references.")
 
 
 def legend_lines(result: Dict) -> List[str]:
     """Which test and threshold made each mark, the baseline, and every signature."""
     out = [f"Baseline: {result['systems'][0]['name']} (first row). " +
            M.MARK_LEGEND.format(bs=result.get("bs_samples", 1000), ar=result.get("ar_trials", 10000))]
+    out.append(LENGTH_RATIO_LEGEND)
     for key in result.get("metrics", []):
         if not M.higher_is_better(key):
             out.append(f"{M.label(key)}: lower is better (its mark asks for a lower {M.label(key)}).")

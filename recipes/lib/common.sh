@@ -129,6 +129,13 @@ sacrebleu_testset() {
   "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo src > "$WORK/raw/$split.$SRC.tmp" || die "sacrebleu could not fetch $test"
   "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo ref > "$WORK/raw/$split.$TGT.tmp" || die "sacrebleu could not fetch $test"
   mv "$WORK/raw/$split.$SRC.tmp" "$WORK/raw/$split.$SRC"; mv "$WORK/raw/$split.$TGT.tmp" "$WORK/raw/$split.$TGT"
+  # the document of each line, where sacreBLEU has them (CONCAT of lengths.sh joins segments of one document)
+  if "$PYTHON" -m sacrebleu -t "$test" -l "$pair" --echo docid > "$WORK/raw/$split.docs.tmp" 2>/dev/null \
+     && [[ $(wc -l < "$WORK/raw/$split.docs.tmp") == $(wc -l < "$WORK/raw/$split.$SRC") ]]; then
+    mv "$WORK/raw/$split.docs.tmp" "$WORK/raw/$split.docs"
+  else
+    rm -f "$WORK/raw/$split.docs.tmp"
+  fi
 }
 
 copy_local() {  # copy_local FILE DEST: atomic copy of a user-given corpus file
@@ -258,6 +265,7 @@ prepare_main() {
   local bin_in=() f
   for f in train.clean valid test; do bin_in+=(--in "$WORK/bpe/$f.$SRC" --in "$WORK/bpe/$f.$TGT"); done
   for f in valid test; do bin_in+=(--in "$WORK/raw/$f.$SRC" --in "$WORK/raw/$f.$TGT"); done
+  for f in valid.docs valid.ids test.docs test.ids; do [[ ! -f $WORK/raw/$f ]] || bin_in+=(--in "$WORK/raw/$f"); done
   [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
   # the latest prepared folder removed by hand (or pruned): binarised again
   if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
@@ -316,6 +324,10 @@ binarise() {
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
+  # a recipe's document ids (SPLIT.docs) and segment ids (SPLIT.ids), where it writes them
+  for split in valid test; do for l in docs ids; do
+    [[ ! -f "$WORK/raw/$split.$l" ]] || cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"
+  done; done
   local given=()  # the files the user gave (the official data: the archives downloaded into WORK)
   for split in train valid test; do
     if local_split "$split"; then local s="${split^^}_SRC" t="${split^^}_TGT"; given+=(--input "$s=${!s}" --input "$t=${!t}"); fi
@@ -421,7 +433,7 @@ train_main() {
   local args=("$DATA" --user-dir "$USER_DIR" --arch "$ARCH"
     --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps "$ADAM_EPS" --clip-norm 0.0
     --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --dropout "$DROPOUT" --weight-decay 0.0
+    --criterion label_smoothed_cross_entropy --label-smoothing "${LABEL_SMOOTHING:-0.1}" --dropout "$DROPOUT" --weight-decay 0.0
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
     --save-dir "$SAVE_DIR" --save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates 20
     --log-format json --log-interval "${LOG_INTERVAL:-100}" --seed "$SEED")

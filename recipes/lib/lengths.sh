@@ -11,6 +11,12 @@
 # and test sentence and the longest output beam search may write (check-positions): raised where
 # positions are sinusoidal or relative, refused for learned tables or limits set in MODEL_ARGS.
 # QUICK=1: the demo's embedded corpus (src-tgt, 4000/200/400 pairs), toy model sizes, minutes on CPU.
+# CONCAT=1,2,4,8 (default): every run is also evaluated on the test set made of consecutive,
+# non-overlapping groups of k segments of one document (concat-test; documents: the recipe's
+# DATA/raw/test.docs, or TEST_DOCS=FILE with one id per test line, else the test file in order as one
+# document), each k its own binarised subset concat/k<k>.test of the data folder (DATA/concat/ and
+# DATA/raw/concat/: derived test sets, outside the data's identity), evaluated by evaluate.sh's step with
+# its own record (EVAL_SUBSET=concat/k<k>.test), and reported per k in lengths.json ("concat").
 
 LENGTHS_ARCHS_DEFAULT=baseline,relpos,rope,alibi,t5bias,csan2d
 
@@ -44,10 +50,75 @@ lengths_quick_settings() {  # the demo's corpus and toy sizes (each still overri
   export VALID_TGT="$corpus/valid.$TGT" TEST_SRC="$corpus/test.$SRC" TEST_TGT="$corpus/test.$TGT"
 }
 
+lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line count again once the test set is known)
+  CONCAT=${CONCAT:-1,2,4,8}
+  local ks=() k seen=" "
+  IFS=, read -r -a ks <<< "$CONCAT"
+  [[ $CONCAT =~ ^[0-9,]+$ && $CONCAT != *,, && $CONCAT != ,* && $CONCAT != *, ]] || ks=(x)
+  for k in "${ks[@]}"; do
+    [[ $k =~ ^[0-9]+$ ]] && (( 10#$k >= 1 )) || die "CONCAT=$CONCAT: give the numbers of segments joined into one input, positive integers separated by commas (e.g. 1,2,4,8; 1 = the test set as it is)"
+    [[ $seen != *" $((10#$k)) "* ]] || die "CONCAT=$CONCAT: $((10#$k)) is given twice"
+    seen+="$((10#$k)) "
+  done
+  if [[ -n ${TEST_DOCS:-} ]]; then
+    [[ -f $TEST_DOCS ]] || die "TEST_DOCS=$TEST_DOCS: no such file (one document id per test line)"
+    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]] && [[ $(wc -l < "$TEST_DOCS") != "$(wc -l < "$TEST_SRC")" ]]; then
+      die "TEST_DOCS=$TEST_DOCS: $(wc -l < "$TEST_DOCS") lines, but the test source $TEST_SRC has $(wc -l < "$TEST_SRC"): give one document id per test line"
+    fi
+  fi
+}
+
+# lengths_concat_subset K: the joined test set of K (LENGTHS_DIR/concat/kK.*) tokenised and split into
+# subwords as the data was, binarised with the data's dictionaries into DATA/concat/kK.test.*, with its
+# raw source and reference in DATA/raw/concat/kK.test.* (written last: evaluate.sh reads them)
+lengths_concat_subset() {
+  local k=$1 dir="$LENGTHS_DIR/concat" sub="concat/k$1.test" l ext codes
+  local tmp="$dir/k$k.build.tmp"
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  for l in "$SRC" "$TGT"; do
+    codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$l"
+    "${STEPS[@]}" tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" "$dir/k$k.$l" "$tmp/tok.$l"
+    "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$tmp/tok.$l" "$tmp/bpe.$l"
+  done
+  "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" --testpref "$tmp/bpe" \
+    --destdir "$tmp/bin" --srcdict "$DATA/dict.$SRC.txt" --tgtdict "$DATA/dict.$TGT.txt" --workers 1 \
+    ${PREPROCESS_ARGS:-} > "$tmp/preprocess.log" 2>&1 || { tail -5 "$tmp/preprocess.log" >&2; return 1; }
+  mkdir -p "$DATA/concat" "$DATA/raw/concat"
+  rm -f "$DATA/raw/$sub.$SRC" "$DATA/raw/$sub.$TGT"
+  for l in "$SRC" "$TGT"; do for ext in bin idx; do
+    mv "$tmp/bin/test.$SRC-$TGT.$l.$ext" "$DATA/$sub.$SRC-$TGT.$l.$ext"
+  done; done
+  for l in docs "$SRC" "$TGT"; do cp "$dir/k$k.$l" "$DATA/raw/$sub.$l.tmp"; mv "$DATA/raw/$sub.$l.tmp" "$DATA/raw/$sub.$l"; done
+  rm -rf "$tmp"
+}
+
+# lengths_concat: the joined test sets of CONCAT (prints the k evaluated, one per line); a k no
+# document has k segments for is said and skipped
+lengths_concat() {
+  local docs=${TEST_DOCS:-} dir="$LENGTHS_DIR/concat" out k codes
+  if [[ -z $docs && -f $DATA/raw/test.docs ]]; then docs="$DATA/raw/test.docs"; fi
+  if [[ -n $docs ]]; then log "CONCAT=$CONCAT: documents of $docs"
+  else log "CONCAT=$CONCAT: no document ids (TEST_DOCS): the test file in order is one document"; fi
+  out=$("${STEPS[@]}" concat-test --src "$DATA/raw/test.$SRC" --ref "$DATA/raw/test.$TGT" ${docs:+--docs "$docs"} \
+        --ks "$CONCAT" --out "$dir" --src-lang "$SRC" --tgt-lang "$TGT") || exit 2
+  for k in $out; do
+    (( k > 1 )) || { echo "$k"; continue; }
+    codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$SRC $WORK/bpe/codes.$TGT"
+    local marker; marker="concat.k$k.$(basename "$DATA")"
+    [[ -f $DATA/raw/concat/k$k.test.$TGT ]] || rm -f "$WORK/.done/$marker"
+    local fp=(--set "k=$k" --set "DATA=$DATA" --in "$dir/k$k.$SRC" --in "$dir/k$k.$TGT" --in "$dir/k$k.docs"
+              --in "$DATA/dict.$SRC.txt" --in "$DATA/dict.$TGT.txt") c
+    for c in $codes; do fp+=(--in "$c"); done
+    stage "$marker" "${fp[@]}" -- lengths_concat_subset "$k" >&2
+    echo "$k"
+  done
+}
+
 lengths_main() {
   no_args "$@"
   [[ ${QUICK:-0} =~ ^[01]$ ]] || die "QUICK=$QUICK: give 1 (the demo's corpus, toy sizes) or 0"
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_settings; fi
+  lengths_check_concat
   TRAIN_MAX_LEN=${TRAIN_MAX_LEN:-${STUDY_TRAIN_MAX_LEN:-30}}
   [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ ]] && (( TRAIN_MAX_LEN >= 1 )) \
     || die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the longest training source in words, a positive integer"
@@ -79,10 +150,18 @@ lengths_main() {
   mkdir -p "$LENGTHS_DIR"
   log "study: $LENGTHS_DIR (training pairs up to $TRAIN_MAX_LEN source words, data $data)"
 
-  # 2. position limits of every architecture, before any training
+  # 1b. the test set joined k segments at a time within each document (CONCAT), each k a subset of the data
+  local ks=() k splits=(valid test)
+  mapfile -t ks < <(lengths_concat; echo "rc=$?")
+  (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 2
+  unset 'ks[-1]'
+  for k in "${ks[@]}"; do (( k == 1 )) || splits+=("concat/k$k.test"); done
+
+  # 2. position limits of every architecture (the longest joined input included), before any training
   local lines
   lines=$("${STEPS[@]}" check-positions --data "$data" --src "$SRC" --tgt "$TGT" --arch "${archs[@]}" \
-          --max-len-a "${len_a:-0}" --max-len-b "${len_b:-200}" --model-args "${MODEL_ARGS:-}") || exit 2
+          --splits "${splits[@]}" --max-len-a "${len_a:-0}" --max-len-b "${len_b:-200}" \
+          --model-args "${MODEL_ARGS:-}") || exit 2
 
   # 3. train and evaluate each (a re-run skips what is done; a killed one resumes)
   local i runs=()
@@ -97,6 +176,7 @@ lengths_main() {
       fi
       train_main
       EVAL_SUBSET=test evaluate_main
+      for k in "${ks[@]}"; do (( k == 1 )) || EVAL_SUBSET="concat/k$k.test" evaluate_main; done
     )
     runs+=("$LENGTHS_DIR/$name")
   done
@@ -112,6 +192,25 @@ lengths_main() {
     --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
     --md "$LENGTHS_DIR/lengths.md" --json "$LENGTHS_DIR/lengths.json" --plot "$LENGTHS_DIR/lengths.png" \
     "${runs[@]}" > "$LENGTHS_DIR/results.out" || { cat "$LENGTHS_DIR/results.out" >&2; die "fairseq-attn-results failed"; }
+  # 5. per k: the runs' evaluations of the joined test set, the same table and tests, and lengths.json's "concat"
+  local per_k=()
+  for k in "${ks[@]}"; do
+    if (( k == 1 )); then per_k+=(--k "1=$LENGTHS_DIR/lengths.json"); continue; fi  # the table above
+    local sub="concat/k$k.test"
+    src_words="$data/raw/$sub.$SRC"
+    if [[ $SRC == zh || $SRC == ja ]]; then
+      src_words="$LENGTHS_DIR/concat/k$k.words.$SRC"
+      "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/$sub.$SRC" "$src_words"
+    fi
+    "$PYTHON" -m fairseq_attn_plugins.cli.results --ref "$data/raw/$sub.$TGT" --src "$src_words" --names "${names[@]}" \
+      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --json "$LENGTHS_DIR/concat/k$k.json" \
+      "${runs[@]}" > "$LENGTHS_DIR/concat/k$k.out" || { cat "$LENGTHS_DIR/concat/k$k.out" >&2; die "fairseq-attn-results failed on k = $k"; }
+    per_k+=(--k "$k=$LENGTHS_DIR/concat/k$k.json")
+  done
+  "$PYTHON" -m fairseq_attn_plugins.cli.by_concat --study-json "$LENGTHS_DIR/lengths.json" \
+    --study-md "$LENGTHS_DIR/lengths.md" --info "$LENGTHS_DIR/concat/concat.json" "${per_k[@]}" \
+    --plot "$LENGTHS_DIR/lengths_concat.png" \
+    >> "$LENGTHS_DIR/results.out" || die "the per-k table failed"
   cat "$LENGTHS_DIR/results.out"
-  log "by-length table: $LENGTHS_DIR/lengths.md, plot: $LENGTHS_DIR/lengths.png"
+  log "tables: $LENGTHS_DIR/lengths.md, plots: $LENGTHS_DIR/lengths.png (by source length), $LENGTHS_DIR/lengths_concat.png (by k)"
 }

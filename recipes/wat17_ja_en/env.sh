@@ -35,6 +35,8 @@ fetch_train() {
 fetch_split() {
   case $1 in
     valid) "${STEPS[@]}" extract "$ASPEC_DIR/dev/dev.txt" --src-out "$WORK/raw/valid.$SRC" --tgt-out "$WORK/raw/valid.$TGT";;
-    test) "${STEPS[@]}" extract "$ASPEC_DIR/test/test.txt" --src-out "$WORK/raw/test.$SRC" --tgt-out "$WORK/raw/test.$TGT";;
+    # test.txt: field-document ID ||| sentence ID ||| ja ||| en: the paper is the document (CONCAT of lengths.sh)
+    test) "${STEPS[@]}" extract "$ASPEC_DIR/test/test.txt" --src-out "$WORK/raw/test.$SRC" --tgt-out "$WORK/raw/test.$TGT" \
+            --docs-field 0 --docs-out "$WORK/raw/test.docs";;
   esac
 }

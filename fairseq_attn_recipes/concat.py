@@ -1,0 +1,107 @@
+"""Long inputs from whole documents (``concat-test``, called by ``recipes/lib/lengths.sh`` for
+``CONCAT=1,2,4,8``): the test set as consecutive, non-overlapping groups of k segments of one
+document, the protocol of document-level MT and of Varis & Bojar (2021) for inputs several
+times longer than any seen in training.
+
+* **Documents**: one id per test line (``--docs``); a document is a run of consecutive lines
+  with the same id (an id that comes back later starts another run). Without ``--docs`` the
+  test file, in order, is one document.
+* **Groups of k**: within each document, lines ``0..k-1``, ``k..2k-1``, ...; a group left short
+  at the document's end is dropped, so every input of k holds exactly k segments. The source
+  segments of a group are joined by one space, the references likewise.
+* k = 1 is the test set itself (nothing is written for it). A k for which no document has k
+  segments is skipped with a note (stderr), the other k go on.
+
+Writes, for every other k, ``OUT/k<k>.<src>``, ``OUT/k<k>.<tgt>`` and ``OUT/k<k>.docs`` (the
+document id of each group), then ``OUT/concat.json`` (per k: groups, documents, mean and largest
+source length in words, the first line of each group), each file written aside then renamed;
+prints the k that have groups, one per line.
+"""
+
+import json
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from .files import die, read_lines, write_lines_atomic
+
+ONE_DOCUMENT = "the test file in order as one document (no document ids given)"
+
+
+def parse_ks(spec: str) -> List[int]:
+    """``"1,2,4,8"`` -> [1, 2, 4, 8]; positive integers, none repeated; else a one-line error."""
+    parts = [s.strip() for s in (spec or "").split(",")]
+    if not spec or any(not (p.isascii() and p.isdigit()) or int(p) < 1 for p in parts):
+        die(f"CONCAT={spec}: give the numbers of segments joined into one input, positive integers "
+            f"separated by commas (e.g. 1,2,4,8; 1 = the test set as it is)")
+    ks = [int(p) for p in parts]
+    repeated = sorted({k for k in ks if ks.count(k) > 1})
+    if repeated:
+        die(f"CONCAT={spec}: {','.join(map(str, repeated))} given twice")
+    return ks
+
+
+def document_runs(doc_ids: Sequence[str]) -> List[List[int]]:
+    """Line indices of each document: runs of consecutive lines with the same id."""
+    runs: List[List[int]] = []
+    for i, d in enumerate(doc_ids):
+        if runs and doc_ids[runs[-1][0]] == d:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+def groups_of(doc_ids: Sequence[str], k: int) -> List[List[int]]:
+    """The consecutive, non-overlapping groups of k lines within each document (short ends dropped)."""
+    out = []
+    for run in document_runs(doc_ids):
+        out += [run[i:i + k] for i in range(0, len(run) - k + 1, k)]
+    return out
+
+
+def read_docs(path: Optional[str], n_lines: int, src_path: str) -> List[str]:
+    if not path:
+        return ["document"] * n_lines
+    docs = read_lines(path)
+    if len(docs) != n_lines:
+        die(f"TEST_DOCS={path}: {len(docs)} lines, but the test source {src_path} has {n_lines}: "
+            f"give one document id per test line")
+    if any(not d.strip() for d in docs):
+        die(f"TEST_DOCS={path}: line {next(i for i, d in enumerate(docs) if not d.strip()) + 1} is empty: "
+            f"give one document id per test line")
+    return [d.strip() for d in docs]
+
+
+def cmd_concat_test(args):
+    ks = parse_ks(args.ks)
+    src, ref = read_lines(args.src), read_lines(args.ref)
+    if len(src) != len(ref):
+        die(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
+    docs = read_docs(args.docs, len(src), args.src)
+    runs = document_runs(docs)
+    os.makedirs(args.out, exist_ok=True)
+    info = {"documents": os.path.abspath(args.docs) if args.docs else ONE_DOCUMENT,
+            "n_documents": len(runs), "longest_document": max(len(r) for r in runs), "k": {}}
+    usable = []
+    for k in ks:
+        groups = groups_of(docs, k)
+        if not groups:
+            print(f"CONCAT: no document has {k} segments (the longest has {info['longest_document']}): "
+                  f"k = {k} skipped", file=sys.stderr)
+            continue
+        usable.append(k)
+        joined_src = [" ".join(src[i] for i in g) for g in groups]
+        words = [len(s.split()) for s in joined_src]
+        info["k"][str(k)] = {"n": len(groups), "documents": len({docs[g[0]] for g in groups}),
+                             "mean_src_words": sum(words) / len(words), "max_src_words": max(words),
+                             "first_lines": [g[0] + 1 for g in groups]}
+        if k == 1:
+            continue
+        base = os.path.join(args.out, f"k{k}")
+        write_lines_atomic(f"{base}.{args.src_lang}", joined_src)
+        write_lines_atomic(f"{base}.{args.tgt_lang}", [" ".join(ref[i] for i in g) for g in groups])
+        write_lines_atomic(f"{base}.docs", [docs[g[0]] for g in groups])
+    write_lines_atomic(os.path.join(args.out, "concat.json"), [json.dumps(info, indent=1)])
+    for k in usable:
+        print(k)

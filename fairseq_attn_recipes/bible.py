@@ -89,7 +89,9 @@ def verse_pairs() -> Tuple[Dict[str, List[Tuple[str, str, str]]], str]:
 
 def cmd_bible_corpus(args):
     """bible-corpus --out DIR --src-lang grc --tgt-lang en: DIR/{train,valid,test}.{SRC,TGT},
-    DIR/{split}.ids (verse ids) and DIR/corpus.json (package version, pair counts)."""
+    DIR/{split}.ids (verse ids), DIR/{valid,test}.align (the gold word alignments, Pharaoh) and
+    DIR/corpus.json (package version, pair counts)."""
+    from .bible_gold import write_gold  # it imports this module
     if args.check:
         data_files()
         return
@@ -99,6 +101,9 @@ def cmd_bible_corpus(args):
         write_lines_atomic(os.path.join(args.out, f"{split}.{args.src_lang}"), [g for _, g, _ in rows])
         write_lines_atomic(os.path.join(args.out, f"{split}.{args.tgt_lang}"), [e for _, _, e in rows])
         write_lines_atomic(os.path.join(args.out, f"{split}.ids"), [v for v, _, _ in rows])
+        if split != "train":  # the gold word alignments (bible_gold): lines of whole verses
+            write_gold(os.path.join(args.out, f"{split}.align"), [[v] for v, _, _ in rows],
+                       [g for _, g, _ in rows], [e for _, _, e in rows])
     info = {"package": PACKAGE, "version": version, "pairs": {s: len(r) for s, r in splits.items()},
             "split": "sha256(verse id) mod 100: test < 12 <= valid < 17 <= train"}
     write_lines_atomic(os.path.join(args.out, "corpus.json"), [json.dumps(info, indent=2)])

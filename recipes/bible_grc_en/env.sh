@@ -28,6 +28,7 @@ fetch_train() {
 
 fetch_split() {  # valid / test: written with the training part (one split of the verses)
   cp "$WORK/downloads/bible/$1.$SRC" "$WORK/raw/$1.$SRC"; cp "$WORK/downloads/bible/$1.$TGT" "$WORK/raw/$1.$TGT"
+  cp "$WORK/downloads/bible/$1.align" "$WORK/raw/$1.align"  # gold word alignments (Pharaoh): docs/alignment.md
 }
 
 # a corpus of 6,602 verses trains a small model in minutes on CPU: the defaults below (each

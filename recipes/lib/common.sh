@@ -310,6 +310,8 @@ binarise() {
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
+  # gold word alignments of valid/test where the corpus has them (bible: docs/alignment.md)
+  for split in valid test; do [[ ! -f "$WORK/raw/$split.align" ]] || cp "$WORK/raw/$split.align" "$tmp/raw/$split.align"; done
   "${STEPS[@]}" prepare-record --data "$tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
     --clean-record "$WORK/bpe/train.clean.json"

@@ -191,17 +191,21 @@ def align(args) -> Dict:
         raise AlignInputError(f"--out {out} exists: give another --out, or --yes to replace it")
     subsets = parse_subsets(args.subsets)
     langs = data_langs(data)
-    gold, lines = {}, {}
+    gold, lines, gold_files = {}, {}, {}
     for subset in subsets:
         src = read_lines(os.path.join(data, "raw", f"{subset}.{langs[0]}"))
         tgt = read_lines(os.path.join(data, "raw", f"{subset}.{langs[1]}"))
+        path = gold_path(args.gold, data, subset)
         try:
-            gold[subset] = read_pharaoh(gold_path(args.gold, data, subset), src, tgt)
+            gold[subset] = read_pharaoh(path, src, tgt)
         except AlignmentError as e:
             raise AlignInputError(str(e)) from None
         lines[subset] = (src, tgt)
-    result = {"format": 1, "data": os.path.realpath(data), "gold": args.gold, "subsets": subsets,
-              "scores": {}, "unit": "percent; AER = 1 - F1 (every gold link sure)"}
+        gold_files[subset] = {"path": os.path.realpath(path), "sha256": run_record.file_sha256(path),
+                              "source": os.path.realpath(os.path.join(data, "raw", f"{subset}.{langs[0]}")),
+                              "reference_sha256": run_record.file_sha256(os.path.join(data, "raw", f"{subset}.{langs[1]}"))}
+    result = {"format": 1, "data": os.path.realpath(data), "gold": args.gold, "gold_files": gold_files,
+              "subsets": subsets, "scores": {}, "unit": "percent; AER = 1 - F1 (every gold link sure)"}
     if run:
         result.update(run=os.path.realpath(args.run), arch=run.get("arch"), run_id=run.get("run_id"))
     predicted: Dict[str, Dict[str, List]] = {s: {} for s in subsets}

@@ -269,7 +269,7 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path):
     base = ["--checkpoint", ck, "--data", str(data)]
     out = tmp_path / "out"
     msg = _refusal(base + ["--gold", "bible", "--out", str(out)])
-    assert "is not the bible corpus" in msg
+    assert "is not the bible corpus (no prepare.json, not grc-en data" in msg
     msg = _refusal(base + ["--gold", str(gold_dir), "--out", str(out)])
     assert "valid.align: 5 lines but the sentences are 20" in msg
     (tmp_path / "b").mkdir()

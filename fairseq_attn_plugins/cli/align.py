@@ -89,14 +89,16 @@ def read_lines(path: str) -> List[str]:
 
 def gold_path(gold: str, data: str, subset: str) -> str:
     if gold == "bible":
+        # the bible recipe's data folders: prepare.json says grc-en, raw/ holds the corpus step's gold
         rec_path = os.path.join(data, "prepare.json")
-        corpus = ""
+        pair = "no prepare.json"
         if os.path.isfile(rec_path):
             with open(rec_path, encoding="utf-8") as f:
-                corpus = str((json.load(f).get("settings") or {}).get("CORPUS", ""))
-        if not corpus.startswith("bible-alignments"):
-            raise AlignInputError(f"--gold bible: {data} is not the bible corpus ({rec_path} says "
-                                  f"CORPUS={corpus or 'nothing'}); give --gold FOLDER with SUBSET.align files")
+                st = json.load(f).get("settings") or {}
+            pair = f"{st.get('SRC')}-{st.get('TGT')}"
+        if pair != "grc-en":
+            raise AlignInputError(f"--gold bible: {data} is not the bible corpus ({pair}, not grc-en data of "
+                                  f"recipes/bible_grc_en); give --gold FOLDER with SUBSET.align files")
         path = os.path.join(data, "raw", f"{subset}.align")
         if not os.path.isfile(path):
             raise AlignInputError(f"--gold bible: {path} is missing (data prepared before the corpus step wrote "

@@ -296,3 +296,16 @@ def test_a_model_without_cross_attention_is_refused(tmp_path):
     msg = _refusal(["--checkpoint", str(ck), "--data", str(data), "--gold", str(gold_dir), "--out", str(tmp_path / "o")])
     assert "no cross-attention to read" in msg and "--no-cross-attention" in msg
     assert not (tmp_path / "o").exists()
+
+
+def test_bible_corpus_step_writes_gold_that_fits_its_lines(tmp_path, bible):
+    import subprocess
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "bible-corpus", "--out", str(tmp_path),
+                        "--src-lang", "grc", "--tgt-lang", "en"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    for subset in ("valid", "test"):
+        src = (tmp_path / f"{subset}.grc").read_text().splitlines()
+        tgt = (tmp_path / f"{subset}.en").read_text().splitlines()
+        gold = A.read_pharaoh(str(tmp_path / f"{subset}.align"), src, tgt)  # line count and indices fit
+        assert sum(1 for g in gold if g) > 0.95 * len(gold)
+    assert not (tmp_path / "train.align").exists()

@@ -64,18 +64,38 @@ def get_parser() -> argparse.ArgumentParser:
 
 # ------------------------------------------------------------------ inputs
 
-def run_inputs(run: str) -> Dict:
-    if not os.path.isdir(run):
-        raise AlignInputError(f"{run}: no such run folder")
-    rec = run_record.load(run)
+def evaluated_checkpoint(run: str, rec: Dict) -> str:
+    """The checkpoint the run's test evaluation translated with (evaluate.sh: the average of the
+    checkpoints it records), checked against the list of files that average was made from."""
+    ev = (rec.get("evaluations") or {}).get("test")
+    if not ev:
+        raise AlignInputError(f"{run}: no test evaluation in its run record (evaluate.sh first), or give --checkpoint")
+    with open(os.path.join(run, ev["dir"], "scores.json"), encoding="utf-8") as f:
+        ck = json.load(f).get("checkpoint")
+    sources = ck and ck + ".sources"
+    if not ck or not os.path.isfile(ck) or not os.path.isfile(sources):
+        raise AlignInputError(f"{run}: the checkpoint of its test evaluation ({ck}) is gone: give --checkpoint")
+    with open(sources, encoding="utf-8") as f:
+        made_of = sorted(os.path.basename(x) for x in f.read().split())
+    if made_of != sorted(a["file"] for a in ev.get("averaged") or []):
+        raise AlignInputError(f"{ck} now averages other checkpoints ({', '.join(made_of)}) than the test "
+                              f"evaluation did: re-run evaluate.sh, or give --checkpoint")
+    return ck
+
+
+def run_inputs(run: str, args_checkpoint: Optional[str] = None) -> Dict:
+    from ..reporting.runs import Run
+
+    try:
+        rec = Run(run).record  # a record contradicting itself or its checkpoints is refused
+    except FileNotFoundError as e:
+        raise AlignInputError(str(e)) from None
     if rec is None:
         raise AlignInputError(f"{run}: no run record ({run_record.RECORD}); give --checkpoint and --data instead")
-    ev = (rec.get("evaluations") or {}).get("test") or {}
-    ck = ev.get("checkpoint")
-    if not ck or not os.path.isfile(ck):
-        newest = run_record.newest_checkpoint(run)
-        ck = newest and newest.get("file")
-        ck = ck if ck is None or os.path.isabs(ck) else os.path.join(run, ck)
+    if args_checkpoint:
+        ck = args_checkpoint
+    else:
+        ck = evaluated_checkpoint(run, rec)
     return {"checkpoint": ck, "data": (rec.get("data") or {}).get("path"), "arch": rec.get("arch"),
             "run_id": rec.get("run_id")}
 
@@ -175,7 +195,7 @@ def attention_alignments(model, task, subset: str, src_lines: Sequence[str], tgt
 # ------------------------------------------------------------------ main
 
 def align(args) -> Dict:
-    run = run_inputs(args.run) if args.run else {}
+    run = run_inputs(args.run, args.checkpoint) if args.run else {}
     checkpoint = args.checkpoint or run.get("checkpoint")
     data = args.data or run.get("data")
     if not data:

@@ -13,7 +13,8 @@ step that outputs it (``naive``) and at the step after (``shift``, Shift-Att, Ch
 Writes ``OUT/SUBSET/alignments.METHOD.LAYER.txt`` (Pharaoh, the gold's indexing; a head:
 ``LAYER.hHEAD``) and ``OUT/aer.json``: AER, precision and recall (percent) per subset, method
 and layer; the layer and method of lowest AER on valid and its test figures (``chosen``); with
-``--eflomal`` eflomal's. See docs/alignment.md.
+``--eflomal`` eflomal's; and always ``diagonal`` (target word j linked to source word
+round(j * n_src / n_tgt): what word positions alone give). See docs/alignment.md.
 
 Gold (``--gold``): ``bible`` (default) reads ``DATA/raw/SUBSET.align``, written by the bible
 corpus step (a data folder of another corpus is refused); a folder reads ``FOLDER/SUBSET.align``.
@@ -253,18 +254,24 @@ def align(args) -> Dict:
             for name, links in eflomal_alignments(*train, *lines[subset]).items():
                 predicted[subset][f"eflomal.{name}"] = links
         result["eflomal_seconds"] = round(time.time() - t0, 1)
-    for subset in subsets:
+    for subset in subsets:  # a reference that knows only positions
+        predicted[subset]["diagonal"] = [diagonal_links(len(s.split()), len(t.split())) for s, t in zip(*lines[subset])]
         result["scores"][subset] = {name: aer_scores(links, gold[subset]) for name, links in predicted[subset].items()}
     result["chosen"] = choose(result["scores"], subsets)
     write_out(out, result, predicted, args.yes)
     return result
 
 
+def diagonal_links(n_src: int, n_tgt: int):
+    """Target word j linked to source word round(j * n_src / n_tgt): what positions alone give."""
+    return {(min(n_src - 1, round(j * n_src / n_tgt)), j) for j in range(n_tgt)} if n_src else set()
+
+
 def choose(scores: Dict, subsets: Sequence[str]) -> Dict:
     """The attention alignment (method and layer, heads averaged) of lowest AER on the first
     subset (valid), with its figures on every subset; eflomal's symmetrised row beside it."""
     first = scores[subsets[0]]
-    names = [k for k in first if not k.startswith("eflomal.") and "h" not in k.split(".")[1]]
+    names = [k for k in first if k.split(".")[0] in ("naive", "shift") and "h" not in k.split(".")[1]]
     out = {}
     if names:
         best = min(names, key=lambda k: (first[k]["aer"], k))

@@ -247,7 +247,11 @@ def test_cli_scores_match_aer_by_hand(tmp_path, capsys):
         assert all(len({j for _, j in links}) == len(t.split()) for links, t in zip(pred, tgt))  # every target word
     ch = res["chosen"]["attention"]
     valid = res["scores"]["valid"]
-    assert valid[ch["name"]]["aer"] == min(v["aer"] for k, v in valid.items() if "h" not in k.split(".")[1])
+    assert valid[ch["name"]]["aer"] == min(v["aer"] for k, v in valid.items()
+                                           if k.split(".")[0] in ("naive", "shift") and "h" not in k)
+    diag = [{(min(len(a.split()) - 1, round(j * len(a.split()) / len(b.split()))), j) for j in range(len(b.split()))}
+            for a, b in zip(src, tgt)]
+    torch.testing.assert_close(res["scores"]["test"]["diagonal"]["aer"], hand_aer(diag, gold)[0])
     assert ch["test"] == res["scores"]["test"][ch["name"]]
     assert not os.path.exists(str(out) + ".tmp")
     # an existing OUT is kept without --yes

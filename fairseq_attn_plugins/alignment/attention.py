@@ -68,31 +68,23 @@ def teacher_forced_attention(model, src: torch.Tensor, tgt: torch.Tensor, eos: i
 
 
 def word_matrix(attn: torch.Tensor, src_words: Sequence[int], tgt_words: Sequence[int], method: str) -> torch.Tensor:
-    """(target words, source words) attention of one layer (or head) ``attn`` (T, S) with T, S
-    counting EOS: rows of a target word's tokens (the output step, or the step after for
+    """(..., target words, source words) attention of one layer or head ``attn`` (..., T, S), T and
+    S counting EOS: rows of a target word's tokens (the output step, or the step after for
     ``shift``) and columns of a source word's tokens averaged; a word without tokens: NaN."""
     n_src = max(src_words, default=-1) + 1
     n_tgt = max(tgt_words, default=-1) + 1
     offset = {"naive": 0, "shift": 1}[method]
-    rows = attn[offset:offset + len(tgt_words), :len(src_words)]
-    out = torch.full((n_tgt, n_src), float("nan"), dtype=attn.dtype)
+    rows = attn[..., offset:offset + len(tgt_words), :len(src_words)]
     R = torch.zeros(n_tgt, len(tgt_words), dtype=attn.dtype)
     R[list(tgt_words), list(range(len(tgt_words)))] = 1.0
     C = torch.zeros(len(src_words), n_src, dtype=attn.dtype)
     C[list(range(len(src_words))), list(src_words)] = 1.0
-    sums = R @ rows @ C
     counts = R.sum(1)[:, None] * C.sum(0)[None, :]
-    ok = counts > 0
-    out[ok] = sums[ok] / counts[ok]
-    return out
+    return torch.where(counts > 0, (R @ rows @ C) / counts.clamp(min=1), torch.full_like(counts, float("nan")))
 
 
 def word_links(matrix: torch.Tensor) -> Set[Tuple[int, int]]:
     """(source word, target word) links: each target word with tokens to its argmax source word."""
-    links = set()
-    for j in range(matrix.size(0)):
-        row = matrix[j]
-        if torch.isnan(row).all():
-            continue
-        links.add((int(torch.nan_to_num(row, nan=-1.0).argmax()), j))
-    return links
+    has = ~torch.isnan(matrix).all(-1)
+    best = torch.nan_to_num(matrix, nan=-1.0).argmax(-1)
+    return {(int(best[j]), j) for j in range(matrix.size(0)) if has[j]}

@@ -166,6 +166,8 @@ def load_model(checkpoint: str, data: str, user_dir: Optional[str]):
 def attention_alignments(model, task, subset: str, src_lines: Sequence[str], tgt_lines: Sequence[str],
                          layers: Sequence[int], per_head: bool) -> Dict[str, List]:
     """{"METHOD.LAYER" (and "METHOD.LAYERhH"): [links per sentence]} of one subset."""
+    import torch
+
     from ..alignment.attention import METHODS, teacher_forced_attention, word_links, word_matrix
     from ..alignment.words import word_of_tokens
 
@@ -183,13 +185,12 @@ def attention_alignments(model, task, subset: str, src_lines: Sequence[str], tgt
         src_words = word_of_tokens([src_dict[i] for i in src[:-1].tolist()], src_lines[n])
         tgt_words = word_of_tokens([tgt_dict[i] for i in tgt[:-1].tolist()], tgt_lines[n])
         for layer in layers:
-            maps = [(str(layer), attn[layer].mean(0))]
-            if per_head:
-                maps += [(f"{layer}h{h}", attn[layer, h]) for h in range(attn.size(1))]
-            for name, a in maps:
-                for method in METHODS:
-                    links = word_links(word_matrix(a, src_words, tgt_words, method))
-                    out.setdefault(f"{method}.{name}", []).append(links)
+            names = [str(layer)] + ([f"{layer}h{h}" for h in range(attn.size(1))] if per_head else [])
+            maps = torch.cat([attn[layer].mean(0, keepdim=True), attn[layer]]) if per_head else attn[layer].mean(0, keepdim=True)
+            for method in METHODS:
+                matrices = word_matrix(maps, src_words, tgt_words, method)  # every map at once
+                for name, m in zip(names, matrices):
+                    out.setdefault(f"{method}.{name}", []).append(word_links(m))
     return out
 
 

@@ -313,3 +313,20 @@ def test_bible_corpus_step_writes_gold_that_fits_its_lines(tmp_path, bible):
         gold = A.read_pharaoh(str(tmp_path / f"{subset}.align"), src, tgt)  # line count and indices fit
         assert sum(1 for g in gold if g) > 0.95 * len(gold)
     assert not (tmp_path / "train.align").exists()
+
+
+def test_a_run_is_aligned_with_the_checkpoint_its_test_evaluation_translated_with(tmp_path):
+    run = tmp_path / "run"
+    (run / "test").mkdir(parents=True)
+    avg = run / "averaged_last2.pt"
+    avg.write_bytes(b"x")
+    (run / "test" / "scores.json").write_text(json.dumps({"checkpoint": str(avg)}))
+    rec = {"evaluations": {"test": {"dir": "test", "averaged": [{"file": "checkpoint_1_10.pt"},
+                                                                 {"file": "checkpoint_2_20.pt"}]}}}
+    (run / "averaged_last2.pt.sources").write_text(f"{run}/checkpoint_2_20.pt\n{run}/checkpoint_1_10.pt\n")
+    assert align_cli.evaluated_checkpoint(str(run), rec) == str(avg)
+    (run / "averaged_last2.pt.sources").write_text(f"{run}/checkpoint_2_20.pt\n{run}/checkpoint_3_30.pt\n")
+    with pytest.raises(align_cli.AlignInputError, match="now averages other checkpoints"):
+        align_cli.evaluated_checkpoint(str(run), rec)
+    with pytest.raises(align_cli.AlignInputError, match="no test evaluation"):
+        align_cli.evaluated_checkpoint(str(run), {"evaluations": {}})

@@ -59,6 +59,8 @@ def get_parser() -> argparse.ArgumentParser:
                    "directions, grow-diag-final-and)")
     p.add_argument("--out", help="output folder (default RUN/align)")
     p.add_argument("--yes", action="store_true", help="replace an existing --out folder")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads of torch (default 1: one sentence "
+                   "at a time gains nothing from more, and loses much on a shared CPU)")
     p.add_argument("--user-dir", default=None, help="extra fairseq --user-dir to import")
     return p
 
@@ -235,6 +237,11 @@ def align(args) -> Dict:
     predicted: Dict[str, Dict[str, List]] = {s: {} for s in subsets}
     started = time.time()
     if checkpoint:
+        if args.threads < 1:
+            raise AlignInputError(f"--threads {args.threads}: a positive number")
+        import torch
+
+        torch.set_num_threads(args.threads)
         model, task = load_model(checkpoint, data, args.user_dir)
         from ..alignment.attention import no_cross_attention_reason
 

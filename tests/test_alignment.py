@@ -13,6 +13,7 @@ from trained_models import data_dir, trained  # noqa: E402
 
 from fairseq_attn_plugins.alignment.attention import teacher_forced_attention, word_links, word_matrix  # noqa: E402
 from fairseq_attn_plugins.alignment.words import word_of_tokens  # noqa: E402
+from fairseq_attn_plugins.alignment import evaluation  # noqa: E402
 from fairseq_attn_plugins.cli import align as align_cli  # noqa: E402
 from fairseq_attn_records import alignment as A  # noqa: E402
 
@@ -324,9 +325,9 @@ def test_a_run_is_aligned_with_the_checkpoint_its_test_evaluation_translated_wit
     rec = {"evaluations": {"test": {"dir": "test", "averaged": [{"file": "checkpoint_1_10.pt"},
                                                                  {"file": "checkpoint_2_20.pt"}]}}}
     (run / "averaged_last2.pt.sources").write_text(f"{run}/checkpoint_2_20.pt\n{run}/checkpoint_1_10.pt\n")
-    assert align_cli.evaluated_checkpoint(str(run), rec) == str(avg)
+    assert evaluation.evaluated_checkpoint(str(run), rec) == str(avg)
     (run / "averaged_last2.pt.sources").write_text(f"{run}/checkpoint_2_20.pt\n{run}/checkpoint_3_30.pt\n")
-    with pytest.raises(align_cli.AlignInputError, match="now averages other checkpoints"):
-        align_cli.evaluated_checkpoint(str(run), rec)
-    with pytest.raises(align_cli.AlignInputError, match="no test evaluation"):
-        align_cli.evaluated_checkpoint(str(run), {"evaluations": {}})
+    with pytest.raises(evaluation.AlignInputError, match="now averages other checkpoints"):
+        evaluation.evaluated_checkpoint(str(run), rec)
+    with pytest.raises(evaluation.AlignInputError, match="no test evaluation"):
+        evaluation.evaluated_checkpoint(str(run), {"evaluations": {}})

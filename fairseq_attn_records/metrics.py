@@ -42,9 +42,11 @@ class Metric:
     """One row of the registry: everything a table, a test or a record needs to know of a metric.
 
     ``level`` is ``"corpus"`` (a sacreBLEU metric object from ``make(tokenize)``, tested through
-    sacreBLEU's :class:`PairedTest`, asked for with ``--metrics``) or ``"segment"`` (the system
+    sacreBLEU's :class:`PairedTest`, asked for with ``--metrics``), ``"segment"`` (the system
     score is the mean of segment scores given by a scorer, tested by :func:`paired_mean_tests`;
-    added when its scorer is given, e.g. COMET with ``COMET_MODEL``). ``digits``: decimals in
+    added when its scorer is given, e.g. COMET with ``COMET_MODEL``) or ``"alignment"`` (AER of
+    word alignments against a gold file, the ratio of summed per-sentence link counts, tested
+    by :func:`ratio_paired_tests`; added by ``fairseq-attn-results --align``). ``digits``: decimals in
     tables and in the scores recorded for a corpus metric (segment means are recorded whole)."""
 
     key: str
@@ -62,8 +64,8 @@ METRICS: Dict[str, Metric] = {}
 
 def register(metric: Metric) -> Metric:
     """Add a row (a new metric is this call, plus a scorer for a segment metric)."""
-    if metric.level not in ("corpus", "segment"):
-        raise ValueError(f"metric {metric.key}: level {metric.level!r} is not 'corpus' or 'segment'")
+    if metric.level not in ("corpus", "segment", "alignment"):
+        raise ValueError(f"metric {metric.key}: level {metric.level!r} is not 'corpus', 'segment' or 'alignment'")
     if (metric.level == "corpus") != (metric.make is not None):
         raise ValueError(f"metric {metric.key}: a corpus metric needs make(tokenize), a segment metric none")
     if metric.key in METRICS:
@@ -76,6 +78,9 @@ register(Metric("bleu", "BLEU", make=lambda tokenize: BLEU(tokenize=tokenize)))
 register(Metric("chrf", "chrF++", make=lambda tokenize: CHRF(word_order=2), help="chrF++: word order 2"))
 register(Metric("ter", "TER", higher_is_better=False, make=lambda tokenize: TER()))
 register(Metric("comet", "COMET", digits=4, level="segment", needs_source=True))
+register(Metric("aer", "AER", higher_is_better=False, level="alignment",
+                help="alignment error rate (%) of cross-attention against gold word alignments "
+                     "(fairseq_attn_records.alignment)"))
 
 DEFAULT_METRICS = ("bleu", "chrf")
 
@@ -275,13 +280,13 @@ def _mean_stats(segments: Sequence[float]) -> np.ndarray:
 
 def _mean_of(stats: np.ndarray) -> float:
     total = stats.sum(axis=0)
-    return float(total[0]) / float(total[1])
+    return float(total[0]) / float(total[1]) if total[1] else 0.0
 
 
 def _resampled_means(stats: np.ndarray, idxs: np.ndarray) -> np.ndarray:
     """sacreBLEU's bootstrap arithmetic: float32 statistics, one sum per resample."""
     stats32 = stats.astype("float32")
-    return np.array([float(s[0]) / float(s[1]) for s in (stats32[i].sum(0) for i in idxs)])
+    return np.array([float(s[0]) / float(s[1]) if s[1] else 0.0 for s in (stats32[i].sum(0) for i in idxs)])
 
 
 def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_samples: int = 1000,
@@ -293,11 +298,20 @@ def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_sample
     Returns one dict per system, like a cell of :func:`sacrebleu_paired_tests`
     (``score`` is the mean segment score).
     """
-    base = _mean_stats(segments[0][1])
-    n = len(base)
+    n = len(segments[0][1])
     for name, seg in segments:
         if len(seg) != n:
             raise ValueError(f"{name}: {len(seg)} segment scores but the baseline has {n}")
+    return ratio_paired_tests([_mean_stats(seg) for _, seg in segments], bs_samples, ar_trials)
+
+
+def ratio_paired_tests(stats: Sequence[np.ndarray], bs_samples: int = 1000, ar_trials: int = 10000) -> List[Dict]:
+    """The paired tests of a score that is a ratio of sums of per-sentence statistics
+    ``(numerator, denominator)`` (``stats[k]``: (n, 2) of system k, ``stats[0]`` the baseline):
+    a segment mean is (score, 1), an alignment F1 (2 |A & G|, |A| + |G|). sacreBLEU's draws for
+    the seed and sentence count, its arithmetic; one dict per system (``score`` the ratio)."""
+    base = np.asarray(stats[0], dtype=np.float64)
+    n = len(base)
     bs_idx = bootstrap_indices(n, bs_samples)
     base_ci = estimate_ci(_resampled_means(base, bootstrap_indices(n, bs_samples, comparison=False)))
     pos = ar_selectors(n, ar_trials)
@@ -305,15 +319,15 @@ def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_sample
     base_bs = _resampled_means(base, bs_idx)
     base_score = _mean_of(base)
     out = [{"score": base_score, "bs_mean": base_ci[0], "bs_ci": base_ci[1]}]
-    for _, seg in segments[1:]:
-        sys_ = _mean_stats(seg)
+    for sys_ in stats[1:]:
+        sys_ = np.asarray(sys_, dtype=np.float64)
         score = _mean_of(sys_)
         diff = abs(base_score - score)
         sys_bs = _resampled_means(sys_, bs_idx)
         sample_diffs = np.abs(sys_bs - base_bs)
         shuf_a = pos @ base + neg @ sys_  # pseudo-system A: the baseline's segment where the coin says so
         shuf_b = neg @ base + pos @ sys_
-        ar_diffs = np.abs(shuf_a[:, 0] / shuf_a[:, 1] - shuf_b[:, 0] / shuf_b[:, 1])
+        ar_diffs = np.abs(_ratio(shuf_a) - _ratio(shuf_b))
         same = bool(np.array_equal(sys_, base))
         mean, ci = estimate_ci(sys_bs)
         out.append({"score": score, "bs_mean": mean, "bs_ci": ci,
@@ -321,6 +335,12 @@ def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_sample
                     "p_ar": 1.0 if same else _p_value(ar_diffs, diff),
                     "same_as_baseline": same})
     return out
+
+
+def _ratio(sums: np.ndarray) -> np.ndarray:
+    """numerator / denominator per row, 0 where the denominator is 0 (no links at all)."""
+    den = sums[:, 1]
+    return np.divide(sums[:, 0], den, out=np.zeros_like(den), where=den != 0)
 
 
 def significance_mark(p_values: Sequence) -> str:

@@ -8,7 +8,10 @@ metric only; see :func:`fairseq_attn_records.metrics.metric_mark`).
 
 Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src SRC]
 [--metrics bleu,chrf,ter] [--json FILE] [--md FILE] [--tokenize 13a] [--curves FILE.png]
-[--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]]``.
+[--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]] [--align]``.
+
+``--align``: an AER column (lower is better) from each run's ``fairseq-attn-align`` output
+(:mod:`fairseq_attn_plugins.reporting.alignment_column`, docs/alignment.md).
 
 ``--by-length`` (needs --src for source length; one run per system, several seeds are refused):
 every metric scored and tested per bucket of source length (``--by-length-of ref``: reference
@@ -31,6 +34,7 @@ from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
 from ..reporting import seeds
+from ..reporting.alignment_column import add_aer_column
 from ..reporting.curves import plot_curves
 from ..reporting.files import check_output_paths, write_json_atomic, write_text_atomic
 from ..reporting.results import collect, format_markdown
@@ -57,6 +61,9 @@ def main(argv=None) -> int:
     add_length_args(p)
     p.add_argument("--bs-samples", type=int, default=1000)
     p.add_argument("--ar-trials", type=int, help="approximate-randomisation trials (default 10000)")
+    p.add_argument("--align", action="store_true", help="add an AER column: each run's cross-attention "
+                   "alignment (RUN/align/aer.json of fairseq-attn-align, the layer and method chosen on "
+                   "valid) against the gold, with the same paired tests (lower is better)")
     p.add_argument("--json", metavar="FILE", help="write the table as JSON")
     p.add_argument("--md", metavar="FILE", help="write the table as markdown")
     args = p.parse_args(argv)
@@ -74,6 +81,8 @@ def main(argv=None) -> int:
             raise ValueError("--by-length needs --ref (it scores the test set by source length)")
         check_output_paths(args.json, args.md, args.plot)
         groups = seeds.group_runs(names, args.runs)
+        if args.align and len(groups) < len(args.runs):
+            raise ValueError("--align needs one run per system (several seeds given)")
         if edges is not None and len(groups) < len(args.runs):
             raise ValueError("--by-length needs one run per system (several seeds given: "
                              + ", ".join(f"{n} x{len(rs)}" for n, rs in groups.items() if len(rs) > 1) + ")")
@@ -90,6 +99,8 @@ def main(argv=None) -> int:
         else:
             table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials,
                             metrics=metrics, comet=comet, src_path=args.src)
+            if args.align:
+                table["notes"] = list(table.get("notes") or []) + add_aer_column(table, args.runs, args.ref)
             md = format_markdown(table)
             if edges is not None:
                 table["by_length"] = buckets_of_runs(args, edges, train_max_len, table, metrics, comet)

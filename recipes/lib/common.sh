@@ -324,8 +324,9 @@ binarise() {
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
-  # a recipe's document ids (SPLIT.docs) and segment ids (SPLIT.ids), where it writes them
-  for split in valid test; do for l in docs ids; do
+  # a recipe's document ids (SPLIT.docs), segment ids (SPLIT.ids) and gold word alignments
+  # (SPLIT.align, bible: docs/alignment.md), where it writes them
+  for split in valid test; do for l in docs ids align; do
     [[ ! -f "$WORK/raw/$split.$l" ]] || cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"
   done; done
   local given=()  # the files the user gave (the official data: the archives downloaded into WORK)

@@ -18,10 +18,9 @@ line is those verses' words; a link between two verses is kept when both are on 
 import json
 import os
 import re
-from importlib import metadata
 from typing import Dict, List, Sequence, Set, Tuple
 
-from .bible import PACKAGE, SOURCE_FILE, TARGET_FILE, _rows
+from .bible import DATA_HOME, PACKAGE, _rows, data_files, distribution
 from .files import die, write_lines_atomic
 
 ALIGNMENT_FILE = "data/eng/alignments/BSB/SBLGNT-BSB-manual.json"
@@ -83,15 +82,13 @@ class BibleGold:
 
 def package_files() -> Tuple[str, str, str]:
     """(SBLGNT.tsv, nt_BSB.tsv, the alignment json) of the installed package, or a one-line error."""
-    try:
-        dist = metadata.distribution(PACKAGE)
-    except metadata.PackageNotFoundError:
-        die(f"the bible gold alignments read the {PACKAGE} package: pip install --no-deps {PACKAGE}")
-    paths = [str(dist.locate_file(rel)) for rel in (SOURCE_FILE, TARGET_FILE, ALIGNMENT_FILE)]
-    for path in paths:
-        if not os.path.isfile(path):
-            die(f"{PACKAGE} {dist.version}: {path} is missing; pip install --no-deps --force-reinstall {PACKAGE}==0.4.2")
-    return paths[0], paths[1], paths[2]
+    sblgnt, bsb, _ = data_files()  # where the package is (its data home) and its token files
+    dist = distribution()
+    path = str(dist.locate_file(ALIGNMENT_FILE))
+    if not os.path.isfile(path):
+        die(f"{PACKAGE} {dist.version}: {path} is missing; pip install --no-deps --force-reinstall "
+            f"--target {DATA_HOME} {PACKAGE}==0.4.2")
+    return sblgnt, bsb, path
 
 
 def gold_lines(gold: BibleGold, verses_of_lines: Sequence[Sequence[str]], src_lines: Sequence[str],

@@ -198,3 +198,10 @@ def check_backend(backend: str, needs_probs: Sequence[str], dropout: float) -> N
     if refusals:
         raise PieceConfigError(f"--attn-backend {backend}: {'; '.join(refusals)} "
                                f"(--attn-backend auto or explicit runs every layer)")
+
+
+def check_flex_compile(mode: str) -> None:
+    """Refuse an unknown ``--attn-flex-compile`` in one line."""
+    if mode not in flex.COMPILE_MODES:
+        raise PieceConfigError(f"--attn-flex-compile must be one of {list(flex.COMPILE_MODES)} "
+                               f"(got {mode!r})")

@@ -174,10 +174,10 @@ class RelativePositions(AttentionPiece):
         return self.value_table() is not None
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
-                     attn_mask, scale: float) -> Tensor:
+                     attn_mask, scale: float, compile: str = "none") -> Tensor:
         """The whole attention of this layer through flex_attention, (B, H, T, D)."""
         return relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k, start,
-                                     key_padding_mask, attn_mask, scale)
+                                key_padding_mask, attn_mask, scale, compile)
 
     def extra_repr(self):
         return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"
@@ -211,7 +211,7 @@ def band_scores(q: Tensor, k: Tensor, start: int, half: int, block: int = BAND_B
 def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
                      rel_values: Optional[Tensor], kmax: int, start: int,
                      key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                     scale: float) -> Tensor:
+                     scale: float, compile: str = "none") -> Tensor:
     """Shaw et al. relative positions through flex_attention, keys AND values.
 
     The key term is a ``score_mod``: ``score + qa[b, h, i, clip(j - i, k) + k]`` with
@@ -232,29 +232,21 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
     rel_keys / rel_values: (2 kmax + 1, D) tables (rel_values None: keys only);
     key_padding_mask (B, S) True = pad; attn_mask fairseq's (T, S) float (0 / -inf) or
-    bool (True = masked). Returns (B, H, T, D)."""
+    bool (True = masked); compile: ``--attn-flex-compile``. Returns (B, H, T, D)."""
     B, H, T, D = q.shape
     S = k.size(2)
     R = 2 * kmax + 1
     qa = torch.matmul(q, rel_keys.to(q.dtype).t()) * scale  # (B, H, T, 2k+1)
     add, keep = flex.split_attn_mask(attn_mask)
     kpm = key_padding_mask
-
-    def score_mod(score, b, h, i, j):
-        score = score + qa[b, h, i, (j - i - start).clamp(-kmax, kmax) + kmax]
-        if add is not None:
-            score = score + add[i, j]
-        return score
-
-    allowed = flex.allowed_mod(kpm, keep)
-    masked = kpm is not None or keep is not None
-    B_mask = B if kpm is not None else None
-    mask_tensors = (kpm, attn_mask)
-    block_mask = (flex.block_mask(allowed, B_mask, T, S, q.device, ("relpos", start), mask_tensors)
-                  if masked else None)
+    offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
+    score_mod = (relpos_score_mod(qa, offset, kmax) if add is None
+                 else relpos_add_score_mod(qa, add, offset, kmax))
+    allowed, block_mask = flex.layer_mask(kpm, keep, B, T, S, q.device, "relpos", attn_mask)
     if rel_values is None:
-        return flex.call(q, k, v, score_mod, block_mask, scale)
-    out, lse = flex.call(q, k, v, score_mod, block_mask, scale, lse=True)  # lse (B, H, T) fp32
+        return flex.call(q, k, v, score_mod, block_mask, scale, compile=compile)
+    out, lse = flex.call(q, k, v, score_mod, block_mask, scale, lse=True,
+                         compile=compile)  # lse (B, H, T) fp32
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32 for fp16/bf16, else q's
     lse = lse.to(acc)
     has_key = torch.isfinite(lse)
@@ -279,14 +271,12 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     # right tail j - i >= k: its total mass from a second call restricted to it
     mass_right = torch.zeros_like(lse_safe)
     if start + kmax <= S - 1:  # some query has a key k or more to its right
-        def right_tail(b, h, i, j):
-            return allowed(b, h, i, j) & (j - i - start >= kmax)
-
-        tail_mask = flex.block_mask(right_tail, B_mask, T, S, q.device,
-                                ("relpos_right_tail", start, kmax), mask_tensors)
+        tail_mask = flex.block_mask(right_tail_mod(allowed, offset, kmax), B, T, S, q.device,
+                                    ("relpos_right_tail", start, kmax, kpm is None),
+                                    (kpm, attn_mask))
         # only the lse is used: a narrow zero value keeps the p @ v part of the call small
         v0 = v.new_zeros(B, H, S, min(D, 16))
-        _, lse_r = flex.call(q, k, v0, score_mod, tail_mask, scale, lse=True)
+        _, lse_r = flex.call(q, k, v0, score_mod, tail_mask, scale, lse=True, compile=compile)
         lse_r = lse_r.to(acc)
         has_tail = torch.isfinite(lse_r) & has_key
         lse_r = torch.where(has_tail, lse_r, lse_safe)
@@ -297,3 +287,29 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     extra = (torch.matmul(band, table[1: R - 1])
              + mass_left[..., None] * table[0] + mass_right[..., None] * table[R - 1])
     return out + extra.to(out.dtype)
+
+
+# score_mod / mask_mod forms: module-level, every captured value a tensor (or the model's
+# constant k), so that compiled flex_attention sees one form per layer configuration
+def relpos_score_mod(qa: Tensor, offset: Tensor, kmax: int):
+    """``score + qa[b, h, i, clip(j - i - offset, k) + k]``."""
+    def score_mod(score, b, h, i, j):
+        return score + qa[b, h, i, (j - i - offset).clamp(-kmax, kmax) + kmax]
+
+    return score_mod
+
+
+def relpos_add_score_mod(qa: Tensor, add: Tensor, offset: Tensor, kmax: int):
+    """:func:`relpos_score_mod` plus fairseq's additive mask ``add[i, j]``."""
+    def score_mod(score, b, h, i, j):
+        return score + qa[b, h, i, (j - i - offset).clamp(-kmax, kmax) + kmax] + add[i, j]
+
+    return score_mod
+
+
+def right_tail_mod(allowed, offset: Tensor, kmax: int):
+    """``mask_mod``: ``allowed`` and the key at least k to the right of the query."""
+    def mask_mod(b, h, i, j):
+        return allowed(b, h, i, j) & (j - i - offset >= kmax)
+
+    return mask_mod

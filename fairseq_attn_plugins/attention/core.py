@@ -70,6 +70,8 @@ class PluginSelfAttention(MultiheadAttention):
         bands = [p.band_half for p in pieces if p.band_half is not None]
         # the layer's only piece, when it computes the whole attention through flex_attention
         object.__setattr__(self, "_flex_piece", pieces[0] if len(pieces) == 1 and pieces[0].flex_path_ok else None)
+        object.__setattr__(self, "_blocked_piece",
+                           pieces[0] if len(pieces) == 1 and pieces[0].blocked_path_ok else None)
         self._no_incremental = [p.name for p in pieces if not p.incremental_ok]
         self._layer = backends.Layer(
             backend="auto",
@@ -77,6 +79,7 @@ class PluginSelfAttention(MultiheadAttention):
             flex_piece=self._flex_piece.name if self._flex_piece is not None else None,
             band_half=min(bands) if bands else None,
             widens_kv=self._expander is not None,
+            blocked_piece=self._blocked_piece.name if self._blocked_piece is not None else None,
         )
         self.backend = backend
         self.flex_compile = flex_compile
@@ -150,6 +153,9 @@ class PluginSelfAttention(MultiheadAttention):
             start = ctx.src_len - tgt_len  # positions decoded by earlier incremental steps
             out = self._flex_piece.flex_forward(q, k, v, start, ctx.key_padding_mask, attn_mask,
                                                 self.scaling, self.flex_compile)
+            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
+        if path is backends.QUERY_BLOCKS:  # the piece computes the whole attention (CPU)
+            out = self._blocked_piece.blocked_forward(q, k, v, ctx, attn_mask, self.scaling, dropout_p)
             return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
 
         for p in self.pieces:

@@ -83,6 +83,8 @@ MODES = ("kv", "k", "tied")
 ABS_POS = ("drop", "keep")
 #: query block of :func:`band_scores`
 BAND_BLOCK = 32
+#: query rows per block of :func:`blocked_relpos_attention`
+CPU_BLOCK = 128
 
 
 def clipped_distance_index(q_pos: Tensor, k_pos: Tensor, k: int) -> Tensor:
@@ -173,6 +175,18 @@ class RelativePositions(AttentionPiece):
         """kv/tied have a value term: the flex path is what avoids the probability matrix."""
         return self.value_table() is not None
 
+    @property
+    def blocked_path_ok(self) -> bool:
+        """kv/tied: the query-block path keeps no probability matrix for the backward (CPU)."""
+        return self.value_table() is not None
+
+    def blocked_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx, attn_mask, scale: float,
+                        dropout_p: float) -> Tensor:
+        """The whole attention of this layer in recomputed query blocks, (B, H, T, D)."""
+        return blocked_relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k,
+                                        ctx.q_pos, ctx.k_pos, ctx.key_padding_mask, attn_mask,
+                                        scale, dropout_p)
+
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
                      attn_mask, scale: float, compile: str = "none") -> Tensor:
         """The whole attention of this layer through flex_attention, (B, H, T, D)."""
@@ -181,6 +195,78 @@ class RelativePositions(AttentionPiece):
 
     def extra_repr(self):
         return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"
+
+
+# ---------------------------------------------------------------------------
+# The query-block path (CPU training: no probability matrix kept for the backward)
+# ---------------------------------------------------------------------------
+def blocked_relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
+                             rel_values: Tensor, kmax: int, q_pos: Tensor, k_pos: Tensor,
+                             key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
+                             scale: float, dropout_p: float = 0.0,
+                             block: int = CPU_BLOCK) -> Tensor:
+    """Shaw et al. keys and values, ``CPU_BLOCK`` query rows at a time, each block recomputed
+    in the backward (``torch.utils.checkpoint``): the (B, H, T, S) scores and probabilities
+    of one block exist at a time, and none is kept between forward and backward.
+
+    Per block the terms need only 2k+1 values per query, never a (T, S, d) tensor: the key
+    term gathers ``q_i . w_K[d]`` per clipped distance d, and the value term is the
+    probability mass per clipped distance times the table,
+    ``sum_j p_ij w_V[clip(j - i)] = sum_d (sum_{j: clip(j - i) = d} p_ij) w_V[d]``.
+    The same sums as the explicit path (softmax in float32, attention dropout on the
+    probabilities that both terms use), in another order.
+
+    q: (B, H, T, D) at ``q_pos``; k, v: (B, H, S, D) at ``k_pos``; key_padding_mask (B, S)
+    True = pad; attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked)."""
+    from torch.utils.checkpoint import checkpoint
+
+    idx = clipped_distance_index(q_pos, k_pos, kmax)  # (T, S)
+    bias, allowed = None, None
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            allowed = ~attn_mask
+        else:
+            bias = attn_mask
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+        allowed = keep if allowed is None else allowed & keep
+    table_k, table_v = rel_keys.to(q.dtype), rel_values.to(q.dtype)
+    T = q.size(2)
+    outs = []
+    def rows_of(x, rows):  # (.., T|1, S): the block's rows
+        return x if x is None or x.size(-2) == 1 else x[..., rows, :]
+
+    for t0 in range(0, T, block):
+        rows = slice(t0, min(T, t0 + block))
+        args = (q[:, :, rows], k, v, table_k, table_v, idx[rows], rows_of(bias, rows),
+                rows_of(allowed, rows))
+        if torch.is_grad_enabled():
+            outs.append(checkpoint(_relpos_block, *args, scale, dropout_p, use_reentrant=False,
+                                   preserve_rng_state=dropout_p > 0))
+        else:
+            outs.append(_relpos_block(*args, scale, dropout_p))
+    return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+
+
+def _relpos_block(q, k, v, table_k, table_v, idx, bias, allowed, scale: float,
+                  dropout_p: float) -> Tensor:
+    """One query block of :func:`blocked_relpos_attention` (the explicit path's sums)."""
+    B, H, tb, _ = q.shape
+    S = k.size(2)
+    where = idx.expand(B, H, tb, S)
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))
+    scores = scores + torch.matmul(q, table_k.t()).gather(-1, where) * scale
+    if bias is not None:
+        scores = scores + bias
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    # float32 for fp16/bf16/fp32 (the explicit path's softmax), float64 for a float64 model
+    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32))
+    probs = probs.type_as(q)
+    if dropout_p > 0:
+        probs = F.dropout(probs, p=dropout_p, training=True)
+    mass = probs.new_zeros(B, H, tb, table_v.size(0)).scatter_add_(-1, where, probs)
+    return torch.matmul(probs, v) + torch.matmul(mass, table_v)
 
 
 # ---------------------------------------------------------------------------

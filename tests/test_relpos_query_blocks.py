@@ -1,7 +1,7 @@
 """relpos kv/tied on the CPU query-block path (pieces/relpos.py ``blocked_relpos_attention``).
 
-The path computes Shaw et al.'s keys and values a block of query rows at a time, each block
-recomputed in the backward, with the value term from the probability mass per clipped
+The path computes Shaw et al.'s keys and values a block of query rows at a time, each block's
+probabilities recomputed in the backward from the log-sum-exp (a hand-written backward), with the value term from the probability mass per clipped
 distance. Checked against a float64 plain loop of the paper's formula, against the explicit
 path (forward and gradients, whole layer), and the chooser's choice of it.
 """
@@ -99,7 +99,7 @@ def test_chooser_takes_query_blocks_for_long_cpu_relpos_kv_only():
     assert path_name(kv, tgt_len=backends.BLOCKED_MIN_LEN - 1, src_len=backends.BLOCKED_MIN_LEN - 1) == "explicit"
     assert path_name(kv, on_cuda=True, **long_) == "flex piece"
     assert path_name(kv, need_weights=True, **long_) == "explicit"
-    assert path_name(kv, dropout_p=0.1, **long_) == "query blocks"  # dropout inside the blocks
+    assert path_name(kv, dropout_p=0.1, **long_) == "explicit"  # no dropout in the blocks
     assert path_name(make_attention(make_args("relpos", relpos_k=2), backend="explicit"), **long_) == "explicit"
     k_only = make_attention(make_args("relpos", relpos_k=2, relpos_mode="k"), backend="auto")
     assert path_name(k_only, **long_) == "fused"

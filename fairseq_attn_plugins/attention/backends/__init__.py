@@ -145,6 +145,8 @@ class QueryBlocks(Path):
             reasons.append("a CPU path (CUDA takes flex_attention)")
         if call.need_weights:
             reasons.append("attention weights requested")
+        if call.dropout_p > 0:
+            reasons.append(f"attention dropout {call.dropout_p} (the blocks recompute without it)")
         if call.tgt_len < BLOCKED_MIN_LEN:
             reasons.append(f"shorter than {BLOCKED_MIN_LEN} positions")
         return reasons

@@ -185,7 +185,7 @@ class RelativePositions(AttentionPiece):
         """The whole attention of this layer in recomputed query blocks, (B, H, T, D)."""
         return blocked_relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k,
                                         ctx.q_pos, ctx.k_pos, ctx.key_padding_mask, attn_mask,
-                                        scale, dropout_p)
+                                        scale)
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
                      attn_mask, scale: float, compile: str = "none") -> Tensor:
@@ -203,70 +203,103 @@ class RelativePositions(AttentionPiece):
 def blocked_relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
                              rel_values: Tensor, kmax: int, q_pos: Tensor, k_pos: Tensor,
                              key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                             scale: float, dropout_p: float = 0.0,
-                             block: int = CPU_BLOCK) -> Tensor:
-    """Shaw et al. keys and values, ``CPU_BLOCK`` query rows at a time, each block recomputed
-    in the backward (``torch.utils.checkpoint``): the (B, H, T, S) scores and probabilities
-    of one block exist at a time, and none is kept between forward and backward.
+                             scale: float, block: Optional[int] = None) -> Tensor:
+    """Shaw et al. keys and values, ``CPU_BLOCK`` query rows at a time, forward and backward
+    (:class:`_QueryBlocks`): the (B, H, T, S) scores and probabilities of one block exist at
+    a time, and only the output and the log-sum-exp per query are kept for the backward,
+    which recomputes each block's probabilities (as flash attention does).
 
-    Per block the terms need only 2k+1 values per query, never a (T, S, d) tensor: the key
-    term gathers ``q_i . w_K[d]`` per clipped distance d, and the value term is the
+    Per block the relative terms need only 2k+1 values per query, never a (T, S, d) tensor:
+    the key term gathers ``q_i . w_K[d]`` per clipped distance d, and the value term is the
     probability mass per clipped distance times the table,
     ``sum_j p_ij w_V[clip(j - i)] = sum_d (sum_{j: clip(j - i) = d} p_ij) w_V[d]``.
-    The same sums as the explicit path (softmax in float32, attention dropout on the
-    probabilities that both terms use), in another order.
+    The same sums as the explicit path, in another order; no attention dropout (the chooser
+    sends a layer with attention dropout to the explicit path).
 
     q: (B, H, T, D) at ``q_pos``; k, v: (B, H, S, D) at ``k_pos``; key_padding_mask (B, S)
     True = pad; attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked)."""
-    from torch.utils.checkpoint import checkpoint
-
     idx = clipped_distance_index(q_pos, k_pos, kmax)  # (T, S)
     bias, allowed = None, None
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:
             allowed = ~attn_mask
         else:
-            bias = attn_mask
+            bias = attn_mask.to(q.dtype)
     if key_padding_mask is not None:
         keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
         allowed = keep if allowed is None else allowed & keep
-    table_k, table_v = rel_keys.to(q.dtype), rel_values.to(q.dtype)
-    T = q.size(2)
-    outs = []
-    def rows_of(x, rows):  # (.., T|1, S): the block's rows
-        return x if x is None or x.size(-2) == 1 else x[..., rows, :]
-
-    for t0 in range(0, T, block):
-        rows = slice(t0, min(T, t0 + block))
-        args = (q[:, :, rows], k, v, table_k, table_v, idx[rows], rows_of(bias, rows),
-                rows_of(allowed, rows))
-        if torch.is_grad_enabled():
-            outs.append(checkpoint(_relpos_block, *args, scale, dropout_p, use_reentrant=False,
-                                   preserve_rng_state=dropout_p > 0))
-        else:
-            outs.append(_relpos_block(*args, scale, dropout_p))
-    return torch.cat(outs, dim=2) if len(outs) > 1 else outs[0]
+    return _QueryBlocks.apply(q, k, v, rel_keys.to(q.dtype), rel_values.to(q.dtype), idx, bias,
+                              allowed, scale, block or CPU_BLOCK)
 
 
-def _relpos_block(q, k, v, table_k, table_v, idx, bias, allowed, scale: float,
-                  dropout_p: float) -> Tensor:
-    """One query block of :func:`blocked_relpos_attention` (the explicit path's sums)."""
-    B, H, tb, _ = q.shape
-    S = k.size(2)
-    where = idx.expand(B, H, tb, S)
-    scores = torch.matmul(q * scale, k.transpose(-1, -2))
-    scores = scores + torch.matmul(q, table_k.t()).gather(-1, where) * scale
-    if bias is not None:
-        scores = scores + bias
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    # float32 for fp16/bf16/fp32 (the explicit path's softmax), float64 for a float64 model
-    probs = torch.softmax(scores, dim=-1, dtype=torch.promote_types(q.dtype, torch.float32))
-    probs = probs.type_as(q)
-    if dropout_p > 0:
-        probs = F.dropout(probs, p=dropout_p, training=True)
-    mass = probs.new_zeros(B, H, tb, table_v.size(0)).scatter_add_(-1, where, probs)
-    return torch.matmul(probs, v) + torch.matmul(mass, table_v)
+def _rows(x: Optional[Tensor], rows: slice) -> Optional[Tensor]:
+    """The block's rows of a (.., T|1, S) mask or bias."""
+    return x if x is None or x.size(-2) == 1 else x[..., rows, :]
+
+
+class _QueryBlocks(torch.autograd.Function):
+    """Forward and backward of :func:`blocked_relpos_attention`, one query block at a time."""
+
+    @staticmethod
+    def _probs(q, kT, table_k, idx, bias, allowed, scale, lse=None):
+        """Scores of a block (B, H, tb, S), or its probabilities given the log-sum-exp.
+        kT: the keys transposed, (B, H, D, S) contiguous (a transposed view is several
+        times slower in CPU matmuls)."""
+        B, H, tb, _ = q.shape
+        where = idx.expand(B, H, tb, kT.size(3))
+        s = torch.matmul(q, kT)
+        s = (s + torch.matmul(q, table_k.t()).gather(-1, where)) * scale
+        if bias is not None:
+            s = s + bias
+        if allowed is not None:
+            s = s.masked_fill(~allowed, float("-inf"))
+        return (s, where) if lse is None else (torch.exp(s - lse[..., None]), where)
+
+    @staticmethod
+    def forward(ctx, q, k, v, table_k, table_v, idx, bias, allowed, scale, block):
+        B, H, T, D = q.shape
+        R = table_k.size(0)
+        out = q.new_empty(B, H, T, D)
+        kT = k.transpose(-1, -2).contiguous()
+        lse = q.new_empty(B, H, T, dtype=torch.promote_types(q.dtype, torch.float32))
+        for t0 in range(0, T, block):
+            rows = slice(t0, min(T, t0 + block))
+            s, where = _QueryBlocks._probs(q[:, :, rows], kT, table_k, idx[rows], _rows(bias, rows),
+                                           _rows(allowed, rows), scale)
+            lse[:, :, rows] = torch.logsumexp(s.to(lse.dtype), dim=-1)
+            p = torch.exp(s - lse[:, :, rows, None]).to(q.dtype)
+            mass = p.new_zeros(B, H, p.size(2), R).scatter_add_(-1, where, p)
+            out[:, :, rows] = torch.matmul(p, v) + torch.matmul(mass, table_v)
+        ctx.save_for_backward(q, k, v, table_k, table_v, idx, bias, allowed, out, lse)
+        ctx.scale, ctx.block = scale, block
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, table_k, table_v, idx, bias, allowed, out, lse = ctx.saved_tensors
+        scale, block = ctx.scale, ctx.block
+        B, H, T, D = q.shape
+        R = table_k.size(0)
+        kT, vT = k.transpose(-1, -2).contiguous(), v.transpose(-1, -2).contiguous()
+        # gradients of k and v accumulated transposed: contiguous operands in every matmul
+        dq, dkT, dvT = torch.zeros_like(q), torch.zeros_like(kT), torch.zeros_like(vT)
+        dtable_k, dtable_v = torch.zeros_like(table_k), torch.zeros_like(table_v)
+        delta = (dout * out).sum(-1)  # (B, H, T): sum_j p_ij dp_ij
+        for t0 in range(0, T, block):
+            rows = slice(t0, min(T, t0 + block))
+            qb, do = q[:, :, rows], dout[:, :, rows]
+            p, where = _QueryBlocks._probs(qb, kT, table_k, idx[rows], _rows(bias, rows),
+                                           _rows(allowed, rows), scale, lse[:, :, rows].to(q.dtype))
+            dvT += torch.matmul(do.transpose(-1, -2).contiguous(), p)
+            mass = p.new_zeros(p.shape[:-1] + (R,)).scatter_add_(-1, where, p)
+            dtable_v += mass.flatten(0, 2).t() @ do.flatten(0, 2)
+            dp = torch.matmul(do, vT) + torch.matmul(do, table_v.t()).gather(-1, where)
+            ds = p * (dp - delta[:, :, rows, None]) * scale  # d loss / d (q.k + q.w_K)
+            dqa = ds.new_zeros(ds.shape[:-1] + (R,)).scatter_add_(-1, where, ds)
+            dq[:, :, rows] = torch.matmul(ds, k) + torch.matmul(dqa, table_k)
+            dkT += torch.matmul(qb.transpose(-1, -2).contiguous(), ds)
+            dtable_k += dqa.flatten(0, 2).t() @ qb.flatten(0, 2)
+        return dq, dkT.transpose(-1, -2), dvT.transpose(-1, -2), dtable_k, dtable_v, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,8 @@ the exactness tests use). This module holds what every flex computation shares:
 
 * :func:`call`: one fused call, optionally returning the log-sum-exp;
 * :func:`block_mask`: ``create_block_mask``, reused across the layers of one forward;
-* :func:`split_attn_mask` / :func:`allowed_mod`: fairseq's masks as a ``mask_mod``;
+* :func:`split_attn_mask`, :func:`layer_mask` (:func:`padding_mod`, :func:`padding_keep_mod`):
+  fairseq's masks as a ``mask_mod`` and its block mask;
 * :func:`masked_attention`: the **band path**: any dense boolean ``allowed`` mask and
   additive ``bias`` (1D-/2D-CSAN windows, band masks generally) as a ``mask_mod`` /
   ``score_mod``; ``create_block_mask`` marks the key blocks outside the band, which the
@@ -17,8 +18,10 @@ the exactness tests use). This module holds what every flex computation shares:
 A piece's own flex math lives in its file and is reached through its ``flex_forward``
 (relpos: keys and values with the value term rebuilt from the log-sum-exp; alibi: its
 distance penalty as a ``score_mod``). flex_attention has no attention dropout: the
-chooser (:mod:`.`) takes a flex path only with dropout 0. On CUDA ``flex_attention`` is
-wrapped in ``torch.compile`` once (first call compiles, minutes at worst).
+chooser (:mod:`.`) takes a flex path only with dropout 0. ``--attn-flex-compile`` decides
+how ``flex_attention`` is compiled (:func:`kernel`: inductor on CUDA by default); the
+calls keep one form per layer kind so that the number of compiled graphs stays bounded
+over batch shapes (docs/architecture.md, tests/test_flex_compile.py).
 """
 
 import weakref

@@ -269,3 +269,41 @@ def test_bad_flags_fail_clearly(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--repeats", "0"])
     assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_tensor_peak_sees_a_short_lived_allocation():
+    """The CPU sweep's memory: live tensor bytes replayed from torch's allocation records."""
+    with B.TensorPeak() as mem:
+        a = torch.ones(1 << 20)  # 4 MiB, freed before the block ends
+        a.add_(1)
+        del a
+        b = torch.ones(1 << 18)  # 1 MiB
+        del b
+    assert 4 * 2**20 <= mem.peak_bytes < 5 * 2**20
+
+
+def test_position_sweep_lengths(tmp_path, monkeypatch):
+    """--sweep lengths: stock and each position method on each CPU training path, time and
+    memory ratios to stock from the interleaved rounds (arithmetic checked here; one short
+    length instead of 32 ... 1024 to keep the test short)."""
+    monkeypatch.setattr("fairseq_attn_plugins.bench.run.SWEEP_LENGTHS", (8,))
+    js = tmp_path / "sweep.json"
+    rc = bench.main(["--device", "cpu", "--preset", "tiny", "--sweep", "lengths", "--threads", "1",
+                     "--systems", "relpos_kv/*,rope/*", "--repeats", "2", "--json", str(js)])
+    assert rc == 0
+    report = json.loads(js.read_text())
+    names = [s["name"] for s in report["systems"]]
+    assert names == ["fairseq", "relpos_kv/explicit", "relpos_kv/auto", "rope/explicit", "rope/fused"]
+    paths = {s["name"]: s["attention_paths"] for s in report["systems"]}
+    assert paths["rope/explicit"]["explicit"] == 6 and paths["rope/fused"]["fused"] == 6
+    assert list(report["sweep"]["lengths"]) == ["8"]
+    for L, entry in report["sweep"]["lengths"].items():
+        stock = entry["systems"]["fairseq"]
+        for name in names[1:]:
+            e = entry["systems"][name]
+            runs = [a / b for a, b in zip(stock["tokens_per_s"]["runs"], e["tokens_per_s"]["runs"])]
+            assert e["time_ratio"]["median"] == pytest.approx(statistics.median(runs))
+            assert e["peak_mem_mb"] > 0
+            assert e["mem_ratio"] == pytest.approx(e["peak_mem_mb"] / stock["peak_mem_mb"])
+    with pytest.raises(SystemExit, match="--sweep lengths is a sweep"):
+        bench.main(["--sweep", "lengths", "--mode", "numerics"])

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from . import backends
 from .backends import BACKENDS, flex, local, sdpa  # noqa: F401  (BACKENDS re-exported)
-from .piece import AttentionContext, AttentionPiece, AttentionSite
+from .piece import AttentionContext, AttentionPiece, AttentionSite, PieceConfigError
 
 
 class PluginSelfAttention(MultiheadAttention):
@@ -44,6 +44,7 @@ class PluginSelfAttention(MultiheadAttention):
         pieces: List[AttentionPiece] = (),
         dropout: float = 0.0,
         backend: str = "auto",
+        flex_compile: str = "auto",
         q_noise: float = 0.0,
         qn_block_size: int = 8,
     ):
@@ -69,6 +70,8 @@ class PluginSelfAttention(MultiheadAttention):
         bands = [p.band_half for p in pieces if p.band_half is not None]
         # the layer's only piece, when it computes the whole attention through flex_attention
         object.__setattr__(self, "_flex_piece", pieces[0] if len(pieces) == 1 and pieces[0].flex_path_ok else None)
+        object.__setattr__(self, "_blocked_piece",
+                           pieces[0] if len(pieces) == 1 and pieces[0].blocked_path_ok else None)
         self._no_incremental = [p.name for p in pieces if not p.incremental_ok]
         self._layer = backends.Layer(
             backend="auto",
@@ -76,8 +79,10 @@ class PluginSelfAttention(MultiheadAttention):
             flex_piece=self._flex_piece.name if self._flex_piece is not None else None,
             band_half=min(bands) if bands else None,
             widens_kv=self._expander is not None,
+            blocked_piece=self._blocked_piece.name if self._blocked_piece is not None else None,
         )
         self.backend = backend
+        self.flex_compile = flex_compile
 
     @property
     def backend(self) -> str:
@@ -141,10 +146,16 @@ class PluginSelfAttention(MultiheadAttention):
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         path = self.path_for(backends.Call(need_weights, ctx.incremental, tgt_len, ctx.src_len,
                                            dropout_p, q.is_cuda))
+        if (path in (backends.FLEX_PIECE, backends.FLEX_BAND) and self.training
+                and torch.is_grad_enabled() and not q.is_cuda and not flex.cpu_backward_ok()):
+            raise PieceConfigError(flex.CPU_TRAINING)
         if path is backends.FLEX_PIECE:  # the piece computes the whole attention
             start = ctx.src_len - tgt_len  # positions decoded by earlier incremental steps
             out = self._flex_piece.flex_forward(q, k, v, start, ctx.key_padding_mask, attn_mask,
-                                                self.scaling)
+                                                self.scaling, self.flex_compile)
+            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
+        if path is backends.QUERY_BLOCKS:  # the piece computes the whole attention (CPU)
+            out = self._blocked_piece.blocked_forward(q, k, v, ctx, attn_mask, self.scaling, dropout_p)
             return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
 
         for p in self.pieces:
@@ -274,7 +285,7 @@ class PluginSelfAttention(MultiheadAttention):
     def _fused(self, path, q, k, v, bias, allowed, dropout_p, piece_made) -> Tensor:
         """The flex band, block-local or SDPA path: (B, H, T, D)."""
         if path is backends.FLEX_BAND:
-            return flex.masked_attention(q, k, v, bias, allowed, self.scaling)
+            return flex.masked_attention(q, k, v, bias, allowed, self.scaling, self.flex_compile)
         mask = sdpa.sdpa_mask(bias, allowed, q.dtype)
         with sdpa.sdpa_backends(q, mask, piece_made):
             if path is backends.BLOCK_LOCAL:

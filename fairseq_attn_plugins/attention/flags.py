@@ -11,7 +11,7 @@ ignored silently; the model build logs the active pieces per layer.
 
 from typing import Dict, List, Tuple
 
-from .backends import check_backend
+from .backends import check_backend, check_flex_compile
 from .piece import PIECES, AttentionPiece, AttentionSite, PieceConfigError
 
 
@@ -30,6 +30,13 @@ def add_attention_args(parser) -> None:
              "'fused', 'explicit', or 'flex' (flex_attention for relpos kv/tied, alibi and band-masked "
              "layers on any device; needs --attention-dropout 0) (default auto)",
     )
+    group.add_argument(
+        "--attn-flex-compile", type=str, metavar="MODE",
+        help="how the flex_attention paths are compiled: 'auto' (inductor on CUDA, eager "
+             "elsewhere), 'inductor', 'aot_eager' (dynamo's capture and guards without "
+             "inductor: checks on CPU how often CUDA would compile) or 'none' (eager) "
+             "(default auto)",
+    )
     for cls in PIECES.values():
         cls.add_args(group)
 
@@ -38,6 +45,7 @@ def attention_defaults(args) -> None:
     """Fill every plugin flag missing from ``args`` (also for old checkpoints)."""
     args.attn_pieces = getattr(args, "attn_pieces", "")
     args.attn_backend = getattr(args, "attn_backend", "auto")
+    args.attn_flex_compile = getattr(args, "attn_flex_compile", "auto")
     for cls in PIECES.values():
         cls.set_defaults(args)
 
@@ -130,6 +138,7 @@ def validate_attention_args(args) -> None:
         c.validate(args)
     check_backend(args.attn_backend, [c.name for c in classes if not c.fused_ok_with(args)],
                   getattr(args, "attention_dropout", 0.0))
+    check_flex_compile(args.attn_flex_compile)
 
 
 def pieces_summary(modules) -> str:

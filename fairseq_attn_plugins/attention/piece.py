@@ -116,6 +116,10 @@ class AttentionPiece(nn.Module):
     #: True if the piece, alone in its layer, can compute the layer's whole attention with
     #: :meth:`flex_forward` (relpos kv/tied, alibi); the chooser (:mod:`.backends`) decides when.
     flex_path_ok: bool = False
+    #: True if the piece, alone in its layer, can compute the layer's whole attention in query
+    #: blocks recomputed in the backward (:meth:`blocked_forward`, relpos kv/tied: the CPU
+    #: path that keeps no probability matrix for the backward).
+    blocked_path_ok: bool = False
     #: whether this instance runs without the probability matrix: set by :meth:`build` from
     #: :meth:`fused_ok_with` (a piece constructed otherwise: ``fused_ok`` and no ``fused_with``)
     runs_fused: bool
@@ -264,6 +268,12 @@ class AttentionPiece(nn.Module):
         declares ``flex_path_ok``: q at positions ``start..start+T-1``, k, v at 0..S-1,
         ``key_padding_mask`` (B, S) True = pad, ``attn_mask`` fairseq's (T, S) mask."""
         raise NotImplementedError(f"{self.name} declares no flex path (flex_path_ok)")
+
+    def blocked_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext,
+                        attn_mask: Optional[Tensor], scale: float, dropout_p: float) -> Tensor:
+        """The layer's whole attention (B, H, T, D) in query blocks, for a piece that declares
+        ``blocked_path_ok``; shapes and masks as :meth:`flex_forward`."""
+        raise NotImplementedError(f"{self.name} declares no query-block path (blocked_path_ok)")
 
     def output_term(self, out: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
         """A (T, B, C) term added after the output projection, computed from the heads'

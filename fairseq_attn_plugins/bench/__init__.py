@@ -27,7 +27,7 @@ from .systems import (DTYPES, FAIRSEQ_SIZES, LONG, LONG_TARGETS, MEMORY_TARGET, 
                       PRESETS, SPEED_TARGETS, STOCK, WINDOWED, System, attention_paths,
                       build_model, discover_systems, is_windowed, make_dictionary, memory_target,
                       scaling_sizes, speed_target)
-from .timing import (MAX_SPREAD, PeakMemory, Timer, paired_ratios, target_status, summarize, fmt_ratio,
+from .timing import (MAX_SPREAD, PeakMemory, TensorPeak, Timer, paired_ratios, target_status, summarize, fmt_ratio,
                      interleaved, is_measured, spread)
 from .train import MasterAdam, bench_scaling, bench_train, run_pass, train_flops, train_step
 
@@ -47,6 +47,7 @@ __all__ = [
     "SPEED_TARGETS",
     "STOCK",
     "System",
+    "TensorPeak",
     "Timer",
     "WINDOWED",
     "attention_paths",

@@ -124,6 +124,18 @@ def render(report: dict) -> str:
         ref_row = [f"{sw['lengths'][L]['systems'][STOCK]['tokens_per_s']['median']:.0f}"
                    if STOCK in sw["lengths"][L].get("systems", {}) else "-" for L in lengths]
         lines.append("| (stock tok/s) | " + " | ".join(ref_row) + " |")
+        if any("time_ratio" in e for x in sw["lengths"].values() for e in x.get("systems", {}).values()):
+            lines += ["", f"The same as time ratio to stock (median of per-round ratios +-spread, "
+                      f"lower is better) / peak memory ratio ({sw.get('memory', 'peak memory')}).",
+                      "", "| system | " + " | ".join(f"L={L}" for L in lengths) + " |",
+                      "|---|" + "---|" * len(lengths)]
+            for name in names:
+                cells = []
+                for L in lengths:
+                    e = sw["lengths"][L].get("systems", {}).get(name)
+                    cells.append(f"{e['time_ratio']['median']:.2f}x +-{100 * e['time_ratio']['spread']:.0f}% / "
+                                 f"{e['mem_ratio']:.2f}x" if e else "-")
+                lines.append(f"| {name} | " + " | ".join(cells) + " |")
         for name, err in sw.get("build_errors", {}).items():
             lines.append(f"- **{name}** could not be built for the sweep: {err}")
         long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()

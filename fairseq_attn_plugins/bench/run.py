@@ -8,14 +8,18 @@ from .infer import bench_infer
 from .report import meta, verdicts
 from .sweep import bench_sweep
 from .systems import (DTYPES, PRESETS, STOCK, attention_paths, build_model, discover_systems,
-                      make_dictionary, scaling_sizes)
+                      make_dictionary, position_sweep_systems, scaling_sizes)
 from .train import bench_scaling, bench_train
 
 MODES = ("train", "sweep", "all", "scaling")
+#: lengths of ``--sweep lengths``
+SWEEP_LENGTHS = (32, 64, 128, 256, 512, 1024)
 
 
 def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=None,
-                  repeats=None, seed=1, infer=True, log=print) -> dict:
+                  repeats=None, seed=1, infer=True, log=print, sweep=None) -> dict:
+    """``sweep="lengths"``: the position-method length sweep (mode sweep, each position
+    method on each CPU training path, lengths 32 ... 1024)."""
     device = torch.device(device)
     preset = preset or ("small" if device.type == "cpu" else "base")
     dtype = dtype or ("fp32" if device.type == "cpu" else "fp16")
@@ -29,7 +33,13 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     if mode == "scaling":
         report["scaling"] = run_scaling(cfg, device, dtype, seed, log)
         return report
-    sys_list = discover_systems(cfg.get("big", False), systems)
+    if sweep == "lengths":
+        mode = report["meta"]["mode"] = "sweep"
+        cfg["sweep_lengths"] = SWEEP_LENGTHS
+        report["meta"]["config"]["sweep_lengths"] = list(SWEEP_LENGTHS)
+        sys_list = position_sweep_systems(systems)
+    else:
+        sys_list = discover_systems(cfg.get("big", False), systems)
     dictionary = make_dictionary(cfg["vocab"])
     models, entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
                                  max(256, cfg["max_src"] + 1) if mode != "sweep" else
@@ -64,7 +74,7 @@ def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, lo
         entry = {"name": s.name, "arch": s.arch, "target": s.target}
         try:
             m = build_model(s.arch, dictionary, cfg["sizes"], seed, max_source_positions=max_positions,
-                            max_target_positions=max_positions)
+                            max_target_positions=max_positions, **s.flags)
             m = m.to(device=device, dtype=DTYPES[dtype])
             entry["params"] = sum(p.numel() for p in m.parameters())
             entry["param_tensors"] = sum(1 for _ in m.parameters())

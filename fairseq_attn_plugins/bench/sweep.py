@@ -3,12 +3,16 @@
 import torch
 
 from .systems import STOCK
-from .timing import PeakMemory, Timer, paired_ratios, summarize, sync_device, interleaved
+from .timing import (PeakMemory, TensorPeak, Timer, interleaved, paired_ratios, summarize,
+                     sync_device)
 
 def bench_sweep(models, cfg, device, seed, log):
     """Encoder alone, forward + backward, fixed tokens per batch, no padding."""
     g = torch.Generator().manual_seed(seed + 2)
-    out = {"tokens_per_batch": cfg["sweep_tokens"], "steps": cfg["sweep_steps"], "lengths": {}}
+    out = {"tokens_per_batch": cfg["sweep_tokens"], "steps": cfg["sweep_steps"], "lengths": {},
+           "memory": ("peak bytes of live tensors in one forward + backward, from torch.profiler's "
+                      "allocation records" if device.type == "cpu" else
+                      "CUDA max allocated over the timed steps")}
     for L in cfg["sweep_lengths"]:
         bsz = max(1, cfg["sweep_tokens"] // L)
         d = next(iter(models.values())).encoder.dictionary
@@ -34,22 +38,31 @@ def bench_sweep(models, cfg, device, seed, log):
             continue
         sync_device(device)
 
+        cpu = device.type == "cpu"
+
         def measure(name, r):
             with PeakMemory(device) as mem:
                 timer = Timer(device).start()
                 for _ in range(cfg["sweep_steps"]):
                     step(models[name])
                 dt = timer.stop()
-            peaks[name] = max(peaks.get(name, 0), mem.peak_bytes)
+            if not cpu:
+                peaks[name] = max(peaks.get(name, 0), mem.peak_bytes)
             return bsz * L * cfg["sweep_steps"] / dt
 
         log(f"sweep: length {L}, batch {bsz}")
         runs = interleaved(alive, max(2, cfg["repeats"] // 2 + 1), measure, lambda *_: None)
+        if cpu:  # allocation records, one untimed step each (RSS misses short peaks on CPU)
+            for name in alive:
+                with TensorPeak() as mem:
+                    step(models[name])
+                peaks[name] = mem.peak_bytes
         entry = {"batch": bsz, "systems": {}}
         for name in alive:
             entry["systems"][name] = {
                 "tokens_per_s": summarize(runs[name]),
                 "ratio": paired_ratios(runs[name], runs[STOCK]),
+                "time_ratio": paired_ratios(runs[STOCK], runs[name]),
                 "peak_mem_mb": peaks[name] / 2**20,
                 "mem_ratio": peaks[name] / peaks[STOCK] if peaks[STOCK] else float("nan"),
             }

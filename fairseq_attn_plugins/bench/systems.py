@@ -3,7 +3,7 @@
 
 import argparse
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
@@ -93,6 +93,48 @@ class System:
     name: str  # "fairseq" or the variant ("attn", "csan1d", ...)
     arch: str
     target: Optional[float]
+    #: extra model flags (attribute -> value), e.g. ``{"attn_backend": "explicit"}``
+    flags: dict = field(default_factory=dict)
+
+
+#: the position methods of the CPU length sweep (``--sweep lengths``): name, arch, flags
+POSITION_METHODS = [
+    ("relpos_k", "transformer_relpos_wmt_en_de", {"relpos_mode": "k"}),
+    ("relpos_kv", "transformer_relpos_wmt_en_de", {}),
+    ("rope", "transformer_rope_wmt_en_de", {}),
+    ("alibi", "transformer_alibi_wmt_en_de", {}),
+    ("t5bias", "transformer_t5bias_wmt_en_de", {}),
+    ("csan1d", "transformer_csan1d_wmt_en_de", {}),
+    ("csan2d", "transformer_csan2d_wmt_en_de", {}),
+]
+#: the paths that can train on CPU (flex_attention has no backward there); ``auto`` is
+#: listed where it chooses a path ``fused`` cannot force (relpos kv: the query blocks)
+CPU_TRAIN_PATHS = ("explicit", "fused")
+
+
+def position_sweep_systems(patterns: Optional[List[str]] = None) -> List[System]:
+    """Stock fairseq, then each position method on each CPU training path (``name/path``)."""
+    import fairseq_attn_plugins  # noqa: F401
+
+    from ..attention import PieceConfigError
+    from ..attention.backends import check_backend
+
+    systems = [System(STOCK, "transformer_wmt_en_de", None)]
+    for name, arch, flags in POSITION_METHODS:
+        for path in CPU_TRAIN_PATHS + ("auto",):
+            try:
+                check_backend(path, ["relpos"] if name == "relpos_kv" else [], 0.0)
+            except PieceConfigError:
+                continue  # fused cannot run relpos kv
+            if path == "auto" and name != "relpos_kv":
+                continue  # auto on CPU is the fused path for these
+            systems.append(System(f"{name}/{path}", arch, None, dict(flags, attn_backend=path)))
+    if patterns:
+        keep = [s for s in systems[1:] if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
+        if not keep:
+            raise ValueError(f"--systems {patterns} matches none of {[s.name for s in systems[1:]]}")
+        systems = systems[:1] + keep
+    return systems
 
 
 def discover_systems(big: bool = False, patterns: Optional[List[str]] = None) -> List[System]:
@@ -156,12 +198,13 @@ def attention_paths(model) -> Dict[str, int]:
     """How many self-attention modules run fused / flex (relpos kv/tied, alibi) / explicit (training, no weights)."""
     from fairseq_attn_plugins.attention import PluginSelfAttention, backends
 
-    counts = {"fused": 0, "flex": 0, "explicit": 0}
+    counts = {"fused": 0, "flex": 0, "explicit": 0, "query blocks": 0}
     for m in model.modules():
         if isinstance(m, PluginSelfAttention):
             path = m.path_for(backends.Call(dropout_p=m.dropout_module.p,
                                             on_cuda=m.q_proj.weight.is_cuda))
-            counts[{backends.FLEX_PIECE: "flex", backends.EXPLICIT: "explicit"}.get(path, "fused")] += 1
+            counts[{backends.FLEX_PIECE: "flex", backends.EXPLICIT: "explicit",
+                    backends.QUERY_BLOCKS: "query blocks"}.get(path, "fused")] += 1
     return counts
 
 

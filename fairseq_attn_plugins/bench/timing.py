@@ -65,6 +65,36 @@ class PeakMemory:
         return False
 
 
+class TensorPeak:
+    """Peak bytes of live tensors allocated inside a block, from torch's own allocation
+    records (``torch.profiler`` with ``profile_memory``: every allocation and free of the
+    CPU allocator, replayed in time order). Unlike RSS it sees short-lived peaks and no
+    allocator caching, and counts only what the block allocates (the model's weights and
+    inputs, allocated before, are not in it). Used for the CPU length sweep; it slows the
+    block down, so it is measured in a pass of its own, never in a timed one."""
+
+    def __init__(self):
+        self.peak_bytes = 0
+
+    def __enter__(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        gc.collect()
+        self._prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._prof.__exit__(*exc)
+        events = sorted((e.start_ns(), e.nbytes()) for e in self._prof.profiler.kineto_results.events()
+                        if e.name() == "[memory]")
+        live = 0
+        for _, nbytes in events:
+            live += nbytes
+            self.peak_bytes = max(self.peak_bytes, live)
+        return False
+
+
 def _rss() -> int:
     try:
         with open("/proc/self/statm") as f:

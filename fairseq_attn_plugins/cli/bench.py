@@ -46,6 +46,11 @@ def build_parser():
                    help="train: training + inference (default); sweep: encoder alone over "
                         "sequence lengths; all: both; scaling: stock base vs big, measured time "
                         "ratio next to the FLOP ratio; numerics: fp16 check of every architecture")
+    p.add_argument("--sweep", choices=["lengths"],
+                   help="lengths: the position-method length sweep (encoder forward + backward at "
+                        "L = 32 ... 1024, tokens per batch fixed): stock, relpos k/kv, rope, alibi, "
+                        "t5bias, csan1d/2d on each path that trains on CPU (explicit, fused; "
+                        "relpos kv's auto = query blocks), time and memory ratios to stock")
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")
@@ -91,6 +96,8 @@ def main(argv=None):
     patterns = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else None
     log = lambda *a: print(*a, flush=True)  # noqa: E731
 
+    if args.sweep and args.mode not in ("train", "sweep"):
+        raise SystemExit(f"fairseq-attn-bench: --sweep {args.sweep} is a sweep; drop --mode {args.mode}")
     if args.mode == "numerics":
         try:
             report = B.run_numerics(args.device,
@@ -103,7 +110,8 @@ def main(argv=None):
     else:
         try:
             report = B.run_benchmark(args.device, args.preset, args.dtype, args.mode, patterns,
-                                     args.repeats, args.seed, not args.no_infer, log)
+                                     args.repeats, args.seed, not args.no_infer, log,
+                                     sweep=args.sweep)
         except ValueError as e:
             raise SystemExit(f"fairseq-attn-bench: {e}")
         text = B.render(report)

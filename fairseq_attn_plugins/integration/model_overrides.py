@@ -33,7 +33,7 @@ from ..attention.flags import check_inactive_flags, piece_flags
 from ..attention.piece import PIECES, PieceConfigError
 
 #: shared attention flags (not owned by a piece)
-SHARED_FLAGS = ("attn_pieces", "attn_backend")
+SHARED_FLAGS = ("attn_pieces", "attn_backend", "attn_flex_compile")
 #: keys fairseq's hub ``from_pretrained`` reads from its overrides itself
 HUB_KEYS = ("is_vocoder", "generation_args")
 

@@ -60,6 +60,7 @@ def _build_self_attention(args, side, layer_idx, embed_dim, num_heads, num_layer
         pieces=build_pieces(args, site),
         dropout=cfg.attention_dropout,
         backend=args.attn_backend,
+        flex_compile=args.attn_flex_compile,
         q_noise=q_noise,
         qn_block_size=qn_block_size,
     )

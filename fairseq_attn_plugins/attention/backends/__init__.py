@@ -44,6 +44,8 @@ class Layer:
     band_half: Optional[int] = None
     #: a piece widens the key axis (``expands_kv``)
     widens_kv: bool = False
+    #: the layer's only piece when it has a query-block path (``blocked_path_ok``)
+    blocked_piece: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,30 @@ class FlexBand(Path):
         return reasons
 
 
+#: ``auto`` takes the query-block path (CPU) from this many query positions
+BLOCKED_MIN_LEN = 256
+
+
+class QueryBlocks(Path):
+    name = "query blocks"
+
+    def not_supported_reasons(self, layer, call):
+        reasons = []
+        if layer.backend != "auto":
+            reasons.append(f"--attn-backend {layer.backend}")
+        if layer.blocked_piece is None:
+            reasons.append("no piece with a query-block path is the layer's only piece")
+        if call.on_cuda:
+            reasons.append("a CPU path (CUDA takes flex_attention)")
+        if call.need_weights:
+            reasons.append("attention weights requested")
+        if call.dropout_p > 0:
+            reasons.append(f"attention dropout {call.dropout_p} (the blocks recompute without it)")
+        if call.tgt_len < BLOCKED_MIN_LEN:
+            reasons.append(f"shorter than {BLOCKED_MIN_LEN} positions")
+        return reasons
+
+
 class BlockLocal(Path):
     name = "block-local"
 
@@ -154,9 +180,10 @@ class Explicit(Path):
         return []
 
 
-FLEX_PIECE, FLEX_BAND, BLOCK_LOCAL, FUSED, EXPLICIT = FlexPiece(), FlexBand(), BlockLocal(), Fused(), Explicit()
+FLEX_PIECE, FLEX_BAND, QUERY_BLOCKS = FlexPiece(), FlexBand(), QueryBlocks()
+BLOCK_LOCAL, FUSED, EXPLICIT = BlockLocal(), Fused(), Explicit()
 #: the order in which the chooser tries the paths
-PATHS = (FLEX_PIECE, FLEX_BAND, BLOCK_LOCAL, FUSED, EXPLICIT)
+PATHS = (FLEX_PIECE, FLEX_BAND, QUERY_BLOCKS, BLOCK_LOCAL, FUSED, EXPLICIT)
 
 
 def choose(layer: Layer, call: Call) -> Path:
@@ -198,3 +225,10 @@ def check_backend(backend: str, needs_probs: Sequence[str], dropout: float) -> N
     if refusals:
         raise PieceConfigError(f"--attn-backend {backend}: {'; '.join(refusals)} "
                                f"(--attn-backend auto or explicit runs every layer)")
+
+
+def check_flex_compile(mode: str) -> None:
+    """Refuse an unknown ``--attn-flex-compile`` in one line."""
+    if mode not in flex.COMPILE_MODES:
+        raise PieceConfigError(f"--attn-flex-compile must be one of {list(flex.COMPILE_MODES)} "
+                               f"(got {mode!r})")

@@ -96,10 +96,10 @@ class ALiBi(AttentionPiece):
         return (-m[:, None, None] * dist)[None].to(q.dtype)  # (1, H, T, S)
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
-                     attn_mask, scale: float) -> Tensor:
+                     attn_mask, scale: float, compile: str = "none") -> Tensor:
         """The layer's attention through flex_attention, the penalty as ``score_mod``."""
         return distance_bias_attention(q, k, v, self.slope_tensor(q), start,
-                                       key_padding_mask, attn_mask, scale)
+                                       key_padding_mask, attn_mask, scale, compile)
 
     def extra_repr(self):
         return f"slopes={[round(m, 4) for m in self.slopes]}, {self.site.side} layer {self.site.layer_idx}"
@@ -107,26 +107,35 @@ class ALiBi(AttentionPiece):
 
 def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, start: int,
                             key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                            scale: float) -> Tensor:
+                            scale: float, compile: str = "none") -> Tensor:
     """``softmax(scale q k^T - slopes[h] |i - j|)`` v through flex_attention.
 
     q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
     slopes (H,) from :meth:`ALiBi.slope_tensor`; key_padding_mask (B, S) True = pad;
-    attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked). Returns (B, H, T, D)."""
+    attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked); compile:
+    ``--attn-flex-compile``. Returns (B, H, T, D)."""
     B, H, T, D = q.shape
     S = k.size(2)
     add, keep = flex.split_attn_mask(attn_mask)
-    kpm = key_padding_mask
     offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
+    score_mod = (alibi_score_mod(slopes, offset) if add is None
+                 else alibi_add_score_mod(slopes, add, offset))
+    _, mask = flex.layer_mask(key_padding_mask, keep, B, T, S, q.device, "distance_bias", attn_mask)
+    return flex.call(q, k, v, score_mod, mask, scale, compile=compile)
 
+
+# module-level score_mod forms, every captured value a tensor (one compiled form per layer kind)
+def alibi_score_mod(slopes: Tensor, offset: Tensor):
+    """``score - slopes[h] |i + offset - j|``."""
     def score_mod(score, b, h, i, j):
-        score = score - slopes[h] * (i + offset - j).abs()
-        if add is not None:
-            score = score + add[i, j]
-        return score
+        return score - slopes[h] * (i + offset - j).abs()
 
-    mask = None
-    if kpm is not None or keep is not None:
-        mask = flex.block_mask(flex.allowed_mod(kpm, keep), B if kpm is not None else None, T, S,
-                               q.device, ("distance_bias", start), (kpm, attn_mask))
-    return flex.call(q, k, v, score_mod, mask, scale)
+    return score_mod
+
+
+def alibi_add_score_mod(slopes: Tensor, add: Tensor, offset: Tensor):
+    """:func:`alibi_score_mod` plus fairseq's additive mask ``add[i, j]``."""
+    def score_mod(score, b, h, i, j):
+        return score - slopes[h] * (i + offset - j).abs() + add[i, j]
+
+    return score_mod

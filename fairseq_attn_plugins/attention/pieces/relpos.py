@@ -83,6 +83,8 @@ MODES = ("kv", "k", "tied")
 ABS_POS = ("drop", "keep")
 #: query block of :func:`band_scores`
 BAND_BLOCK = 32
+#: query rows per block of :func:`blocked_relpos_attention`
+CPU_BLOCK = 128
 
 
 def clipped_distance_index(q_pos: Tensor, k_pos: Tensor, k: int) -> Tensor:
@@ -173,14 +175,131 @@ class RelativePositions(AttentionPiece):
         """kv/tied have a value term: the flex path is what avoids the probability matrix."""
         return self.value_table() is not None
 
+    @property
+    def blocked_path_ok(self) -> bool:
+        """kv/tied: the query-block path keeps no probability matrix for the backward (CPU)."""
+        return self.value_table() is not None
+
+    def blocked_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx, attn_mask, scale: float,
+                        dropout_p: float) -> Tensor:
+        """The whole attention of this layer in recomputed query blocks, (B, H, T, D)."""
+        return blocked_relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k,
+                                        ctx.q_pos, ctx.k_pos, ctx.key_padding_mask, attn_mask,
+                                        scale)
+
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
-                     attn_mask, scale: float) -> Tensor:
+                     attn_mask, scale: float, compile: str = "none") -> Tensor:
         """The whole attention of this layer through flex_attention, (B, H, T, D)."""
         return relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k, start,
-                                     key_padding_mask, attn_mask, scale)
+                                key_padding_mask, attn_mask, scale, compile)
 
     def extra_repr(self):
         return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"
+
+
+# ---------------------------------------------------------------------------
+# The query-block path (CPU training: no probability matrix kept for the backward)
+# ---------------------------------------------------------------------------
+def blocked_relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
+                             rel_values: Tensor, kmax: int, q_pos: Tensor, k_pos: Tensor,
+                             key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
+                             scale: float, block: Optional[int] = None) -> Tensor:
+    """Shaw et al. keys and values, ``CPU_BLOCK`` query rows at a time, forward and backward
+    (:class:`_QueryBlocks`): the (B, H, T, S) scores and probabilities of one block exist at
+    a time, and only the output and the log-sum-exp per query are kept for the backward,
+    which recomputes each block's probabilities (as flash attention does).
+
+    Per block the relative terms need only 2k+1 values per query, never a (T, S, d) tensor:
+    the key term gathers ``q_i . w_K[d]`` per clipped distance d, and the value term is the
+    probability mass per clipped distance times the table,
+    ``sum_j p_ij w_V[clip(j - i)] = sum_d (sum_{j: clip(j - i) = d} p_ij) w_V[d]``.
+    The same sums as the explicit path, in another order; no attention dropout (the chooser
+    sends a layer with attention dropout to the explicit path).
+
+    q: (B, H, T, D) at ``q_pos``; k, v: (B, H, S, D) at ``k_pos``; key_padding_mask (B, S)
+    True = pad; attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked)."""
+    idx = clipped_distance_index(q_pos, k_pos, kmax)  # (T, S)
+    bias, allowed = None, None
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            allowed = ~attn_mask
+        else:
+            bias = attn_mask.to(q.dtype)
+    if key_padding_mask is not None:
+        keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+        allowed = keep if allowed is None else allowed & keep
+    return _QueryBlocks.apply(q, k, v, rel_keys.to(q.dtype), rel_values.to(q.dtype), idx, bias,
+                              allowed, scale, block or CPU_BLOCK)
+
+
+def _rows(x: Optional[Tensor], rows: slice) -> Optional[Tensor]:
+    """The block's rows of a (.., T|1, S) mask or bias."""
+    return x if x is None or x.size(-2) == 1 else x[..., rows, :]
+
+
+class _QueryBlocks(torch.autograd.Function):
+    """Forward and backward of :func:`blocked_relpos_attention`, one query block at a time."""
+
+    @staticmethod
+    def _probs(q, kT, table_k, idx, bias, allowed, scale, lse=None):
+        """Scores of a block (B, H, tb, S), or its probabilities given the log-sum-exp.
+        kT: the keys transposed, (B, H, D, S) contiguous (a transposed view is several
+        times slower in CPU matmuls)."""
+        B, H, tb, _ = q.shape
+        where = idx.expand(B, H, tb, kT.size(3))
+        s = torch.matmul(q, kT)
+        s = (s + torch.matmul(q, table_k.t()).gather(-1, where)) * scale
+        if bias is not None:
+            s = s + bias
+        if allowed is not None:
+            s = s.masked_fill(~allowed, float("-inf"))
+        return (s, where) if lse is None else (torch.exp(s - lse[..., None]), where)
+
+    @staticmethod
+    def forward(ctx, q, k, v, table_k, table_v, idx, bias, allowed, scale, block):
+        B, H, T, D = q.shape
+        R = table_k.size(0)
+        out = q.new_empty(B, H, T, D)
+        kT = k.transpose(-1, -2).contiguous()
+        lse = q.new_empty(B, H, T, dtype=torch.promote_types(q.dtype, torch.float32))
+        for t0 in range(0, T, block):
+            rows = slice(t0, min(T, t0 + block))
+            s, where = _QueryBlocks._probs(q[:, :, rows], kT, table_k, idx[rows], _rows(bias, rows),
+                                           _rows(allowed, rows), scale)
+            lse[:, :, rows] = torch.logsumexp(s.to(lse.dtype), dim=-1)
+            p = torch.exp(s - lse[:, :, rows, None]).to(q.dtype)
+            mass = p.new_zeros(B, H, p.size(2), R).scatter_add_(-1, where, p)
+            out[:, :, rows] = torch.matmul(p, v) + torch.matmul(mass, table_v)
+        ctx.save_for_backward(q, k, v, table_k, table_v, idx, bias, allowed, out, lse)
+        ctx.scale, ctx.block = scale, block
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, table_k, table_v, idx, bias, allowed, out, lse = ctx.saved_tensors
+        scale, block = ctx.scale, ctx.block
+        B, H, T, D = q.shape
+        R = table_k.size(0)
+        kT, vT = k.transpose(-1, -2).contiguous(), v.transpose(-1, -2).contiguous()
+        # gradients of k and v accumulated transposed: contiguous operands in every matmul
+        dq, dkT, dvT = torch.zeros_like(q), torch.zeros_like(kT), torch.zeros_like(vT)
+        dtable_k, dtable_v = torch.zeros_like(table_k), torch.zeros_like(table_v)
+        delta = (dout * out).sum(-1)  # (B, H, T): sum_j p_ij dp_ij
+        for t0 in range(0, T, block):
+            rows = slice(t0, min(T, t0 + block))
+            qb, do = q[:, :, rows], dout[:, :, rows]
+            p, where = _QueryBlocks._probs(qb, kT, table_k, idx[rows], _rows(bias, rows),
+                                           _rows(allowed, rows), scale, lse[:, :, rows].to(q.dtype))
+            dvT += torch.matmul(do.transpose(-1, -2).contiguous(), p)
+            mass = p.new_zeros(p.shape[:-1] + (R,)).scatter_add_(-1, where, p)
+            dtable_v += mass.flatten(0, 2).t() @ do.flatten(0, 2)
+            dp = torch.matmul(do, vT) + torch.matmul(do, table_v.t()).gather(-1, where)
+            ds = p * (dp - delta[:, :, rows, None]) * scale  # d loss / d (q.k + q.w_K)
+            dqa = ds.new_zeros(ds.shape[:-1] + (R,)).scatter_add_(-1, where, ds)
+            dq[:, :, rows] = torch.matmul(ds, k) + torch.matmul(dqa, table_k)
+            dkT += torch.matmul(qb.transpose(-1, -2).contiguous(), ds)
+            dtable_k += dqa.flatten(0, 2).t() @ qb.flatten(0, 2)
+        return dq, dkT.transpose(-1, -2), dvT.transpose(-1, -2), dtable_k, dtable_v, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------
@@ -211,7 +330,7 @@ def band_scores(q: Tensor, k: Tensor, start: int, half: int, block: int = BAND_B
 def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
                      rel_values: Optional[Tensor], kmax: int, start: int,
                      key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                     scale: float) -> Tensor:
+                     scale: float, compile: str = "none") -> Tensor:
     """Shaw et al. relative positions through flex_attention, keys AND values.
 
     The key term is a ``score_mod``: ``score + qa[b, h, i, clip(j - i, k) + k]`` with
@@ -232,29 +351,21 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
     rel_keys / rel_values: (2 kmax + 1, D) tables (rel_values None: keys only);
     key_padding_mask (B, S) True = pad; attn_mask fairseq's (T, S) float (0 / -inf) or
-    bool (True = masked). Returns (B, H, T, D)."""
+    bool (True = masked); compile: ``--attn-flex-compile``. Returns (B, H, T, D)."""
     B, H, T, D = q.shape
     S = k.size(2)
     R = 2 * kmax + 1
     qa = torch.matmul(q, rel_keys.to(q.dtype).t()) * scale  # (B, H, T, 2k+1)
     add, keep = flex.split_attn_mask(attn_mask)
     kpm = key_padding_mask
-
-    def score_mod(score, b, h, i, j):
-        score = score + qa[b, h, i, (j - i - start).clamp(-kmax, kmax) + kmax]
-        if add is not None:
-            score = score + add[i, j]
-        return score
-
-    allowed = flex.allowed_mod(kpm, keep)
-    masked = kpm is not None or keep is not None
-    B_mask = B if kpm is not None else None
-    mask_tensors = (kpm, attn_mask)
-    block_mask = (flex.block_mask(allowed, B_mask, T, S, q.device, ("relpos", start), mask_tensors)
-                  if masked else None)
+    offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
+    score_mod = (relpos_score_mod(qa, offset, kmax) if add is None
+                 else relpos_add_score_mod(qa, add, offset, kmax))
+    allowed, block_mask = flex.layer_mask(kpm, keep, B, T, S, q.device, "relpos", attn_mask)
     if rel_values is None:
-        return flex.call(q, k, v, score_mod, block_mask, scale)
-    out, lse = flex.call(q, k, v, score_mod, block_mask, scale, lse=True)  # lse (B, H, T) fp32
+        return flex.call(q, k, v, score_mod, block_mask, scale, compile=compile)
+    out, lse = flex.call(q, k, v, score_mod, block_mask, scale, lse=True,
+                         compile=compile)  # lse (B, H, T) fp32
     acc = torch.promote_types(q.dtype, torch.float32)  # fp32 for fp16/bf16, else q's
     lse = lse.to(acc)
     has_key = torch.isfinite(lse)
@@ -279,14 +390,12 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     # right tail j - i >= k: its total mass from a second call restricted to it
     mass_right = torch.zeros_like(lse_safe)
     if start + kmax <= S - 1:  # some query has a key k or more to its right
-        def right_tail(b, h, i, j):
-            return allowed(b, h, i, j) & (j - i - start >= kmax)
-
-        tail_mask = flex.block_mask(right_tail, B_mask, T, S, q.device,
-                                ("relpos_right_tail", start, kmax), mask_tensors)
+        tail_mask = flex.block_mask(right_tail_mod(allowed, offset, kmax), B, T, S, q.device,
+                                    ("relpos_right_tail", start, kmax, kpm is None),
+                                    (kpm, attn_mask))
         # only the lse is used: a narrow zero value keeps the p @ v part of the call small
         v0 = v.new_zeros(B, H, S, min(D, 16))
-        _, lse_r = flex.call(q, k, v0, score_mod, tail_mask, scale, lse=True)
+        _, lse_r = flex.call(q, k, v0, score_mod, tail_mask, scale, lse=True, compile=compile)
         lse_r = lse_r.to(acc)
         has_tail = torch.isfinite(lse_r) & has_key
         lse_r = torch.where(has_tail, lse_r, lse_safe)
@@ -297,3 +406,29 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     extra = (torch.matmul(band, table[1: R - 1])
              + mass_left[..., None] * table[0] + mass_right[..., None] * table[R - 1])
     return out + extra.to(out.dtype)
+
+
+# score_mod / mask_mod forms: module-level, every captured value a tensor (or the model's
+# constant k), so that compiled flex_attention sees one form per layer configuration
+def relpos_score_mod(qa: Tensor, offset: Tensor, kmax: int):
+    """``score + qa[b, h, i, clip(j - i - offset, k) + k]``."""
+    def score_mod(score, b, h, i, j):
+        return score + qa[b, h, i, (j - i - offset).clamp(-kmax, kmax) + kmax]
+
+    return score_mod
+
+
+def relpos_add_score_mod(qa: Tensor, add: Tensor, offset: Tensor, kmax: int):
+    """:func:`relpos_score_mod` plus fairseq's additive mask ``add[i, j]``."""
+    def score_mod(score, b, h, i, j):
+        return score + qa[b, h, i, (j - i - offset).clamp(-kmax, kmax) + kmax] + add[i, j]
+
+    return score_mod
+
+
+def right_tail_mod(allowed, offset: Tensor, kmax: int):
+    """``mask_mod``: ``allowed`` and the key at least k to the right of the query."""
+    def mask_mod(b, h, i, j):
+        return allowed(b, h, i, j) & (j - i - offset >= kmax)
+
+    return mask_mod

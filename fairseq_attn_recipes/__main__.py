@@ -15,7 +15,7 @@ import argparse
 
 from fairseq_attn_records.run_record import finished_before
 
-from .bible import cmd_bible_corpus
+from .bible_corpus import cmd_bible_corpus
 from .checkpoints import cmd_average
 from .concat import cmd_concat_test
 from .corpora import cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack

@@ -20,13 +20,12 @@ verse id of each line, ``{split}.docs`` its chapter (the document id of ``concat
 
 import csv
 import hashlib
-import json
 import os
 import sys
 from collections import OrderedDict
 from typing import Dict, List, Tuple
 
-from .files import die, write_lines_atomic
+from .files import die
 
 PACKAGE = "bible-alignments"
 SOURCE_FILE = "data/sources/SBLGNT.tsv"
@@ -111,29 +110,3 @@ def verse_pairs() -> Tuple[Dict[str, List[Tuple[str, str, str]]], str]:
         if g.strip() and e.strip():
             out[split_of(verse)].append((verse, g, e))
     return out, version
-
-
-def cmd_bible_corpus(args):
-    """bible-corpus --out DIR --src-lang grc --tgt-lang en: DIR/{train,valid,test}.{SRC,TGT},
-    DIR/{split}.ids (verse ids), DIR/{split}.docs (their chapters), DIR/{valid,test}.align (the gold
-    word alignments, Pharaoh) and DIR/corpus.json (package version, pair counts)."""
-    from .bible_gold import BibleGold, package_files, write_gold  # it imports this module
-    if args.check:  # the data files are there: prints the package and its version
-        print(f"{PACKAGE} {data_files()[2]}")
-        return
-    splits, version = verse_pairs()
-    os.makedirs(args.out, exist_ok=True)
-    gold = None
-    for split, rows in splits.items():
-        write_lines_atomic(os.path.join(args.out, f"{split}.{args.src_lang}"), [g for _, g, _ in rows])
-        write_lines_atomic(os.path.join(args.out, f"{split}.{args.tgt_lang}"), [e for _, _, e in rows])
-        write_lines_atomic(os.path.join(args.out, f"{split}.ids"), [v for v, _, _ in rows])
-        write_lines_atomic(os.path.join(args.out, f"{split}.docs"), [chapter_of(v) for v, _, _ in rows])
-        if split != "train":  # the gold word alignments (bible_gold): each line's verse ids
-            gold = gold or BibleGold(*package_files())
-            write_gold(os.path.join(args.out, f"{split}.align"), [[v] for v, _, _ in rows],
-                       [g for _, g, _ in rows], [e for _, _, e in rows], gold)
-    info = {"package": PACKAGE, "version": version, "pairs": {s: len(r) for s, r in splits.items()},
-            "split": SPLIT_RULE}
-    write_lines_atomic(os.path.join(args.out, "corpus.json"), [json.dumps(info, indent=2)])
-    print(json.dumps(info["pairs"]))

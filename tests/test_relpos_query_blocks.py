@@ -105,3 +105,23 @@ def test_chooser_takes_query_blocks_for_long_cpu_relpos_kv_only():
     assert path_name(k_only, **long_) == "fused"
     two = make_attention(make_args("relpos,csan1d", relpos_k=2, csan_window=3, csan_layers="0"), backend="auto")
     assert path_name(two, **long_) != "query blocks"
+
+
+def test_rows_a_mask_empties_give_zero_output_and_gradients():
+    """Every key of the second sentence is padding: its rows are empty, and the path gives them zero
+    output and zero gradients (the core's convention), as a plain loop over no keys would."""
+    g = torch.Generator().manual_seed(3)
+    B, H, T, D, kmax = 2, 2, 6, 4, 3
+    q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(2))
+    wk, wv = (torch.randn(2 * kmax + 1, D, generator=g, dtype=torch.float64) for _ in range(2))
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    kpm[1, :] = True
+    out = blocked_relpos_attention(q, k, v, wk, wv, kmax, torch.arange(T), torch.arange(T), kpm, None,
+                                   D ** -0.5, block=4)
+    assert_close(out[1], torch.zeros(H, T, D, dtype=torch.float64))
+    ref = loop_reference(q.detach()[:1], k[:1], v[:1], wk, wv, kmax, 0, kpm[:1], None, D ** -0.5)
+    assert_close(out[0], ref[0], rtol=1e-10, atol=1e-10)
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+    assert_close(q.grad[1], torch.zeros(H, T, D, dtype=torch.float64))

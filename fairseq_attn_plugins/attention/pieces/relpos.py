@@ -266,7 +266,10 @@ class _QueryBlocks(torch.autograd.Function):
             rows = slice(t0, min(T, t0 + block))
             s, where = _QueryBlocks._probs(q[:, :, rows], kT, table_k, idx[rows], _rows(bias, rows),
                                            _rows(allowed, rows), scale)
-            lse[:, :, rows] = torch.logsumexp(s.to(lse.dtype), dim=-1)
+            block_lse = torch.logsumexp(s.to(lse.dtype), dim=-1)
+            # a row a mask empties (every key -inf) gets lse = +inf: zero probabilities, zero
+            # output and gradients (the core's convention), not exp(-inf - -inf) = NaN
+            lse[:, :, rows] = block_lse.masked_fill(torch.isneginf(block_lse), float("inf"))
             p = torch.exp(s - lse[:, :, rows, None]).to(q.dtype)
             mass = p.new_zeros(B, H, p.size(2), R).scatter_add_(-1, where, p)
             out[:, :, rows] = torch.matmul(p, v) + torch.matmul(mass, table_v)

@@ -40,11 +40,11 @@ def cmd_check_tools(args):
 def cmd_check_arch(args):
     import difflib
 
-    import fairseq_attn_plugins  # noqa: F401  registers the architectures
-    from fairseq.models import ARCH_MODEL_REGISTRY
-    unknown = [a for a in args.arch if a not in ARCH_MODEL_REGISTRY]
+    from .arch_names import registered_arch_names
+    names = registered_arch_names()
+    unknown = [a for a in args.arch if a not in names]
     if unknown:
-        near = difflib.get_close_matches(unknown[0], list(ARCH_MODEL_REGISTRY), n=4, cutoff=0.6)
+        near = difflib.get_close_matches(unknown[0], names, n=4, cutoff=0.6)
         die(f"unknown ARCH={unknown[0]!r}: " + (f"the nearest registered architectures are {', '.join(near)}"
                                                if near else "no registered architecture is near it")
             + " (each piece P registers transformer_P_wmt_en_de and transformer_P_vaswani_wmt_en_de_big; "

@@ -111,29 +111,58 @@ def train_settings(state) -> dict:
     return out
 
 
+def _file_state(path: str) -> dict:
+    st = os.stat(path)
+    return {"file": path, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _made_before(output: str, sources: list):
+    """The training settings recorded with ``output`` when it is the average of exactly these
+    files as they are now (path, size, mtime) and itself unchanged since; else None."""
+    try:
+        with open(output + ".made.json", encoding="utf-8") as f:
+            made = json.load(f)
+        if made["sources"] == sources and made["output"] == _file_state(output):
+            return made["settings"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def cmd_average(args):
     """Average the parameters of the last N checkpoints as fairseq's scripts/average_checkpoints.py
     (that script is not in the pip package); --record writes what was averaged and the training
-    settings read from the checkpoint."""
-    import torch
-
+    settings read from the checkpoint. An average made before from the same files, unchanged
+    (``OUTPUT.made.json``: each source's size and mtime, the output's), is reused without loading
+    anything: the length study evaluates each run once per k."""
     newest = newest_checkpoint(args.dir)  # before reading: a checkpoint written later makes this stale
     points = checkpoints_to_average(args.dir, args.n)
     paths = [p["file"] for p in points]
-    state = average_states(paths)
-    if state.get("cfg") is not None and not isinstance(state["cfg"], dict):
-        from omegaconf import OmegaConf  # saved as a plain container, as fairseq's trainer does
-        state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
-    tmp = args.output + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, args.output)
-    write_lines_atomic(args.output + ".sources", paths)
+    sources = [_file_state(p) for p in paths]
+    settings = _made_before(args.output, sources)
+    if settings is None:
+        import torch
+
+        state = average_states(paths)
+        if state.get("cfg") is not None and not isinstance(state["cfg"], dict):
+            from omegaconf import OmegaConf  # saved as a plain container, as fairseq's trainer does
+            state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
+        settings = train_settings(state)
+        tmp = args.output + ".tmp"
+        torch.save(state, tmp)
+        os.replace(tmp, args.output)
+        write_lines_atomic(args.output + ".sources", paths)
+        write_lines_atomic(args.output + ".made.json", [json.dumps(
+            {"sources": sources, "output": _file_state(args.output), "settings": settings}, indent=2)])
+        made = "averaged"
+    else:
+        made = "the average made before from the same files, reused"
     if args.record:
         record = {"n_avg": len(paths), "averaged_checkpoints": [os.path.basename(p) for p in paths],
                   "averaged": [{"file": os.path.basename(p["file"]), "num_updates": p["num_updates"],
                                 "epoch": p["epoch"]} for p in points],
                   "checkpoints_mtime_ns": newest["mtime_ns"] if newest else None}
-        record.update(train_settings(state))
+        record.update(settings)
         write_lines_atomic(args.record, [json.dumps(record, indent=2)])
-    print(f"averaged {len(paths)} checkpoints: " + " ".join(
+    print(f"{made}: {len(paths)} checkpoints: " + " ".join(
         f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))

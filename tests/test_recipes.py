@@ -100,6 +100,23 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
     torch.testing.assert_close(avg["w"].double(), expected, rtol=1e-6, atol=1e-7)
     assert avg["w"].dtype == torch.float32
 
+    # the same files again: the average is reused, not made again (the file untouched)
+    made = out.stat().st_mtime_ns
+    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out), "--record", str(tmp_path / "r.json"))
+    assert p.returncode == 0 and "made before from the same files, reused" in p.stdout, p.stdout + p.stderr
+    assert out.stat().st_mtime_ns == made and json.load(open(tmp_path / "r.json"))["num_updates"] == 2
+    # a source rewritten (another training in the folder): averaged again, from the new weights
+    states[2]["model"]["w"] = states[2]["model"]["w"] + 1
+    torch.save(states[2], tmp_path / "checkpoint3.pt")
+    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out))
+    assert p.returncode == 0 and "reused" not in p.stdout
+    torch.testing.assert_close(torch.load(out)["model"]["w"].double(), expected + 0.5, rtol=1e-6, atol=1e-6)
+    # the average itself changed since it was made: not trusted, made again
+    torch.save({"model": {}}, out)
+    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out))
+    assert p.returncode == 0 and "reused" not in p.stdout
+    torch.testing.assert_close(torch.load(out)["model"]["w"].double(), expected + 0.5, rtol=1e-6, atol=1e-6)
+
 
 def test_missing_corpus_file_fails_fast(tmp_path):
     env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de")

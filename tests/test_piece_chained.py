@@ -238,23 +238,6 @@ def test_combines_with_csan1d_window():
     torch.testing.assert_close(y[real], ref[real])
 
 
-@pytest.mark.parametrize("flags, flag", [
-    ({"chained_k": 0}, "--chained-k"),
-    ({"chained_k": 17}, "--chained-k"),
-    ({"chained_layers": "2"}, "--chained-layers"),
-    ({"chained_layers": "1", "chained_sides": "decoder"}, None),
-    ({"chained_init": "ones"}, "--chained-init"),
-    ({"chained_w_attn": "per-layer"}, "--chained-w-attn"),
-    ({"chained_sides": "cross"}, "--chained-sides"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    if flag is None:  # a valid combination: no error
-        make_args("chained", **flags)
-        return
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("chained", **flags)
-
-
 @pytest.mark.parametrize("form", ["shared", "dense"])
 def test_model_with_chained_encoder_and_decoder_decodes_incrementally_exactly(form):
     """Whole model, float64, chained on every encoder and decoder layer: step-by-step

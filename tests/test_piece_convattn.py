@@ -133,19 +133,6 @@ def test_conflicts_are_declared(pieces):
         make_args(pieces)
 
 
-@pytest.mark.parametrize("flags, flag", [
-    ({"convattn_kernel": 2}, "--convattn-kernel"),
-    ({"convattn_kernel": 17}, "--convattn-kernel"),
-    ({"convattn_layers": "3"}, "--convattn-layers"),
-    ({"convattn_activation": "tanh"}, "--convattn-activation"),
-    ({"convattn_init": "zeros"}, "--convattn-init"),
-    ({"convattn_max_len": 0}, "--convattn-max-len"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("convattn1d", **flags)
-
-
 def test_default_t_caps_source_positions_with_a_warning(caplog):
     """Without --convattn-max-len, t = min(--max-source-positions, 256) and longer
     sources are left to fairseq's own length filter (so the default arch trains)."""

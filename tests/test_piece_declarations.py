@@ -13,21 +13,18 @@ Incremental decoding refused by the core is looped over the registry in
 ``test_backend_chooser.py``; each piece's float64 reference stays in its own file.
 """
 
-import argparse
 import functools
 import logging
 import math
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
-from fairseq.models import ARCH_CONFIG_REGISTRY
 
-from attn_helpers import make_args, toy_dictionary
+from attn_helpers import make_args
 from fairseq_attn_plugins.attention import PIECES, AttentionSite, PieceConfigError, build_pieces
 from fairseq_attn_plugins.attention.settings import LAYERS, SIDES_ROLE, parse_layer_spec
-from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
+from locality_helpers import build
 
 NAMES = sorted(PIECES)
 NUM_LAYERS, HEADS = 2, 4  # the toy model of make_args; a bound named by an attribute reads HEADS
@@ -191,11 +188,7 @@ TABLE1 = [
 
 
 def base_size_params(arch, **flags):
-    args = argparse.Namespace(arch=arch, **flags)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    d = toy_dictionary()
-    torch.manual_seed(0)
-    model = AttnTransformerModel.build_model(args, SimpleNamespace(source_dictionary=d, target_dictionary=d))
+    model, _ = build(arch, dict(arch=arch, **flags))
     return sum(p.numel() for p in model.parameters())
 
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
-from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
     assert_padding_invariant,
     causal_mask,
@@ -155,22 +154,6 @@ def test_first_layer_encoder_only_by_default():
     assert len(make_attention(args, layer_idx=0).pieces) == 1
     assert not make_attention(args, layer_idx=1).pieces
     assert not make_attention(args, side="decoder", layer_idx=0).pieces
-
-
-@pytest.mark.parametrize("flags, flag", [
-    ({"dpi_mode": "q"}, "--dpi-mode"),
-    ({"dpi_max_len": 0}, "--dpi-max-len"),
-    ({"dpi_layers": "7"}, "--dpi-layers"),
-    ({"dpi_relative_form": "toeplitz"}, "--dpi-relative-form"),
-    ({"dpi_init": "ones"}, "--dpi-init"),
-    ({"dpi_sides": "all"}, "--dpi-sides"),
-    ({"dpi_max_len": 100, "max_source_positions": 1024}, "--dpi-max-len"),
-    ({"dpi_max_len": 100}, "--max-source-positions 1024"),  # unset: fairseq's default
-    ({"dpi_max_len": 100, "max_source_positions": 100, "dpi_sides": "both"}, "--max-target-positions"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("dpi", **flags)
 
 
 # ---- SAN+P+R architecture --------------------------------------------------------

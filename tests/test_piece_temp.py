@@ -4,7 +4,6 @@ import pytest
 import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
-from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
     assert_padding_invariant,
     causal_mask,
@@ -92,12 +91,3 @@ def test_layers_and_sides():
     assert not make_attention(args, layer_idx=0).pieces
     assert len(make_attention(args, layer_idx=1).pieces) == 1
     assert not make_attention(args, side="decoder", layer_idx=1).pieces
-
-
-@pytest.mark.parametrize("flags, flag", [
-    ({"temp_sides": "middle"}, "--temp-sides"),
-    ({"temp_layers": "5"}, "--temp-layers"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("temp", **flags)

@@ -7,6 +7,7 @@ import torch
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
+    assert_matches_reference,
     assert_padding_invariant,
     loop_apply64,
     loop_conv1d_attention,
@@ -49,11 +50,7 @@ def reference(attn, x, kpm):
 ])
 def test_matches_loop_reference(name, kernel, act):
     attn = conv_attention(name, convattn_kernel=kernel, convattn_activation=act).double()
-    for left in (True, False):
-        x, kpm = padded_batch([5, 3], left_pad=left, dtype=torch.float64)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        real = ~kpm.t()
-        torch.testing.assert_close(y[real], reference(attn, x, kpm)[real], **TOL)
+    assert_matches_reference(attn, reference, [5, 3], **TOL)
 
 
 @pytest.mark.parametrize("name", ["convattn1d", "convattn2d"])

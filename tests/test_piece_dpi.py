@@ -8,9 +8,9 @@ import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from piece_refs import (
+    assert_incremental_equals_full,
+    assert_matches_reference,
     assert_padding_invariant,
-    causal_mask,
-    incremental_outputs,
     loop_apply64,
     loop_probs64,
     sentence_positions,
@@ -64,11 +64,7 @@ def reference(attn, x, kpm):
 ])
 def test_matches_loop_reference(mode, form, backend):
     attn = dpi_attention(backend, dpi_mode=mode, dpi_relative_form=form).double()
-    for left in (True, False):
-        x, kpm = padded_batch([5, 3], left_pad=left, dtype=torch.float64)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        real = ~kpm.t()
-        torch.testing.assert_close(y[real], reference(attn, x, kpm)[real])
+    assert_matches_reference(attn, reference, [5, 3])
 
 
 def test_circulant_form_is_symmetric_and_uses_all_2t_values():
@@ -131,9 +127,7 @@ def test_gradients_reach_every_table_entry():
 
 def test_incremental_decoding_equals_full_forward():
     attn = dpi_attention(side="decoder").eval()
-    x, _ = padded_batch([5])
-    full, _ = attn(x, x, x, attn_mask=causal_mask(5), need_weights=False)
-    torch.testing.assert_close(incremental_outputs(attn, x), full, rtol=1e-5, atol=1e-5)
+    assert_incremental_equals_full(attn)
 
 
 def test_longer_input_fails_naming_the_flag():

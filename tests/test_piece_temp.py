@@ -5,9 +5,8 @@ import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from piece_refs import (
+    assert_incremental_equals_full,
     assert_padding_invariant,
-    causal_mask,
-    incremental_outputs,
     loop_apply64,
     loop_probs64,
 )
@@ -81,9 +80,7 @@ def test_gradients_reach_every_scalar():
 
 def test_incremental_decoding_equals_full_forward():
     attn = temp_attention(side="decoder").eval()
-    x, _ = padded_batch([5])
-    full, _ = attn(x, x, x, attn_mask=causal_mask(5), need_weights=False)
-    torch.testing.assert_close(incremental_outputs(attn, x), full, rtol=1e-5, atol=1e-5)
+    assert_incremental_equals_full(attn)
 
 
 def test_layers_and_sides():

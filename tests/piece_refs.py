@@ -97,6 +97,19 @@ def assert_matches_reference(attn, reference, lengths, **tol):
         torch.testing.assert_close(y[real], reference(attn, x, kpm)[real], **tol)
 
 
+def assert_gradients_reach(attn, lengths, *names):
+    """After the backward of the summed squared output, every entry of the piece's
+    parameters ``names`` has a non-zero gradient."""
+    from attn_helpers import padded_batch
+
+    x, kpm = padded_batch(lengths)
+    y, _ = attn(x, x, x, key_padding_mask=kpm)
+    y.pow(2).sum().backward()
+    for name in names:
+        g = getattr(attn.pieces[0], name).grad
+        assert g is not None and bool((g != 0).all()), name
+
+
 def real_rows(y, kpm):
     """The outputs of real tokens only, in sentence order: list over the batch of (n_b, C)."""
     return [y[~kpm[b], b] for b in range(y.size(1))]

@@ -8,6 +8,7 @@ import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from piece_refs import (
+    assert_gradients_reach,
     assert_incremental_equals_full,
     assert_matches_reference,
     assert_padding_invariant,
@@ -117,12 +118,7 @@ def test_fused_equals_explicit():
 
 def test_gradients_reach_every_table_entry():
     attn = dpi_attention()
-    x, kpm = padded_batch([T_MAX, 3])  # one full-length sentence reaches every entry
-    y, _ = attn(x, x, x, key_padding_mask=kpm)
-    y.pow(2).sum().backward()
-    piece = attn.pieces[0]
-    assert bool((piece.absolute.grad != 0).all())
-    assert bool((piece.relative.grad != 0).all())
+    assert_gradients_reach(attn, [T_MAX, 3], "absolute", "relative")  # a full-length sentence reaches every entry
 
 
 def test_incremental_decoding_equals_full_forward():

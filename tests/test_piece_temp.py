@@ -5,6 +5,7 @@ import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from piece_refs import (
+    assert_gradients_reach,
     assert_incremental_equals_full,
     assert_padding_invariant,
     loop_apply64,
@@ -69,13 +70,7 @@ def test_fused_equals_explicit():
 
 
 def test_gradients_reach_every_scalar():
-    attn = temp_attention()
-    x, kpm = padded_batch([4, 3])
-    y, _ = attn(x, x, x, key_padding_mask=kpm)
-    y.pow(2).sum().backward()
-    for name in ("tau_q", "tau_k", "tau_v"):
-        g = getattr(attn.pieces[0], name).grad
-        assert g is not None and bool((g != 0).all()), name
+    assert_gradients_reach(temp_attention(), [4, 3], "tau_q", "tau_k", "tau_v")
 
 
 def test_incremental_decoding_equals_full_forward():

@@ -9,8 +9,9 @@ piece's ``settings`` and the CSAN paper's Table 1 (``TABLE1`` below).
 * parameter deltas at Transformer-base size of every row of ``TABLE1``.
 
 Looped over the registry elsewhere: incremental decoding refused by the core
-(``test_backend_chooser.py``), train, generate and resume of every piece's architecture
-(``test_e2e_cli.py``). Each piece's float64 reference stays in its own file.
+(``test_backend_chooser.py``); train and generate of every architecture and the resume of
+every piece with weights (``test_e2e_cli.py``). Each piece's float64 reference stays in its
+own file.
 """
 
 import functools

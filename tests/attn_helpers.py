@@ -129,3 +129,15 @@ def token_batch(lengths, dictionary, left_pad=True, seed=3):
         pad = torch.full((T - n,), dictionary.pad())
         rows.append(torch.cat([pad, toks]) if left_pad else torch.cat([toks, pad]))
     return torch.stack(rows), torch.tensor(lengths)
+
+
+def assert_decoder_steps_equal_full(model, src, lengths, prev, **tol):
+    """The decoder run a step at a time with its cache equals its teacher-forced full pass."""
+    with torch.no_grad():
+        enc = model.encoder(src, src_lengths=lengths)
+        full, _ = model.decoder(prev, encoder_out=enc)
+        state, steps = {}, []
+        for t in range(prev.size(1)):
+            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            steps.append(step)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **tol)

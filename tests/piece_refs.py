@@ -75,6 +75,41 @@ def incremental_outputs(attn, x):
     return torch.cat(steps, dim=0)
 
 
+def assert_incremental_equals_full(attn, length=5):
+    """One sentence decoded a step at a time with a cache equals the full pass under
+    fairseq's future mask."""
+    from attn_helpers import padded_batch
+
+    x, _ = padded_batch([length])
+    full, _ = attn(x, x, x, attn_mask=causal_mask(length), need_weights=False)
+    torch.testing.assert_close(incremental_outputs(attn, x), full, rtol=1e-5, atol=1e-5)
+
+
+def assert_matches_reference(attn, reference, lengths, **tol):
+    """For left and right padding (float64), the layer's output on real tokens equals
+    ``reference(attn, x, kpm)`` (T, B, C)."""
+    from attn_helpers import padded_batch
+
+    for left in (True, False):
+        x, kpm = padded_batch(lengths, left_pad=left, dtype=torch.float64)
+        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+        real = ~kpm.t()
+        torch.testing.assert_close(y[real], reference(attn, x, kpm)[real], **tol)
+
+
+def assert_gradients_reach(attn, lengths, *names):
+    """After the backward of the summed squared output, every entry of the piece's
+    parameters ``names`` has a non-zero gradient."""
+    from attn_helpers import padded_batch
+
+    x, kpm = padded_batch(lengths)
+    y, _ = attn(x, x, x, key_padding_mask=kpm)
+    y.pow(2).sum().backward()
+    for name in names:
+        g = getattr(attn.pieces[0], name).grad
+        assert g is not None and bool((g != 0).all()), name
+
+
 def real_rows(y, kpm):
     """The outputs of real tokens only, in sentence order: list over the batch of (n_b, C)."""
     return [y[~kpm[b], b] for b in range(y.size(1))]

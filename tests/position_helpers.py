@@ -47,7 +47,7 @@ def check_architectures_replace_token_positions_on_every_layer(name):
 def check_model_padding_side_and_incremental_decoding(name):
     """Encoder output is the same for left- and right-padded sources (no token positions
     left to shift); the decoder's cached steps equal the full forward."""
-    from attn_helpers import token_batch
+    from attn_helpers import assert_decoder_steps_equal_full, token_batch
 
     model, task, _ = build_model(f"transformer_{name}_wmt_en_de")
     model.eval()
@@ -63,10 +63,4 @@ def check_model_padding_side_and_incremental_decoding(name):
 
     src, lengths = token_batch([6, 3], d)
     prev, _ = token_batch([5, 5], d, left_pad=False, seed=4)
-    enc = model.encoder(src, src_lengths=lengths)
-    full, _ = model.decoder(prev, encoder_out=enc)
-    state, steps = {}, []
-    for t in range(prev.size(1)):
-        y, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
-        steps.append(y)
-    assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    assert_decoder_steps_equal_full(model, src, lengths, prev, rtol=1e-5, atol=1e-5)

@@ -1,16 +1,20 @@
 """End to end through ``--user-dir``: preprocess, train every registered
 architecture (shrunk by flags) for a few updates, generate from the checkpoint,
-and resume from checkpoint_last.pt."""
+and resume from checkpoint_last.pt (the architecture of every registered piece that has
+weights, restoring them; the console tools with csan2d)."""
 
 import os
 import re
 
 import pytest
+import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, run_cli, train_in_process
+from fairseq_attn_plugins.attention import PIECES
 
 PLUGIN_ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "AttnTransformerModel")
+PIECE_ARCHS = {f"transformer_{name}_wmt_en_de" for name in PIECES}  # one per registered piece
 
 pytestmark = pytest.mark.e2e
 
@@ -34,14 +38,35 @@ def test_every_variant_has_base_and_big_architectures():
 @pytest.mark.parametrize("arch", PLUGIN_ARCHS)
 def test_train_and_generate_every_architecture(arch, data_dir, tmp_path):
     save = str(tmp_path / "ck")
-    train_in_process([data_dir, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY, *TRAIN,
-                      "--max-update", "2", "--save-dir", save])
+    base = [data_dir, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY, *TRAIN, "--save-dir", save]
+    train_in_process(base + ["--max-update", "2"])
     assert os.path.exists(os.path.join(save, "checkpoint_last.pt"))
     out = generate_in_process([data_dir, "--user-dir", PLUGIN_DIR, "--path",
                                os.path.join(save, "checkpoint_last.pt"), "--beam", "4", "--cpu",
                                "--max-tokens", "2000", "--max-len-b", "10"])
     assert count_hypotheses(out) == 12  # every test sentence translated
     assert "BLEU" in out
+    if arch in PIECE_ARCHS:
+        check_resume_restores_the_pieces(arch, base, save)
+
+
+def check_resume_restores_the_pieces(arch, base, save):
+    """checkpoint_last.pt @ 2 updates holds every weight of the pieces that the architecture
+    builds; where there are some, fairseq-train resumes from it and goes on to update 3
+    (the resume of a piece without weights is the csan2d run below)."""
+    from attn_helpers import build_model
+
+    built, _, _ = build_model(arch, extra=TINY)
+    pieces = {k for k in built.state_dict() if ".pieces." in k}
+    first = torch.load(f"{save}/checkpoint_last.pt", weights_only=False)["model"]
+    assert {k for k in first if ".pieces." in k} == pieces
+    if not pieces:
+        return
+    train_in_process(base + ["--max-update", "3"])
+    last = torch.load(f"{save}/checkpoint_last.pt", weights_only=False)
+    # a run started afresh would record [3]: the history of the loaded checkpoint goes on
+    assert [h["num_updates"] for h in last["optimizer_history"]] == [2, 3]
+    assert {k for k in last["model"] if ".pieces." in k} == pieces
 
 
 def test_cli_train_generate_resume_with_user_dir_folder(data_dir, tmp_path):

@@ -49,11 +49,6 @@ def test_chained_shared_w_attn(baseline):
     report("chained --chained-sides both", both, "(the paper has no decoder)")
 
 
-def test_bidirect_adds_nothing(baseline):
-    delta = count_base("transformer_bidirect_wmt_en_de") - baseline
-    assert delta == 0
-    report("bidirect (Bi_Direct)", delta, "+0.0M (CSAN Table 1)")
-
 
 def test_dpi_san_pr(baseline):
     t = 1024  # --dpi-max-len default = fairseq's --max-source-positions
@@ -64,14 +59,3 @@ def test_dpi_san_pr(baseline):
     report("dpi_sanpr (t=1024, layer 0 of encoder and decoder)", delta,
            "H(t^2 + 2t) per layer (Dufter et al. 2020, Table 1c); fairseq's sinusoidal "
            "embeddings it replaces have no parameters")
-
-
-def test_relpos_tables_in_every_self_attention(baseline):
-    k = 16
-    formula = 2 * LAYERS * 2 * (2 * k + 1) * D  # encoder + decoder self-attention, a^K and a^V
-    delta = count_base("transformer_relpos_wmt_en_de") - baseline
-    assert delta == formula == 50_688
-    assert round(delta / 1e6, 1) == 0.1
-    report("relpos (k=16, kv, every self-attention)", delta,
-           "+0.1M (CSAN Table 1); the authors' code: 74,496 with tables in the 6 "
-           "encoder-decoder attentions too")

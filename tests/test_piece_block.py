@@ -1,6 +1,6 @@
-"""The piece block (Shen et al. 2018b, block self-attention): float64 loop references (left and right padding,
-fused and explicit), the layers it covers, its flag errors, its parameter delta at base
-size and a train/resume run through --user-dir (e2e)."""
+"""The piece block (block self-attention, Shen et al. 2018b): intra-block attention, the
+block summaries, the inter-block attention and the gate written out in float64 per
+sentence, block and head, against the layer (fused and explicit, left and right padding)."""
 
 import math
 
@@ -8,18 +8,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args, output64, padded_batch, projections64
-from fairseq_attn_plugins.attention import PieceConfigError
-from locality_helpers import (
-    LENGTHS,
-    attention,
-    check_incremental_decoding_is_refused,
-    check_lower_layers_of_the_encoder_only,
-    check_parameter_deltas,
-    check_train_resume,
-    make_data_dir,
-)
-from piece_refs import loop_apply64, loop_probs64
+from attn_helpers import output64, padded_batch, projections64
+from locality_helpers import LENGTHS, attention
+from piece_refs import assert_matches_reference, loop_apply64, loop_probs64
+
 
 def block_reference(attn, x, kpm, bs):
     """Block self-attention written out per sentence, block and head (float64)."""
@@ -77,11 +69,7 @@ def test_block_matches_loop_reference(bs, backend):
         for name, p in attn.pieces[0].named_parameters():
             if name.endswith("bias"):
                 p.normal_(0, 0.3)
-    for left in (True, False):
-        x, kpm = padded_batch(LENGTHS, left_pad=left, dtype=torch.float64)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        real = ~kpm.t()
-        assert_close(y[real], block_reference(attn, x, kpm, bs)[real])
+    assert_matches_reference(attn, lambda attn, x, kpm: block_reference(attn, x, kpm, bs), LENGTHS)
 
 
 def test_block_size_one_block_covering_the_sentence_is_plain_attention_plus_context():
@@ -97,35 +85,3 @@ def test_block_size_one_block_covering_the_sentence_is_plain_attention_plus_cont
     y0, _ = base(x, x, x, key_padding_mask=kpm)
     real = ~kpm.t()
     assert_close(y[real], y0[real])
-
-def test_lower_layers_of_the_encoder_only():
-    check_lower_layers_of_the_encoder_only("block")
-
-
-def test_incremental_decoding_is_refused():
-    check_incremental_decoding_is_refused("block", dict(block_layers="0"))
-
-
-@pytest.mark.parametrize("flags, flag", [
-    (dict(block_size=0), "--block-size"),
-    (dict(block_layers="0-9"), "--block-layers"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("block", **flags)
-
-
-def test_parameter_delta_at_base_size_matches_the_formula():
-    check_parameter_deltas("block")
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    return make_data_dir()
-
-
-@pytest.mark.e2e
-def test_train_resume_through_user_dir(data_dir, tmp_path, caplog):
-    """The architecture resumes from checkpoint_last.pt (the piece's weights restored) after
-    fairseq-train stopped; generation is covered by test_e2e_cli."""
-    check_train_resume("block", data_dir, tmp_path, caplog)

@@ -238,28 +238,11 @@ def test_combines_with_csan1d_window():
     torch.testing.assert_close(y[real], ref[real])
 
 
-@pytest.mark.parametrize("flags, flag", [
-    ({"chained_k": 0}, "--chained-k"),
-    ({"chained_k": 17}, "--chained-k"),
-    ({"chained_layers": "2"}, "--chained-layers"),
-    ({"chained_layers": "1", "chained_sides": "decoder"}, None),
-    ({"chained_init": "ones"}, "--chained-init"),
-    ({"chained_w_attn": "per-layer"}, "--chained-w-attn"),
-    ({"chained_sides": "cross"}, "--chained-sides"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    if flag is None:  # a valid combination: no error
-        make_args("chained", **flags)
-        return
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("chained", **flags)
-
-
 @pytest.mark.parametrize("form", ["shared", "dense"])
 def test_model_with_chained_encoder_and_decoder_decodes_incrementally_exactly(form):
     """Whole model, float64, chained on every encoder and decoder layer: step-by-step
     decoding (left-padded source batch) equals the teacher-forced full decoder pass."""
-    from attn_helpers import build_model, token_batch
+    from attn_helpers import assert_decoder_steps_equal_full, build_model, token_batch
 
     model, task, args = build_model("transformer_chained_wmt_en_de",
                                     extra=["--chained-sides", "both", "--chained-k", "3",
@@ -271,14 +254,7 @@ def test_model_with_chained_encoder_and_decoder_decodes_incrementally_exactly(fo
     src, lengths = token_batch([6, 3, 5], d)
     prev, _ = token_batch([5, 5, 5], d, left_pad=False, seed=7)
     prev = torch.cat([torch.full((3, 1), d.eos()), prev[:, :-1]], dim=1)
-    with torch.no_grad():
-        enc = model.encoder(src, src_lengths=lengths)
-        full, _ = model.decoder(prev, encoder_out=enc)
-        state, steps = {}, []
-        for t in range(prev.size(1)):
-            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
-            steps.append(step)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
+    assert_decoder_steps_equal_full(model, src, lengths, prev, rtol=1e-10, atol=1e-10)
 
 
 def test_dense_checkpoint_into_shared_model_names_the_flag():

@@ -1,6 +1,6 @@
-"""The piece cnns (Yu et al. 2018, convolution sublayers): float64 loop references (left and right padding,
-fused and explicit), the layers it covers, its flag errors, its parameter delta at base
-size and a train/resume run through --user-dir (e2e)."""
+"""The piece cnns (convolution sublayers before the encoder layer, Yu et al. 2018): the
+sublayers written as float64 loops over one sentence alone, the attention they leave
+unchanged, their place in the model and the decoder's refusal of them."""
 
 import math
 
@@ -10,15 +10,7 @@ from torch.testing import assert_close
 
 from attn_helpers import make_args, padded_batch
 from fairseq_attn_plugins.attention import PieceConfigError
-from locality_helpers import (
-    LENGTHS,
-    attention,
-    check_lower_layers_of_the_encoder_only,
-    check_parameter_deltas,
-    check_train_resume,
-    make_data_dir,
-    tiny_model,
-)
+from locality_helpers import LENGTHS, attention, tiny_model
 
 
 def layer_norm64(vec, norm):
@@ -101,9 +93,6 @@ def test_cnns_runs_before_the_encoder_layer_in_the_model():
             conv.pointwise.bias.zero_()
     assert_close(model.encoder(src, src_lengths=lengths)["encoder_out"][0], enc0)
 
-def test_lower_layers_of_the_encoder_only():
-    check_lower_layers_of_the_encoder_only("cnns")
-
 
 def test_decoder_layer_refuses_layer_input_pieces():
     from fairseq.models.transformer import TransformerConfig
@@ -126,29 +115,3 @@ def test_decoder_layer_refuses_layer_input_pieces():
     finally:
         ConvSublayers.build = saved
     assert args.cnns_layers == original
-
-
-@pytest.mark.parametrize("flags, flag", [
-    (dict(cnns_kernel=4), "--cnns-kernel"),
-    (dict(cnns_convs=0), "--cnns-convs"),
-    (dict(cnns_conv="dilated"), "--cnns-conv"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("cnns", **flags)
-
-
-def test_parameter_delta_at_base_size_matches_the_formula():
-    check_parameter_deltas("cnns")
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    return make_data_dir()
-
-
-@pytest.mark.e2e
-def test_train_resume_through_user_dir(data_dir, tmp_path, caplog):
-    """The architecture resumes from checkpoint_last.pt (the piece's weights restored) after
-    fairseq-train stopped; generation is covered by test_e2e_cli."""
-    check_train_resume("cnns", data_dir, tmp_path, caplog)

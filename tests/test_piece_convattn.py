@@ -7,6 +7,8 @@ import torch
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
 from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
+    assert_gradients_reach,
+    assert_matches_reference,
     assert_padding_invariant,
     loop_apply64,
     loop_conv1d_attention,
@@ -49,11 +51,7 @@ def reference(attn, x, kpm):
 ])
 def test_matches_loop_reference(name, kernel, act):
     attn = conv_attention(name, convattn_kernel=kernel, convattn_activation=act).double()
-    for left in (True, False):
-        x, kpm = padded_batch([5, 3], left_pad=left, dtype=torch.float64)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        real = ~kpm.t()
-        torch.testing.assert_close(y[real], reference(attn, x, kpm)[real], **TOL)
+    assert_matches_reference(attn, reference, [5, 3], **TOL)
 
 
 @pytest.mark.parametrize("name", ["convattn1d", "convattn2d"])
@@ -97,12 +95,7 @@ def test_explicit_path_only(name):
 @pytest.mark.parametrize("name", ["convattn1d", "convattn2d"])
 def test_gradients_reach_every_filter_weight(name):
     attn = conv_attention(name, convattn_activation="linear")
-    x, kpm = padded_batch([T_MAX, 3])  # a full-length sentence uses every channel
-    y, _ = attn(x, x, x, key_padding_mask=kpm)
-    y.pow(2).sum().backward()
-    piece = attn.pieces[0]
-    assert bool((piece.weight.grad != 0).all())
-    assert bool((piece.bias.grad != 0).all())
+    assert_gradients_reach(attn, [T_MAX, 3], "weight", "bias")  # a full-length sentence uses every channel
 
 
 @pytest.mark.parametrize("name", ["convattn1d", "convattn2d"])
@@ -131,19 +124,6 @@ def test_1d_longer_input_fails_naming_the_flag():
 def test_conflicts_are_declared(pieces):
     with pytest.raises(PieceConfigError, match="conflict"):
         make_args(pieces)
-
-
-@pytest.mark.parametrize("flags, flag", [
-    ({"convattn_kernel": 2}, "--convattn-kernel"),
-    ({"convattn_kernel": 17}, "--convattn-kernel"),
-    ({"convattn_layers": "3"}, "--convattn-layers"),
-    ({"convattn_activation": "tanh"}, "--convattn-activation"),
-    ({"convattn_init": "zeros"}, "--convattn-init"),
-    ({"convattn_max_len": 0}, "--convattn-max-len"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("convattn1d", **flags)
 
 
 def test_default_t_caps_source_positions_with_a_warning(caplog):

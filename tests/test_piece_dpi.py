@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
-from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
+    assert_gradients_reach,
+    assert_incremental_equals_full,
+    assert_matches_reference,
     assert_padding_invariant,
-    causal_mask,
-    incremental_outputs,
     loop_apply64,
     loop_probs64,
     sentence_positions,
@@ -65,11 +65,7 @@ def reference(attn, x, kpm):
 ])
 def test_matches_loop_reference(mode, form, backend):
     attn = dpi_attention(backend, dpi_mode=mode, dpi_relative_form=form).double()
-    for left in (True, False):
-        x, kpm = padded_batch([5, 3], left_pad=left, dtype=torch.float64)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        real = ~kpm.t()
-        torch.testing.assert_close(y[real], reference(attn, x, kpm)[real])
+    assert_matches_reference(attn, reference, [5, 3])
 
 
 def test_circulant_form_is_symmetric_and_uses_all_2t_values():
@@ -122,19 +118,12 @@ def test_fused_equals_explicit():
 
 def test_gradients_reach_every_table_entry():
     attn = dpi_attention()
-    x, kpm = padded_batch([T_MAX, 3])  # one full-length sentence reaches every entry
-    y, _ = attn(x, x, x, key_padding_mask=kpm)
-    y.pow(2).sum().backward()
-    piece = attn.pieces[0]
-    assert bool((piece.absolute.grad != 0).all())
-    assert bool((piece.relative.grad != 0).all())
+    assert_gradients_reach(attn, [T_MAX, 3], "absolute", "relative")  # a full-length sentence reaches every entry
 
 
 def test_incremental_decoding_equals_full_forward():
     attn = dpi_attention(side="decoder").eval()
-    x, _ = padded_batch([5])
-    full, _ = attn(x, x, x, attn_mask=causal_mask(5), need_weights=False)
-    torch.testing.assert_close(incremental_outputs(attn, x), full, rtol=1e-5, atol=1e-5)
+    assert_incremental_equals_full(attn)
 
 
 def test_longer_input_fails_naming_the_flag():
@@ -155,22 +144,6 @@ def test_first_layer_encoder_only_by_default():
     assert len(make_attention(args, layer_idx=0).pieces) == 1
     assert not make_attention(args, layer_idx=1).pieces
     assert not make_attention(args, side="decoder", layer_idx=0).pieces
-
-
-@pytest.mark.parametrize("flags, flag", [
-    ({"dpi_mode": "q"}, "--dpi-mode"),
-    ({"dpi_max_len": 0}, "--dpi-max-len"),
-    ({"dpi_layers": "7"}, "--dpi-layers"),
-    ({"dpi_relative_form": "toeplitz"}, "--dpi-relative-form"),
-    ({"dpi_init": "ones"}, "--dpi-init"),
-    ({"dpi_sides": "all"}, "--dpi-sides"),
-    ({"dpi_max_len": 100, "max_source_positions": 1024}, "--dpi-max-len"),
-    ({"dpi_max_len": 100}, "--max-source-positions 1024"),  # unset: fairseq's default
-    ({"dpi_max_len": 100, "max_source_positions": 100, "dpi_sides": "both"}, "--max-target-positions"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("dpi", **flags)
 
 
 # ---- SAN+P+R architecture --------------------------------------------------------

@@ -1,25 +1,14 @@
-"""The piece localsoft (Local_Soft, Yang et al. 2018): float64 loop references (left and right padding,
-fused and explicit), the layers it covers, its flag errors, its parameter delta at base
-size and a train/resume run through --user-dir (e2e)."""
-
+"""The piece localsoft (Local_Soft, Yang et al. 2018): the Gaussian bias whose centre and
+width a predictor gives per head, against a float64 loop reference (fused and explicit,
+left and right padding), and the floor that keeps the bias finite in fp16."""
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args
-from fairseq_attn_plugins.attention import PieceConfigError
-from locality_helpers import (
-    attention,
-    check_bias_piece,
-    check_incremental_decoding_is_refused,
-    check_lower_layers_of_the_encoder_only,
-    check_parameter_deltas,
-    check_train_resume,
-    make_data_dir,
-    predictor64,
-)
+from locality_helpers import attention, check_bias_piece, predictor64
 from piece_refs import sentence_positions
+
 
 @pytest.mark.parametrize("backend", ["explicit", "fused"])
 def test_localsoft_matches_loop_reference(backend):
@@ -39,36 +28,6 @@ def test_localsoft_matches_loop_reference(backend):
 
     check_bias_piece(attn, bias_of)
 
-def test_lower_layers_of_the_encoder_only():
-    check_lower_layers_of_the_encoder_only("localsoft")
-
-
-def test_incremental_decoding_is_refused():
-    check_incremental_decoding_is_refused("localsoft", dict(localsoft_layers="0"))
-
-
-@pytest.mark.parametrize("flags, flag", [
-    (dict(localsoft_layers="6"), "--localsoft-layers"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("localsoft", **flags)
-
-
-def test_parameter_delta_at_base_size_matches_the_formula():
-    check_parameter_deltas("localsoft")
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    return make_data_dir()
-
-
-@pytest.mark.e2e
-def test_train_resume_through_user_dir(data_dir, tmp_path, caplog):
-    """The architecture resumes from checkpoint_last.pt (the piece's weights restored) after
-    fairseq-train stopped; generation is covered by test_e2e_cli."""
-    check_train_resume("localsoft", data_dir, tmp_path, caplog)
 
 
 def test_gaussian_bias_is_floored_and_stays_finite_in_fp16():

@@ -1,25 +1,14 @@
-"""The piece neighbor (Sperber et al. 2018): float64 loop references (left and right padding,
-fused and explicit), the layers it covers, its flag errors, its parameter delta at base
-size and a train/resume run through --user-dir (e2e)."""
-
+"""The piece neighbor (Sperber et al. 2018): the learned per-head standard deviation and
+the predicted width of the neighbourhood Gaussian, each against a float64 loop reference
+(fused and explicit, left and right padding), and the initial deviation."""
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args
-from fairseq_attn_plugins.attention import PieceConfigError
-from locality_helpers import (
-    attention,
-    check_bias_piece,
-    check_incremental_decoding_is_refused,
-    check_lower_layers_of_the_encoder_only,
-    check_parameter_deltas,
-    check_train_resume,
-    make_data_dir,
-    predictor64,
-)
+from locality_helpers import attention, check_bias_piece, predictor64
 from piece_refs import sentence_positions
+
 
 @pytest.mark.parametrize("std_param", ["square", "plain"])
 @pytest.mark.parametrize("backend", ["explicit", "fused"])
@@ -64,38 +53,3 @@ def test_neighbor_predicted_matches_loop_reference(backend):
         return bias
 
     check_bias_piece(attn, bias_of)
-
-def test_lower_layers_of_the_encoder_only():
-    check_lower_layers_of_the_encoder_only("neighbor")
-
-
-def test_incremental_decoding_is_refused():
-    check_incremental_decoding_is_refused("neighbor", dict(neighbor_layers="0"))
-
-
-@pytest.mark.parametrize("flags, flag", [
-    (dict(neighbor_mode="hard"), "--neighbor-mode"),
-    (dict(neighbor_init_std=-1.0), "--neighbor-init-std"),
-    (dict(neighbor_init_std=float("inf")), "--neighbor-init-std"),
-    (dict(neighbor_std_param="log"), "--neighbor-std-param"),
-    (dict(neighbor_heads=9), "--neighbor-heads"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("neighbor", **flags)
-
-
-def test_parameter_delta_at_base_size_matches_the_formula():
-    check_parameter_deltas("neighbor")
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    return make_data_dir()
-
-
-@pytest.mark.e2e
-def test_train_resume_through_user_dir(data_dir, tmp_path, caplog):
-    """The architecture resumes from checkpoint_last.pt (the piece's weights restored) after
-    fairseq-train stopped; generation is covered by test_e2e_cli."""
-    check_train_resume("neighbor", data_dir, tmp_path, caplog)

@@ -4,11 +4,10 @@ import pytest
 import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
-from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import (
+    assert_gradients_reach,
+    assert_incremental_equals_full,
     assert_padding_invariant,
-    causal_mask,
-    incremental_outputs,
     loop_apply64,
     loop_probs64,
 )
@@ -71,20 +70,12 @@ def test_fused_equals_explicit():
 
 
 def test_gradients_reach_every_scalar():
-    attn = temp_attention()
-    x, kpm = padded_batch([4, 3])
-    y, _ = attn(x, x, x, key_padding_mask=kpm)
-    y.pow(2).sum().backward()
-    for name in ("tau_q", "tau_k", "tau_v"):
-        g = getattr(attn.pieces[0], name).grad
-        assert g is not None and bool((g != 0).all()), name
+    assert_gradients_reach(temp_attention(), [4, 3], "tau_q", "tau_k", "tau_v")
 
 
 def test_incremental_decoding_equals_full_forward():
     attn = temp_attention(side="decoder").eval()
-    x, _ = padded_batch([5])
-    full, _ = attn(x, x, x, attn_mask=causal_mask(5), need_weights=False)
-    torch.testing.assert_close(incremental_outputs(attn, x), full, rtol=1e-5, atol=1e-5)
+    assert_incremental_equals_full(attn)
 
 
 def test_layers_and_sides():
@@ -92,12 +83,3 @@ def test_layers_and_sides():
     assert not make_attention(args, layer_idx=0).pieces
     assert len(make_attention(args, layer_idx=1).pieces) == 1
     assert not make_attention(args, side="decoder", layer_idx=1).pieces
-
-
-@pytest.mark.parametrize("flags, flag", [
-    ({"temp_sides": "middle"}, "--temp-sides"),
-    ({"temp_layers": "5"}, "--temp-layers"),
-])
-def test_bad_flags_name_the_flag(flags, flag):
-    with pytest.raises(PieceConfigError, match=flag):
-        make_args("temp", **flags)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, toy_dictionary
+from attn_helpers import assert_decoder_steps_equal_full, make_args, make_attention, output64, padded_batch, projections64, toy_dictionary
 from fairseq_attn_plugins.attention import PIECES
 from fairseq_attn_plugins.attention.pieces.dpi import SAN_P
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
@@ -113,14 +113,7 @@ def test_architectures_build_train_and_decode(name):
         assert p.grad is not None and float(p.grad.abs().sum()) > 0, pname
     # incremental decoding equals the full decoder forward (decoder-side pieces included)
     model.eval()
-    with torch.no_grad():
-        enc = model.encoder(src, src_lengths=lengths)
-        full, _ = model.decoder(prev, encoder_out=enc)
-        state, steps = {}, []
-        for t in range(prev.size(1)):
-            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
-            steps.append(step)
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-4)
+    assert_decoder_steps_equal_full(model, src, lengths, prev, rtol=1e-4, atol=1e-4)
     if name in ("temp", "dpi"):
         assert model.decoder.layers[0].self_attn.pieces, "test_flags put it on the decoder too"
 

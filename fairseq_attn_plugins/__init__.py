@@ -11,14 +11,16 @@ that imports it), prints the plugin's refusals and mistyped flags as one line (e
 :mod:`.integration`).
 """
 
-from .integration import checkpoint_safety, fairseq_fixes, refusals
+from . import checkpoint_safety
+from .integration import fairseq_fixes, refusals
 
 checkpoint_safety.install()
 fairseq_fixes.install()
 refusals.install()
 
 from . import attention, models  # noqa: E402,F401
-from .integration import finetune, model_overrides  # noqa: E402
+from .integration import model_overrides  # noqa: E402
+from .models import finetune  # noqa: E402
 
 model_overrides.install()
 finetune.install()

@@ -27,7 +27,7 @@ def average_states(paths):
     """fairseq's average_checkpoints.py: the other entries from the first (newest) checkpoint;
     fp16 parameters summed in fp32 (other dtypes in their own), in the given order, then divided
     (integers: floor division). Every file goes through fairseq's loader as wrapped by
-    fairseq_attn_plugins.integration.checkpoint_safety (torch weights_only with fairseq's classes allowlisted)."""
+    fairseq_attn_plugins.checkpoint_safety (torch weights_only with fairseq's classes allowlisted)."""
     import collections
 
     import torch

@@ -112,7 +112,7 @@ def parse_layers(spec: str, n_layers: int) -> List[int]:
 def load_model(checkpoint: str, data: str, user_dir: Optional[str]):
     from fairseq import checkpoint_utils, utils
 
-    from ..integration import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
+    from .. import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
 
     if user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=user_dir))

@@ -55,11 +55,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"updated {path}")
         return 0
     if args.arch:
-        try:
-            print(catalogue.arch_layers(args.arch))
-        except ValueError as e:
-            print(f"fairseq-attn-pieces: {e}", file=sys.stderr)
+        from ..models import attn_architectures, is_attn_arch
+
+        if not is_attn_arch(args.arch):
+            print(f"fairseq-attn-pieces: --arch {args.arch!r} is not a transformer_attn architecture; "
+                  f"expected one of {attn_architectures()}", file=sys.stderr)
             return 2
+        print(catalogue.arch_layers(args.arch))
         return 0
     if args.markdown:
         print("\n\n".join(f"{n}\n\n{catalogue.markdown_table(PIECES[n])}"

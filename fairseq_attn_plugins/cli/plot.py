@@ -29,7 +29,7 @@ from typing import List, Optional
 
 import torch
 
-from ..integration import checkpoint_safety  # noqa: F401  (safe loading; importing the package registers the model)
+from .. import checkpoint_safety  # noqa: F401  (safe loading; importing the package registers the model)
 from ..reporting.attention_maps import (collect_attention, greedy_translate, layer_stats, plot_layer,
                                         self_attention_sites)
 

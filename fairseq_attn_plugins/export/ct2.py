@@ -300,7 +300,7 @@ def _converter_class():
             self.checkpoint, self.data_dir = checkpoint, data_dir
 
         def _load(self):
-            from ..integration.loading import load_model_ensemble_and_task
+            from ..loading import load_model_ensemble_and_task
 
             models, cfg, task = load_model_ensemble_and_task([self.checkpoint],
                                                              arg_overrides={"data": self.data_dir})

@@ -3,8 +3,9 @@
 import json
 import os
 
-from .files import die, write_lines_atomic
+from .files import die
 from fairseq_attn_records.run_record import RecordError, newest_checkpoint
+from fairseq_attn_records.output_files import staged, write_lines
 
 from .recording import last_save_points
 
@@ -124,16 +125,15 @@ def cmd_average(args):
     if state.get("cfg") is not None and not isinstance(state["cfg"], dict):
         from omegaconf import OmegaConf  # saved as a plain container, as fairseq's trainer does
         state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
-    tmp = args.output + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, args.output)
-    write_lines_atomic(args.output + ".sources", paths)
+    with staged(args.output) as tmp:
+        torch.save(state, tmp)
+    write_lines(args.output + ".sources", paths)
     if args.record:
         record = {"n_avg": len(paths), "averaged_checkpoints": [os.path.basename(p) for p in paths],
                   "averaged": [{"file": os.path.basename(p["file"]), "num_updates": p["num_updates"],
                                 "epoch": p["epoch"]} for p in points],
                   "checkpoints_mtime_ns": newest["mtime_ns"] if newest else None}
         record.update(train_settings(state))
-        write_lines_atomic(args.record, [json.dumps(record, indent=2)])
+        write_lines(args.record, [json.dumps(record, indent=2)])
     print(f"averaged {len(paths)} checkpoints: " + " ".join(
         f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))

@@ -23,7 +23,9 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from .files import die, read_lines, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .files import die, read_lines
 
 ONE_DOCUMENT = "the test file in order as one document (no document ids given)"
 
@@ -99,9 +101,9 @@ def cmd_concat_test(args):
         if k == 1:
             continue
         base = os.path.join(args.out, f"k{k}")
-        write_lines_atomic(f"{base}.{args.src_lang}", joined_src)
-        write_lines_atomic(f"{base}.{args.tgt_lang}", [" ".join(ref[i] for i in g) for g in groups])
-        write_lines_atomic(f"{base}.docs", [docs[g[0]] for g in groups])
-    write_lines_atomic(os.path.join(args.out, "concat.json"), [json.dumps(info, indent=1)])
+        write_lines(f"{base}.{args.src_lang}", joined_src)
+        write_lines(f"{base}.{args.tgt_lang}", [" ".join(ref[i] for i in g) for g in groups])
+        write_lines(f"{base}.docs", [docs[g[0]] for g in groups])
+    write_lines(os.path.join(args.out, "concat.json"), [json.dumps(info, indent=1)])
     for k in usable:
         print(k)

@@ -25,7 +25,9 @@ import json
 import os
 import shutil
 
-from .files import die, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .files import die
 from .fingerprints import inputs_summary
 
 ID_LEN = 12
@@ -92,7 +94,7 @@ def _also_prepared_as(dest: str, new: dict) -> None:
     if any(w.get("settings") == new["settings"] for w in ways):
         return
     ways.append({"settings": new["settings"], "train_pairs": new["train_pairs"]})
-    write_lines_atomic(os.path.join(dest, "prepare.json"), [json.dumps(rec, indent=2)])
+    write_lines(os.path.join(dest, "prepare.json"), [json.dumps(rec, indent=2)])
     print(f"{dest}: the same data as prepared with {prepare_vars(rec['settings'])}; "
           f"these settings are recorded beside those (also_prepared_as)")
 
@@ -199,7 +201,7 @@ def register_run(work: str, run_dir: str) -> bool:
         runs = registered_runs(work)
         if run_dir in runs:
             return False
-        write_lines_atomic(os.path.join(work, RUN_INDEX), runs + [run_dir])
+        write_lines(os.path.join(work, RUN_INDEX), runs + [run_dir])
     return True
 
 

@@ -1,8 +1,9 @@
 """The demo's embedded synthetic corpus (:mod:`fairseq_attn_plugins.toy_corpus`) written as a
 recipe's local corpus files, for the recipes' QUICK runs (no download, seconds to prepare)."""
 
-import json
 import os
+
+from fairseq_attn_records.output_files import write_json
 
 from .files import die
 
@@ -24,6 +25,5 @@ def cmd_toy_corpus(args):
     from fairseq_attn_plugins.toy_corpus import write_corpus
     sizes = parse_sizes(args.sizes)
     write_corpus(args.out, args.src_lang, args.tgt_lang, sizes, args.seed)
-    with open(os.path.join(args.out, "corpus.json.tmp"), "w", encoding="utf-8") as f:
-        json.dump({"corpus": "fairseq_attn_plugins.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, f)
-    os.replace(os.path.join(args.out, "corpus.json.tmp"), os.path.join(args.out, "corpus.json"))
+    write_json(os.path.join(args.out, "corpus.json"),
+               {"corpus": "fairseq_attn_plugins.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, indent=None)

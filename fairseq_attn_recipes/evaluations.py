@@ -15,8 +15,9 @@ import os
 import sys
 
 from fairseq_attn_records import run_record
+from fairseq_attn_records.output_files import write_lines
 
-from .files import die, key_values, write_lines_atomic
+from .files import die, key_values
 from .fingerprints import describe_changes, file_digest
 
 KEY = "evaluated_with"
@@ -75,7 +76,7 @@ def cmd_evaluated_before(args):
     """Write the key of this evaluation to --out ({"evaluated_with": key}). Exit 0: evaluated before
     with this very key, its outputs intact (skip); 1: not evaluated before; 3: redo (why printed)."""
     key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs)
-    write_lines_atomic(args.out, [json.dumps({KEY: key}, indent=2)])
+    write_lines(args.out, [json.dumps({KEY: key}, indent=2)])
     old, why = recorded_key(args.final, args.run_dir, args.subset)
     if old is None:
         if why:

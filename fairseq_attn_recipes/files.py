@@ -10,14 +10,6 @@ def die(msg: str, code: int = 2):
     sys.exit(code)
 
 
-def write_lines_atomic(path: str, lines) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-    os.replace(tmp, path)
-
-
 def read_lines(path: str):
     if not os.path.isfile(path):
         die(f"{path}: no such file")

@@ -8,7 +8,9 @@ import json
 import os
 import sys
 
-from .files import count_lines, die, key_values, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .files import count_lines, die, key_values
 
 
 def file_digest(path: str) -> dict:
@@ -53,7 +55,7 @@ def describe_changes(old: dict, new: dict) -> list:
 def cmd_fingerprint(args):
     """What a stage is made from. Exit 0: same as --against; 1: no record; 3: changed (printed)."""
     new = fingerprint(key_values(args.set), args.inputs)
-    write_lines_atomic(args.out, [json.dumps(new, sort_keys=True)])
+    write_lines(args.out, [json.dumps(new, sort_keys=True)])
     if not args.against or not os.path.isfile(args.against):
         sys.exit(1)
     with open(args.against, encoding="utf-8") as f:
@@ -148,7 +150,7 @@ def cmd_prepare_record(args):
         "data_id": _data_id(data),
         "data_bin": data,
     }
-    write_lines_atomic(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
+    write_lines(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
 
 
 def cmd_check_data(args):
@@ -200,7 +202,7 @@ def cmd_check_data(args):
                 f"(trained by an older train.sh?); train it again with train.sh")
         else:
             os.makedirs(args.run_dir, exist_ok=True)
-            write_lines_atomic(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
+            write_lines(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
                                                      "settings": rec["settings"],
                                                      "train_pairs": rec["train_pairs"]}, indent=2)])
     if args.print_pairs:

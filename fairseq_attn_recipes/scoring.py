@@ -13,8 +13,9 @@ import os
 from fairseq_attn_records import comet, run_record
 from fairseq_attn_records.generate_output import ordered_hypotheses
 from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
+from fairseq_attn_records.output_files import write_json, write_lines
 
-from .files import die, read_lines, write_lines_atomic
+from .files import die, read_lines
 
 # sacreBLEU (and numpy) are imported by the steps that score: every step starts from this
 # module (``python -m fairseq_attn_recipes``), and check-tools must run where they are missing
@@ -26,7 +27,7 @@ def cmd_hyps(args):
         hyps = ordered_hypotheses(read_lines(args.input), args.n, args.input)
     except ValueError as e:
         die(str(e))
-    write_lines_atomic(args.output, hyps)
+    write_lines(args.output, hyps)
 
 
 def cmd_check_comet(args):
@@ -86,10 +87,7 @@ def cmd_score(args):
         if os.path.dirname(os.path.abspath(args.hyp)) != staged:
             die(f"--publish: --hyp {args.hyp} must be in the folder of --output {args.output}")
         out["hyp"] = os.path.join(os.path.abspath(args.publish), os.path.basename(args.hyp))
-    tmp = args.output + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=2)
-    os.replace(tmp, args.output)
+    write_json(args.output, out)
     try:
         if args.publish:
             run_record.publish_evaluation(staged, os.path.abspath(args.publish), args.run_dir, out)

@@ -3,7 +3,9 @@
 import re
 from multiprocessing import Pool
 
-from .files import die, pairs, read_lines, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .files import die, pairs, read_lines
 
 TOKENIZERS = {"en": "moses", "de": "moses", "fr": "moses", "zh": "jieba", "ja": "mecab"}
 
@@ -55,7 +57,7 @@ def cmd_tokenize(args):
         else:
             _init_tokenizer(args.lang, tool)
             out = [_tok_line(line) for line in lines]
-        write_lines_atomic(outp, out)
+        write_lines(outp, out)
 
 
 def cmd_detok(args):
@@ -66,11 +68,11 @@ def cmd_detok(args):
         out = [md.detokenize(line.split()) for line in lines]
     else:  # zh / ja: no spaces between words
         out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]
-    write_lines_atomic(args.output, out)
+    write_lines(args.output, out)
 
 
 def cmd_split_compounds(args):
     """Tokenised BLEU as the Transformer papers report it for En-De (fairseq's
     compound_split_bleu.sh / tensor2tensor get_ende_bleu.sh): 'a-b' -> 'a ##AT##-##AT## b'."""
     for inp, outp in pairs(args.files):
-        write_lines_atomic(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])
+        write_lines(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])

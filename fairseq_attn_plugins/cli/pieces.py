@@ -18,6 +18,8 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_attn_records.output_files import write_text
+
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fairseq-attn-pieces", description=__doc__.split("\n\n")[0])
@@ -50,8 +52,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 old = f.read()
             new = catalogue.update_doc(old)
             if new != old:
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(new)
+                write_text(path, new)
                 print(f"updated {path}")
         return 0
     if args.arch:

@@ -23,11 +23,11 @@ from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_registe
 from .demo_corpus import cmd_toy_corpus
 from .evaluations import cmd_evaluated_before
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
-from .positions import cmd_check_positions
+from .position_limits import cmd_check_positions
 from .scoring import cmd_check_comet, cmd_hyps, cmd_score
 from .subwords import cmd_bpe_apply, cmd_bpe_learn
 from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize
-from .tools import INSTALL_HINT, cmd_check_arch, cmd_check_tools
+from .preflight import INSTALL_HINT, cmd_check_arch, cmd_check_tools
 
 
 def cmd_finished_before(args):

@@ -23,7 +23,7 @@ from typing import Dict, List, Sequence, Set, Tuple
 from fairseq_attn_records.output_files import write_lines
 
 from .bible import DATA_HOME, PACKAGE, _rows, data_files, distribution
-from .files import die
+from .step_inputs import die
 
 ALIGNMENT_FILE = "data/eng/alignments/BSB/SBLGNT-BSB-manual.json"
 

@@ -3,7 +3,7 @@
 import json
 import os
 
-from .files import die
+from .step_inputs import die
 from fairseq_attn_records.run_record import RecordError, newest_checkpoint
 from fairseq_attn_records.output_files import staged, write_lines
 

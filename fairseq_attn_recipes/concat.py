@@ -25,7 +25,7 @@ from typing import List, Optional, Sequence
 
 from fairseq_attn_records.output_files import write_lines
 
-from .files import die, read_lines
+from .step_inputs import die, read_lines
 
 ONE_DOCUMENT = "the test file in order as one document (no document ids given)"
 

@@ -7,7 +7,7 @@ import unicodedata
 
 from fairseq_attn_records.output_files import replace_folder, replacing, write_lines
 
-from .files import count_lines, die, pairs, read_lines
+from .step_inputs import count_lines, die, pairs, read_lines
 
 _EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul", "el": "greek", "grc": "greek"}  # else Latin
 

@@ -27,7 +27,7 @@ import shutil
 
 from fairseq_attn_records.output_files import write_lines
 
-from .files import die
+from .step_inputs import die
 from .fingerprints import inputs_summary
 
 ID_LEN = 12

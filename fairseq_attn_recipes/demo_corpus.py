@@ -5,7 +5,7 @@ import os
 
 from fairseq_attn_records.output_files import write_json
 
-from .files import die
+from .step_inputs import die
 
 
 def parse_sizes(spec: str):

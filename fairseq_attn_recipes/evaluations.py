@@ -17,7 +17,7 @@ import sys
 from fairseq_attn_records import run_record
 from fairseq_attn_records.output_files import write_lines
 
-from .files import die, key_values
+from .step_inputs import die, key_values
 from .fingerprints import describe_changes, file_digest
 
 KEY = "evaluated_with"

@@ -10,7 +10,7 @@ import sys
 
 from fairseq_attn_records.output_files import write_lines
 
-from .files import count_lines, die, key_values
+from .step_inputs import count_lines, die, key_values
 
 
 def file_digest(path: str) -> dict:

@@ -15,7 +15,7 @@ from fairseq_attn_records.generate_output import ordered_hypotheses
 from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
 from fairseq_attn_records.output_files import write_json, write_lines
 
-from .files import die, read_lines
+from .step_inputs import die, read_lines
 
 # sacreBLEU (and numpy) are imported by the steps that score: every step starts from this
 # module (``python -m fairseq_attn_recipes``), and check-tools must run where they are missing

@@ -4,7 +4,7 @@ import os
 
 from fairseq_attn_records.output_files import replacing, write_lines
 
-from .files import pairs, read_lines
+from .step_inputs import pairs, read_lines
 
 
 def cmd_bpe_learn(args):

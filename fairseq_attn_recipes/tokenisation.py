@@ -5,7 +5,7 @@ from multiprocessing import Pool
 
 from fairseq_attn_records.output_files import write_lines
 
-from .files import die, pairs, read_lines
+from .step_inputs import die, pairs, read_lines
 
 TOKENIZERS = {"en": "moses", "de": "moses", "fr": "moses", "zh": "jieba", "ja": "mecab"}
 

@@ -28,10 +28,10 @@ LAYERS: List[Tuple[Tuple[str, ...], str]] = [
     (("fairseq_attn_plugins.attention.settings",),
      "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`"),
     (("fairseq_attn_plugins.attention.piece", "fairseq_attn_plugins.attention.backends",
-      "fairseq_attn_plugins.attention.position_methods"),
+      "fairseq_attn_plugins.attention.position_method_flags"),
      "the hook contract and the registry `PIECES`; the attention paths and their chooser; the "
      "flags and placement shared by the position methods"),
-    (("fairseq_attn_plugins.attention.positions", "fairseq_attn_plugins.attention.localness"),
+    (("fairseq_attn_plugins.attention.sentence_positions", "fairseq_attn_plugins.attention.gaussian_localness"),
      "shared math of several pieces"),
     (("fairseq_attn_plugins.attention.pieces",), "one module per variant"),
     (("fairseq_attn_plugins.attention.core", "fairseq_attn_plugins.attention.flags"),

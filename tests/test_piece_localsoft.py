@@ -72,7 +72,7 @@ def test_train_resume_through_user_dir(data_dir, tmp_path, caplog):
 
 
 def test_gaussian_bias_is_floored_and_stays_finite_in_fp16():
-    from fairseq_attn_plugins.attention.localness import BIAS_FLOOR, gaussian_bias
+    from fairseq_attn_plugins.attention.gaussian_localness import BIAS_FLOOR, gaussian_bias
 
     centre = torch.tensor([[[0.0]]])  # (1, T=1, n=1)
     width = torch.tensor([[[0.1]]])

@@ -20,7 +20,7 @@ max_target_positions - 1)``. What this step does (``check-positions``):
 import os
 import shlex
 
-from .files import die
+from .step_inputs import die
 
 
 def longest(data: str, split: str, src: str, tgt: str):

@@ -1,5 +1,6 @@
-"""Small file helpers shared by the recipe steps: whole files in, ``OUT.tmp`` renamed out,
-one-line errors (exit 2) naming the file."""
+"""A recipe step's inputs and arguments: whole files read, lines counted, ``KEY=VALUE`` and
+``IN OUT`` pairs parsed, and the one-line error (exit 2) naming the file or argument. Outputs
+are written by :mod:`fairseq_attn_records.output_files` (aside, then renamed)."""
 
 import os
 import sys

@@ -1,6 +1,6 @@
 """Checks before any long work: the tools a recipe needs and the architecture it trains."""
 
-from .files import die
+from .step_inputs import die
 
 # what to install when a tool is missing
 INSTALL_HINT = {

@@ -7,8 +7,8 @@ loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
 the last batch that fairseq's ``batch_by_size`` would drop, checks ``--model-overrides``
 like training flags, lets fairseq-train start from a checkpoint without the new pieces'
 parameters and, in fairseq's commands and this distribution's (never in a script or notebook
-that imports it), prints the plugin's refusals and mistyped flags as one line (each in
-:mod:`.integration`).
+that imports it), prints the plugin's refusals and mistyped flags as one line (:mod:`.checkpoint_safety`,
+:mod:`.integration`, :mod:`.models.finetune`).
 """
 
 from . import checkpoint_safety

@@ -34,3 +34,11 @@ def cmd_bible_corpus(args):
             "split": SPLIT_RULE}
     write_lines(os.path.join(args.out, "corpus.json"), [json.dumps(info, indent=2)])
     print(json.dumps(info["pairs"]))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("bible-corpus", help="the Greek-English New Testament of the bible-alignments package")
+    p.add_argument("--out"); p.add_argument("--src-lang", default="grc"); p.add_argument("--tgt-lang", default="en")
+    p.add_argument("--check", action="store_true", help="only check that the package's data files are there")
+    p.set_defaults(fn=cmd_bible_corpus)

@@ -137,3 +137,9 @@ def cmd_average(args):
         write_lines(args.record, [json.dumps(record, indent=2)])
     print(f"averaged {len(paths)} checkpoints: " + " ".join(
         f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
+    p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)

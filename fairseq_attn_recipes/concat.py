@@ -107,3 +107,14 @@ def cmd_concat_test(args):
     write_lines(os.path.join(args.out, "concat.json"), [json.dumps(info, indent=1)])
     for k in usable:
         print(k)
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("concat-test", help="the test set as groups of k consecutive segments of one document "
+                       "(CONCAT of lengths.sh)")
+    p.add_argument("--src", required=True); p.add_argument("--ref", required=True)
+    p.add_argument("--docs", help="one document id per test line (default: the file is one document)")
+    p.add_argument("--ks", required=True, help="CONCAT, e.g. 1,2,4,8"); p.add_argument("--out", required=True)
+    p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
+    p.set_defaults(fn=cmd_concat_test)

@@ -237,3 +237,33 @@ def cmd_clean(args):
     if cap:
         print(f"clean: TRAIN_MAX_LEN={cap['max_src_words']} dropped {cap['dropped']} of {len(src)} pairs")
     print(f"clean: kept {len(keep_s)} of {len(src)} pairs")
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("check-script"); p.add_argument("files", nargs="+", help="LANG FILE pairs")
+    p.add_argument("--what", default="corpus"); p.add_argument("--sample", type=int, default=1000)
+    p.set_defaults(fn=cmd_check_script)
+    p = sub.add_parser("unpack"); p.add_argument("archive"); p.add_argument("dest"); p.set_defaults(fn=cmd_unpack)
+    p = sub.add_parser("concat-parts"); p.add_argument("--part", action="append", required=True)
+    p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
+    p.add_argument("--src-out", required=True); p.add_argument("--tgt-out", required=True)
+    p.add_argument("--record", required=True); p.add_argument("--missing", nargs="*")
+    p.set_defaults(fn=cmd_concat_parts)
+    p = sub.add_parser("extract"); p.add_argument("inputs", nargs="+"); p.add_argument("--sep", default=" ||| ")
+    p.add_argument("--src-field", type=int, default=-2); p.add_argument("--tgt-field", type=int, default=-1)
+    p.add_argument("--max-lines", type=int, default=0); p.add_argument("--src-out", required=True)
+    p.add_argument("--tgt-out", required=True); p.add_argument("--docs-out"); p.add_argument("--docs-field", type=int, default=0)
+    p.set_defaults(fn=cmd_extract)
+    p = sub.add_parser("clean")
+    for a in ("src-in", "tgt-in", "src-out", "tgt-out"):
+        p.add_argument("--" + a, required=True)
+    p.add_argument("--min", type=int, default=1); p.add_argument("--max", type=int, default=250)
+    p.add_argument("--ratio", type=float, default=1.5)
+    p.add_argument("--max-src-words", type=int, help="drop pairs whose --src-raw line has more words (TRAIN_MAX_LEN)")
+    p.add_argument("--src-raw", help="source lines the cap counts words of (aligned with --src-in)")
+    p.add_argument("--words-of", default="raw", choices=["raw", "tokenised"], help="what --src-raw is (recorded)")
+    p.add_argument("--full-src-out"); p.add_argument("--full-tgt-out")
+    p.add_argument("--record", help="JSON: what the cap kept and dropped"); p.set_defaults(fn=cmd_clean)
+    p = sub.add_parser("cap-check"); p.add_argument("--max-src-words", type=int, required=True)
+    p.add_argument("--src-raw", required=True); p.set_defaults(fn=cmd_cap_check)

@@ -347,3 +347,19 @@ def cmd_data_prune(args):
     else:
         print(f"{len(doomed)} unreferenced data folder(s), {_human(total)}, would be removed; nothing was removed: "
               f"'data.sh prune --yes' removes them")
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("data-place", help="move a finished data-bin to WORK/data/<id>, point WORK/data-bin at it")
+    p.add_argument("--tmp", required=True); p.add_argument("--work", required=True); p.set_defaults(fn=cmd_data_place)
+    p = sub.add_parser("run-data", help="print the data folder a run was trained on")
+    p.add_argument("--run-dir", required=True); p.add_argument("--work"); p.add_argument("--data", help="an explicit DATA")
+    p.set_defaults(fn=cmd_run_data)
+    p = sub.add_parser("data-list", help="the data folders of WORK/data and the runs that name them")
+    p.add_argument("work"); p.set_defaults(fn=cmd_data_list)
+    p = sub.add_parser("data-prune", help="show the folders of WORK/data no run record names (removed with --yes)")
+    p.add_argument("work"); p.add_argument("--yes", action="store_true", help="remove them (without: only shown)")
+    p.set_defaults(fn=cmd_data_prune)
+    p = sub.add_parser("register-run", help="record a run folder in WORK/runs.index (list and prune see it)")
+    p.add_argument("--work", required=True); p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_register_run)

@@ -27,3 +27,11 @@ def cmd_toy_corpus(args):
     write_corpus(args.out, args.src_lang, args.tgt_lang, sizes, args.seed)
     write_json(os.path.join(args.out, "corpus.json"),
                {"corpus": "fairseq_attn_plugins.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, indent=None)
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("toy-corpus", help="the demo's embedded synthetic corpus as a recipe's local files")
+    p.add_argument("--out", required=True); p.add_argument("--src-lang", required=True)
+    p.add_argument("--tgt-lang", required=True); p.add_argument("--sizes", default="train=4000,valid=200,test=400")
+    p.add_argument("--seed", type=int, default=0); p.set_defaults(fn=cmd_toy_corpus)

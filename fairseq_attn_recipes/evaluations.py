@@ -87,3 +87,13 @@ def cmd_evaluated_before(args):
         sys.exit(0)
     print("; ".join(changes(old, key)))
     sys.exit(3)
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("evaluated-before", help="the key of an evaluation (settings, files, checkpoints averaged): "
+                       "exit 0 when the folder it publishes to holds this very evaluation, 1 none, 3 another (printed)")
+    p.add_argument("--run-dir", required=True); p.add_argument("--n-avg", type=int, required=True)
+    p.add_argument("--subset", required=True); p.add_argument("--final", required=True, help="the folder it is published to")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.add_argument("--out", required=True); p.set_defaults(fn=cmd_evaluated_before)

@@ -211,3 +211,20 @@ def cmd_check_data(args):
                           "train_data_partial": rec["train_pairs"]["partial"],
                           "train_cap": rec["train_pairs"].get("cap"),
                           "prepare_settings": rec["settings"]}))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("fingerprint"); p.add_argument("--set", action="append"); p.add_argument("--out", required=True)
+    p.add_argument("--against"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.set_defaults(fn=cmd_fingerprint)
+    p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
+    p.add_argument("--test-ref", required=True); p.add_argument("--parts")
+    p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="a file the prepare was given (TRAIN_SRC=...)")
+    p.add_argument("--raw-record", help="the raw step's marker (the digests of the files it read)")
+    p.add_argument("--downloads", help="WORK/downloads.sha256 (the archives downloaded)"); p.set_defaults(fn=cmd_prepare_record)
+    p = sub.add_parser("check-data"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--test-ref"); p.add_argument("--run-dir"); p.add_argument("--require", action="store_true")
+    p.add_argument("--print-pairs", action="store_true"); p.set_defaults(fn=cmd_check_data)

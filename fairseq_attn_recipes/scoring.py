@@ -96,3 +96,22 @@ def cmd_score(args):
     except run_record.RecordError as e:
         die(str(e))
     print(json.dumps(out, indent=2))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)
+    p.add_argument("--output", required=True); p.set_defaults(fn=cmd_hyps)
+    p = sub.add_parser("score"); p.add_argument("--hyp", required=True); p.add_argument("--ref", required=True)
+    p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
+    p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")
+    p.add_argument("--record", action="append", help="JSON files merged into the scores")
+    p.add_argument("--extra"); p.add_argument("--output", required=True)
+    p.add_argument("--subset", default="test", help="the subset scored (recorded)")
+    p.add_argument("--run-dir", help="record the evaluation in this run's run.json")
+    p.add_argument("--publish", metavar="DIR", help="the outputs were written aside (the folder of --output, "
+                   "--hyp in it): move that folder to DIR in one rename, then record the evaluation")
+    p.add_argument("--src", help="source side of the subset (COMET reads it when COMET_MODEL is set)")
+    p.set_defaults(fn=cmd_score)
+    p = sub.add_parser("check-comet", help="COMET_MODEL, when set, loads (before any other work)")
+    p.set_defaults(fn=cmd_check_comet)

@@ -37,3 +37,13 @@ def cmd_bpe_apply(args):
         seg = lambda line: " ".join(sp.encode(line, out_type=str))
     for inp, outp in pairs(args.files):
         write_lines(outp, [seg(line) for line in read_lines(inp)])
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("bpe-learn"); p.add_argument("inputs", nargs="+"); p.add_argument("--output", required=True)
+    p.add_argument("--tool", default="subword-nmt", choices=["subword-nmt", "sentencepiece"])
+    p.add_argument("--merges", type=int, default=32000, help="BPE merges (subword-nmt) / vocabulary size (sentencepiece)")
+    p.add_argument("--char-coverage", type=float, default=1.0); p.set_defaults(fn=cmd_bpe_learn)
+    p = sub.add_parser("bpe-apply"); p.add_argument("--codes", required=True); p.add_argument("files", nargs="+")
+    p.add_argument("--tool", default="subword-nmt", choices=["subword-nmt", "sentencepiece"]); p.set_defaults(fn=cmd_bpe_apply)

@@ -56,6 +56,8 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+from fairseq_attn_records.output_files import staged, write_json  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "fairseq_attn_plugins")
 VOCAB = 32000
@@ -155,8 +157,8 @@ def base_checkpoint(work, data, system):
                                     "optimizer_name": "FairseqAdam", "lr_scheduler_state": {},
                                     "num_updates": 0}],
              "task_state": {}, "extra_state": {}, "last_optimizer_state": None}
-    checkpoint_utils.torch_persistent_save(state, ck + ".tmp")
-    os.replace(ck + ".tmp", ck)
+    with staged(ck) as tmp:
+        checkpoint_utils.torch_persistent_save(state, tmp)
     return ck
 
 
@@ -378,10 +380,7 @@ def main():
     results["wall_s"] = round(time.time() - t0)
     print(json.dumps(results, indent=1))
     if a.json:
-        tmp = a.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
-        os.replace(tmp, a.json)
+        write_json(a.json, results, indent=1)
 
 
 if __name__ == "__main__":

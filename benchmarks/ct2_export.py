@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from fairseq_attn_records.output_files import write_json
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -146,10 +148,7 @@ def main():
     }
     print(json.dumps({k: v for k, v in result.items() if k != "float32_differences"}, indent=1))
     if a.json:
-        tmp = a.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, a.json)
+        write_json(a.json, result, indent=1)
 
 
 if __name__ == "__main__":

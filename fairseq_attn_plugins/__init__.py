@@ -7,18 +7,20 @@ loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
 the last batch that fairseq's ``batch_by_size`` would drop, checks ``--model-overrides``
 like training flags, lets fairseq-train start from a checkpoint without the new pieces'
 parameters and, in fairseq's commands and this distribution's (never in a script or notebook
-that imports it), prints the plugin's refusals and mistyped flags as one line (each in
-:mod:`.integration`).
+that imports it), prints the plugin's refusals and mistyped flags as one line (:mod:`.checkpoint_safety`,
+:mod:`.integration`, :mod:`.models.finetune`).
 """
 
-from .integration import checkpoint_safety, fairseq_fixes, refusals
+from . import checkpoint_safety
+from .integration import fairseq_fixes, refusals
 
 checkpoint_safety.install()
 fairseq_fixes.install()
 refusals.install()
 
 from . import attention, models  # noqa: E402,F401
-from .integration import finetune, model_overrides  # noqa: E402
+from .integration import model_overrides  # noqa: E402
+from .models import finetune  # noqa: E402
 
 model_overrides.install()
 finetune.install()

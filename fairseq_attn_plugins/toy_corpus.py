@@ -17,6 +17,8 @@ import os
 import random
 from typing import List, Tuple
 
+from fairseq_attn_records.output_files import write_lines
+
 _NOUNS = ["kat", "hund", "baum", "haus", "stern", "fisch", "vogel", "berg", "fluss", "stein",
           "wolke", "blume", "wald", "tisch", "buch", "licht", "garten", "strasse", "fenster",
           "wagen", "apfel", "brief", "schiff", "turm"]
@@ -70,8 +72,5 @@ def write_corpus(out_dir: str, src: str = "src", tgt: str = "tgt",
         pairs = make_corpus(n, seed=seed * 1000 + i)
         for lang, col in ((src, 0), (tgt, 1)):
             path = os.path.join(out_dir, f"{split}.{lang}")
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(p[col] + "\n" for p in pairs)
-            os.replace(tmp, path)
+            write_lines(path, (p[col] for p in pairs))
     return out_dir

@@ -7,7 +7,9 @@
 * :mod:`.scoring` -- hypotheses from fairseq-generate, the registry's metrics, tokenised BLEU
   (torch-free);
 * :mod:`.fingerprints` -- what a step / data-bin is made from;
-* :mod:`.tools` -- tools and architecture checks;
+* :mod:`.preflight` -- the checks before any long work: the tools a recipe needs, the architecture it trains;
+* :mod:`.position_limits` -- the model's position limits against the lengths it will read (``check-positions``);
+* :mod:`.step_inputs` -- reading a step's inputs and arguments, its one-line error;
 * :mod:`.recording` -- the run record kept around a training (fairseq's resolved config, the
   checkpoints saved); the record itself (``SAVE_DIR/run.json``: what a run is, its checkpoints
   and its per-subset evaluations) is :mod:`fairseq_attn_records.run_record`, read by the

@@ -16,6 +16,8 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_attn_records.output_files import write_json
+
 
 def _package_dir(name: str) -> Optional[str]:
     spec = importlib.util.find_spec(name)  # finds, does not import
@@ -72,10 +74,7 @@ def registered_arch_names() -> List[str]:
     if path:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({"key": key, "archs": names}, f)
-            os.replace(tmp, path)
+            write_json(path, {"key": key, "archs": names})
         except OSError:
             pass  # a read-only home: no cache, the same answer
     return names

@@ -25,7 +25,7 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Tuple
 
-from .files import die
+from .step_inputs import die
 
 PACKAGE = "bible-alignments"
 SOURCE_FILE = "data/sources/SBLGNT.tsv"

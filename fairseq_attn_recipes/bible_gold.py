@@ -20,8 +20,10 @@ import os
 import re
 from typing import Dict, List, Sequence, Set, Tuple
 
+from fairseq_attn_records.output_files import write_lines
+
 from .bible import DATA_HOME, PACKAGE, _rows, data_files, distribution
-from .files import die, write_lines_atomic
+from .step_inputs import die
 
 ALIGNMENT_FILE = "data/eng/alignments/BSB/SBLGNT-BSB-manual.json"
 
@@ -122,4 +124,4 @@ def write_gold(path: str, verses_of_lines: Sequence[Sequence[str]], src_lines: S
                tgt_lines: Sequence[str], gold: BibleGold = None) -> None:
     """``path``: the Pharaoh gold of the lines (written aside, then renamed)."""
     gold = gold or BibleGold(*package_files())
-    write_lines_atomic(path, gold_lines(gold, verses_of_lines, src_lines, tgt_lines, path))
+    write_lines(path, gold_lines(gold, verses_of_lines, src_lines, tgt_lines, path))

@@ -3,8 +3,9 @@
 import json
 import os
 
-from .files import die, write_lines_atomic
+from .step_inputs import die
 from fairseq_attn_records.run_record import RecordError, newest_checkpoint
+from fairseq_attn_records.output_files import staged, write_json, write_lines
 
 from .recording import last_save_points
 
@@ -27,7 +28,7 @@ def average_states(paths):
     """fairseq's average_checkpoints.py: the other entries from the first (newest) checkpoint;
     fp16 parameters summed in fp32 (other dtypes in their own), in the given order, then divided
     (integers: floor division). Every file goes through fairseq's loader as wrapped by
-    fairseq_attn_plugins.integration.checkpoint_safety (torch weights_only with fairseq's classes allowlisted)."""
+    fairseq_attn_plugins.checkpoint_safety (torch weights_only with fairseq's classes allowlisted)."""
     import collections
 
     import torch
@@ -148,12 +149,11 @@ def cmd_average(args):
             from omegaconf import OmegaConf  # saved as a plain container, as fairseq's trainer does
             state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)
         settings = train_settings(state)
-        tmp = args.output + ".tmp"
-        torch.save(state, tmp)
-        os.replace(tmp, args.output)
-        write_lines_atomic(args.output + ".sources", paths)
-        write_lines_atomic(args.output + ".made.json", [json.dumps(
-            {"sources": sources, "output": _file_state(args.output), "settings": settings}, indent=2)])
+        with staged(args.output) as tmp:
+            torch.save(state, tmp)
+        write_lines(args.output + ".sources", paths)
+        write_json(args.output + ".made.json", {"sources": sources, "output": _file_state(args.output),
+                                                "settings": settings})
         made = "averaged"
     else:
         made = "the average made before from the same files, reused"
@@ -163,6 +163,12 @@ def cmd_average(args):
                                 "epoch": p["epoch"]} for p in points],
                   "checkpoints_mtime_ns": newest["mtime_ns"] if newest else None}
         record.update(settings)
-        write_lines_atomic(args.record, [json.dumps(record, indent=2)])
+        write_lines(args.record, [json.dumps(record, indent=2)])
     print(f"{made}: {len(paths)} checkpoints: " + " ".join(
         f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
+    p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)

@@ -23,7 +23,9 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-from .files import die, read_lines, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .step_inputs import die, read_lines
 
 ONE_DOCUMENT = "the test file in order as one document (no document ids given)"
 
@@ -99,9 +101,20 @@ def cmd_concat_test(args):
         if k == 1:
             continue
         base = os.path.join(args.out, f"k{k}")
-        write_lines_atomic(f"{base}.{args.src_lang}", joined_src)
-        write_lines_atomic(f"{base}.{args.tgt_lang}", [" ".join(ref[i] for i in g) for g in groups])
-        write_lines_atomic(f"{base}.docs", [docs[g[0]] for g in groups])
-    write_lines_atomic(os.path.join(args.out, "concat.json"), [json.dumps(info, indent=1)])
+        write_lines(f"{base}.{args.src_lang}", joined_src)
+        write_lines(f"{base}.{args.tgt_lang}", [" ".join(ref[i] for i in g) for g in groups])
+        write_lines(f"{base}.docs", [docs[g[0]] for g in groups])
+    write_lines(os.path.join(args.out, "concat.json"), [json.dumps(info, indent=1)])
     for k in usable:
         print(k)
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("concat-test", help="the test set as groups of k consecutive segments of one document "
+                       "(CONCAT of lengths.sh)")
+    p.add_argument("--src", required=True); p.add_argument("--ref", required=True)
+    p.add_argument("--docs", help="one document id per test line (default: the file is one document)")
+    p.add_argument("--ks", required=True, help="CONCAT, e.g. 1,2,4,8"); p.add_argument("--out", required=True)
+    p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
+    p.set_defaults(fn=cmd_concat_test)

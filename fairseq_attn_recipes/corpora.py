@@ -5,7 +5,9 @@ import json
 import os
 import unicodedata
 
-from .files import count_lines, die, pairs, read_lines, write_lines_atomic
+from fairseq_attn_records.output_files import replace_folder, replacing, write_lines
+
+from .step_inputs import count_lines, die, pairs, read_lines
 
 _EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul", "el": "greek", "grc": "greek"}  # else Latin
 
@@ -107,8 +109,7 @@ def cmd_unpack(args):
         shutil.rmtree(tmp, ignore_errors=True)
         die(f"{args.archive}: cannot unpack ({type(e).__name__}: {e}); the download is truncated or "
             f"corrupt: delete it and re-run to download it again")
-    shutil.rmtree(args.dest, ignore_errors=True)
-    os.replace(tmp, args.dest)
+    replace_folder(tmp, args.dest)
 
 
 def cmd_concat_parts(args):
@@ -133,17 +134,15 @@ def cmd_concat_parts(args):
             n += ns
         parts.append((name, list(zip(srcs, tgts)), n))
     for out, side in ((args.src_out, 0), (args.tgt_out, 1)):
-        with open(out + ".tmp", "wb") as fout:
+        with replacing(out, "wb") as fout:
             for _, files, _ in parts:
                 for pair in files:
                     with open(pair[side], "rb") as fin:
                         for line in fin:
                             fout.write(line if line.endswith(b"\n") else line + b"\n")
-    os.replace(args.src_out + ".tmp", args.src_out)
-    os.replace(args.tgt_out + ".tmp", args.tgt_out)
     record = {"parts": {name: n for name, _, n in parts}, "missing": args.missing or [],
               "partial": bool(args.missing)}
-    write_lines_atomic(args.record, [json.dumps(record, indent=2)])
+    write_lines(args.record, [json.dumps(record, indent=2)])
     print("training pairs: " + ", ".join(f"{name} {n}" for name, _, n in parts))
 
 
@@ -165,10 +164,10 @@ def cmd_extract(args):
                     die(f"{path}:{i + 1}: expected a document ID and a sentence ID before the two sentences "
                         f"(fields separated by {args.sep!r})")
                 docs_out.append(fields[args.docs_field].strip())
-    write_lines_atomic(args.src_out, src_out)
-    write_lines_atomic(args.tgt_out, tgt_out)
+    write_lines(args.src_out, src_out)
+    write_lines(args.tgt_out, tgt_out)
     if args.docs_out:
-        write_lines_atomic(args.docs_out, docs_out)
+        write_lines(args.docs_out, docs_out)
 
 
 def cap_keep(src_words, max_words: int, what: str):
@@ -228,13 +227,43 @@ def cmd_clean(args):
             keep_t.append(t)
     if not keep_s:
         die("cleaning removed every sentence pair; check the corpus files and the language order")
-    write_lines_atomic(args.src_out, keep_s)
-    write_lines_atomic(args.tgt_out, keep_t)
+    write_lines(args.src_out, keep_s)
+    write_lines(args.tgt_out, keep_t)
     if args.full_src_out:  # the cleaned pairs without the cap: what the dictionary is made from
-        write_lines_atomic(args.full_src_out, full_s)
-        write_lines_atomic(args.full_tgt_out, full_t)
+        write_lines(args.full_src_out, full_s)
+        write_lines(args.full_tgt_out, full_t)
     if args.record:
-        write_lines_atomic(args.record, [json.dumps({"cap": cap}, indent=2)])
+        write_lines(args.record, [json.dumps({"cap": cap}, indent=2)])
     if cap:
         print(f"clean: TRAIN_MAX_LEN={cap['max_src_words']} dropped {cap['dropped']} of {len(src)} pairs")
     print(f"clean: kept {len(keep_s)} of {len(src)} pairs")
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("check-script"); p.add_argument("files", nargs="+", help="LANG FILE pairs")
+    p.add_argument("--what", default="corpus"); p.add_argument("--sample", type=int, default=1000)
+    p.set_defaults(fn=cmd_check_script)
+    p = sub.add_parser("unpack"); p.add_argument("archive"); p.add_argument("dest"); p.set_defaults(fn=cmd_unpack)
+    p = sub.add_parser("concat-parts"); p.add_argument("--part", action="append", required=True)
+    p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
+    p.add_argument("--src-out", required=True); p.add_argument("--tgt-out", required=True)
+    p.add_argument("--record", required=True); p.add_argument("--missing", nargs="*")
+    p.set_defaults(fn=cmd_concat_parts)
+    p = sub.add_parser("extract"); p.add_argument("inputs", nargs="+"); p.add_argument("--sep", default=" ||| ")
+    p.add_argument("--src-field", type=int, default=-2); p.add_argument("--tgt-field", type=int, default=-1)
+    p.add_argument("--max-lines", type=int, default=0); p.add_argument("--src-out", required=True)
+    p.add_argument("--tgt-out", required=True); p.add_argument("--docs-out"); p.add_argument("--docs-field", type=int, default=0)
+    p.set_defaults(fn=cmd_extract)
+    p = sub.add_parser("clean")
+    for a in ("src-in", "tgt-in", "src-out", "tgt-out"):
+        p.add_argument("--" + a, required=True)
+    p.add_argument("--min", type=int, default=1); p.add_argument("--max", type=int, default=250)
+    p.add_argument("--ratio", type=float, default=1.5)
+    p.add_argument("--max-src-words", type=int, help="drop pairs whose --src-raw line has more words (TRAIN_MAX_LEN)")
+    p.add_argument("--src-raw", help="source lines the cap counts words of (aligned with --src-in)")
+    p.add_argument("--words-of", default="raw", choices=["raw", "tokenised"], help="what --src-raw is (recorded)")
+    p.add_argument("--full-src-out"); p.add_argument("--full-tgt-out")
+    p.add_argument("--record", help="JSON: what the cap kept and dropped"); p.set_defaults(fn=cmd_clean)
+    p = sub.add_parser("cap-check"); p.add_argument("--max-src-words", type=int, required=True)
+    p.add_argument("--src-raw", required=True); p.set_defaults(fn=cmd_cap_check)

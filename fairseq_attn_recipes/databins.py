@@ -25,7 +25,9 @@ import json
 import os
 import shutil
 
-from .files import die, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .step_inputs import die
 from .fingerprints import inputs_summary
 
 ID_LEN = 12
@@ -92,7 +94,7 @@ def _also_prepared_as(dest: str, new: dict) -> None:
     if any(w.get("settings") == new["settings"] for w in ways):
         return
     ways.append({"settings": new["settings"], "train_pairs": new["train_pairs"]})
-    write_lines_atomic(os.path.join(dest, "prepare.json"), [json.dumps(rec, indent=2)])
+    write_lines(os.path.join(dest, "prepare.json"), [json.dumps(rec, indent=2)])
     print(f"{dest}: the same data as prepared with {prepare_vars(rec['settings'])}; "
           f"these settings are recorded beside those (also_prepared_as)")
 
@@ -199,7 +201,7 @@ def register_run(work: str, run_dir: str) -> bool:
         runs = registered_runs(work)
         if run_dir in runs:
             return False
-        write_lines_atomic(os.path.join(work, RUN_INDEX), runs + [run_dir])
+        write_lines(os.path.join(work, RUN_INDEX), runs + [run_dir])
     return True
 
 
@@ -345,3 +347,19 @@ def cmd_data_prune(args):
     else:
         print(f"{len(doomed)} unreferenced data folder(s), {_human(total)}, would be removed; nothing was removed: "
               f"'data.sh prune --yes' removes them")
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("data-place", help="move a finished data-bin to WORK/data/<id>, point WORK/data-bin at it")
+    p.add_argument("--tmp", required=True); p.add_argument("--work", required=True); p.set_defaults(fn=cmd_data_place)
+    p = sub.add_parser("run-data", help="print the data folder a run was trained on")
+    p.add_argument("--run-dir", required=True); p.add_argument("--work"); p.add_argument("--data", help="an explicit DATA")
+    p.set_defaults(fn=cmd_run_data)
+    p = sub.add_parser("data-list", help="the data folders of WORK/data and the runs that name them")
+    p.add_argument("work"); p.set_defaults(fn=cmd_data_list)
+    p = sub.add_parser("data-prune", help="show the folders of WORK/data no run record names (removed with --yes)")
+    p.add_argument("work"); p.add_argument("--yes", action="store_true", help="remove them (without: only shown)")
+    p.set_defaults(fn=cmd_data_prune)
+    p = sub.add_parser("register-run", help="record a run folder in WORK/runs.index (list and prune see it)")
+    p.add_argument("--work", required=True); p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_register_run)

@@ -36,7 +36,7 @@ from typing import Dict, List
 import fairseq_attn_plugins
 from fairseq_attn_plugins.reporting import table1
 from fairseq_attn_plugins.reporting.curves import plot_curves
-from fairseq_attn_plugins.reporting.files import write_json_atomic, write_text_atomic
+from fairseq_attn_records.output_files import write_json, write_text
 from fairseq_attn_plugins.reporting.results import collect, format_markdown
 from fairseq_attn_plugins.toy_corpus import write_corpus
 from fairseq_attn_records import comet as comet_metric
@@ -142,7 +142,7 @@ class Pipeline:
         log(f"{name}: running")
         t0 = time.time()
         fn(*args)
-        write_text_atomic(f"{time.time() - t0:.1f}\n", marker)
+        write_text(marker, f"{time.time() - t0:.1f}\n")
         log(f"{name}: finished in {time.time() - t0:.1f}s")
 
     def _fresh_tmp(self, final: str) -> str:
@@ -265,8 +265,8 @@ class Pipeline:
         table = collect(runs, self.path("corpus", f"test.{TGT}"),
                         bs_samples=self.p["bs_samples"], ar_trials=self.p["ar_trials"], comet=self.comet,
                         src_path=self.path("corpus", f"test.{SRC}") if self.comet else None)
-        write_json_atomic(table, self.path("results.json"))
-        write_text_atomic(format_markdown(table) + "\n", self.path("results.md"))
+        write_json(self.path("results.json"), table)
+        write_text(self.path("results.md"), format_markdown(table) + "\n")
         plot_learning_curves(runs, self.path("learning_curve.png"))
         self.write_table1()
 
@@ -283,8 +283,8 @@ class Pipeline:
                                self.path("corpus", f"test.{TGT}"), bs_samples=self.p["bs_samples"],
                                ar_trials=self.p["ar_trials"], comet=self.comet,
                                src_path=self.path("corpus", f"test.{SRC}") if self.comet else None)
-        write_json_atomic(t, self.path("table1.json"))
-        write_text_atomic(table1.format_markdown(t) + "\n", self.path("table1.md"))
+        write_json(self.path("table1.json"), t)
+        write_text(self.path("table1.md"), table1.format_markdown(t) + "\n")
 
     def run_all(self) -> None:
         os.makedirs(self.path("logs"), exist_ok=True)
@@ -362,7 +362,7 @@ def _check_settings(out_dir: str, settings: Dict) -> None:
             raise DemoError(f"{out_dir} holds a demo with other settings ({path}); "
                             f"use another --out-dir or delete it")
     else:
-        write_json_atomic(settings, path)
+        write_json(path, settings)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The demo's embedded synthetic corpus (:mod:`fairseq_attn_plugins.toy_corpus`) written as a
 recipe's local corpus files, for the recipes' QUICK runs (no download, seconds to prepare)."""
 
-import json
 import os
 
-from .files import die
+from fairseq_attn_records.output_files import write_json
+
+from .step_inputs import die
 
 
 def parse_sizes(spec: str):
@@ -24,6 +25,13 @@ def cmd_toy_corpus(args):
     from fairseq_attn_plugins.toy_corpus import write_corpus
     sizes = parse_sizes(args.sizes)
     write_corpus(args.out, args.src_lang, args.tgt_lang, sizes, args.seed)
-    with open(os.path.join(args.out, "corpus.json.tmp"), "w", encoding="utf-8") as f:
-        json.dump({"corpus": "fairseq_attn_plugins.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, f)
-    os.replace(os.path.join(args.out, "corpus.json.tmp"), os.path.join(args.out, "corpus.json"))
+    write_json(os.path.join(args.out, "corpus.json"),
+               {"corpus": "fairseq_attn_plugins.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, indent=None)
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("toy-corpus", help="the demo's embedded synthetic corpus as a recipe's local files")
+    p.add_argument("--out", required=True); p.add_argument("--src-lang", required=True)
+    p.add_argument("--tgt-lang", required=True); p.add_argument("--sizes", default="train=4000,valid=200,test=400")
+    p.add_argument("--seed", type=int, default=0); p.set_defaults(fn=cmd_toy_corpus)

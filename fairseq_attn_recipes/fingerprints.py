@@ -8,7 +8,9 @@ import json
 import os
 import sys
 
-from .files import count_lines, die, key_values, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .step_inputs import count_lines, die, key_values
 
 
 def file_digest(path: str) -> dict:
@@ -53,7 +55,7 @@ def describe_changes(old: dict, new: dict) -> list:
 def cmd_fingerprint(args):
     """What a stage is made from. Exit 0: same as --against; 1: no record; 3: changed (printed)."""
     new = fingerprint(key_values(args.set), args.inputs)
-    write_lines_atomic(args.out, [json.dumps(new, sort_keys=True)])
+    write_lines(args.out, [json.dumps(new, sort_keys=True)])
     if not args.against or not os.path.isfile(args.against):
         sys.exit(1)
     with open(args.against, encoding="utf-8") as f:
@@ -148,7 +150,7 @@ def cmd_prepare_record(args):
         "data_id": _data_id(data),
         "data_bin": data,
     }
-    write_lines_atomic(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
+    write_lines(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
 
 
 def cmd_check_data(args):
@@ -200,7 +202,7 @@ def cmd_check_data(args):
                 f"(trained by an older train.sh?); train it again with train.sh")
         else:
             os.makedirs(args.run_dir, exist_ok=True)
-            write_lines_atomic(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
+            write_lines(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
                                                      "settings": rec["settings"],
                                                      "train_pairs": rec["train_pairs"]}, indent=2)])
     if args.print_pairs:
@@ -209,3 +211,20 @@ def cmd_check_data(args):
                           "train_data_partial": rec["train_pairs"]["partial"],
                           "train_cap": rec["train_pairs"].get("cap"),
                           "prepare_settings": rec["settings"]}))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("fingerprint"); p.add_argument("--set", action="append"); p.add_argument("--out", required=True)
+    p.add_argument("--against"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.set_defaults(fn=cmd_fingerprint)
+    p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
+    p.add_argument("--test-ref", required=True); p.add_argument("--parts")
+    p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="a file the prepare was given (TRAIN_SRC=...)")
+    p.add_argument("--raw-record", help="the raw step's marker (the digests of the files it read)")
+    p.add_argument("--downloads", help="WORK/downloads.sha256 (the archives downloaded)"); p.set_defaults(fn=cmd_prepare_record)
+    p = sub.add_parser("check-data"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--test-ref"); p.add_argument("--run-dir"); p.add_argument("--require", action="store_true")
+    p.add_argument("--print-pairs", action="store_true"); p.set_defaults(fn=cmd_check_data)

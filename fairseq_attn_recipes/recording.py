@@ -3,7 +3,7 @@ resolution of fairseq-train's arguments, the checkpoints a run saved (update num
 files), and the record started before training and finished after it. The record itself (layout,
 identity, differences, evaluations) is :mod:`fairseq_attn_records.run_record`, torch-free; this
 module needs fairseq and torch and imports the plugin (its checkpoint allowlist) where it reads
-a checkpoint."""
+a checkpoint (:mod:`fairseq_attn_plugins.checkpoint_identity`)."""
 
 import argparse
 import json
@@ -61,26 +61,6 @@ def code_version() -> Dict:
 # ---------------------------------------------------------------- checkpoints
 
 
-def checkpoint_state(path: str) -> Dict:
-    """Update number and epoch a checkpoint holds, read from its own state (memory-mapped: the
-    tensors are not read)."""
-    import torch
-
-    import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint classes
-
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:  # corrupt, truncated or refused: named, no traceback
-        from fairseq_attn_plugins.integration.checkpoint_safety import corrupt_message
-        raise RecordError(corrupt_message(path, e)) from None
-    hist = state.get("optimizer_history") or [{}]
-    it = (state.get("extra_state") or {}).get("train_iterator") or {}
-    epoch = it.get("epoch")
-    if epoch is not None and epoch > 1 and it.get("iterations_in_epoch") == 0:
-        epoch -= 1  # saved at an epoch's end: fairseq stores the next epoch to start
-    return {"num_updates": hist[-1].get("num_updates"), "epoch": epoch}
-
-
 def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Dict]:
     """Every checkpoint of a run (``checkpointE.pt``, ``checkpoint_E_U.pt``, ``checkpoint_last.pt``)
     with the update number read from the file itself; entries of ``known`` whose file is
@@ -95,6 +75,8 @@ def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Di
         if old and old.get("bytes") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
             out[name] = old
             continue
+        from fairseq_attn_plugins.checkpoint_identity import checkpoint_state  # torch
+
         info = checkpoint_state(os.path.join(run_dir, name))
         out[name] = {"num_updates": info["num_updates"], "epoch": info["epoch"],
                      "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
@@ -120,26 +102,13 @@ def _data_record(data_dir: str) -> Dict:
             "train_pairs": prep["train_pairs"], "inputs": prep.get("inputs")}
 
 
-def identity_of_checkpoint(path: str) -> Dict:
-    """Identity from the configuration a checkpoint holds (memory-mapped: tensors not read)."""
-    import torch
-
-    import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint classes
-    try:
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as e:  # corrupt, truncated or refused: named, no traceback
-        from fairseq_attn_plugins.integration.checkpoint_safety import corrupt_message
-        raise RecordError(corrupt_message(path, e)) from None
-    if state.get("cfg") is None:
-        raise RecordError(f"{path}: the checkpoint holds no configuration (cfg)")
-    return identity_of_cfg(state["cfg"])
-
-
 def _legacy_identity(run_dir: str) -> Optional[Dict]:
     """Identity of a run trained before run records existed: from its checkpoint_last.pt."""
     path = os.path.join(run_dir, "checkpoint_last.pt")
     if not os.path.isfile(path):
         return None
+    from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # torch
+
     ident = identity_of_checkpoint(path)
     data_json = os.path.join(run_dir, "data.json")
     if os.path.isfile(data_json):
@@ -157,13 +126,13 @@ def check_model_flags(cfg) -> None:
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     from fairseq_attn_plugins.attention.settings import PieceConfigError
-    from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
+    from fairseq_attn_plugins.models import is_attn_arch
 
-    model_cls = ARCH_MODEL_REGISTRY.get(vars(cfg.model).get("arch")) if isinstance(cfg.model, argparse.Namespace) else None
-    if model_cls is None or not issubclass(model_cls, AttnTransformerModel):
+    arch = vars(cfg.model).get("arch") if isinstance(cfg.model, argparse.Namespace) else None
+    if not is_attn_arch(arch):
         return  # fairseq's own models: checked when fairseq builds them
     try:
-        model_cls.check_args(cfg.model)
+        ARCH_MODEL_REGISTRY[arch].check_args(cfg.model)
     except PieceConfigError as e:
         raise RecordError(str(e)) from None
 

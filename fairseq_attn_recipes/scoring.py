@@ -13,8 +13,9 @@ import os
 from fairseq_attn_records import comet, run_record
 from fairseq_attn_records.generate_output import ordered_hypotheses
 from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
+from fairseq_attn_records.output_files import write_json, write_lines
 
-from .files import die, read_lines, write_lines_atomic
+from .step_inputs import die, read_lines
 
 # sacreBLEU (and numpy) are imported by the steps that score: every step starts from this
 # module (``python -m fairseq_attn_recipes``), and check-tools must run where they are missing
@@ -26,7 +27,7 @@ def cmd_hyps(args):
         hyps = ordered_hypotheses(read_lines(args.input), args.n, args.input)
     except ValueError as e:
         die(str(e))
-    write_lines_atomic(args.output, hyps)
+    write_lines(args.output, hyps)
 
 
 def cmd_check_comet(args):
@@ -86,10 +87,7 @@ def cmd_score(args):
         if os.path.dirname(os.path.abspath(args.hyp)) != staged:
             die(f"--publish: --hyp {args.hyp} must be in the folder of --output {args.output}")
         out["hyp"] = os.path.join(os.path.abspath(args.publish), os.path.basename(args.hyp))
-    tmp = args.output + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=2)
-    os.replace(tmp, args.output)
+    write_json(args.output, out)
     try:
         if args.publish:
             run_record.publish_evaluation(staged, os.path.abspath(args.publish), args.run_dir, out)
@@ -98,3 +96,22 @@ def cmd_score(args):
     except run_record.RecordError as e:
         die(str(e))
     print(json.dumps(out, indent=2))
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)
+    p.add_argument("--output", required=True); p.set_defaults(fn=cmd_hyps)
+    p = sub.add_parser("score"); p.add_argument("--hyp", required=True); p.add_argument("--ref", required=True)
+    p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
+    p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")
+    p.add_argument("--record", action="append", help="JSON files merged into the scores")
+    p.add_argument("--extra"); p.add_argument("--output", required=True)
+    p.add_argument("--subset", default="test", help="the subset scored (recorded)")
+    p.add_argument("--run-dir", help="record the evaluation in this run's run.json")
+    p.add_argument("--publish", metavar="DIR", help="the outputs were written aside (the folder of --output, "
+                   "--hyp in it): move that folder to DIR in one rename, then record the evaluation")
+    p.add_argument("--src", help="source side of the subset (COMET reads it when COMET_MODEL is set)")
+    p.set_defaults(fn=cmd_score)
+    p = sub.add_parser("check-comet", help="COMET_MODEL, when set, loads (before any other work)")
+    p.set_defaults(fn=cmd_check_comet)

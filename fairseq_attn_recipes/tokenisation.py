@@ -3,7 +3,9 @@
 import re
 from multiprocessing import Pool
 
-from .files import die, pairs, read_lines, write_lines_atomic
+from fairseq_attn_records.output_files import write_lines
+
+from .step_inputs import die, pairs, read_lines
 
 TOKENIZERS = {"en": "moses", "de": "moses", "fr": "moses", "zh": "jieba", "ja": "mecab"}
 
@@ -55,7 +57,7 @@ def cmd_tokenize(args):
         else:
             _init_tokenizer(args.lang, tool)
             out = [_tok_line(line) for line in lines]
-        write_lines_atomic(outp, out)
+        write_lines(outp, out)
 
 
 def cmd_detok(args):
@@ -66,11 +68,19 @@ def cmd_detok(args):
         out = [md.detokenize(line.split()) for line in lines]
     else:  # zh / ja: no spaces between words
         out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]
-    write_lines_atomic(args.output, out)
+    write_lines(args.output, out)
 
 
 def cmd_split_compounds(args):
     """Tokenised BLEU as the Transformer papers report it for En-De (fairseq's
     compound_split_bleu.sh / tensor2tensor get_ende_bleu.sh): 'a-b' -> 'a ##AT##-##AT## b'."""
     for inp, outp in pairs(args.files):
-        write_lines_atomic(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])
+        write_lines(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("tokenize"); p.add_argument("--lang", required=True); p.add_argument("--tool")
+    p.add_argument("--workers", type=int, default=1); p.add_argument("files", nargs="+"); p.set_defaults(fn=cmd_tokenize)
+    p = sub.add_parser("detok"); p.add_argument("--lang", required=True); p.add_argument("input"); p.add_argument("output"); p.set_defaults(fn=cmd_detok)
+    p = sub.add_parser("split-compounds"); p.add_argument("files", nargs="+"); p.set_defaults(fn=cmd_split_compounds)

@@ -5,7 +5,8 @@
 * :mod:`.metrics` -- the metric registry (one row per metric) and the paired tests;
 * :mod:`.comet` -- the COMET scorer (a segment metric; loads torch only when used);
 * :mod:`.text_inputs` -- the one reader of references and system outputs;
-* :mod:`.generate_output` -- the one reader of fairseq-generate's output.
+* :mod:`.generate_output` -- the one reader of fairseq-generate's output;
+* :mod:`.output_files` -- the one writer of files: aside, then renamed (and output folders checked).
 
 The bottom layer of the distribution: the recipe steps (:mod:`fairseq_attn_recipes`) and the
 reporting (:mod:`fairseq_attn_plugins.reporting`) import it; it imports neither of them, so the

@@ -22,6 +22,8 @@ from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 import numpy as np
 
+from .output_files import write_lines
+
 Links = Set[Tuple[int, int]]
 
 
@@ -74,11 +76,7 @@ def read_pharaoh(path: str, src_lines: Sequence[str], tgt_lines: Sequence[str]) 
 
 def write_pharaoh(path: str, alignments: Sequence[Links]) -> None:
     """Written aside and renamed: a stopped run leaves no half file under the final name."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for links in alignments:
-            f.write(format_pharaoh(links) + "\n")
-    os.replace(tmp, path)
+    write_lines(path, (format_pharaoh(links) for links in alignments))
 
 
 # -- scores ---------------------------------------------------------------------------------

@@ -57,8 +57,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from typing import Dict, List, Optional
+
+from .output_files import replace_folder, write_json
 
 RECORD = "run.json"
 FORMAT = 1
@@ -103,12 +104,7 @@ def load(run_dir: str) -> Optional[Dict]:
 
 
 def save(run_dir: str, rec: Dict) -> None:
-    path = record_path(run_dir)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(rec, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_json(record_path(run_dir), rec, indent=2, sort_keys=True, end="\n")
 
 
 def now() -> str:
@@ -325,16 +321,9 @@ def publish_evaluation(staged: str, final: str, run_dir: Optional[str], evaluati
     ``final`` (missing outputs, refused by the consumers) or outputs whose hypotheses the run
     record did not score (their sha256 differs, refused by the consumers), never a mix read as
     one evaluation."""
-    old = final + ".old"
-    if os.path.lexists(old):
-        shutil.rmtree(old)
-    if os.path.lexists(final):
-        os.replace(final, old)
-    os.replace(staged, final)
+    replace_folder(staged, final)
     if run_dir:
         record_evaluation(run_dir, evaluation)
-    if os.path.lexists(old):
-        shutil.rmtree(old)
 
 
 def check_evaluation(run_dir: str, subset: str, evaluation: Dict) -> str:

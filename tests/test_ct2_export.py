@@ -18,7 +18,7 @@ from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
 
 from fairseq_attn_plugins.cli import export as export_cli  # noqa: E402
 from fairseq_attn_plugins.export import ExportError, export_ct2  # noqa: E402
-from fairseq_attn_plugins.integration.loading import load_model_ensemble_and_task  # noqa: E402
+from fairseq_attn_plugins.loading import load_model_ensemble_and_task  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

@@ -19,7 +19,7 @@ import torch
 
 from fairseq import checkpoint_utils
 from fairseq_attn_plugins.attention import PIECES, PieceConfigError
-from fairseq_attn_plugins.integration.checkpoint_safety import UnsafeCheckpointError
+from fairseq_attn_plugins.checkpoint_safety import UnsafeCheckpointError
 
 from cli_helpers import shared_data
 from reliability_helpers import (
@@ -181,7 +181,7 @@ def test_torch_defaults_to_weights_only():
 
 
 def test_only_fairseq_checkpoint_classes_are_allowlisted():
-    from fairseq_attn_plugins.integration.checkpoint_safety import fairseq_checkpoint_globals
+    from fairseq_attn_plugins.checkpoint_safety import fairseq_checkpoint_globals
 
     ours = set(fairseq_checkpoint_globals())
     extra = [g for g in torch.serialization.get_safe_globals()
@@ -244,7 +244,7 @@ def _broken_files(tmp_path):
 def test_broken_checkpoint_says_corrupt_or_empty_not_security(tmp_path, loader):
     """An empty or corrupt file names the file and what is wrong; only a
     foreign class talks about security."""
-    from fairseq_attn_plugins.integration.checkpoint_safety import CorruptCheckpointError, safe_load
+    from fairseq_attn_plugins.checkpoint_safety import CorruptCheckpointError, safe_load
 
     load = checkpoint_utils.load_checkpoint_to_cpu if loader == "fairseq" else safe_load
     for name, (path, words) in _broken_files(tmp_path).items():
@@ -258,7 +258,7 @@ def test_broken_checkpoint_says_corrupt_or_empty_not_security(tmp_path, loader):
 
 
 def test_safe_load_loads_refuses_and_names_missing_files(tmp_path):
-    from fairseq_attn_plugins.integration.checkpoint_safety import safe_load
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
 
     ok = str(tmp_path / "ok.pt")
     torch.save(_state({}), ok)
@@ -275,7 +275,7 @@ def test_safe_load_loads_refuses_and_names_missing_files(tmp_path):
 def test_safe_load_accepts_the_numpy_values_fairseq_keeps(tmp_path):
     """--eval-bleu keeps int64 BLEU-count arrays in the meters and a numpy best metric:
     such a checkpoint must resume; an object array (arbitrary pickles inside) stays refused."""
-    from fairseq_attn_plugins.integration.checkpoint_safety import safe_load
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
 
     extra = {"best": np.float64(27.3), "counts": np.array([5, 3, 2, 1], dtype=np.int64),
              "totals": np.arange(4, dtype=np.int32), "flag": np.bool_(True),

@@ -15,8 +15,8 @@ import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process  # noqa: E402
 
 from fairseq_attn_plugins.attention import PieceConfigError  # noqa: E402
-from fairseq_attn_plugins.integration.checkpoint_safety import safe_load  # noqa: E402
-from fairseq_attn_plugins.integration.finetune import piece_keys  # noqa: E402
+from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
+from fairseq_attn_plugins.models.finetune import piece_keys  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

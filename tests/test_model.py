@@ -128,7 +128,7 @@ def test_model_built_with_a_task_pickles(tmp_path):
 
     from fairseq import options, tasks
 
-    from fairseq_attn_plugins.integration.loading import PLUGIN_DIR
+    from fairseq_attn_plugins.loading import PLUGIN_DIR
 
     data = os.path.join(os.path.dirname(__file__), "data", "relpos_checkpoint")
     args = options.parse_args_and_arch(options.get_training_parser(), [

@@ -380,7 +380,7 @@ def test_two_nodes_train_like_one_process_with_update_freq(ende):
 
 
 def _model_state(path):
-    from fairseq_attn_plugins.integration.checkpoint_safety import safe_load
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
     return safe_load(path)["model"]
 
 

@@ -16,11 +16,12 @@ from test_demo import TRAIN_LOG  # noqa: E402
 
 from fairseq_attn_plugins.attention import PluginSelfAttention  # noqa: E402
 from fairseq_attn_plugins.attention.flags import pieces_summary  # noqa: E402
+from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # noqa: E402
 from fairseq_attn_plugins.cli import results as results_cli  # noqa: E402
-from fairseq_attn_plugins.integration.loading import load_model_ensemble_and_task  # noqa: E402
+from fairseq_attn_plugins.loading import load_model_ensemble_and_task  # noqa: E402
 from fairseq_attn_plugins.reporting import seeds  # noqa: E402
 from fairseq_attn_plugins.toy_corpus import make_corpus  # noqa: E402
-from fairseq_attn_recipes.recording import identity_of_checkpoint, scan_checkpoints  # noqa: E402
+from fairseq_attn_recipes.recording import scan_checkpoints  # noqa: E402
 from fairseq_attn_records import run_record  # noqa: E402
 
 RELPOS = "transformer_relpos_wmt_en_de"

@@ -17,7 +17,7 @@ import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
 
 from fairseq_attn_plugins.attention import PieceConfigError, PluginSelfAttention  # noqa: E402
-from fairseq_attn_plugins.integration.checkpoint_safety import safe_load  # noqa: E402
+from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
 from fairseq_attn_records import generate_output  # noqa: E402
 from fairseq_attn_plugins.loading import from_pretrained, load_model_ensemble_and_task  # noqa: E402
 

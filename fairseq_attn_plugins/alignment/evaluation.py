@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 from fairseq_attn_records import run_record
 from fairseq_attn_records.alignment import AlignmentError, aer_scores, read_pharaoh, write_pharaoh
+from fairseq_attn_records.output_files import replace_folder, write_json
 
 SUBSETS = ("valid", "test")
 
@@ -112,7 +113,7 @@ def parse_layers(spec: str, n_layers: int) -> List[int]:
 def load_model(checkpoint: str, data: str, user_dir: Optional[str]):
     from fairseq import checkpoint_utils, utils
 
-    from ..integration import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
+    from .. import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
 
     if user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=user_dir))
@@ -292,18 +293,10 @@ def write_out(out: str, result: Dict, predicted: Dict, replace: bool) -> None:
         os.makedirs(os.path.join(tmp, subset), exist_ok=True)
         for name, links in systems.items():
             write_pharaoh(os.path.join(tmp, subset, f"alignments.{name}.txt"), links)
-    with open(os.path.join(tmp, "aer.json"), "w", encoding="utf-8") as f:
-        json.dump(result, f, indent=1)
-    if os.path.exists(out):
-        if not replace:
-            raise AlignInputError(f"--out {out} exists: give --yes to replace it")
-        old = out.rstrip("/") + ".old"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, out)
+    write_json(os.path.join(tmp, "aer.json"), result, indent=1)
+    if os.path.exists(out) and not replace:
+        raise AlignInputError(f"--out {out} exists: give --yes to replace it")
+    replace_folder(tmp, out)
 
 
 def summary(result: Dict) -> str:

@@ -94,14 +94,12 @@ def text_listing(names: Optional[List[str]] = None) -> str:
 def arch_layers(arch: str) -> str:
     """The pieces per layer of architecture ``arch`` at its defaults, e.g.
     ``--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``, then
-    each active piece's flags with their values (:func:`piece_values`)."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+    each active piece's flags with their values (:func:`piece_values`). ``arch`` is one of the
+    model's architectures (``models.is_attn_arch``, asked by the caller)."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
 
     from .flags import validate_attention_args
 
-    if arch not in ARCH_CONFIG_REGISTRY or ARCH_MODEL_REGISTRY[arch].__name__ != "AttnTransformerModel":
-        raise ValueError(f"--arch {arch!r} is not a transformer_attn architecture; expected one of "
-                         f"{architectures()}")
     args = argparse.Namespace()
     ARCH_CONFIG_REGISTRY[arch](args)
     validate_attention_args(args)
@@ -148,12 +146,6 @@ def model_pieces(model: Dict) -> Dict:
                 for k in ("layers", "attention_heads", "embed_dim"))
     return {"arch": model.get("arch"), "pieces": pieces,
             "pieces_per_layer": config_layers(args) if sized else None}
-
-
-def architectures() -> List[str]:
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    return sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "AttnTransformerModel")
 
 
 BLOCK = re.compile(r"(<!-- flags: (?P<name>[\w]+) -->\n)(?P<body>.*?)(<!-- /flags -->)", re.S)

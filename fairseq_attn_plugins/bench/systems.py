@@ -9,7 +9,6 @@ from typing import Dict, List, Optional
 import torch
 
 STOCK = "fairseq"
-MODEL_NAME = "transformer_attn"
 
 # ---------------------------------------------------------------------------
 # Speed targets (training throughput ratio to stock fairseq). Matched by
@@ -142,10 +141,12 @@ def discover_systems(big: bool = False, patterns: Optional[List[str]] = None) ->
     import fairseq_attn_plugins  # noqa: F401  (registers the model and its architectures)
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
+    from ..models import is_attn_arch
+
     suffix = "_vaswani_wmt_en_de_big" if big else "_wmt_en_de"
     systems = [System(STOCK, "transformer" + suffix, None)]
-    for arch, model in ARCH_MODEL_NAME_REGISTRY.items():
-        if model != MODEL_NAME or not arch.startswith("transformer_") or not arch.endswith(suffix):
+    for arch in ARCH_MODEL_NAME_REGISTRY:
+        if not is_attn_arch(arch) or not arch.startswith("transformer_") or not arch.endswith(suffix):
             continue
         variant = arch[len("transformer_"): -len(suffix)]
         if not big and variant.endswith("_vaswani"):

@@ -17,7 +17,8 @@ import json
 import math
 import os
 import sys
-import tempfile
+
+from fairseq_attn_records.output_files import write_text
 
 from .. import bench as B
 
@@ -66,10 +67,7 @@ def build_parser():
 def _write_atomic(path, text):
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".bench-", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text(path, text)
 
 
 def _clean(obj):

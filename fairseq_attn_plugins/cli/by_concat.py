@@ -9,7 +9,7 @@ import os
 import sys
 
 from ..reporting import by_concat
-from ..reporting.files import write_json_atomic, write_text_atomic
+from fairseq_attn_records.output_files import write_json, write_text
 
 
 def main(argv=None) -> int:
@@ -35,8 +35,8 @@ def main(argv=None) -> int:
     except (OSError, ValueError, KeyError) as e:
         print(f"by_concat: error: {e}", file=sys.stderr)
         return 2
-    write_json_atomic(study, args.study_json)
-    write_text_atomic(by_concat.replace_section(md, section), args.study_md)
+    write_json(args.study_json, study)
+    write_text(args.study_md, by_concat.replace_section(md, section))
     if args.plot:
         by_concat.plot(study["concat"], args.plot)
     print(section)

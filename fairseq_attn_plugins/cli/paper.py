@@ -27,7 +27,7 @@ from fairseq_attn_records.text_inputs import read_text_lines
 
 from ..reporting import figures
 from ..reporting import table1
-from ..reporting.files import write_json_atomic, write_text_atomic
+from fairseq_attn_records.output_files import write_json, write_text
 from ..reporting.runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
 from .metric_options import load_comet, print_comet_hint
 
@@ -64,9 +64,9 @@ def cmd_table1(args) -> None:
     md = table1.format_markdown(table)
     print(md)
     if args.md:
-        write_text_atomic(md + "\n", args.md)
+        write_text(args.md, md + "\n")
     if args.json:
-        write_json_atomic(table, args.json)
+        write_json(args.json, table)
     print_comet_hint("fairseq-attn-paper table1", comet)
 
 
@@ -85,7 +85,7 @@ def cmd_figure2(args) -> None:
             stale = f" ‡ evaluated before its newest checkpoint ({p['stale']})" if p.get("stale") else ""
             print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{stale}")
     if args.json:
-        write_json_atomic(data, args.json)
+        write_json(args.json, data)
 
 
 def cmd_figure3(args) -> None:
@@ -115,7 +115,7 @@ def cmd_figure3(args) -> None:
     print()
     print(model_legend(cells))
     if args.json:
-        write_json_atomic(data, args.json)
+        write_json(args.json, data)
 
 
 def main(argv=None) -> int:

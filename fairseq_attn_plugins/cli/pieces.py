@@ -18,6 +18,8 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_attn_records.output_files import write_text
+
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fairseq-attn-pieces", description=__doc__.split("\n\n")[0])
@@ -50,16 +52,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                 old = f.read()
             new = catalogue.update_doc(old)
             if new != old:
-                with open(path, "w", encoding="utf-8") as f:
-                    f.write(new)
+                write_text(path, new)
                 print(f"updated {path}")
         return 0
     if args.arch:
-        try:
-            print(catalogue.arch_layers(args.arch))
-        except ValueError as e:
-            print(f"fairseq-attn-pieces: {e}", file=sys.stderr)
+        from ..models import attn_architectures, is_attn_arch
+
+        if not is_attn_arch(args.arch):
+            print(f"fairseq-attn-pieces: --arch {args.arch!r} is not a transformer_attn architecture; "
+                  f"expected one of {attn_architectures()}", file=sys.stderr)
             return 2
+        print(catalogue.arch_layers(args.arch))
         return 0
     if args.markdown:
         print("\n\n".join(f"{n}\n\n{catalogue.markdown_table(PIECES[n])}"

@@ -22,14 +22,14 @@ one-line error.
 """
 
 import argparse
-import json
 import os
 import sys
 from typing import List, Optional
 
 import torch
+from fairseq_attn_records.output_files import write_json
 
-from ..integration import checkpoint_safety  # noqa: F401  (safe loading; importing the package registers the model)
+from .. import checkpoint_safety  # noqa: F401  (safe loading; importing the package registers the model)
 from ..reporting.attention_maps import (collect_attention, greedy_translate, layer_stats, plot_layer,
                                         self_attention_sites)
 
@@ -109,10 +109,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"{r['side']:8} {r['layer']:5d} {r['head']:4d} {r['entropy']:9.4f} {r['div']:9.4f} "
               f"{r['disagreement']:9.4f}")
     if args.stats_json:
-        tmp = args.stats_json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(stats, f, indent=1)
-        os.replace(tmp, args.stats_json)
+        write_json(args.stats_json, stats, indent=1)
     return 0
 
 

@@ -36,7 +36,7 @@ from fairseq_attn_records.text_inputs import read_text_lines
 from ..reporting import seeds
 from ..reporting.alignment_column import add_aer_column
 from ..reporting.curves import plot_curves
-from ..reporting.files import check_output_paths, write_json_atomic, write_text_atomic
+from fairseq_attn_records.output_files import check_output_paths, write_json, write_text
 from ..reporting.results import collect, format_markdown
 from ..reporting.significance import check_counts
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
@@ -112,9 +112,9 @@ def main(argv=None) -> int:
     if "by_length" in table:
         draw_plot(table["by_length"], args.plot)
     if args.md:
-        write_text_atomic(md + "\n", args.md)
+        write_text(args.md, md + "\n")
     if args.json:
-        write_json_atomic(table, args.json)
+        write_json(args.json, table)
     print_comet_hint("fairseq-attn-results", comet)
     return 0
 

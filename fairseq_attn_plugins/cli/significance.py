@@ -20,7 +20,7 @@ import sys
 from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
 
-from ..reporting.files import check_output_paths, write_json_atomic
+from fairseq_attn_records.output_files import check_output_paths, write_json
 from ..reporting.significance import check_counts, format_table, legend_lines, paired_tests
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
@@ -83,7 +83,7 @@ def main(argv=None) -> int:
         print(length_markdown(result["by_length"]))
         draw_plot(result["by_length"], args.plot)
     if args.json:
-        write_json_atomic(result, args.json)
+        write_json(args.json, result)
     print_comet_hint(prog, comet)
     return 0
 

@@ -54,6 +54,7 @@ from typing import List, Optional
 
 import numpy as np
 import torch
+from fairseq_attn_records.output_files import replace_folder
 
 logger = logging.getLogger(__name__)
 
@@ -300,7 +301,7 @@ def _converter_class():
             self.checkpoint, self.data_dir = checkpoint, data_dir
 
         def _load(self):
-            from ..integration.loading import load_model_ensemble_and_task
+            from ..loading import load_model_ensemble_and_task
 
             models, cfg, task = load_model_ensemble_and_task([self.checkpoint],
                                                              arg_overrides={"data": self.data_dir})
@@ -323,9 +324,5 @@ def export_ct2(data_dir: str, checkpoint: str, output_dir: str, quantization: Op
         raise ExportError(f"{output_dir} exists; pass --force to replace it")
     tmp = output_dir.rstrip("/") + ".tmp"
     _converter_class()(checkpoint, data_dir).convert(tmp, quantization=quantization, force=True)
-    if os.path.exists(output_dir):
-        import shutil
-
-        shutil.rmtree(output_dir)
-    os.replace(tmp, output_dir)
+    replace_folder(tmp, output_dir)
     return output_dir

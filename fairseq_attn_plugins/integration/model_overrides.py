@@ -31,6 +31,7 @@ import functools
 
 from ..attention.flags import check_inactive_flags, piece_flags
 from ..attention.piece import PIECES, PieceConfigError
+from ..models import is_attn_arch
 
 #: shared attention flags (not owned by a piece)
 SHARED_FLAGS = ("attn_pieces", "attn_backend", "attn_flex_compile")
@@ -52,15 +53,6 @@ def _model_namespace(state):
     if not isinstance(model, argparse.Namespace):
         model = state.get("args") if isinstance(state, dict) else None
     return model if isinstance(model, argparse.Namespace) else None
-
-
-def _is_attn_model(ns) -> bool:
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    from ..models.transformer_attn import AttnTransformerModel
-
-    cls = ARCH_MODEL_REGISTRY.get(getattr(ns, "arch", None))
-    return cls is not None and issubclass(cls, AttnTransformerModel)
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,7 +111,7 @@ def check_overrides(path, state, overrides) -> None:
         return
     owners = piece_flags()
     given = [k for k in overrides if k in owners or k in SHARED_FLAGS]
-    if not _is_attn_model(ns):
+    if not is_attn_arch(getattr(ns, "arch", None)):
         if given:
             raise PieceConfigError(
                 f"{path}: overrides {given} set attention-plugin flags, but the checkpoint's model is "

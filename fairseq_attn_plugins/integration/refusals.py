@@ -35,7 +35,7 @@ MODULE_PREFIXES = ("fairseq_cli.", "fairseq_attn_recipes", "fairseq_attn_plugins
 
 def refusal_kinds():
     from ..attention.settings import PieceConfigError
-    from .checkpoint_safety import CorruptCheckpointError, UnsafeCheckpointError
+    from ..checkpoint_safety import CorruptCheckpointError, UnsafeCheckpointError
 
     return PieceConfigError, CorruptCheckpointError, UnsafeCheckpointError
 

@@ -1,1 +1,7 @@
-from .transformer_attn import ARCHITECTURES, AttnTransformerModel, register_variant  # noqa: F401
+from .transformer_attn import (  # noqa: F401
+    ARCHITECTURES,
+    AttnTransformerModel,
+    attn_architectures,
+    is_attn_arch,
+    register_variant,
+)

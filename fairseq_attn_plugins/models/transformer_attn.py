@@ -14,6 +14,7 @@ import argparse
 import functools
 import logging
 import weakref
+from typing import List
 
 import numpy as np
 from fairseq import utils
@@ -34,7 +35,6 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from ..integration import finetune
 from ..attention import (
     PIECES,
     AttentionPiece,
@@ -47,6 +47,7 @@ from ..attention import (
     validate_attention_args,
 )
 from ..attention.flags import explicit_summary, pieces_summary, record_explicit_flags
+from . import finetune
 from .hydra_config import is_config, namespace_from_config, write_back
 
 logger = logging.getLogger(__name__)
@@ -300,3 +301,19 @@ for _name, _cls in PIECES.items():
     ARCHITECTURES += register_variant(_name, _name)
     for _variant, _preset in _cls.architectures.items():
         ARCHITECTURES += register_variant(_variant, _name, _preset)
+
+
+def is_attn_arch(arch) -> bool:
+    """Whether ``arch`` is a registered architecture of this model: the one answer to "is this
+    architecture ours?" (a stock fairseq architecture, an unknown name or None is not)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    cls = ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None
+    return cls is not None and issubclass(cls, AttnTransformerModel)
+
+
+def attn_architectures() -> List[str]:
+    """Every registered architecture of this model, sorted."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return sorted(a for a in ARCH_MODEL_REGISTRY if is_attn_arch(a))

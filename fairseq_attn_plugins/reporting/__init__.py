@@ -6,12 +6,11 @@
 * :mod:`.curves` -- learning curves from fairseq-train's json log;
 * :mod:`.table1`, :mod:`.figures` -- the CSAN paper's Table 1 and Figures 2-3;
 * :mod:`.attention_stats`, :mod:`.attention_maps` -- per-head statistics of attention
-  probabilities, and the maps of one sentence (heatmaps);
-* :mod:`.files` -- output files checked first and written whole.
+  probabilities, and the maps of one sentence (heatmaps).
 
 What they build on has no torch in it and lives in :mod:`fairseq_attn_records`: the run record,
-the metric registry (labels, directions, digits, how each metric is scored), COMET and the
-readers of text inputs.
+the metric registry (labels, directions, digits, how each metric is scored), COMET, the
+readers of text inputs and the one file writer (:mod:`fairseq_attn_records.output_files`).
 
 The command lines (``fairseq-attn-results``, ``-significance``, ``-paper``, ``-plot``,
 ``-demo``) live in :mod:`fairseq_attn_plugins.cli`.

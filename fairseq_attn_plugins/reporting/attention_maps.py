@@ -6,11 +6,11 @@ are those of :mod:`fairseq_attn_plugins.reporting.attention_stats`.
 """
 
 import logging
-import os
 from typing import Dict, List
 
 import torch
 from fairseq.modules.multihead_attention import MultiheadAttention
+from fairseq_attn_records.output_files import staged
 
 from ..attention import AttentionContext, PluginSelfAttention
 from .attention_stats import head_stats
@@ -171,10 +171,9 @@ def plot_layer(rec: Dict, q_labels: List[str], k_labels: List[str], path: str) -
     pieces = ",".join(rec["pieces"]) or "plain"
     fig.suptitle(f"{rec['side']} self-attention, layer {rec['layer']} ({pieces}); grey = masked")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    with staged(path, ".png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def layer_stats(records: List[Dict]) -> List[Dict]:

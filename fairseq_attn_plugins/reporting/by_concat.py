@@ -21,6 +21,7 @@ import json
 from typing import Dict, List, Mapping, Optional
 
 from fairseq_attn_records import metrics as M
+from fairseq_attn_records.output_files import staged
 from fairseq_attn_records.text_inputs import read_text_lines
 
 from .significance import fmt_ratio
@@ -117,7 +118,6 @@ def load_tables(specs: List[str]) -> Dict[int, Dict]:
 def plot(concat: Dict, png_path: str) -> None:
     """Score against k, one panel per metric and one for the length ratio, one line per system
     (error bars: sacreBLEU's 95% bootstrap interval of that k). Written whole (tmp, then rename)."""
-    import os
 
     from .figures import _pyplot
 
@@ -155,7 +155,6 @@ def plot(concat: Dict, png_path: str) -> None:
     fig.suptitle("inputs of k consecutive segments of one document; error bars: 95% bootstrap interval",
                  fontsize=9)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    tmp = png_path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    with staged(png_path, ".png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, png_path)

@@ -43,11 +43,11 @@ and tested on each bucket.
 
 import bisect
 import math
-import os
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from fairseq_attn_records import metrics as M
+from fairseq_attn_records.output_files import staged
 
 from .significance import paired_tests
 
@@ -437,7 +437,6 @@ def plot(data: Dict, png_path: str) -> None:
                  if data.get("paired", True) else "each system's own bootstrap on its outputs of the bucket)"),
                  fontsize=9)
     fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(names) - 1) // 4), 1, 1))
-    tmp = png_path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    with staged(png_path, ".png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, png_path)

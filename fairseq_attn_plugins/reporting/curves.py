@@ -42,6 +42,8 @@ import os
 import re
 from typing import Dict, Iterator, List, Sequence, Tuple
 
+from fairseq_attn_records.output_files import staged
+
 _LINE = re.compile(r"\| (train_inner|train|valid) \| (\{.*\})\s*$")
 _PARAMS = re.compile(r"num\. shared model params: ([\d,]+)")
 _RESUME = re.compile(r"Loaded checkpoint .* \(epoch \d+ @ (\d+) updates\)")
@@ -236,8 +238,7 @@ def plot_curves(groups: Sequence[Tuple[str, Sequence[str]]], png_path: str) -> D
         title = "bands: mean ± sample std (n-1) over seeds"
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    tmp = png_path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    with staged(png_path, ".png") as tmp:
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    os.replace(tmp, png_path)
     return data

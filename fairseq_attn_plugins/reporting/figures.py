@@ -18,6 +18,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
+from fairseq_attn_records.output_files import staged
 from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
 
 from .runs import Run, load_runs
@@ -67,10 +68,9 @@ def _pyplot():
 
 
 def _save(fig, png_path: str) -> None:
-    tmp = png_path + ".tmp.png"
     fig.tight_layout()
-    fig.savefig(tmp, dpi=100)
-    os.replace(tmp, png_path)
+    with staged(png_path, ".png") as tmp:
+        fig.savefig(tmp, dpi=100)
 
 
 def plot_figure3(data: Dict, png_path: str) -> None:

@@ -149,9 +149,8 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
     ckpt = _newest_save_point(run_dir, rec)
     if ckpt is None:
         return
-    from fairseq_attn_recipes.recording import identity_of_checkpoint  # reads the checkpoint (torch)
-
     from ..attention.flags import piece_flags
+    from ..checkpoint_identity import identity_of_checkpoint  # reads the checkpoint (torch)
 
     held = identity_of_checkpoint(ckpt)
     # what the run is: its architecture, active pieces and their flags (other model flags may be

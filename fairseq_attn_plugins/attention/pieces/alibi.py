@@ -29,7 +29,7 @@ come from ``q_pos``/``k_pos``, exact.
 Placement: ``--alibi-sides`` (default encoder,decoder), ``--alibi-layers``
 (default all), every self-attention layer as in the paper; ``--alibi-abs-pos
 drop`` (default) turns fairseq's sinusoidal token position embeddings off (the
-paper has none); see :mod:`..position_methods`. With 2D-CSAN's widened keys,
+paper has none); see :mod:`..position_method_flags`. With 2D-CSAN's widened keys,
 each slot carries the penalty of its key's distance with the query head's slope.
 
 Backends: a float score bias (1, H, T, S) on the fused SDPA path (and the
@@ -47,7 +47,7 @@ from torch import Tensor
 
 from ..backends import flex
 from ..piece import AttentionPiece, AttentionSite, register_piece
-from ..position_methods import placement_settings, position_conflicts, replace_token_positions
+from ..position_method_flags import placement_settings, position_conflicts, replace_token_positions
 
 
 def alibi_slopes(num_heads: int) -> List[float]:

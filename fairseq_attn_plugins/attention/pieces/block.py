@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..piece import AttentionPiece, AttentionSite, Int, Layers, register_piece
-from ..positions import sentence_positions
+from ..sentence_positions import sentence_positions
 
 MAX_BLOCK = 1024
 

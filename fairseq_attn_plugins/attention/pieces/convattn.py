@@ -60,7 +60,7 @@ from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS
 from torch import Tensor, nn
 
 from ..piece import AttentionPiece, AttentionSite, Choice, Int, Layers, register_piece
-from ..positions import sentence_positions
+from ..sentence_positions import sentence_positions
 
 ACTIVATIONS = ("relu", "linear")
 INITS = ("glorot", "identity")

@@ -72,7 +72,7 @@ from ..piece import (
     Sides,
     register_piece,
 )
-from ..positions import sentence_positions
+from ..sentence_positions import sentence_positions
 
 MODES = ("p", "r", "pr")
 RELATIVE_FORMS = ("paper", "circulant")

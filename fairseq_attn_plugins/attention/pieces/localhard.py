@@ -40,7 +40,7 @@ the sentence length, so incremental decoding is refused (``incremental_ok = Fals
 import torch
 from torch import Tensor
 
-from ..localness import (
+from ..gaussian_localness import (
     QueryPredictor,
     bias_dtype,
     gaussian_bias,

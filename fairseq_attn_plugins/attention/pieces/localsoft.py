@@ -35,7 +35,7 @@ decoder's incremental decoding is refused (``incremental_ok = False``).
 
 from torch import Tensor
 
-from ..localness import (
+from ..gaussian_localness import (
     QueryPredictor,
     bias_dtype,
     gaussian_bias,

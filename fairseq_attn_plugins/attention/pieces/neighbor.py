@@ -44,7 +44,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from ..localness import (
+from ..gaussian_localness import (
     QueryPredictor,
     bias_dtype,
     clamp_bias,

@@ -66,7 +66,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..backends import flex
-from ..position_methods import replace_token_positions
+from ..position_method_flags import replace_token_positions
 from ..piece import (
     AttentionPiece,
     AttentionSite,

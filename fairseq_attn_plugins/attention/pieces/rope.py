@@ -31,7 +31,7 @@ Placement: ``--rope-sides`` (default encoder,decoder), ``--rope-layers``
 Encoder-decoder attention is fairseq's own and is not rotated (source and
 target positions are not on one axis). ``--rope-abs-pos drop`` (default) turns
 fairseq's sinusoidal token position embeddings off (RoFormer has none); see
-:mod:`..position_methods`.
+:mod:`..position_method_flags`.
 
 Backends: a ``transform_qkv`` piece, so the layer stays on the fused SDPA path
 (flash / memory-efficient kernels); explicit path too. Incremental decoding:
@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from ..piece import AttentionPiece, AttentionSite, Float, PieceConfigError, register_piece
-from ..position_methods import placement_settings, position_conflicts, replace_token_positions
+from ..position_method_flags import placement_settings, position_conflicts, replace_token_positions
 
 
 def rotated_dims(head_dim: int, fraction: float) -> int:

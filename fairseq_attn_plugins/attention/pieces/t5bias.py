@@ -35,7 +35,7 @@ Placement: ``--t5-sides`` (default encoder,decoder), ``--t5-layers`` (default
 all): every self-attention layer as in T5. Encoder-decoder attention is
 fairseq's own (T5 gives it no position bias either). ``--t5-abs-pos drop``
 (default) turns fairseq's sinusoidal token position embeddings off (T5 has
-none); see :mod:`..position_methods`.
+none); see :mod:`..position_method_flags`.
 
 i and j are key indices of the padded batch; only j - i enters, so left or
 right padding gives the same output; incremental decoding reads the distances
@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from ..piece import AttentionPiece, AttentionSite, Choice, Int, PieceConfigError, parse_layer_spec, register_piece
-from ..position_methods import placement_settings, position_conflicts, replace_token_positions
+from ..position_method_flags import placement_settings, position_conflicts, replace_token_positions
 
 SHARING = ("stack", "layer")
 

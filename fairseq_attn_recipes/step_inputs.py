@@ -1,5 +1,6 @@
-"""Small file helpers shared by the recipe steps: whole files in, ``OUT.tmp`` renamed out,
-one-line errors (exit 2) naming the file."""
+"""A recipe step's inputs and arguments: whole files read, lines counted, ``KEY=VALUE`` and
+``IN OUT`` pairs parsed, and the one-line error (exit 2) naming the file or argument. Outputs
+are written by :mod:`fairseq_attn_records.output_files` (aside, then renamed)."""
 
 import os
 import sys
@@ -8,14 +9,6 @@ import sys
 def die(msg: str, code: int = 2):
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(code)
-
-
-def write_lines_atomic(path: str, lines) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(line + "\n")
-    os.replace(tmp, path)
 
 
 def read_lines(path: str):

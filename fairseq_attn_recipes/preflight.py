@@ -1,6 +1,6 @@
 """Checks before any long work: the tools a recipe needs and the architecture it trains."""
 
-from .files import die
+from .step_inputs import die
 
 # what to install when a tool is missing
 INSTALL_HINT = {
@@ -49,3 +49,9 @@ def cmd_check_arch(args):
                                                if near else "no registered architecture is near it")
             + " (each piece P registers transformer_P_wmt_en_de and transformer_P_vaswani_wmt_en_de_big; "
               "fairseq-attn-pieces lists the pieces)")
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("check-tools"); p.add_argument("tools", nargs="+", choices=sorted(INSTALL_HINT)); p.set_defaults(fn=cmd_check_tools)
+    p = sub.add_parser("check-arch"); p.add_argument("arch", nargs="+"); p.set_defaults(fn=cmd_check_arch)

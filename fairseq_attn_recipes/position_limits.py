@@ -20,7 +20,7 @@ max_target_positions - 1)``. What this step does (``check-positions``):
 import os
 import shlex
 
-from .files import die
+from .step_inputs import die
 
 
 def longest(data: str, split: str, src: str, tgt: str):
@@ -104,3 +104,14 @@ def cmd_check_positions(args):
     need_src, need_tgt = needed_positions(lengths, args.max_len_a, args.max_len_b)
     for arch in args.arch:
         print(f"{arch}\t{' '.join(extra_positions(arch, args.data, model_args, need_src, need_tgt, args.splits))}")
+
+
+def add_parsers(sub) -> None:
+    """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("check-positions", help="print the position limits ARCH needs for the longest "
+                       "valid/test sentence and output (or refuse: learned tables, a limit set in MODEL_ARGS)")
+    p.add_argument("--data", required=True); p.add_argument("--arch", nargs="+", required=True)
+    p.add_argument("--src", required=True); p.add_argument("--tgt", required=True)
+    p.add_argument("--splits", nargs="+", default=["valid", "test"])
+    p.add_argument("--max-len-a", type=float, default=0.0); p.add_argument("--max-len-b", type=int, default=200)
+    p.add_argument("--model-args", default="", help="MODEL_ARGS, one string"); p.set_defaults(fn=cmd_check_positions)

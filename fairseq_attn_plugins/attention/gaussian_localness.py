@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from .piece import AttentionContext
-from .positions import sentence_positions
+from .sentence_positions import sentence_positions
 
 
 class QueryPredictor(nn.Module):

@@ -1,0 +1,40 @@
+"""What a checkpoint holds about its run, read without reading its tensors: the update number
+and epoch it was saved at, and the identity of the run its configuration describes
+(:func:`fairseq_attn_records.run_record.identity_of_cfg`). Read memory-mapped under the checkpoint
+allowlist (:mod:`.checkpoint_safety`); a file that cannot be read is a one-line
+:class:`~fairseq_attn_records.run_record.RecordError` naming it."""
+
+from typing import Dict
+
+import torch
+from fairseq_attn_records.run_record import RecordError, identity_of_cfg
+
+from .checkpoint_safety import corrupt_message, install
+
+
+def mapped_state(path: str) -> Dict:
+    """The checkpoint's state, memory-mapped (the tensors are not read)."""
+    install()
+    try:
+        return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as e:  # corrupt, truncated or refused: named, no traceback
+        raise RecordError(corrupt_message(path, e)) from None
+
+
+def checkpoint_state(path: str) -> Dict:
+    """Update number and epoch a checkpoint holds, read from its own state."""
+    state = mapped_state(path)
+    hist = state.get("optimizer_history") or [{}]
+    it = (state.get("extra_state") or {}).get("train_iterator") or {}
+    epoch = it.get("epoch")
+    if epoch is not None and epoch > 1 and it.get("iterations_in_epoch") == 0:
+        epoch -= 1  # saved at an epoch's end: fairseq stores the next epoch to start
+    return {"num_updates": hist[-1].get("num_updates"), "epoch": epoch}
+
+
+def identity_of_checkpoint(path: str) -> Dict:
+    """Identity from the configuration a checkpoint holds."""
+    state = mapped_state(path)
+    if state.get("cfg") is None:
+        raise RecordError(f"{path}: the checkpoint holds no configuration (cfg)")
+    return identity_of_cfg(state["cfg"])

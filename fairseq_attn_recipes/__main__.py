@@ -7,7 +7,7 @@ it, so an interrupted step never leaves a file that looks finished.
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
-check-positions, concat-test. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+check-positions, concat-test, profile, language-facts, fairseq-args, parts-record. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 
@@ -18,16 +18,20 @@ from fairseq_attn_records.run_record import finished_before
 from .bible_corpus import cmd_bible_corpus
 from .checkpoints import cmd_average
 from .concat import cmd_concat_test
-from .corpora import cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_unpack
+from .corpora import (cmd_cap_check, cmd_check_script, cmd_clean, cmd_concat_parts, cmd_extract, cmd_parts_record,
+                      cmd_unpack)
 from .databins import cmd_data_list, cmd_data_place, cmd_data_prune, cmd_register_run, cmd_run_data
-from .demo_corpus import cmd_toy_corpus
 from .evaluations import cmd_evaluated_before
+from .fairseq_args import cmd_fairseq_args
 from .fingerprints import cmd_check_data, cmd_fingerprint, cmd_prepare_record
+from .languages import cmd_language_facts
 from .positions import cmd_check_positions
-from .scoring import cmd_check_comet, cmd_hyps, cmd_score
+from .profiles import cmd_profile
+from .scoring import cmd_check_comet, cmd_hyps, cmd_score, number_field, text_field
 from .subwords import cmd_bpe_apply, cmd_bpe_learn
 from .tokenisation import cmd_detok, cmd_split_compounds, cmd_tokenize
 from .tools import INSTALL_HINT, cmd_check_arch, cmd_check_tools
+from .toy_corpus_files import cmd_toy_corpus
 
 
 def cmd_finished_before(args):
@@ -115,7 +119,11 @@ def main(argv=None):
     p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
     p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")
     p.add_argument("--record", action="append", help="JSON files merged into the scores")
-    p.add_argument("--extra"); p.add_argument("--output", required=True)
+    p.add_argument("--text", dest="fields", action="append", type=text_field, metavar="KEY=VALUE",
+                   help="a string recorded in the scores (arch_requested=..., checkpoint=...)")
+    p.add_argument("--number", dest="fields", action="append", type=number_field, metavar="KEY=VALUE",
+                   help="a number recorded in the scores (beam=4, lenpen=0.6)")
+    p.add_argument("--output", required=True)
     p.add_argument("--subset", default="test", help="the subset scored (recorded)")
     p.add_argument("--run-dir", help="record the evaluation in this run's run.json")
     p.add_argument("--publish", metavar="DIR", help="the outputs were written aside (the folder of --output, "
@@ -151,6 +159,22 @@ def main(argv=None):
     p.add_argument("--ks", required=True, help="CONCAT, e.g. 1,2,4,8"); p.add_argument("--out", required=True)
     p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
     p.set_defaults(fn=cmd_concat_test)
+    # the recipes' facts (profiles.py, languages.py) and fairseq's argument lists (fairseq_args.py)
+    p = sub.add_parser("profile", help="a model/training profile as bash defaults (VAR=${VAR:-value} lines)")
+    p.add_argument("name", nargs="?", help="base, big, bible, toy, toy-study, demo, demo-quick, paper-quick")
+    p.add_argument("--arch", help="the base or big profile of this architecture")
+    p.add_argument("--only", nargs="+", metavar="VAR", help="only these variables")
+    p.add_argument("--export", action="store_true"); p.set_defaults(fn=cmd_profile)
+    p = sub.add_parser("language-facts", help="tokeniser and word counting of languages, as bash arrays")
+    p.add_argument("langs", nargs="+"); p.set_defaults(fn=cmd_language_facts)
+    p = sub.add_parser("fairseq-args", help="fairseq-train / -preprocess / -generate arguments, one a line")
+    p.add_argument("tool", choices=["train", "preprocess", "generate"]); p.add_argument("--data")
+    p.add_argument("--user-dir"); p.add_argument("--arch"); p.add_argument("--destdir")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="a recipe variable, lowercase")
+    p.set_defaults(fn=cmd_fairseq_args)
+    p = sub.add_parser("parts-record", help="train.parts.json of training data made of whole files")
+    p.add_argument("--part", action="append", required=True, metavar="NAME=FILE")
+    p.add_argument("--record", required=True); p.set_defaults(fn=cmd_parts_record)
     args = ap.parse_args(argv)
     args.fn(args)
 

@@ -6,8 +6,7 @@ import os
 import unicodedata
 
 from .files import count_lines, die, pairs, read_lines, write_lines_atomic
-
-_EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul", "el": "greek", "grc": "greek"}  # else Latin
+from .languages import language
 
 
 def script_profile(lines) -> dict:
@@ -38,7 +37,7 @@ def script_problem(lang: str, lines) -> str:
     if not any(p.values()):
         return "no letters at all"
     cjk = p["han"] + p["kana"]
-    want = _EXPECTED_SCRIPT.get(lang, "latin")
+    want = language(lang).script
     if want == "latin" and p["latin"] < 0.5 and p["greek"] >= 0.5:
         return f"{p['greek']:.0%} of its letters are Greek, expected Latin ({lang})"
     if want == "latin" and p["latin"] < 0.5:
@@ -111,6 +110,24 @@ def cmd_unpack(args):
     os.replace(tmp, args.dest)
 
 
+def write_parts_record(path: str, counts: dict, missing: list) -> None:
+    """train.parts.json: the pair count of each part of the training data, the parts left out."""
+    record = {"parts": counts, "missing": list(missing), "partial": bool(missing)}
+    write_lines_atomic(path, [json.dumps(record, indent=2)])
+
+
+def cmd_parts_record(args):
+    """parts-record --part NAME=FILE ... --record OUT: the training data is these whole files
+    (a recipe's one download, the user's local files): each part's pairs are FILE's lines."""
+    counts = {}
+    for spec in args.part:
+        name, sep, path = spec.partition("=")
+        if not sep or not os.path.isfile(path):
+            die(f"--part {spec!r}: give NAME=FILE, an existing file of the part's source side")
+        counts[name] = count_lines(path)
+    write_parts_record(args.record, counts, [])
+
+
 def cmd_concat_parts(args):
     """concat-parts --part NAME:SRC_GLOB:TGT_GLOB ... : concatenate aligned corpora into the
     training files, after checking each file pair's line count and script; --record writes
@@ -141,9 +158,7 @@ def cmd_concat_parts(args):
                             fout.write(line if line.endswith(b"\n") else line + b"\n")
     os.replace(args.src_out + ".tmp", args.src_out)
     os.replace(args.tgt_out + ".tmp", args.tgt_out)
-    record = {"parts": {name: n for name, _, n in parts}, "missing": args.missing or [],
-              "partial": bool(args.missing)}
-    write_lines_atomic(args.record, [json.dumps(record, indent=2)])
+    write_parts_record(args.record, {name: n for name, _, n in parts}, args.missing or [])
     print("training pairs: " + ", ".join(f"{name} {n}" for name, _, n in parts))
 
 

@@ -7,6 +7,7 @@ BLEU the papers report. Imports neither torch nor fairseq (COMET loads torch whe
 ``evaluations[subset]["scores"]``, beside the outputs scored and what the recipe adds (averaged
 checkpoints, beam, data check)."""
 
+import argparse
 import json
 import os
 
@@ -52,6 +53,26 @@ def tokenized_bleu(tok_hyp: str, tok_ref: str, method: str) -> dict:
             "compound_split": "compound" in (method or "")}
 
 
+def text_field(spec: str):
+    """``--text KEY=VALUE``: a string recorded in scores.json (argparse type)."""
+    key, sep, value = spec.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{spec!r}: give KEY=VALUE")
+    return key, value
+
+
+def number_field(spec: str):
+    """``--number KEY=VALUE``: a number recorded in scores.json (BEAM=4, LENPEN=0.6; argparse type)."""
+    key, value = text_field(spec)
+    try:
+        number = json.loads(value)
+    except ValueError:
+        number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise argparse.ArgumentTypeError(f"{spec!r}: {key} must be a number")
+    return key, number
+
+
 def cmd_score(args):
     from fairseq_attn_records import metrics
 
@@ -78,7 +99,7 @@ def cmd_score(args):
     for path in args.record or ():
         with open(path, encoding="utf-8") as f:
             out.update(json.load(f))
-    out.update(json.loads(args.extra or "{}"))
+    out.update(args.fields or ())
     out["scores"] = scores
     out["hyp_sha256"] = run_record.file_sha256(args.hyp)  # what was scored: consumers check it
     staged = os.path.dirname(os.path.abspath(args.output))

@@ -4,8 +4,7 @@ import re
 from multiprocessing import Pool
 
 from .files import die, pairs, read_lines, write_lines_atomic
-
-TOKENIZERS = {"en": "moses", "de": "moses", "fr": "moses", "zh": "jieba", "ja": "mecab"}
+from .languages import language
 
 _TOK = None
 
@@ -46,7 +45,7 @@ def _tok_line(line):
 
 def cmd_tokenize(args):
     """tokenize --lang L IN OUT [IN OUT ...]"""
-    tool = args.tool or TOKENIZERS.get(args.lang, "moses")
+    tool = args.tool or language(args.lang).tokenizer
     for inp, outp in pairs(args.files):
         lines = read_lines(inp)
         if args.workers > 1 and len(lines) > 10000:
@@ -60,11 +59,11 @@ def cmd_tokenize(args):
 
 def cmd_detok(args):
     lines = read_lines(args.input)
-    if TOKENIZERS.get(args.lang, "moses") == "moses":
+    if language(args.lang).spaced:
         from sacremoses import MosesDetokenizer
         md = MosesDetokenizer(lang=args.lang)
         out = [md.detokenize(line.split()) for line in lines]
-    else:  # zh / ja: no spaces between words
+    else:  # words written without spaces (zh, ja): the spaces between non-ASCII tokens removed
         out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]
     write_lines_atomic(args.output, out)
 

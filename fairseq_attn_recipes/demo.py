@@ -35,9 +35,9 @@ from .train_progress import EpochProgress
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
 SRC, TGT = "src", "tgt"
 PROFILES = {"full": profile("demo"), "quick": profile("demo-quick")}  # --quick: the tests' seconds
-# what the demo sets beyond its profile; fairseq's defaults for the rest (no --adam-eps, --warmup-init-lr)
-TRAINING = {"dropout": "0.1", "label_smoothing": "0.1", "joint": "1", "cpu": "1", "num_workers": "0",
-            "no_epoch_checkpoints": "1", "keep_interval_updates": "1", "log_interval": "1000"}
+TRAINING = {  # the demo's settings beyond its profile; fairseq's defaults for the rest (no --adam-eps)
+    "dropout": "0.1", "label_smoothing": "0.1", "joint": "1", "cpu": "1", "num_workers": "0",
+    "no_epoch_checkpoints": "1", "keep_interval_updates": "1", "log_interval": "1000"}
 
 
 def log(msg: str) -> None:
@@ -46,8 +46,7 @@ def log(msg: str) -> None:
 
 class Pipeline:
     def __init__(self, out_dir: str, profile: Dict, archs: List[str], threads: int, seed: int, train_args=()):
-        self.out, self.p, self.archs, self.threads, self.seed = out_dir, profile, archs, threads, seed
-        self.train_args = list(train_args)  # --train-args, after the profile's: they override it
+        self.out, self.p, self.archs, self.threads, self.seed, self.train_args = out_dir, profile, archs, threads, seed, list(train_args)
         self.comet = None  # a loaded COMET scorer (COMET_MODEL), loaded before any other work
         self.user_dir = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
         self.src = lambda: self.path("corpus", f"test.{SRC}") if self.comet else None  # COMET reads the source
@@ -107,8 +106,8 @@ class Pipeline:
     def train(self, arch: str) -> None:
         os.makedirs(self.path("runs", arch), exist_ok=True)
         echo = EpochProgress(arch, int(self.p["max_epoch"]), out=log)
-        # exit 10: trained to the end before (the run record's)
-        self._run("fairseq_attn_recipes.train", self.train_settings(arch), self.path("runs", arch, "train.log"), echo, ok=(0, 10))
+        self._run("fairseq_attn_recipes.train", self.train_settings(arch), self.path("runs", arch, "train.log"), echo,
+                  ok=(0, 10))  # 10: trained to the end before
         echo.flush()
 
     def generate(self, arch: str) -> None:
@@ -159,11 +158,10 @@ class Pipeline:
         self.stage("bpe", self._build, "bpe", self.bpe, settings={"merges": self.p["bpe_merges"]}, inputs=corpus_files)
         self.stage("binarise", self._build, "data-bin", self.binarise, inputs=[self.path("bpe")])
         for arch in self.archs:
-            run = self.path("runs", arch)
             self.stage(f"train.{arch}", self.train, arch, settings={"argv": shlex.join(self.train_settings(arch))},
                        inputs=[self.path("data-bin")])
             self.stage(f"generate.{arch}", self.generate, arch, settings={"beam": 4},
-                       inputs=[os.path.join(run, "checkpoint_best.pt"), self.path("corpus", f"test.{TGT}")])
+                       inputs=[self.path("runs", arch, "checkpoint_best.pt"), self.path("corpus", f"test.{TGT}")])
         log("score: BLEU, significance tests, results table, learning curve")  # always recomputed (seconds)
         self.score()
 

@@ -79,38 +79,30 @@ recipe_defaults() {
   language_facts
 }
 
-# language_facts: the tokeniser of SRC and TGT and what their words are counted on
-# (fairseq_attn_recipes/languages.py), in LANG_TOKENIZER and LANG_WORDS_OF; read once per pair
+# the recipes' facts live in Python: STEP prints bash (profiles.py's VAR=${VAR:-value} lines, a value
+# the environment gives wins; languages.py's arrays), read here
+step_defaults() { local out; out=$("${STEPS[@]}" "$@") || exit 2; eval "$out"; }
+profile() { step_defaults profile "$@"; }  # profile NAME | --arch ARCH [--only VAR...]
+
+# the tokeniser of SRC and TGT and what their words are counted on (LANG_TOKENIZER, LANG_WORDS_OF)
 language_facts() {
-  [[ ${LANG_FACTS_OF:-} != "$SRC $TGT" ]] || return 0
-  local facts; facts=$("${STEPS[@]}" language-facts "$SRC" "$TGT") || exit 2
-  eval "$facts"
-  LANG_FACTS_OF="$SRC $TGT"
+  [[ ${LANG_FACTS_OF:-} == "$SRC $TGT" ]] || { step_defaults language-facts "$SRC" "$TGT"; LANG_FACTS_OF="$SRC $TGT"; }
 }
 
 tokenizer_tool() {  # the tokeniser of a language: TOKENIZER_<lang> overrides
   local var="TOKENIZER_${1^^}"
-  if [[ -n "${!var:-}" ]]; then echo "${!var}"; return; fi
-  language_facts
-  echo "${LANG_TOKENIZER[$1]}"
+  if [[ -n "${!var:-}" ]]; then echo "${!var}"; else language_facts; echo "${LANG_TOKENIZER[$1]}"; fi
 }
 
 # words_counted_on LANG: raw (words separated by spaces) or tokenised (zh, ja: the tokeniser's words)
 words_counted_on() { language_facts; echo "${LANG_WORDS_OF[$1]}"; }
 
-# fairseq_args ARRAY train|preprocess|generate [--data D] [--user-dir U] [--arch A] [--destdir D] --set key=value...:
-# the tool's arguments (fairseq_attn_recipes/fairseq_args.py, one place for the recipes and the demo) into ARRAY
+# fairseq_args ARRAY train|preprocess|generate [--data D --user-dir U --arch A --destdir D] --set key=value...:
+# the tool's arguments (fairseq_args.py, one place for the recipes and the demo) into ARRAY
 fairseq_args() {
   local -n into_=$1; shift
   local listed; listed=$("${STEPS[@]}" fairseq-args "$@") || exit 2
   mapfile -t into_ <<< "$listed"
-}
-
-# profile NAME | --arch ARCH [--only VAR...]: a profile of fairseq_attn_recipes/profiles.py, each of its
-# variables set unless the environment (or an earlier setting) gives it
-profile() {
-  local defaults; defaults=$("${STEPS[@]}" profile "$@") || exit 2
-  eval "$defaults"
 }
 
 # download URL DEST [SHA256]: resumable (curl -C -), verified, atomic. Without a

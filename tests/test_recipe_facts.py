@@ -19,7 +19,8 @@ STEPS = [sys.executable, "-m", "fairseq_attn_recipes"]
 def _bash_env(script: str, extra: dict) -> subprocess.CompletedProcess:
     """A bash snippet run with recipes/lib/common.sh sourced (as a recipe's env.sh does it)."""
     full = f'RECIPE_DIR={ROOT}/recipes/bible_grc_en; PYTHON={sys.executable}; . {ROOT}/recipes/lib/common.sh\n{script}'
-    env = {k: v for k, v in os.environ.items() if k not in ("MAX_UPDATE", "LR", "MODEL_ARGS", "TOKENIZER_ZH")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAX_UPDATE", "LR", "MODEL_ARGS", "TOKENIZER_ZH", "BPE_MERGES",
+                                                            "QUICK_SIZES", "QUICK_BPE_MERGES", "WORK", "QUICK")}
     return subprocess.run(["bash", "-c", full], capture_output=True, text=True, env={**env, **extra})
 
 
@@ -160,3 +161,28 @@ def test_parts_record_and_score_fields_once_written_in_bash(tmp_path):
     out.unlink()
     p = subprocess.run(base + ["--number", "beam=4x"], capture_output=True, text=True)
     assert p.returncode == 2 and "beam must be a number" in p.stderr and not out.exists()
+
+
+def test_length_study_quick_reads_the_toy_profile(tmp_path):
+    """QUICK=1 of lengths.sh: the toy-study profile, the toy corpus's sizes and merges given as
+    QUICK_SIZES / QUICK_BPE_MERGES (a BPE_MERGES of the environment does not reach the toy corpus)."""
+    show = 'printf "%s\\n" "$SRC $TGT $JOINT" "$QUICK_SIZES" "$BPE_MERGES" "$MAX_UPDATE" "$MODEL_ARGS" "$TRAIN_MAX_LEN"'
+    # stage (the toy corpus written, tested by the length study's own tests) left out: the settings alone
+    script = f'. {ROOT}/recipes/lib/lengths.sh; stage() {{ :; }}; lengths_quick_settings; {show}'
+    toy, small = profiles.PROFILES["toy-study"], "train=50,valid=5,test=5"
+    p = _bash_env(script, {"WORK": str(tmp_path / "w"), "BPE_MERGES": "999", "MAX_UPDATE": "7"})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["src tgt 1", toy["corpus_sizes"], toy["bpe_merges"], "7", toy["model_args"],
+                                     toy["train_max_len"]]
+    p = _bash_env(script, {"WORK": str(tmp_path / "w"), "QUICK_SIZES": small, "QUICK_BPE_MERGES": "40"})
+    assert p.returncode == 0 and p.stdout.splitlines()[1:4] == [small, "40", toy["max_update"]], p.stderr
+
+
+def test_paper_quick_exports_its_profile():
+    """table1.sh / figure2.sh with QUICK=1: the paper-quick profile, exported (the runs are subshells)."""
+    quick = profiles.PROFILES["paper-quick"]
+    script = (f'. {ROOT}/recipes/lib/paper.sh; QUICK=1 paper_quick_defaults; '
+              f'bash -c \'printf "%s\\n" "$MODEL_ARGS" "$GEN_ARGS" "$LR"\'')
+    p = _bash_env(script, {"LR": "1e-4"})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == [quick["model_args"], quick["gen_args"], "1e-4"]

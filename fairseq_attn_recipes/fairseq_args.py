@@ -83,12 +83,35 @@ def generate_args(data: str, user_dir: str, checkpoint: str, subset: str, *, bea
     return args + (extra or "").split()
 
 
+def check_loggers(s: dict) -> None:
+    """The training logs asked for need their packages (one line, before any training): TensorBoard
+    unless ``tensorboard`` is 0 (the package of fairseq's torch.utils.tensorboard writer), Weights &
+    Biases with ``wandb_project``. Without TensorBoard, no ``tensorboard_logdir``."""
+    from .files import die
+    if s.get("tensorboard", "1") != "1":
+        s.pop("tensorboard_logdir", None)
+    elif not _importable("tensorboard"):
+        die("TensorBoard logging needs the tensorboard package (pip install tensorboard), or set TENSORBOARD=0")
+    if s.get("wandb_project") and not _importable("wandb"):
+        die(f"WANDB_PROJECT={s['wandb_project']} needs wandb (pip install wandb; wandb login)")
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+    except Exception:
+        return False
+    return True
+
+
 def cmd_fairseq_args(args):
     """fairseq-args train|preprocess|generate ...: the arguments, one a line (for ``mapfile``)."""
     from .files import key_values
     s = key_values(args.set)
     if args.tool == "train":
-        out = train_args(args.data, args.user_dir, args.arch, {**RECIPE_TRAINING, **{k: v for k, v in s.items() if v}})
+        s = {**RECIPE_TRAINING, **{k: v for k, v in s.items() if v}}
+        check_loggers(s)
+        out = train_args(args.data, args.user_dir, args.arch, s)
     elif args.tool == "preprocess":
         out = preprocess_args(s["src"], s["tgt"], args.destdir, trainpref=s.get("trainpref"),
                               validpref=s.get("validpref"), testpref=s.get("testpref"),

@@ -186,3 +186,21 @@ def test_paper_quick_exports_its_profile():
     p = _bash_env(script, {"LR": "1e-4"})
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == [quick["model_args"], quick["gen_args"], "1e-4"]
+
+
+def test_training_logs_are_asked_for_and_need_their_packages():
+    import importlib.util
+    base = STEPS + ["fairseq-args", "train", "--data", "D", "--user-dir", "U", "--arch", "A",
+                    "--set", "save_dir=S", "--set", "tensorboard_logdir=S/tb"]
+    off = subprocess.run(base + ["--set", "tensorboard=0"], capture_output=True, text=True)
+    assert off.returncode == 0 and "--tensorboard-logdir" not in off.stdout.splitlines()
+    on = subprocess.run(base, capture_output=True, text=True)
+    if importlib.util.find_spec("tensorboard"):
+        assert on.returncode == 0 and "--tensorboard-logdir\nS/tb" in on.stdout
+    else:
+        assert on.returncode == 2 and "pip install tensorboard" in on.stderr
+    wandb = subprocess.run(base + ["--set", "tensorboard=0", "--set", "wandb_project=p"], capture_output=True, text=True)
+    if importlib.util.find_spec("wandb"):
+        assert wandb.returncode == 0 and "--wandb-project\np" in wandb.stdout
+    else:
+        assert wandb.returncode == 2 and wandb.stderr.strip() == "error: WANDB_PROJECT=p needs wandb (pip install wandb; wandb login)"

@@ -445,20 +445,11 @@ train_main() {
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
   mkdir -p "$SAVE_DIR"
-  # training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
-  local logdir=""
-  if [[ ${TENSORBOARD:-1} == 1 ]]; then
-    # the package fairseq's torch.utils.tensorboard writer needs (importing torch here costs seconds)
-    "$PYTHON" -c 'import tensorboard' 2>/dev/null \
-      || die "TensorBoard logging needs the tensorboard package (pip install tensorboard), or set TENSORBOARD=0"
-    logdir=${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}
-  fi
-  if [[ -n ${WANDB_PROJECT:-} ]]; then
-    "$PYTHON" -c 'import wandb' 2>/dev/null || die "WANDB_PROJECT=$WANDB_PROJECT needs wandb (pip install wandb; wandb login)"
-  fi
   # fairseq-train's arguments from these variables (fairseq_args.py): tied embeddings as Vaswani et al.,
-  # all three with a joint vocabulary, else the decoder's input and output (SHARE_DECODER_EMBED=0 unties them)
-  local args=() sets=(--set "save_dir=$SAVE_DIR" --set "tensorboard_logdir=$logdir") v
+  # all three with a joint vocabulary, else the decoder's input and output (SHARE_DECODER_EMBED=0 unties
+  # them); training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
+  local args=() sets=(--set "save_dir=$SAVE_DIR" --set "tensorboard=${TENSORBOARD:-1}"
+                      --set "tensorboard_logdir=${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}") v
   for v in ADAM_EPS LR WARMUP LABEL_SMOOTHING DROPOUT MAX_TOKENS UPDATE_FREQ MAX_UPDATE SAVE_INTERVAL_UPDATES \
            LOG_INTERVAL SEED JOINT SHARE_DECODER_EMBED FP16 WANDB_PROJECT MODEL_ARGS EXTRA_ARGS; do
     sets+=(--set "${v,,}=${!v:-}")

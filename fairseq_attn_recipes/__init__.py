@@ -15,6 +15,10 @@
   and its per-subset evaluations) is :mod:`fairseq_attn_records.run_record`, read by the
   reporting commands too;
 * :mod:`.train` -- fairseq-train with the run record (``python -m fairseq_attn_recipes.train``);
+* :mod:`.profiles`, :mod:`.languages` -- the recipes' facts, one place each: model/training
+  profiles (base, big, the bible preset, the toy sizes) and what a language is tokenised with,
+  written in and counted on; :mod:`.fairseq_args` -- fairseq-train / -preprocess / -generate's
+  argument lists;
 * :mod:`.demo` -- ``fairseq-attn-demo``: the same steps on the embedded toy corpus.
 
 Called by module, ``python -m fairseq_attn_recipes STEP ...`` (see ``__main__``),

@@ -7,9 +7,8 @@ import unicodedata
 
 from fairseq_attn_records.output_files import replace_folder, replacing, write_lines
 
+from .languages import language
 from .step_inputs import count_lines, die, pairs, read_lines
-
-_EXPECTED_SCRIPT = {"zh": "han", "ja": "japanese", "ko": "hangul", "el": "greek", "grc": "greek"}  # else Latin
 
 
 def script_profile(lines) -> dict:
@@ -40,7 +39,7 @@ def script_problem(lang: str, lines) -> str:
     if not any(p.values()):
         return "no letters at all"
     cjk = p["han"] + p["kana"]
-    want = _EXPECTED_SCRIPT.get(lang, "latin")
+    want = language(lang).script
     if want == "latin" and p["latin"] < 0.5 and p["greek"] >= 0.5:
         return f"{p['greek']:.0%} of its letters are Greek, expected Latin ({lang})"
     if want == "latin" and p["latin"] < 0.5:
@@ -112,6 +111,24 @@ def cmd_unpack(args):
     replace_folder(tmp, args.dest)
 
 
+def write_parts_record(path: str, counts: dict, missing: list) -> None:
+    """train.parts.json: the pair count of each part of the training data, the parts left out."""
+    record = {"parts": counts, "missing": list(missing), "partial": bool(missing)}
+    write_lines(path, [json.dumps(record, indent=2)])
+
+
+def cmd_parts_record(args):
+    """parts-record --part NAME=FILE ... --record OUT: the training data is these whole files
+    (a recipe's one download, the user's local files): each part's pairs are FILE's lines."""
+    counts = {}
+    for spec in args.part:
+        name, sep, path = spec.partition("=")
+        if not sep or not os.path.isfile(path):
+            die(f"--part {spec!r}: give NAME=FILE, an existing file of the part's source side")
+        counts[name] = count_lines(path)
+    write_parts_record(args.record, counts, [])
+
+
 def cmd_concat_parts(args):
     """concat-parts --part NAME:SRC_GLOB:TGT_GLOB ... : concatenate aligned corpora into the
     training files, after checking each file pair's line count and script; --record writes
@@ -140,9 +157,7 @@ def cmd_concat_parts(args):
                     with open(pair[side], "rb") as fin:
                         for line in fin:
                             fout.write(line if line.endswith(b"\n") else line + b"\n")
-    record = {"parts": {name: n for name, _, n in parts}, "missing": args.missing or [],
-              "partial": bool(args.missing)}
-    write_lines(args.record, [json.dumps(record, indent=2)])
+    write_parts_record(args.record, {name: n for name, _, n in parts}, args.missing or [])
     print("training pairs: " + ", ".join(f"{name} {n}" for name, _, n in parts))
 
 
@@ -250,6 +265,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--src-out", required=True); p.add_argument("--tgt-out", required=True)
     p.add_argument("--record", required=True); p.add_argument("--missing", nargs="*")
     p.set_defaults(fn=cmd_concat_parts)
+    p = sub.add_parser("parts-record", help="train.parts.json of training data made of whole files")
+    p.add_argument("--part", action="append", required=True, metavar="NAME=FILE")
+    p.add_argument("--record", required=True); p.set_defaults(fn=cmd_parts_record)
     p = sub.add_parser("extract"); p.add_argument("inputs", nargs="+"); p.add_argument("--sep", default=" ||| ")
     p.add_argument("--src-field", type=int, default=-2); p.add_argument("--tgt-field", type=int, default=-1)
     p.add_argument("--max-lines", type=int, default=0); p.add_argument("--src-out", required=True)

@@ -52,21 +52,30 @@ def describe_changes(old: dict, new: dict) -> list:
     return out
 
 
-def cmd_fingerprint(args):
-    """What a stage is made from. Exit 0: same as --against; 1: no record; 3: changed (printed)."""
-    new = fingerprint(key_values(args.set), args.inputs)
-    write_lines(args.out, [json.dumps(new, sort_keys=True)])
-    if not args.against or not os.path.isfile(args.against):
-        sys.exit(1)
-    with open(args.against, encoding="utf-8") as f:
+def stage_state(record_path, new: dict):
+    """The resume rule of the recipes and the demo: ``(0, "")`` when the stage's record says it
+    was done from these very settings and inputs (skipped), ``(1, "")`` when there is no record
+    (done), ``(3, changes)`` when they changed (redone). A stage is recorded only once complete."""
+    if not record_path or not os.path.isfile(record_path):
+        return 1, ""
+    with open(record_path, encoding="utf-8") as f:
         try:
             old = json.load(f)
         except json.JSONDecodeError:
             old = {}
     if old == json.loads(json.dumps(new)):
-        sys.exit(0)
-    print("; ".join(describe_changes(old, new)) or "record unreadable")
-    sys.exit(3)
+        return 0, ""
+    return 3, "; ".join(describe_changes(old, new) if isinstance(old, dict) else []) or "record unreadable"
+
+
+def cmd_fingerprint(args):
+    """What a stage is made from. Exit 0: same as --against; 1: no record; 3: changed (printed)."""
+    new = fingerprint(key_values(args.set), args.inputs)
+    write_lines(args.out, [json.dumps(new, sort_keys=True)])
+    state, changes = stage_state(args.against, new)
+    if state == 3:
+        print(changes)
+    sys.exit(state)
 
 
 # Test sets derived from a data folder's own test set after it was prepared (the joined inputs of

@@ -7,6 +7,7 @@ BLEU the papers report. Imports neither torch nor fairseq (COMET loads torch whe
 ``evaluations[subset]["scores"]``, beside the outputs scored and what the recipe adds (averaged
 checkpoints, beam, data check)."""
 
+import argparse
 import json
 import os
 
@@ -53,6 +54,26 @@ def tokenized_bleu(tok_hyp: str, tok_ref: str, method: str) -> dict:
             "compound_split": "compound" in (method or "")}
 
 
+def text_field(spec: str):
+    """``--text KEY=VALUE``: a string recorded in scores.json (argparse type)."""
+    key, sep, value = spec.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{spec!r}: give KEY=VALUE")
+    return key, value
+
+
+def number_field(spec: str):
+    """``--number KEY=VALUE``: a number recorded in scores.json (BEAM=4, LENPEN=0.6; argparse type)."""
+    key, value = text_field(spec)
+    try:
+        number = json.loads(value)
+    except ValueError:
+        number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
+        raise argparse.ArgumentTypeError(f"{spec!r}: {key} must be a number")
+    return key, number
+
+
 def cmd_score(args):
     from fairseq_attn_records import metrics
 
@@ -79,7 +100,7 @@ def cmd_score(args):
     for path in args.record or ():
         with open(path, encoding="utf-8") as f:
             out.update(json.load(f))
-    out.update(json.loads(args.extra or "{}"))
+    out.update(args.fields or ())
     out["scores"] = scores
     out["hyp_sha256"] = run_record.file_sha256(args.hyp)  # what was scored: consumers check it
     staged = os.path.dirname(os.path.abspath(args.output))
@@ -106,7 +127,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
     p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")
     p.add_argument("--record", action="append", help="JSON files merged into the scores")
-    p.add_argument("--extra"); p.add_argument("--output", required=True)
+    p.add_argument("--text", dest="fields", action="append", type=text_field, metavar="KEY=VALUE",
+                   help="a string recorded in the scores (arch_requested=..., checkpoint=...)")
+    p.add_argument("--number", dest="fields", action="append", type=number_field, metavar="KEY=VALUE",
+                   help="a number recorded in the scores (beam=4, lenpen=0.6)")
+    p.add_argument("--output", required=True)
     p.add_argument("--subset", default="test", help="the subset scored (recorded)")
     p.add_argument("--run-dir", help="record the evaluation in this run's run.json")
     p.add_argument("--publish", metavar="DIR", help="the outputs were written aside (the folder of --output, "

@@ -5,9 +5,8 @@ from multiprocessing import Pool
 
 from fairseq_attn_records.output_files import write_lines
 
+from .languages import language
 from .step_inputs import die, pairs, read_lines
-
-TOKENIZERS = {"en": "moses", "de": "moses", "fr": "moses", "zh": "jieba", "ja": "mecab"}
 
 _TOK = None
 
@@ -48,7 +47,7 @@ def _tok_line(line):
 
 def cmd_tokenize(args):
     """tokenize --lang L IN OUT [IN OUT ...]"""
-    tool = args.tool or TOKENIZERS.get(args.lang, "moses")
+    tool = args.tool or language(args.lang).tokenizer
     for inp, outp in pairs(args.files):
         lines = read_lines(inp)
         if args.workers > 1 and len(lines) > 10000:
@@ -62,11 +61,11 @@ def cmd_tokenize(args):
 
 def cmd_detok(args):
     lines = read_lines(args.input)
-    if TOKENIZERS.get(args.lang, "moses") == "moses":
+    if language(args.lang).spaced:
         from sacremoses import MosesDetokenizer
         md = MosesDetokenizer(lang=args.lang)
         out = [md.detokenize(line.split()) for line in lines]
-    else:  # zh / ja: no spaces between words
+    else:  # words written without spaces (zh, ja): the spaces between non-ASCII tokens removed
         out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]
     write_lines(args.output, out)
 

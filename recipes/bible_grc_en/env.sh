@@ -22,8 +22,7 @@ corpus_settings() {  # the package version (its data is what the corpus is made 
 fetch_train() {
   "${STEPS[@]}" bible-corpus --out "$WORK/downloads/bible" --src-lang "$SRC" --tgt-lang "$TGT" >/dev/null
   cp "$WORK/downloads/bible/train.$SRC" "$WORK/raw/train.$SRC"; cp "$WORK/downloads/bible/train.$TGT" "$WORK/raw/train.$TGT"
-  echo "{\"parts\": {\"sblgnt-bsb\": $(wc -l < "$WORK/raw/train.$SRC")}, \"missing\": [], \"partial\": false}" \
-    > "$WORK/raw/train.parts.json"
+  "${STEPS[@]}" parts-record --part "sblgnt-bsb=$WORK/raw/train.$SRC" --record "$WORK/raw/train.parts.json"
 }
 
 fetch_split() {  # valid / test: written with the training part (one split of the chapters), with
@@ -33,10 +32,8 @@ fetch_split() {  # valid / test: written with the training part (one split of th
   for f in "$SRC" "$TGT" ids docs align; do cp "$WORK/downloads/bible/$1.$f" "$WORK/raw/$1.$f"; done
 }
 
-# The CPU preset, all in this block: a corpus of 6,667 verses trains a small model in minutes on CPU;
-# the defaults below (each overridable) replace the papers' 8-GPU base setup
-BPE_MERGES=${BPE_MERGES:-4000} # 32K merges would learn whole verses
-PAPER_GPUS=${PAPER_GPUS:-1}; MAX_TOKENS=${MAX_TOKENS:-2048}; MAX_UPDATE=${MAX_UPDATE:-1500}
-LR=${LR:-1e-3}; WARMUP=${WARMUP:-300}; DROPOUT=${DROPOUT:-0.2}; SAVE_INTERVAL_UPDATES=${SAVE_INTERVAL_UPDATES:-250}
-LABEL_SMOOTHING=${LABEL_SMOOTHING:-0.1}
-MODEL_ARGS=${MODEL_ARGS:---encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256 --encoder-attention-heads 4 --decoder-attention-heads 4}
+# The CPU preset: a corpus of 6,667 verses trains a small model in minutes on CPU. Its defaults
+# (BPE_MERGES, PAPER_GPUS, MAX_TOKENS, MAX_UPDATE, LR, WARMUP, DROPOUT, SAVE_INTERVAL_UPDATES,
+# LABEL_SMOOTHING, MODEL_ARGS; each overridable from the environment) replace the papers' 8-GPU base
+# setup: the profile "bible" of fairseq_attn_recipes/profiles.py
+profile bible

@@ -76,12 +76,33 @@ recipe_defaults() {
   if [[ $DATA == "$WORK/data-bin" ]]; then DATA_KEYED=1; else DATA_KEYED=0; fi
   USER_DIR=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
     || die "fairseq_attn_plugins is not importable by $PYTHON; run 'bash scripts/setup_env.sh' and '. .venv/bin/activate'"
+  language_facts
+}
+
+# the recipes' facts live in Python: STEP prints bash (profiles.py's VAR=${VAR:-value} lines, a value
+# the environment gives wins; languages.py's arrays), read here
+step_defaults() { local out; out=$("${STEPS[@]}" "$@") || exit 2; eval "$out"; }
+profile() { step_defaults profile "$@"; }  # profile NAME | --arch ARCH [--only VAR...]
+
+# the tokeniser of SRC and TGT and what their words are counted on (LANG_TOKENIZER, LANG_WORDS_OF)
+language_facts() {
+  [[ ${LANG_FACTS_OF:-} == "$SRC $TGT" ]] || { step_defaults language-facts "$SRC" "$TGT"; LANG_FACTS_OF="$SRC $TGT"; }
 }
 
 tokenizer_tool() {  # the tokeniser of a language: TOKENIZER_<lang> overrides
   local var="TOKENIZER_${1^^}"
-  if [[ -n "${!var:-}" ]]; then echo "${!var}"; return; fi
-  case $1 in zh) echo jieba;; ja) echo mecab;; *) echo moses;; esac
+  if [[ -n "${!var:-}" ]]; then echo "${!var}"; else language_facts; echo "${LANG_TOKENIZER[$1]}"; fi
+}
+
+# words_counted_on LANG: raw (words separated by spaces) or tokenised (zh, ja: the tokeniser's words)
+words_counted_on() { language_facts; echo "${LANG_WORDS_OF[$1]}"; }
+
+# fairseq_args ARRAY train|preprocess|generate [--data D --user-dir U --arch A --destdir D] --set key=value...:
+# the tool's arguments (fairseq_args.py, one place for the recipes and the demo) into ARRAY
+fairseq_args() {
+  local -n into_=$1; shift
+  local listed; listed=$("${STEPS[@]}" fairseq-args "$@") || exit 2
+  mapfile -t into_ <<< "$listed"
 }
 
 # download URL DEST [SHA256]: resumable (curl -C -), verified, atomic. Without a
@@ -154,10 +175,10 @@ prepare_settings() {
   if [[ -n ${TRAIN_MAX_LEN:-} ]]; then PREP_SET+=(--set "TRAIN_MAX_LEN=$TRAIN_MAX_LEN"); fi
 }
 
-# TRAIN_MAX_LEN counts the words of the raw training source; Chinese and Japanese are written
-# without spaces, so for them the words of the tokenised source
+# TRAIN_MAX_LEN counts the words of the raw training source, or of the tokenised source for a
+# language written without spaces between words (words_counted_on)
 cap_counted_file() {
-  case $SRC in zh|ja) echo "$WORK/tok/train.$SRC";; *) echo "$WORK/raw/train.$SRC";; esac
+  if [[ $(words_counted_on "$SRC") == tokenised ]]; then echo "$WORK/tok/train.$SRC"; else echo "$WORK/raw/train.$SRC"; fi
 }
 
 cap_check() {  # cap_check FILE: the cap keeps some but not every training pair (one-line error)
@@ -200,7 +221,7 @@ prepare_main() {
       [[ -f "${!s}" ]] || die "$s=${!s}: no such file. Give an existing file, or unset $s and $t for the official $split data."
       [[ -f "${!t}" ]] || die "$t=${!t}: no such file. Give an existing file, or unset $s and $t for the official $split data."
       check_pair "${!s}" "${!t}" "$s/$t"
-      [[ $split != train || $SRC == zh || $SRC == ja ]] || cap_check "${!s}"
+      [[ $split != train || $(words_counted_on "$SRC") == tokenised ]] || cap_check "${!s}"
       raw_fp+=(--set "$split=local" --in "${!s}" --in "${!t}")
     else
       raw_fp+=(--set "$split=official")
@@ -217,7 +238,7 @@ prepare_main() {
   fi
   # 2. raw corpora: local files where given, the official ones otherwise; checked aligned
   stage raw "${raw_fp[@]}" -- make_raw
-  [[ $SRC == zh || $SRC == ja ]] || cap_check "$WORK/raw/train.$SRC"
+  [[ $(words_counted_on "$SRC") == tokenised ]] || cap_check "$WORK/raw/train.$SRC"
   # 3. tokenise, 4. (joint) BPE, 5. clean by length and ratio, 6. binarise
   for l in "$SRC" "$TGT"; do
     stage "tok.$l" --set "lang=$l" --set "tool=$(tokenizer_tool "$l")" \
@@ -226,7 +247,7 @@ prepare_main() {
       "$WORK/raw/train.$l" "$WORK/tok/train.$l" "$WORK/raw/valid.$l" "$WORK/tok/valid.$l" \
       "$WORK/raw/test.$l" "$WORK/tok/test.$l"
   done
-  [[ $SRC != zh && $SRC != ja ]] || cap_check "$WORK/tok/train.$SRC"
+  [[ $(words_counted_on "$SRC") == raw ]] || cap_check "$WORK/tok/train.$SRC"
   # BPE is learned on the whole training set, capped or not, and a capped data-bin's dictionary
   # is made from the uncapped cleaned pairs: it shares its codes and dictionary with the full
   # data-bin of the same settings; only its training pairs differ
@@ -252,7 +273,7 @@ prepare_main() {
   # TRAIN_MAX_LEN: the pairs whose source has more words are dropped here (valid/test stay whole)
   local cap_fp=() cap_args=()
   if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
-    local counted words_of=raw; counted=$(cap_counted_file); [[ $counted == "$WORK/raw/"* ]] || words_of=tokenised
+    local counted words_of; counted=$(cap_counted_file); words_of=$(words_counted_on "$SRC")
     cap_fp=(--set "train_max_len=$TRAIN_MAX_LEN" --set "dictionary_input=uncapped" --in "$counted")
     cap_args=(--max-src-words "$TRAIN_MAX_LEN" --src-raw "$counted" --words-of "$words_of"
               --full-src-out "$WORK/bpe/train.full.$SRC" --full-tgt-out "$WORK/bpe/train.full.$TGT")
@@ -289,8 +310,7 @@ make_raw() {
     fi
   done
   if local_split train; then
-    echo "{\"parts\": {\"local\": $(wc -l < "$WORK/raw/train.$SRC")}, \"missing\": [], \"partial\": false}" \
-      > "$WORK/raw/train.parts.json"
+    "${STEPS[@]}" parts-record --part "local=$WORK/raw/train.$SRC" --record "$WORK/raw/train.parts.json"
   fi
   [[ -f "$WORK/raw/train.parts.json" ]] || die "fetch_train wrote no $WORK/raw/train.parts.json"
   for split in train valid test; do
@@ -304,21 +324,21 @@ make_raw() {
 # WORK/data/<first 12 hex of data_id> (kept if that folder holds the same data) with WORK/data-bin
 # repointed at it, or to an explicit DATA
 binarise() {
-  local joined=(); [[ $JOINT == 1 ]] && joined=(--joined-dictionary)
   local tmp="$DATA.tmp" split l; [[ $DATA_KEYED == 0 ]] || tmp="$WORK/data/binarise.tmp"
   rm -rf "$tmp" "$tmp.dict"; mkdir -p "$(dirname "$tmp")"
-  local dicts=()
+  local dicts=() pargs=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
   : > "$WORK/preprocess.log"
   if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
     # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's)
-    "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" --trainpref "$WORK/bpe/train.full" \
-      --dict-only --destdir "$tmp.dict" "${joined[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} >> "$WORK/preprocess.log" 2>&1 \
+    fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$WORK/bpe/train.full" \
+      --set dict_only=1 --set "joint=$JOINT"
+    "$PYTHON" -m fairseq_cli.preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
       || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
-    dicts=(--srcdict "$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--tgtdict "$tmp.dict/dict.$TGT.txt")
+    dicts=(--set "srcdict=$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--set "tgtdict=$tmp.dict/dict.$TGT.txt")
   fi
-  "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" \
-    --trainpref "$WORK/bpe/train.clean" --validpref "$WORK/bpe/valid" --testpref "$WORK/bpe/test" \
-    --destdir "$tmp" "${joined[@]}" "${dicts[@]}" --workers "$WORKERS" ${PREPROCESS_ARGS:-} >> "$WORK/preprocess.log" 2>&1 \
+  fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$WORK/bpe/train.clean" \
+    --set "validpref=$WORK/bpe/valid" --set "testpref=$WORK/bpe/test" --set "joint=$JOINT" "${dicts[@]}"
+  "$PYTHON" -m fairseq_cli.preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
   rm -rf "$tmp.dict"
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
@@ -410,7 +430,9 @@ train_main() {
   log "data: $DATA"
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
-  PAPER_GPUS=${PAPER_GPUS:-8}               # the papers' 8 GPUs: keep their effective batch
+  # the base or big setup of ARCH (profiles.py): PAPER_GPUS (the papers' 8 GPUs: their effective batch
+  # is kept), MAX_TOKENS, LR, DROPOUT, MAX_UPDATE, WARMUP, ADAM_EPS, SAVE_INTERVAL_UPDATES, LABEL_SMOOTHING
+  profile --arch "$ARCH" --only PAPER_GPUS MAX_TOKENS LR DROPOUT MAX_UPDATE WARMUP ADAM_EPS SAVE_INTERVAL_UPDATES LABEL_SMOOTHING
   local workers
   local per_node=$NGPUS; (( NGPUS > 0 )) || per_node=${CPU_WORKERS:-1}  # processes per node
   workers=$(( per_node * NNODES ))
@@ -420,42 +442,19 @@ train_main() {
     UPDATE_FREQ=$(( (PAPER_GPUS + workers - 1) / workers ))
     (( PAPER_GPUS % workers == 0 )) || log "warning: $workers workers do not divide $PAPER_GPUS; --update-freq $UPDATE_FREQ"
   fi
-  local big=0; [[ $ARCH == *_big ]] && big=1
-  MAX_TOKENS=${MAX_TOKENS:-4096}
-  LR=${LR:-$( ((big)) && echo 5e-4 || echo 7e-4 )}
-  DROPOUT=${DROPOUT:-$( ((big)) && echo 0.3 || echo 0.1 )}
-  MAX_UPDATE=${MAX_UPDATE:-$( ((big)) && echo 300000 || echo 100000 )}
-  WARMUP=${WARMUP:-4000}
-  ADAM_EPS=${ADAM_EPS:-1e-9}                # Vaswani et al. (2017): epsilon 1e-9
-  SAVE_INTERVAL_UPDATES=${SAVE_INTERVAL_UPDATES:-1000}
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
   mkdir -p "$SAVE_DIR"
-  local args=("$DATA" --user-dir "$USER_DIR" --arch "$ARCH"
-    --optimizer adam --adam-betas "(0.9, 0.98)" --adam-eps "$ADAM_EPS" --clip-norm 0.0
-    --lr "$LR" --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-07
-    --criterion label_smoothed_cross_entropy --label-smoothing "${LABEL_SMOOTHING:-0.1}" --dropout "$DROPOUT" --weight-decay 0.0
-    --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
-    --save-dir "$SAVE_DIR" --save-interval-updates "$SAVE_INTERVAL_UPDATES" --keep-interval-updates 20
-    --log-format json --log-interval "${LOG_INTERVAL:-100}" --seed "$SEED")
-  # tied embeddings as Vaswani et al.: all three with a joint vocabulary, else the decoder's
-  # input and output embeddings (SHARE_DECODER_EMBED=0 unties them)
-  if [[ $JOINT == 1 ]]; then args+=(--share-all-embeddings)
-  elif [[ ${SHARE_DECODER_EMBED:-1} == 1 ]]; then args+=(--share-decoder-input-output-embed); fi
-  [[ $FP16 == 1 ]] && args+=(--fp16)
-  # training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
-  if [[ ${TENSORBOARD:-1} == 1 ]]; then
-    # the package fairseq's torch.utils.tensorboard writer needs (importing torch here costs seconds)
-    "$PYTHON" -c 'import tensorboard' 2>/dev/null \
-      || die "TensorBoard logging needs the tensorboard package (pip install tensorboard), or set TENSORBOARD=0"
-    args+=(--tensorboard-logdir "${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}")
-  fi
-  if [[ -n ${WANDB_PROJECT:-} ]]; then
-    "$PYTHON" -c 'import wandb' 2>/dev/null || die "WANDB_PROJECT=$WANDB_PROJECT needs wandb (pip install wandb; wandb login)"
-    args+=(--wandb-project "$WANDB_PROJECT")
-  fi
-  # shellcheck disable=SC2206
-  args+=(${MODEL_ARGS:-} ${EXTRA_ARGS:-})
+  # fairseq-train's arguments from these variables (fairseq_args.py): tied embeddings as Vaswani et al.,
+  # all three with a joint vocabulary, else the decoder's input and output (SHARE_DECODER_EMBED=0 unties
+  # them); training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
+  local args=() sets=(--set "save_dir=$SAVE_DIR" --set "tensorboard=${TENSORBOARD:-1}"
+                      --set "tensorboard_logdir=${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}") v
+  for v in ADAM_EPS LR WARMUP LABEL_SMOOTHING DROPOUT MAX_TOKENS UPDATE_FREQ MAX_UPDATE SAVE_INTERVAL_UPDATES \
+           LOG_INTERVAL SEED JOINT SHARE_DECODER_EMBED FP16 WANDB_PROJECT MODEL_ARGS EXTRA_ARGS; do
+    sets+=(--set "${v,,}=${!v:-}")
+  done
+  fairseq_args args train --data "$DATA" --user-dir "$USER_DIR" --arch "$ARCH" "${sets[@]}"
   # every node must use the same rendezvous port: torchrun's default 29500 unless MASTER_PORT
   local port=${MASTER_PORT:-$( ((NNODES > 1)) && echo 29500 || echo $(( 20000 + RANDOM % 20000 )) )}
   local launch
@@ -529,8 +528,7 @@ evaluate_main() {
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
-  local big=0; [[ $ARCH == *_big ]] && big=1
-  N_AVG=${N_AVG:-$( ((big)) && echo 20 || echo 5 )}   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
+  profile --arch "$ARCH" --only N_AVG   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
   BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
   EVAL_SUBSET=${EVAL_SUBSET:-test}           # or valid (the CSAN paper's Figure 2)
@@ -573,13 +571,12 @@ evaluate_main() {
   "${STEPS[@]}" check-comet || exit 2
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
   "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
-  local cpu=(); (( NGPUS > 0 )) || cpu=(--cpu)
-  local rm_bpe=--remove-bpe; [[ $BPE_TOOL == sentencepiece ]] && rm_bpe=--remove-bpe=sentencepiece
+  local cpu=0 gargs=(); (( NGPUS > 0 )) || cpu=1
+  fairseq_args gargs generate --data "$DATA" --user-dir "$USER_DIR" --set "path=$ckpt" --set "subset=$EVAL_SUBSET" \
+    --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \
+    --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
   log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
-  # --required-batch-size-multiple 1: fairseq 0.12 silently drops a final batch smaller than the multiple
-  "$PYTHON" -m fairseq_cli.generate "$DATA" --user-dir "$USER_DIR" --path "$ckpt" --gen-subset "$EVAL_SUBSET" \
-    --beam "$BEAM" --lenpen "$LENPEN" "$rm_bpe" --max-tokens "${GEN_MAX_TOKENS:-8000}" --num-workers 0 --required-batch-size-multiple 1 "${cpu[@]}" \
-    ${GEN_ARGS:-} > "$out/generate.out.tmp" 2> "$out/generate.err" \
+  "$PYTHON" -m fairseq_cli.generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
     || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
   mv "$out/generate.out.tmp" "$out/generate.out"
   local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
@@ -601,7 +598,8 @@ evaluate_main() {
   fi
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$refs/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" --record "$out/evaluated_with.json" \
-    --extra "{\"arch_requested\": \"$ARCH\", \"checkpoint\": \"$ckpt\", \"beam\": $BEAM, \"lenpen\": $LENPEN, \"paper_table_metric\": \"${PAPER_METRIC:-}\"}" \
+    --text "arch_requested=$ARCH" --text "checkpoint=$ckpt" --number "beam=$BEAM" --number "lenpen=$LENPEN" \
+    --text "paper_table_metric=${PAPER_METRIC:-}" \
     --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"
   log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $refs/test.$TGT RUN_DIRS..."

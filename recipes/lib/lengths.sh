@@ -10,7 +10,8 @@
 # Before any training, each architecture's position limits are checked against the longest valid
 # and test sentence and the longest output beam search may write (check-positions): raised where
 # positions are sinusoidal or relative, refused for learned tables or limits set in MODEL_ARGS.
-# QUICK=1: the demo's embedded corpus (src-tgt, 4000/200/400 pairs), toy model sizes, minutes on CPU.
+# QUICK=1: the toy corpus (src-tgt, 4000/200/400 pairs) and toy model sizes of the demo (the profile
+# toy-study of fairseq_attn_recipes/profiles.py), minutes on CPU.
 # CONCAT=1,2,4,8 (default): every run is also evaluated on the test set made of consecutive,
 # non-overlapping groups of k segments of one document (concat-test; documents: the recipe's
 # DATA/raw/test.docs, or TEST_DOCS=FILE with one id per test line, else the test file in order as one
@@ -28,20 +29,13 @@ lengths_arch() {  # short name -> registered architecture
   esac
 }
 
-lengths_quick_settings() {  # the demo's corpus and toy sizes (each still overridable)
-  SRC=src; TGT=tgt
+lengths_quick_settings() {  # the demo's corpus and toy sizes (the profile toy-study of profiles.py, each still overridable)
+  SRC=src; TGT=tgt; JOINT=1
   WORK=${WORK:-$RECIPE_DIR/work-quick}
-  TRAIN_MAX_LEN=${TRAIN_MAX_LEN:-7}
-  QUICK_SIZES=${QUICK_SIZES:-train=4000,valid=200,test=400}
-  JOINT=1; BPE_MERGES=${QUICK_BPE_MERGES:-150}
-  # the toy target reverses every word, so joint BPE splits its side more: a ratio of 1.5 would drop
-  # a third of the short pairs
-  CLEAN_RATIO=${CLEAN_RATIO:-3}
-  MAX_UPDATE=${MAX_UPDATE:-300}; MAX_TOKENS=${MAX_TOKENS:-1500}; UPDATE_FREQ=${UPDATE_FREQ:-1}
-  LR=${LR:-3e-3}; WARMUP=${WARMUP:-60}; SAVE_INTERVAL_UPDATES=${SAVE_INTERVAL_UPDATES:-100}
-  LOG_INTERVAL=${LOG_INTERVAL:-50}; TENSORBOARD=${TENSORBOARD:-0}; N_AVG=${N_AVG:-2}
-  AR_TRIALS=${AR_TRIALS:-1000}
-  MODEL_ARGS=${MODEL_ARGS:---encoder-layers 3 --decoder-layers 2 --encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 128 --decoder-ffn-embed-dim 128 --encoder-attention-heads 4 --decoder-attention-heads 4}
+  # the toy corpus's sizes and merges are given as QUICK_SIZES and QUICK_BPE_MERGES
+  CORPUS_SIZES=${QUICK_SIZES:-}; BPE_MERGES=${QUICK_BPE_MERGES:-}
+  profile toy-study
+  QUICK_SIZES=$CORPUS_SIZES
   mkdir -p "$WORK"
   local corpus="$WORK/quick-corpus"
   stage quick-corpus --set "sizes=$QUICK_SIZES" -- \
@@ -80,9 +74,10 @@ lengths_concat_subset() {
     "${STEPS[@]}" tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" "$dir/k$k.$l" "$tmp/tok.$l"
     "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$tmp/tok.$l" "$tmp/bpe.$l"
   done
-  "$PYTHON" -m fairseq_cli.preprocess --source-lang "$SRC" --target-lang "$TGT" --testpref "$tmp/bpe" \
-    --destdir "$tmp/bin" --srcdict "$DATA/dict.$SRC.txt" --tgtdict "$DATA/dict.$TGT.txt" --workers 1 \
-    ${PREPROCESS_ARGS:-} > "$tmp/preprocess.log" 2>&1 || { tail -5 "$tmp/preprocess.log" >&2; return 1; }
+  local pargs=()
+  fairseq_args pargs preprocess --destdir "$tmp/bin" --set "src=$SRC" --set "tgt=$TGT" --set "testpref=$tmp/bpe" \
+    --set "srcdict=$DATA/dict.$SRC.txt" --set "tgtdict=$DATA/dict.$TGT.txt" --set "preprocess_args=${PREPROCESS_ARGS:-}"
+  "$PYTHON" -m fairseq_cli.preprocess "${pargs[@]}" > "$tmp/preprocess.log" 2>&1 || { tail -5 "$tmp/preprocess.log" >&2; return 1; }
   mkdir -p "$DATA/concat" "$DATA/raw/concat"
   rm -f "$DATA/raw/$sub.$SRC" "$DATA/raw/$sub.$TGT"
   for l in "$SRC" "$TGT"; do for ext in bin idx; do
@@ -183,7 +178,7 @@ lengths_main() {
 
   # 4. the by-length table and plot, buckets beyond the training length marked
   local src_words="$data/raw/test.$SRC"
-  if [[ $SRC == zh || $SRC == ja ]]; then  # no spaces between words: count the tokeniser's words
+  if [[ $(words_counted_on "$SRC") == tokenised ]]; then  # no spaces between words: count the tokeniser's words
     src_words="$LENGTHS_DIR/test.words.$SRC"
     "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/test.$SRC" "$src_words"
   fi
@@ -198,7 +193,7 @@ lengths_main() {
     if (( k == 1 )); then per_k+=(--k "1=$LENGTHS_DIR/lengths.json"); continue; fi  # the table above
     local sub="concat/k$k.test"
     src_words="$data/raw/$sub.$SRC"
-    if [[ $SRC == zh || $SRC == ja ]]; then
+    if [[ $(words_counted_on "$SRC") == tokenised ]]; then
       src_words="$LENGTHS_DIR/concat/k$k.words.$SRC"
       "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/$sub.$SRC" "$src_words"
     fi

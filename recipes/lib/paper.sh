@@ -7,20 +7,14 @@
 # The rows come from fairseq_attn_plugins/reporting/table1.py (ROWS=all or a list of
 # row keys); rendering and plotting is fairseq-attn-paper.
 #
-# QUICK=1: tiny CPU sizes (a 3+1-layer, 32-dim model, a few updates) for smoke
-# runs and CI; every variable below still overrides it.
+# QUICK=1: tiny CPU sizes (the profile paper-quick of fairseq_attn_recipes/profiles.py: a 3+1-layer,
+# 32-dim model, a few updates) for smoke runs and CI; every variable below still overrides it.
 
 PAPER=("$PYTHON" -m fairseq_attn_plugins.cli.paper)
 
 paper_quick_defaults() {
   [[ ${QUICK:-0} == 1 ]] || return 0
-  export NGPUS=${NGPUS:-0} PAPER_GPUS=${PAPER_GPUS:-1} MAX_UPDATE=${MAX_UPDATE:-40} MAX_TOKENS=${MAX_TOKENS:-400}
-  export WARMUP=${WARMUP:-2} LR=${LR:-3e-3} SAVE_INTERVAL_UPDATES=${SAVE_INTERVAL_UPDATES:-20} N_AVG=${N_AVG:-2}
-  export LOG_INTERVAL=${LOG_INTERVAL:-1} GEN_ARGS=${GEN_ARGS:-"--max-len-a 1.2 --max-len-b 5"}
-  export MODEL_ARGS=${MODEL_ARGS:-"--encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 32 \
---decoder-embed-dim 32 --encoder-ffn-embed-dim 64 --decoder-ffn-embed-dim 64 --encoder-attention-heads 8 \
---decoder-attention-heads 8"}
-  AR_TRIALS=${AR_TRIALS:-1000}
+  profile paper-quick --export  # tiny CPU sizes (profiles.py), each still overridable
 }
 
 # paper_settings DIR: refuse to mix runs made with other settings in DIR

@@ -28,8 +28,7 @@ corpus_settings() {
 fetch_train() {
   "${STEPS[@]}" extract "$ASPEC_DIR/train/train-1.txt" "$ASPEC_DIR/train/train-2.txt" --max-lines "$ASPEC_TRAIN_LINES" \
     --src-out "$WORK/raw/train.$SRC" --tgt-out "$WORK/raw/train.$TGT"
-  echo "{\"parts\": {\"aspec-train-1+2\": $(wc -l < "$WORK/raw/train.$SRC")}, \"missing\": [], \"partial\": false}" \
-    > "$WORK/raw/train.parts.json"
+  "${STEPS[@]}" parts-record --part "aspec-train-1+2=$WORK/raw/train.$SRC" --record "$WORK/raw/train.parts.json"
 }
 
 fetch_split() {

@@ -1,4 +1,4 @@
-"""The demo's embedded synthetic corpus (:mod:`fairseq_attn_plugins.toy_corpus`) written as a
+"""The toy corpus (the synthetic pair of :mod:`fairseq_attn_plugins.toy_corpus`) written as a
 recipe's local corpus files, for the recipes' QUICK runs (no download, seconds to prepare)."""
 
 import os

@@ -1,12 +1,13 @@
 """The contract between the attention core and the variants ("pieces").
 
 A piece is a small ``nn.Module`` that fills only the hooks it needs. The core
-(:mod:`fairseq_attn_plugins.attention.core`) calls the hooks in this order::
+(:mod:`fairseq_attn_plugins.attention.core`) and the path that runs the call
+(:mod:`.backends`) call the hooks in this order::
 
     q, k, v   = transform_qkv(q, k, v, ctx)              # (B, H, T|S, D)
     bias     += score_bias(q, k, ctx)                    # -> (B|1, H|1, T, S) float
     allowed  &= allowed_mask(ctx)                        # -> (B|1, H|1, T, S) bool, True = may attend
-    k, v      = widen(k, v, scores, ctx)                 # widen the key axis (2D-CSAN)
+    k, v      = widen(k, v, scores, ctx)                 # widen the key axis, scores to match (2D-CSAN)
     probs     = softmax(scale * q k^T + bias, ~allowed)  # fused or explicit
     probs     = post_softmax(probs, ctx)                 # explicit path only
     out       = probs @ v + value_term(probs, ctx)       # explicit path only
@@ -21,9 +22,10 @@ What a piece can do is declared on :class:`AttentionPiece`, each capability with
 default, and the core reads nothing else: ``fused_ok`` / ``fused_with`` (a piece that
 overrides ``post_softmax``, ``value_term`` or ``combine`` declares ``fused_ok = False``;
 the layer then runs the explicit path), ``incremental_ok`` (refused once, by the core),
-``expands_kv``, ``band_half`` (the block-local and flex band paths) and ``flex_path_ok`` /
-``flex_forward`` (the piece computes the layer's whole attention through flex_attention).
-The paths and the chooser between them: :mod:`.backends`.
+``expands_kv`` (``widen`` / ``fold_weights``, at most one per model), ``band_half`` (the
+block-local and flex band paths), ``flex_path_ok`` / ``flex_forward`` and ``blocked_path_ok``
+/ ``blocked_forward`` (the piece, alone in its layer, computes the whole attention). The
+paths and the chooser between them: :mod:`.backends`.
 
 Every piece class is registered with :func:`register_piece` and declares its
 settings once, as data (``settings``: :mod:`.settings`); the base class derives

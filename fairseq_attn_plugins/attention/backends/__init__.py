@@ -19,8 +19,9 @@ declares what it supports as data, read by one ``not_supported_reasons``
 and the first one without reasons runs a call: ``auto`` all of them (the flex paths on
 CUDA only, the band from ``flex.FLEX_WINDOW_MIN_LEN`` positions, the query blocks on CPU
 from ``BLOCKED_MIN_LEN``), ``flex`` the flex paths on any device then the SDPA ones,
-``fused`` the SDPA paths, ``explicit`` the explicit path; every order but ``auto``'s ends
-on the explicit path for attention weights only. A forced backend whose named path cannot
+``fused`` the SDPA paths, ``explicit`` the explicit path; every order ends on the
+explicit path (``fused``'s only where weights are requested: it refuses, at build, a piece
+that needs the probability matrix). A forced backend whose named path cannot
 run any layer of the model (``fused`` with a piece that needs the probability matrix,
 ``flex`` without flex_attention or with attention dropout) is refused at model build, in
 one line naming the flag and the path's own reasons (:func:`check_backend`).
@@ -100,7 +101,7 @@ def check_backend(backend: str, needs_probs: Sequence[str], dropout: float) -> N
     refusals = backend_refusals(backend, needs_probs, dropout)
     if refusals:
         raise PieceConfigError(f"--attn-backend {backend}: {'; '.join(refusals)}; "
-                               f"--attn-backend auto or explicit runs every layer")
+                               f"--attn-backend auto or explicit runs every layer, on the explicit path where needed")
 
 
 def check_flex_compile(mode: str) -> None:

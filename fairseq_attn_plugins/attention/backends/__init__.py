@@ -27,6 +27,7 @@ run any layer of the model (``fused`` with a piece that needs the probability ma
 one line naming the flag and the path's own reasons (:func:`check_backend`).
 """
 
+from functools import lru_cache
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..settings import PieceConfigError
@@ -46,26 +47,40 @@ NAMED = {"fused": Fused(), "flex": FlexPiece()}
 
 
 def order(backend: str) -> Tuple[Path, ...]:
-    """The paths ``--attn-backend backend`` tries, in order (the thresholds are read here, per
-    call, so that a test may lower them)."""
-    if backend == "explicit":
-        return (Explicit(),)
-    sdpa = (BlockLocal(min_len=local.LOCAL_MIN_LEN, block=local.BLOCK), Fused(), Explicit())
-    if backend == "fused":
-        return sdpa
-    if backend == "flex":
-        return (FlexPiece(), FlexBand()) + sdpa
-    return (FlexPiece(devices=CUDA), FlexBand(devices=CUDA, min_len=flex.FLEX_WINDOW_MIN_LEN),
-            QueryBlocks(devices=CPU, min_len=BLOCKED_MIN_LEN)) + sdpa
-
-
-#: ``auto``'s order, every path once
-PATHS = order("auto")
+    """The paths ``--attn-backend backend`` tries, in order."""
+    return _order(backend, *_thresholds())
 
 
 def choose(layer: Layer, call: Call) -> Path:
     """The first path of the layer's order without reasons (explicit always can)."""
-    return next(p for p in order(layer.backend) if not p.not_supported_reasons(layer, call))
+    return _choose(layer, call, _thresholds())
+
+
+def _thresholds() -> Tuple[int, ...]:
+    """Read per call, so that a test may lower them."""
+    return local.LOCAL_MIN_LEN, local.BLOCK, flex.FLEX_WINDOW_MIN_LEN, BLOCKED_MIN_LEN
+
+
+@lru_cache(maxsize=None)
+def _order(backend: str, local_min: int, block: int, flex_band_min: int, blocked_min: int):
+    if backend == "explicit":
+        return (Explicit(),)
+    sdpa = (BlockLocal(min_len=local_min, block=block), Fused(), Explicit())
+    if backend == "fused":
+        return sdpa
+    if backend == "flex":
+        return (FlexPiece(), FlexBand()) + sdpa
+    return (FlexPiece(devices=CUDA), FlexBand(devices=CUDA, min_len=flex_band_min),
+            QueryBlocks(devices=CPU, min_len=blocked_min)) + sdpa
+
+
+@lru_cache(maxsize=4096)  # the choice is a function of these; a call's lengths repeat over layers and steps
+def _choose(layer: Layer, call: Call, thresholds: Tuple[int, ...]) -> Path:
+    return next(p for p in _order(layer.backend, *thresholds) if not p.not_supported_reasons(layer, call))
+
+
+#: ``auto``'s order, every path once
+PATHS = order("auto")
 
 
 def reasons(layer: Layer, call: Call) -> Dict[str, List[str]]:

@@ -7,32 +7,25 @@ a stock ``transformer`` state dict loads into it unchanged. It computes::
 
     softmax(scale * q k^T + biases, masked) @ v  (+ value-side terms)
 
-with the pieces (see :mod:`.piece`) filling the hooks. Which computation runs a call
-(SDPA, block-local SDPA, flex_attention, or the explicit path that materialises the
-probabilities) is chosen in :mod:`.backends`, from what the pieces declare; this module
-only runs the hooks. Shapes follow fairseq: input ``(T, B, C)``, ``key_padding_mask``
+with the pieces (see :mod:`.piece`) filling the hooks. The core projects q, k, v (and
+keeps the decoding cache), asks the chooser (:mod:`.backends`) for the path that runs the
+call, lets that path compute the heads' output (each path runs the hooks it supports),
+and applies the output projection, the pieces' ``output_term`` and the widening piece's
+``fold_weights``. Rows a piece's mask empties output zero for that head, never NaN
+(:mod:`.scores`). Shapes follow fairseq: input ``(T, B, C)``, ``key_padding_mask``
 ``(B, S)`` with True = pad.
-
-A query whose keys are all masked by a piece (e.g. a CSAN window lying in
-padding, the first token of a DiSAN forward head) is an *emptied row*: its
-probabilities are zero before ``post_softmax`` / ``value_term`` / ``combine``
-see them (and again after each ``post_softmax``), so it feeds nothing into
-pieces that mix rows (``chained``'s P^k, ``convattn``'s convolution), and its
-output is zero for that head (never NaN). On the fused path the row attends
-anywhere and the head's output row is zeroed, which is the same result.
 """
 
 import dataclasses
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
 from . import backends
-from .backends import BACKENDS, flex, local, sdpa  # noqa: F401  (BACKENDS re-exported)
-from .piece import AttentionContext, AttentionPiece, AttentionSite, PieceConfigError
+from .backends import BACKENDS  # noqa: F401  (re-exported)
+from .piece import AttentionContext, AttentionPiece, AttentionSite, check_one_widener
 
 
 class PluginSelfAttention(MultiheadAttention):
@@ -59,27 +52,15 @@ class PluginSelfAttention(MultiheadAttention):
         self.site = site
         self.layer_idx = site.layer_idx
         self.pieces = nn.ModuleList(pieces)
-        expanders = [p for p in pieces if p.expands_kv]
-        if len(expanders) > 1:
-            raise ValueError(
-                f"at most one piece may widen the key axis, got {[p.name for p in expanders]}"
-            )
-        # plain references to members of self.pieces, not submodules: each parameter is
-        # registered (and saved) once, under pieces.<i>
-        object.__setattr__(self, "_expander", expanders[0] if expanders else None)
-        bands = [p.band_half for p in pieces if p.band_half is not None]
-        # the layer's only piece, when it computes the whole attention through flex_attention
-        object.__setattr__(self, "_flex_piece", pieces[0] if len(pieces) == 1 and pieces[0].flex_path_ok else None)
-        object.__setattr__(self, "_blocked_piece",
-                           pieces[0] if len(pieces) == 1 and pieces[0].blocked_path_ok else None)
+        check_one_widener(pieces)
         self._no_incremental = [p.name for p in pieces if not p.incremental_ok]
+        bands = [p.band_half for p in pieces if p.band_half is not None]
         self._layer = backends.Layer(
             backend="auto",
             needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
-            flex_piece=self._flex_piece.name if self._flex_piece is not None else None,
+            own_paths=backends.own_paths(pieces),
             band_half=min(bands) if bands else None,
-            widens_kv=self._expander is not None,
-            blocked_piece=self._blocked_piece.name if self._blocked_piece is not None else None,
+            widens_kv=any(p.expands_kv for p in pieces),
         )
         self.backend = backend
         self.flex_compile = flex_compile
@@ -103,6 +84,11 @@ class PluginSelfAttention(MultiheadAttention):
         for alias in ("_flex_piece.", "_expander."):
             for key in [k for k in state_dict if k.startswith(prefix + alias)]:
                 del state_dict[key]
+
+    @property
+    def _flex_piece(self) -> Optional[AttentionPiece]:
+        """The layer's only piece when it computes the whole attention through flex_attention."""
+        return self.pieces[0] if "flex_path_ok" in self._layer.own_paths else None
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
@@ -146,56 +132,18 @@ class PluginSelfAttention(MultiheadAttention):
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         path = self.path_for(backends.Call(need_weights, ctx.incremental, tgt_len, ctx.src_len,
                                            dropout_p, q.is_cuda))
-        if (path in (backends.FLEX_PIECE, backends.FLEX_BAND) and self.training
-                and torch.is_grad_enabled() and not q.is_cuda and not flex.cpu_backward_ok()):
-            raise PieceConfigError(flex.CPU_TRAINING)
-        if path is backends.FLEX_PIECE:  # the piece computes the whole attention
-            start = ctx.src_len - tgt_len  # positions decoded by earlier incremental steps
-            out = self._flex_piece.flex_forward(q, k, v, start, ctx.key_padding_mask, attn_mask,
-                                                self.scaling, self.flex_compile)
-            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
-        if path is backends.QUERY_BLOCKS:  # the piece computes the whole attention (CPU)
-            out = self._blocked_piece.blocked_forward(q, k, v, ctx, attn_mask, self.scaling, dropout_p)
-            return self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim)), None
-
-        for p in self.pieces:
-            q, k, v = p.transform_qkv(q, k, v, ctx)
-        bias, allowed, piece_made = self._bias_and_mask(q, k, ctx, attn_mask)
-        factor = 1
-        if self._expander is not None:  # widen the key axis (2D-CSAN: neighbouring heads' keys)
-            k, v, factor, slot_allowed = self._expander.expand_kv(k, v, ctx)
-            ctx.kv_factor = factor
-            if bias is not None:
-                bias = bias.repeat(*([1] * (bias.dim() - 1)), factor)
-            if allowed is not None:
-                allowed = allowed.repeat(*([1] * (allowed.dim() - 1)), factor)
-            if slot_allowed is not None:
-                piece_made.add("mask")
-                allowed = slot_allowed if allowed is None else allowed & slot_allowed
-        # rows left without any key: let them attend anywhere (no NaN), then give them zero
-        # probabilities (explicit path) or a zero output per head (the other paths)
-        empty: Optional[Tensor] = None
-        if "mask" in piece_made and allowed is not None:
-            empty = ~allowed.any(dim=-1, keepdim=True)
-            allowed = allowed | empty
-
-        weights: Optional[Tensor] = None
-        if path is backends.EXPLICIT:  # emptied rows are handled inside, before combine
-            out, weights = self._explicit(q, k, v, bias, allowed, ctx, dropout_p, empty)
-        else:
-            out = self._fused(path, q, k, v, bias, allowed, dropout_p, bool(piece_made))
-            if empty is not None:
-                out = out.masked_fill(empty, 0.0)  # per head: no piece mixes heads there
-        heads_out = out  # (B, H, T, D)
-        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
+        run = backends.Run(self.pieces, attn_mask, self.scaling, dropout_p, self.flex_compile,
+                           self._layer.band_half)
+        heads_out, weights = path.apply(q, k, v, ctx, run)  # (B, H, T, D), probabilities or None
+        out = self.out_proj(heads_out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
         for p in self.pieces:
             extra = p.output_term(heads_out, ctx)
             if extra is not None:
                 out = out + extra
         if not need_weights:
             return out, None
-        if factor > 1:  # fold the widened key axis back onto key positions
-            weights = weights.view(bsz, self.num_heads, tgt_len, factor, ctx.src_len).sum(dim=3)
+        for p in self.pieces:  # a widened key axis folded back onto key positions
+            weights = p.fold_weights(weights, ctx)
         weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
         return out, (weights if need_head_weights else weights.mean(dim=0))
 
@@ -248,77 +196,3 @@ class PluginSelfAttention(MultiheadAttention):
             cache=saved,
         )
         return q, k, v, ctx
-
-    def _bias_and_mask(self, q, k, ctx, attn_mask):
-        """The additive bias and the boolean "allowed" mask over (B, H, T, S) from fairseq's
-        mask, the pieces' ``score_bias`` / ``allowed_mask`` and the padding, and which of
-        the two a piece made (``{"bias", "mask"}``)."""
-        bias: Optional[Tensor] = None
-        allowed: Optional[Tensor] = None
-        if attn_mask is not None:
-            if attn_mask.dtype == torch.bool:
-                allowed = ~attn_mask
-            else:
-                bias = attn_mask
-        piece_made = set()
-        for p in self.pieces:
-            b = p.score_bias(q, k, ctx)
-            if b is not None:
-                piece_made.add("bias")
-                bias = b if bias is None else bias + b
-        for p in self.pieces:
-            m = p.allowed_mask(ctx)
-            if m is not None:
-                piece_made.add("mask")
-                allowed = m if allowed is None else allowed & m
-        if ctx.key_padding_mask is not None:
-            keep = ~ctx.key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
-            allowed = keep if allowed is None else allowed & keep
-        if "mask" in piece_made and attn_mask is not None and attn_mask.dtype != torch.bool:
-            # fairseq's future mask is additive (0 / -inf): make its -inf part boolean too,
-            # so that the empty-row rule sees rows emptied by it plus a piece's mask
-            finite = attn_mask > float("-inf")
-            allowed = allowed & finite
-            bias = bias.masked_fill(~finite, 0.0)
-        return bias, allowed, piece_made
-
-    def _fused(self, path, q, k, v, bias, allowed, dropout_p, piece_made) -> Tensor:
-        """The flex band, block-local or SDPA path: (B, H, T, D)."""
-        if path is backends.FLEX_BAND:
-            return flex.masked_attention(q, k, v, bias, allowed, self.scaling, self.flex_compile)
-        mask = sdpa.sdpa_mask(bias, allowed, q.dtype)
-        with sdpa.sdpa_backends(q, mask, piece_made):
-            if path is backends.BLOCK_LOCAL:
-                return local.local_sdpa(q, k, v, mask, self._layer.band_half, self.scaling, dropout_p)
-            return sdpa.sdpa_attention(q, k, v, mask, self.scaling, dropout_p)
-
-    def _explicit(self, q, k, v, bias, allowed, ctx, dropout_p, empty=None):
-        """Reference path: materialise the probabilities. Returns (out, probs).
-
-        ``empty`` (B|1, H|1, T, 1): emptied rows, whose probabilities are zero before and
-        after every ``post_softmax`` and whose per-head output is zero before ``combine``."""
-        scores = torch.matmul(q * self.scaling, k.transpose(-1, -2))  # (B, H, T, S)
-        if bias is not None:
-            scores = scores + bias
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-        if empty is not None:
-            probs = probs.masked_fill(empty, 0.0)
-        for p in self.pieces:
-            probs = p.post_softmax(probs, ctx)
-            if empty is not None:  # a convolution over rows must not refill an emptied row
-                probs = probs.masked_fill(empty, 0.0)
-        probs_q = probs.type_as(q)
-        if dropout_p > 0:
-            probs_q = F.dropout(probs_q, p=dropout_p, training=True)
-        out = torch.matmul(probs_q, v)  # (B, H, T, D)
-        for p in self.pieces:
-            extra = p.value_term(probs_q, ctx)
-            if extra is not None:
-                out = out + extra
-        if empty is not None:  # (B, H, T, D): zero per head, before combine mixes heads
-            out = out.masked_fill(empty, 0.0)
-        for p in self.pieces:
-            out = p.combine(probs_q, v, out, ctx)
-        return out, probs

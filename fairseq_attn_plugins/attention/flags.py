@@ -12,7 +12,7 @@ ignored silently; the model build logs the active pieces per layer.
 from typing import Dict, List, Tuple
 
 from .backends import check_backend, check_flex_compile
-from .piece import PIECES, AttentionPiece, AttentionSite, PieceConfigError
+from .piece import PIECES, AttentionPiece, AttentionSite, PieceConfigError, check_one_widener
 
 
 def add_attention_args(parser) -> None:
@@ -128,12 +128,7 @@ def validate_attention_args(args) -> None:
         for other, why in c.conflicts.items():
             if other in names:
                 raise PieceConfigError(f"--attn-pieces: {c.name} and {other} conflict: {why}")
-    wideners = [c.name for c in classes if c.expands_kv]
-    if len(wideners) > 1:
-        raise PieceConfigError(
-            f"--attn-pieces: {' and '.join(wideners)} conflict: each widens the key axis "
-            f"with other heads' keys; at most one such piece per model"
-        )
+    check_one_widener(classes)
     for c in classes:
         c.validate(args)
     check_backend(args.attn_backend, [c.name for c in classes if not c.fused_ok_with(args)],

@@ -1,17 +1,19 @@
 """The contract between the attention core and the variants ("pieces").
 
 A piece is a small ``nn.Module`` that fills only the hooks it needs. The core
-(:mod:`fairseq_attn_plugins.attention.core`) calls the hooks in this order::
+(:mod:`fairseq_attn_plugins.attention.core`) and the path that runs the call
+(:mod:`.backends`) call the hooks in this order::
 
     q, k, v   = transform_qkv(q, k, v, ctx)              # (B, H, T|S, D)
     bias     += score_bias(q, k, ctx)                    # -> (B|1, H|1, T, S) float
     allowed  &= allowed_mask(ctx)                        # -> (B|1, H|1, T, S) bool, True = may attend
-    k, v, slot_allowed = expand_kv(k, v, ctx)            # widen the key axis (2D-CSAN)
+    k, v      = widen(k, v, scores, ctx)                 # widen the key axis, scores to match (2D-CSAN)
     probs     = softmax(scale * q k^T + bias, ~allowed)  # fused or explicit
     probs     = post_softmax(probs, ctx)                 # explicit path only
     out       = probs @ v + value_term(probs, ctx)       # explicit path only
     out       = combine(probs, v, out, ctx)              # explicit path only
     y         = out_proj(out) + output_term(out, ctx)    # both paths, (T, B, C)
+    weights   = fold_weights(probs, ctx)                 # weights requested (explicit path)
 
 and, at model level, ``x = layer_input(x, key_padding_mask)`` on the input of
 every encoder layer that holds the piece (before its self-attention sublayer).
@@ -20,9 +22,10 @@ What a piece can do is declared on :class:`AttentionPiece`, each capability with
 default, and the core reads nothing else: ``fused_ok`` / ``fused_with`` (a piece that
 overrides ``post_softmax``, ``value_term`` or ``combine`` declares ``fused_ok = False``;
 the layer then runs the explicit path), ``incremental_ok`` (refused once, by the core),
-``expands_kv``, ``band_half`` (the block-local and flex band paths) and ``flex_path_ok`` /
-``flex_forward`` (the piece computes the layer's whole attention through flex_attention).
-The paths and the chooser between them: :mod:`.backends`.
+``expands_kv`` (``widen`` / ``fold_weights``, at most one per model), ``band_half`` (the
+block-local and flex band paths), ``flex_path_ok`` / ``flex_forward`` and ``blocked_path_ok``
+/ ``blocked_forward`` (the piece, alone in its layer, computes the whole attention). The
+paths and the chooser between them: :mod:`.backends`.
 
 Every piece class is registered with :func:`register_piece` and declares its
 settings once, as data (``settings``: :mod:`.settings`); the base class derives
@@ -84,7 +87,7 @@ class AttentionContext:
     key_padding_mask: Optional[Tensor]  # (B, S) bool, True = pad
     training: bool
     incremental: bool
-    #: how many times the key axis was widened by ``expand_kv`` (2D-CSAN: N+1);
+    #: how many times the key axis was widened by ``widen`` (2D-CSAN: N+1);
     #: probabilities seen by post_softmax/value_term/combine are (B, H, T, kv_factor * S),
     #: slot ``s * S + j`` being key position j of the s-th head of the area.
     kv_factor: int = 1
@@ -105,7 +108,8 @@ class AttentionPiece(nn.Module):
     fused_with: ClassVar[Dict[str, Tuple[Any, ...]]] = {}
     #: other piece name -> why the two cannot run together.
     conflicts: ClassVar[Dict[str, str]] = {}
-    #: True if the piece implements ``expand_kv`` (at most one per layer).
+    #: True if the piece implements ``widen`` and ``fold_weights`` (at most one per model:
+    #: :func:`check_one_widener`).
     expands_kv: ClassVar[bool] = False
     #: True if the piece supports incremental (cached key/value) decoding; the core refuses
     #: an incremental call to a layer holding a piece that does not.
@@ -246,11 +250,16 @@ class AttentionPiece(nn.Module):
     def allowed_mask(self, ctx: AttentionContext) -> Optional[Tensor]:
         return None
 
-    def expand_kv(
-        self, k: Tensor, v: Tensor, ctx: AttentionContext
-    ) -> Tuple[Tensor, Tensor, int, Optional[Tensor]]:
-        """Return (k', v', factor, slot_allowed) with the key axis ``factor`` times wider."""
-        return k, v, 1, None
+    def widen(self, k: Tensor, v: Tensor, scores, ctx: AttentionContext) -> Tuple[Tensor, Tensor]:
+        """For a piece that declares ``expands_kv`` (2D-CSAN): k, v with the key axis
+        ``ctx.kv_factor`` times wider, and ``scores`` (:class:`~.scores.Scores`) widened to
+        match; the identity otherwise."""
+        return k, v
+
+    def fold_weights(self, weights: Tensor, ctx: AttentionContext) -> Tensor:
+        """The attention weights (B, H, T, kv_factor * S) folded back onto the S key
+        positions, for a piece that declares ``expands_kv``; the identity otherwise."""
+        return weights
 
     def post_softmax(self, probs: Tensor, ctx: AttentionContext) -> Tensor:
         return probs
@@ -316,6 +325,16 @@ def register_piece(cls: Type[AttentionPiece]) -> Type[AttentionPiece]:
     return cls
 
 
+def check_one_widener(pieces) -> None:
+    """At most one of ``pieces`` (classes or instances) widens the key axis."""
+    wideners = [p.name for p in pieces if p.expands_kv]
+    if len(wideners) > 1:
+        raise PieceConfigError(
+            f"--attn-pieces: {' and '.join(wideners)} conflict: each widens the key axis "
+            f"with other heads' keys; at most one such piece per model"
+        )
+
+
 def positions_window(q_pos: Tensor, k_pos: Tensor, half: int) -> Tensor:
     """(T, S) bool: key within ``half`` positions of the query."""
     return (q_pos[:, None] - k_pos[None, :]).abs() <= half
@@ -326,6 +345,7 @@ __all__ = [
     "AttentionPiece",
     "AttentionSite",
     "Choice",
+    "check_one_widener",
     "Float",
     "Int",
     "Layers",

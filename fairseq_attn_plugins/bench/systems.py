@@ -204,8 +204,8 @@ def attention_paths(model) -> Dict[str, int]:
         if isinstance(m, PluginSelfAttention):
             path = m.path_for(backends.Call(dropout_p=m.dropout_module.p,
                                             on_cuda=m.q_proj.weight.is_cuda))
-            counts[{backends.FLEX_PIECE: "flex", backends.EXPLICIT: "explicit",
-                    backends.QUERY_BLOCKS: "query blocks"}.get(path, "fused")] += 1
+            counts[{"flex piece": "flex", "explicit": "explicit",
+                    "query blocks": "query blocks"}.get(path.name, "fused")] += 1
     return counts
 
 

@@ -15,10 +15,11 @@ the exactness tests use). This module holds what every flex computation shares:
   ``score_mod``; ``create_block_mask`` marks the key blocks outside the band, which the
   kernel skips: O(T * window) work instead of O(T^2).
 
-A piece's own flex math lives in its file and is reached through its ``flex_forward``
-(relpos: keys and values with the value term rebuilt from the log-sum-exp; alibi: its
-distance penalty as a ``score_mod``). flex_attention has no attention dropout: the
-chooser (:mod:`.`) takes a flex path only with dropout 0. ``--attn-flex-compile`` decides
+and the two flex paths: :class:`FlexPiece` (a piece's own flex math lives in its file and
+is reached through its ``flex_forward``: relpos keys and values with the value term
+rebuilt from the log-sum-exp; alibi its distance penalty as a ``score_mod``) and
+:class:`FlexBand`. flex_attention has no attention dropout: the chooser (:mod:`.`) takes
+a flex path only with dropout 0. ``--attn-flex-compile`` decides
 how ``flex_attention`` is compiled (:func:`kernel`: inductor on CUDA by default); the
 calls keep one form per layer kind so that the number of compiled graphs stays bounded
 over batch shapes (docs/architecture.md, tests/test_flex_compile.py).
@@ -32,6 +33,9 @@ import torch
 import torch._dynamo
 from torch import Tensor
 from torch.fx.experimental import _config as _fx_config
+
+from ..settings import PieceConfigError
+from .base import HookPath, Path, PiecePath
 
 try:  # torch >= 2.5 (AuxRequest: 2.9)
     import torch.nn.attention.flex_attention as _flex_mod
@@ -269,3 +273,36 @@ def layer_mask(kpm: Optional[Tensor], keep: Optional[Tensor], B: int, T: int, S:
         kpm = torch.zeros(B, S, dtype=torch.bool, device=device)
     mod = padding_mod(kpm) if keep is None else padding_keep_mod(kpm, keep)
     return mod, block_mask(mod, B, T, S, device, (key, given is None), (given, attn_mask))
+
+
+class _FlexPath(Path):
+    unavailable = None if HAVE_FLEX else "torch has no torch.nn.attention.flex_attention (needs torch >= 2.9)"
+    no_dropout = "flex_attention has none"
+
+    def apply(self, q, k, v, ctx, run):
+        if ctx.training and torch.is_grad_enabled() and not q.is_cuda and not cpu_backward_ok():
+            raise PieceConfigError(CPU_TRAINING)
+        return super().apply(q, k, v, ctx, run)
+
+
+class FlexPiece(_FlexPath, PiecePath):
+    """The layer's only piece computes the whole attention through flex_attention."""
+
+    name = "flex piece"
+    own_piece = "flex_path_ok"
+
+    def piece_attention(self, piece, q, k, v, ctx, run):
+        start = ctx.src_len - ctx.tgt_len  # positions decoded by earlier incremental steps
+        return piece.flex_forward(q, k, v, start, ctx.key_padding_mask, run.attn_mask, run.scale,
+                                  run.flex_compile)
+
+
+class FlexBand(_FlexPath, HookPath):
+    """A band-masked layer through block-sparse flex_attention (:func:`masked_attention`)."""
+
+    name = "flex band"
+    fused_pieces_only = True
+    needs_band = True
+
+    def attend(self, q, k, v, scores, ctx, run):
+        return masked_attention(q, k, v, scores.bias, scores.allowed, run.scale, run.flex_compile), None

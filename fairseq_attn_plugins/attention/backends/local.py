@@ -8,9 +8,8 @@ dense mask, so the result is exactly that of dense attention with that mask
 (the probabilities outside the band are zero either way). Each block runs
 through ``scaled_dot_product_attention`` as one batch.
 
-Used by :class:`~.core.PluginSelfAttention` for self-attention of length
->= ``LOCAL_MIN_LEN`` when a piece declares ``band_half`` (1D-CSAN), on the
-fused path only.
+The **block-local path** (:class:`BlockLocal`): self-attention of length >= ``LOCAL_MIN_LEN``
+when a piece declares ``band_half`` (1D-CSAN) and every piece runs fused.
 """
 
 from typing import Optional
@@ -18,6 +17,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .base import HookPath
+from .sdpa import sdpa_backends, sdpa_mask
 
 #: shortest sequence for which the block-local path is used
 LOCAL_MIN_LEN = 256
@@ -68,3 +70,15 @@ def local_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], half: in
                                          dropout_p=dropout_p, scale=scale)  # (B*nb, H, blk, D)
     out = out.view(B, nb, H, block, D).permute(0, 2, 1, 3, 4).reshape(B, H, Tp, D)
     return out[:, :, :T]
+
+
+class BlockLocal(HookPath):
+    name = "block-local"
+    fused_pieces_only = True
+    needs_band = True
+    widened_keys = False
+
+    def attend(self, q, k, v, scores, ctx, run):
+        mask = sdpa_mask(scores.bias, scores.allowed, q.dtype)
+        with sdpa_backends(q, mask, scores.piece_made):
+            return local_sdpa(q, k, v, mask, run.band_half, run.scale, run.dropout_p), None

@@ -1,4 +1,4 @@
-"""The fused path: ``torch.nn.functional.scaled_dot_product_attention`` with one mask.
+"""The fused path (:class:`Fused`): ``torch.nn.functional.scaled_dot_product_attention`` with one mask.
 
 The pieces' additive bias and boolean "allowed" mask become one SDPA mask
 (:func:`sdpa_mask`); torch then picks its kernel (flash / memory-efficient / math,
@@ -11,6 +11,8 @@ from typing import Optional
 
 import torch.nn.functional as F
 from torch import Tensor
+
+from .base import HookPath
 
 try:  # torch >= 2.3
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -51,3 +53,13 @@ def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], scal
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                           scale=scale)
 
+
+
+class Fused(HookPath):
+    name = "fused"
+    fused_pieces_only = True
+
+    def attend(self, q, k, v, scores, ctx, run):
+        mask = sdpa_mask(scores.bias, scores.allowed, q.dtype)
+        with sdpa_backends(q, mask, scores.piece_made):
+            return sdpa_attention(q, k, v, mask, run.scale, run.dropout_p), None

@@ -124,6 +124,8 @@ class CSAN2D(_CSANBase):
         self.register_buffer("slot_valid", valid, persistent=False)
 
     def expand_kv(self, k: Tensor, v: Tensor, ctx):
+        """(k', v', n, slot_allowed): the key axis n times wider, slot ``s * S + j`` holding key
+        j of head ``area[h][s]``; ``slot_allowed`` (1, H, 1, n * S) masks slots off the edge."""
         B, H, S, D = k.shape
         n = self.area
         # (B, H, S, D) -> (B, H, n*S, D): slot s*S + j holds key j of head area[h][s]
@@ -133,6 +135,24 @@ class CSAN2D(_CSANBase):
         if not bool(self.slot_valid.all()):
             slot_allowed = self.slot_valid.repeat_interleave(S, dim=1)[None, :, None, :]  # (1, H, 1, n*S)
         return k2, v2, n, slot_allowed
+
+    def widen(self, k: Tensor, v: Tensor, scores, ctx):
+        """Keys and values of the area's heads side by side (:meth:`expand_kv`); the bias and
+        mask over key positions repeated for each slot, the slots off the edge masked."""
+        k, v, n, slot_allowed = self.expand_kv(k, v, ctx)
+        ctx.kv_factor = n
+        if scores.bias is not None:
+            scores.bias = scores.bias.repeat(*([1] * (scores.bias.dim() - 1)), n)
+        if scores.allowed is not None:
+            scores.allowed = scores.allowed.repeat(*([1] * (scores.allowed.dim() - 1)), n)
+        if slot_allowed is not None:
+            scores.restrict(slot_allowed)
+        return k, v
+
+    def fold_weights(self, weights: Tensor, ctx) -> Tensor:
+        """Sum the slots of one key position: (B, H, T, n * S) -> (B, H, T, S)."""
+        B, H, T, _ = weights.shape
+        return weights.view(B, H, T, ctx.kv_factor, ctx.src_len).sum(dim=3)
 
     def extra_repr(self):
         return (f"window={self.window}, heads={self.area}, head_edge={self.head_edge}, "

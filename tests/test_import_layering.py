@@ -25,8 +25,9 @@ LAYERS: List[Tuple[Tuple[str, ...], str]] = [
     (("fairseq_attn_plugins.checkpoint_safety", "fairseq_attn_plugins.checkpoint_identity"),
      "checkpoints read under torch's `weights_only=True` with fairseq's classes allowlisted, "
      "corrupt and unsafe files named; what run a checkpoint is (read memory-mapped)"),
-    (("fairseq_attn_plugins.attention.settings",),
-     "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`"),
+    (("fairseq_attn_plugins.attention.settings", "fairseq_attn_plugins.attention.scores"),
+     "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`; "
+     "`Scores` (the masks and biases of one call, the rows a mask empties)"),
     (("fairseq_attn_plugins.attention.piece", "fairseq_attn_plugins.attention.backends",
       "fairseq_attn_plugins.attention.position_method_flags"),
      "the hook contract and the registry `PIECES`; the attention paths and their chooser; the "
@@ -35,7 +36,7 @@ LAYERS: List[Tuple[Tuple[str, ...], str]] = [
      "shared math of several pieces"),
     (("fairseq_attn_plugins.attention.pieces",), "one module per variant"),
     (("fairseq_attn_plugins.attention.core", "fairseq_attn_plugins.attention.flags"),
-     "`PluginSelfAttention` (runs the hooks on the chosen path); the shared flags, validation, "
+     "`PluginSelfAttention` (projections, the chosen path computes the heads); the shared flags, validation, "
      "`build_pieces`"),
     (("fairseq_attn_plugins.attention",),
      "the pieces described from their declarations (`catalogue.py`); the folder's public names"),

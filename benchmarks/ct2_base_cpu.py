@@ -116,7 +116,7 @@ def write_vmap(corpus, fillers, path):
 
 
 def base_data(work, sentences):
-    from fairseq_attn_plugins.toy_corpus import write_corpus
+    from fairseq_attn_records.toy_corpus import write_corpus
 
     corpus, data = os.path.join(work, "corpus_base"), os.path.join(work, "bin_base")
     if os.path.isfile(os.path.join(data, "dict.src.txt")):
@@ -295,7 +295,7 @@ def bleu_part(a, results):
     import ctranslate2
     import sacrebleu
 
-    from fairseq_attn_plugins.toy_corpus import write_corpus
+    from fairseq_attn_records.toy_corpus import write_corpus
 
     corpus, data = os.path.join(a.work, "corpus_demo"), os.path.join(a.work, "bin_demo")
     if not os.path.isfile(os.path.join(data, "dict.src.txt")):

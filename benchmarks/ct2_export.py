@@ -77,7 +77,7 @@ def main():
     data = os.path.join(a.work, "data-bin")
     corpus = os.path.join(a.work, "corpus")
     if not os.path.isfile(os.path.join(data, "dict.src.txt")):
-        from fairseq_attn_plugins.toy_corpus import write_corpus
+        from fairseq_attn_records.toy_corpus import write_corpus
 
         write_corpus(corpus, sizes=(("train", 4000), ("valid", 200), ("test", 400)))
         sh([sys.executable, "-m", "fairseq_cli.preprocess", "--source-lang", "src", "--target-lang", "tgt",

@@ -1,4 +1,4 @@
-"""The toy corpus (the synthetic pair of :mod:`fairseq_attn_plugins.toy_corpus`) written as a
+"""The toy corpus (the synthetic pair of :mod:`fairseq_attn_records.toy_corpus`) written as a
 recipe's local corpus files, for the recipes' QUICK runs (no download, seconds to prepare)."""
 
 import os
@@ -22,11 +22,11 @@ def parse_sizes(spec: str):
 
 
 def cmd_toy_corpus(args):
-    from fairseq_attn_plugins.toy_corpus import write_corpus
+    from fairseq_attn_records.toy_corpus import write_corpus
     sizes = parse_sizes(args.sizes)
     write_corpus(args.out, args.src_lang, args.tgt_lang, sizes, args.seed)
     write_json(os.path.join(args.out, "corpus.json"),
-               {"corpus": "fairseq_attn_plugins.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, indent=None)
+               {"corpus": "fairseq_attn_records.toy_corpus", "sizes": dict(sizes), "seed": args.seed}, indent=None)
 
 
 def add_parsers(sub) -> None:

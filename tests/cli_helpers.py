@@ -21,7 +21,7 @@ TRAIN = ["--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "800", "--cpu", 
 
 def make_data(root, n_train=200, n_valid=20, n_test=12):
     """Toy corpus -> fairseq-preprocess (joined dictionary). Returns the binarised dir."""
-    from fairseq_attn_plugins.toy_corpus import write_corpus
+    from fairseq_attn_records.toy_corpus import write_corpus
 
     raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
     write_corpus(raw, sizes=(("train", n_train), ("valid", n_valid), ("test", n_test)))

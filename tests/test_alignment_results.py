@@ -10,7 +10,7 @@ from fairseq_attn_plugins.cli import results as results_cli
 from fairseq_attn_records import alignment as A
 from fairseq_attn_records import metrics as M
 from fairseq_attn_records import run_record
-from fairseq_attn_plugins.toy_corpus import make_corpus
+from fairseq_attn_records.toy_corpus import make_corpus
 
 
 def _aer(pred, gold):

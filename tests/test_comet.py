@@ -14,7 +14,7 @@ pytest.importorskip("comet", reason="the comet extra is not installed (scripts/s
 
 from fairseq_attn_plugins.cli import significance  # noqa: E402
 from fairseq_attn_records import comet as comet_metric  # noqa: E402
-from fairseq_attn_plugins.toy_corpus import make_corpus  # noqa: E402
+from fairseq_attn_records.toy_corpus import make_corpus  # noqa: E402
 
 from comet_tiny import build_tiny_comet  # noqa: E402
 from test_significance import _noisy  # noqa: E402

@@ -14,7 +14,7 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 from fairseq_attn_plugins.cli import results
 from fairseq_attn_recipes import demo
 from fairseq_attn_plugins.reporting.results import parse_train_log
-from fairseq_attn_plugins.toy_corpus import make_corpus
+from fairseq_attn_records.toy_corpus import make_corpus
 
 TRAIN_LOG = """\
 2026-01-01 | INFO | fairseq_cli.train | num. shared model params: 208,576 (num. trained: 208,576)

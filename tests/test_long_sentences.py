@@ -24,7 +24,7 @@ LONG = 30  # tokens (+ EOS) of the long sentence; the tables below hold 16 posit
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
+    from fairseq_attn_records.toy_corpus import make_corpus, write_corpus
 
     root = str(tmp_path_factory.mktemp("long"))
     raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")

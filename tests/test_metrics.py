@@ -12,7 +12,7 @@ import torch
 
 from fairseq_attn_plugins.cli import significance
 from fairseq_attn_records import metrics as M
-from fairseq_attn_plugins.toy_corpus import make_corpus
+from fairseq_attn_records.toy_corpus import make_corpus
 
 from test_significance import _noisy
 

@@ -20,7 +20,7 @@ from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # n
 from fairseq_attn_plugins.cli import results as results_cli  # noqa: E402
 from fairseq_attn_plugins.loading import load_model_ensemble_and_task  # noqa: E402
 from fairseq_attn_plugins.reporting import seeds  # noqa: E402
-from fairseq_attn_plugins.toy_corpus import make_corpus  # noqa: E402
+from fairseq_attn_records.toy_corpus import make_corpus  # noqa: E402
 from fairseq_attn_recipes.recording import scan_checkpoints  # noqa: E402
 from fairseq_attn_records import run_record  # noqa: E402
 

@@ -19,7 +19,7 @@ import torch
 from fairseq_attn_plugins.cli import results
 from fairseq_attn_plugins.reporting import curves, seeds
 from fairseq_attn_plugins.reporting.significance import paired_tests, significance_mark
-from fairseq_attn_plugins.toy_corpus import make_corpus
+from fairseq_attn_records.toy_corpus import make_corpus
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 BLEU_LOG = os.path.join(DATA, "fairseq_json_bleu.train.log")

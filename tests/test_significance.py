@@ -9,7 +9,7 @@ import pytest
 
 from fairseq_attn_plugins.cli import significance
 from fairseq_attn_plugins.reporting.significance import significance_mark, system_mark
-from fairseq_attn_plugins.toy_corpus import make_corpus
+from fairseq_attn_records.toy_corpus import make_corpus
 
 
 def _noisy(lines, rate, seed):

@@ -17,7 +17,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq_attn_plugins.cli import paper
 from fairseq_attn_recipes import demo
 from fairseq_attn_plugins.reporting import figures, results, table1
-from fairseq_attn_plugins.toy_corpus import make_corpus, write_corpus
+from fairseq_attn_records.toy_corpus import make_corpus, write_corpus
 
 sys.path.insert(0, os.path.dirname(__file__))
 from run_records import write_record  # noqa: E402
@@ -268,7 +268,7 @@ def recipe(script, env, check=True):
 
 
 def _prepare_toy_work(root):
-    """The toy pair (fairseq_attn_plugins.toy_corpus) as local corpus files, prepared by prepare.sh."""
+    """The toy pair (fairseq_attn_records.toy_corpus) as local corpus files, prepared by prepare.sh."""
     write_corpus(os.path.join(root, "data"), "en", "de", (("train", 300), ("valid", 30), ("test", 40)), seed=1)
     recipe("prepare.sh", _toy_env(root, os.path.join(root, "work")))
 

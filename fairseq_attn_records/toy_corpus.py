@@ -17,7 +17,7 @@ import os
 import random
 from typing import List, Tuple
 
-from fairseq_attn_records.output_files import write_lines
+from .output_files import write_lines
 
 _NOUNS = ["kat", "hund", "baum", "haus", "stern", "fisch", "vogel", "berg", "fluss", "stein",
           "wolke", "blume", "wald", "tisch", "buch", "licht", "garten", "strasse", "fenster",

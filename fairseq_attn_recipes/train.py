@@ -33,6 +33,23 @@ def is_rank0(cfg) -> bool:
     return (cfg.distributed_training.distributed_rank or 0) == 0
 
 
+def release_data_workers() -> None:
+    """Stop the DataLoader worker processes of fairseq's finished epoch iterators now. They are
+    stopped when the iterators are garbage-collected, and torch then waits up to
+    ``MP_STATUS_CHECK_INTERVAL`` (5 s) for each worker before terminating it; these workers do
+    not exit on their own, so every training ended with about 10 s of waiting (train and valid
+    iterators). Training is over: the same stop with a 0.1 s wait."""
+    import gc
+
+    from torch.utils.data import _utils
+    interval = _utils.MP_STATUS_CHECK_INTERVAL
+    _utils.MP_STATUS_CHECK_INTERVAL = 0.1
+    try:
+        gc.collect()
+    finally:
+        _utils.MP_STATUS_CHECK_INTERVAL = interval
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # fairseq-train's own log format, set before anything logs (the first message would
@@ -71,6 +88,7 @@ def main(argv=None) -> int:
     except refusal_kinds() as e:  # refused by the plugin (a checkpoint, a validation set): one line
         print(f"error: {e}", file=sys.stderr)
         return 2
+    release_data_workers()
     if rank0:
         try:
             recording.finish_run(cfg.checkpoint.save_dir)

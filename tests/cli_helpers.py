@@ -54,8 +54,11 @@ def train_in_process(argv):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq_cli import train
 
+    from fairseq_attn_recipes.train import release_data_workers
+
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     distributed_utils.call_main(convert_namespace_to_omegaconf(args), train.main)
+    release_data_workers()  # the workers of a run with --num-workers > 0, not left for a later test
 
 
 def generate_in_process(argv):

@@ -31,10 +31,9 @@ def code_key() -> Optional[str]:
         return None
     h = hashlib.sha256(sys.version.encode())
     h.update(fairseq.encode())
-    for name in ("version.txt",):
-        path = os.path.join(fairseq, name)
-        if os.path.isfile(path):
-            h.update(open(path, "rb").read())
+    version = os.path.join(fairseq, "version.txt")
+    if os.path.isfile(version):
+        h.update(open(version, "rb").read())
     models = os.path.join(fairseq, "models")
     h.update("\n".join(sorted(os.listdir(models)) if os.path.isdir(models) else []).encode())
     for root, dirs, files in os.walk(plugins):

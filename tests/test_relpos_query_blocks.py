@@ -12,7 +12,7 @@ from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
 from fairseq_attn_plugins.attention import backends
-from fairseq_attn_plugins.attention.pieces.relpos import blocked_relpos_attention
+from fairseq_attn_plugins.attention.pieces.relpos import RelativePositions, blocked_relpos_attention
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -65,6 +65,8 @@ def test_query_blocks_match_the_loop(T, S, start, kmax, block, causal):
 @pytest.mark.parametrize("side", ["encoder", "decoder"])
 def test_query_blocks_equal_explicit_forward_and_backward(monkeypatch, mode, side):
     monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
+    if side == "encoder":  # auto takes the region split there (test_relpos_regions.py)
+        monkeypatch.setattr(RelativePositions, "region_path_ok", False)
     monkeypatch.setattr("fairseq_attn_plugins.attention.pieces.relpos.CPU_BLOCK", 3)
     args = make_args("relpos", relpos_mode=mode, relpos_k=2)
     runs = []
@@ -74,7 +76,9 @@ def test_query_blocks_equal_explicit_forward_and_backward(monkeypatch, mode, sid
             for n, p in attn.named_parameters():
                 if "rel_" in n:
                     p.normal_(0, 1)
-        assert path_name(attn, tgt_len=8, src_len=8) == ("query blocks" if backend == "auto" else "explicit")
+        # the decoder's future mask: the region split skips it (it would ignore the mask)
+        assert (path_name(attn, tgt_len=8, src_len=8, attn_mask=side == "decoder")
+                == ("query blocks" if backend == "auto" else "explicit"))
         # decoders pad on the right (a left-padded causal row would have no key at all)
         x, kpm = padded_batch([8, 5, 6], left_pad=side == "encoder", dtype=torch.float64)
         x.requires_grad_(True)
@@ -93,15 +97,16 @@ def test_query_blocks_equal_explicit_forward_and_backward(monkeypatch, mode, sid
 
 
 def test_chooser_takes_query_blocks_for_long_cpu_relpos_kv_only():
-    kv = make_attention(make_args("relpos", relpos_k=2), backend="auto")
-    long_ = dict(tgt_len=backends.BLOCKED_MIN_LEN, src_len=backends.BLOCKED_MIN_LEN)
+    """Decoder self-attention (fairseq's future mask): the region split declines it."""
+    kv = make_attention(make_args("relpos", relpos_k=2), side="decoder", backend="auto")
+    long_ = dict(tgt_len=backends.BLOCKED_MIN_LEN, src_len=backends.BLOCKED_MIN_LEN, attn_mask=True)
     assert path_name(kv, **long_) == "query blocks"
     assert path_name(kv, tgt_len=backends.BLOCKED_MIN_LEN - 1, src_len=backends.BLOCKED_MIN_LEN - 1) == "explicit"
     assert path_name(kv, on_cuda=True, **long_) == "flex piece"
     assert path_name(kv, need_weights=True, **long_) == "explicit"
     assert path_name(kv, dropout_p=0.1, **long_) == "explicit"  # no dropout in the blocks
     assert path_name(make_attention(make_args("relpos", relpos_k=2), backend="explicit"), **long_) == "explicit"
-    k_only = make_attention(make_args("relpos", relpos_k=2, relpos_mode="k"), backend="auto")
+    k_only = make_attention(make_args("relpos", relpos_k=2, relpos_mode="k"), side="decoder", backend="auto")
     assert path_name(k_only, **long_) == "fused"
     two = make_attention(make_args("relpos,csan1d", relpos_k=2, csan_window=3, csan_layers="0"), backend="auto")
     assert path_name(two, **long_) != "query blocks"

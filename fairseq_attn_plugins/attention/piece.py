@@ -23,8 +23,9 @@ default, and the core reads nothing else: ``fused_ok`` / ``fused_with`` (a piece
 overrides ``post_softmax``, ``value_term`` or ``combine`` declares ``fused_ok = False``;
 the layer then runs the explicit path), ``incremental_ok`` (refused once, by the core),
 ``expands_kv`` (``widen`` / ``fold_weights``, at most one per model), ``band_half`` (the
-block-local and flex band paths), ``flex_path_ok`` / ``flex_forward`` and ``blocked_path_ok``
-/ ``blocked_forward`` (the piece, alone in its layer, computes the whole attention). The
+block-local and flex band paths), ``flex_path_ok`` / ``flex_forward``, ``region_path_ok`` /
+``region_forward`` and ``blocked_path_ok`` / ``blocked_forward`` (the piece, alone in its
+layer, computes the whole attention). The
 paths and the chooser between them: :mod:`.backends`.
 
 Every piece class is registered with :func:`register_piece` and declares its
@@ -124,6 +125,10 @@ class AttentionPiece(nn.Module):
     #: blocks recomputed in the backward (:meth:`blocked_forward`, relpos kv/tied: the CPU
     #: path that keeps no probability matrix for the backward).
     blocked_path_ok: bool = False
+    #: True if the piece, alone in its layer, can compute an encoder self-attention (queries =
+    #: keys, no ``attn_mask``) from its far left, band and far right keys (:meth:`region_forward`,
+    #: relpos: each far region plain attention through torch's CPU flash kernel).
+    region_path_ok: bool = False
     #: whether this instance runs without the probability matrix: set by :meth:`build` from
     #: :meth:`fused_ok_with` (a piece constructed otherwise: ``fused_ok`` and no ``fused_with``)
     runs_fused: bool
@@ -283,6 +288,13 @@ class AttentionPiece(nn.Module):
         """The layer's whole attention (B, H, T, D) in query blocks, for a piece that declares
         ``blocked_path_ok``; shapes and masks as :meth:`flex_forward`."""
         raise NotImplementedError(f"{self.name} declares no query-block path (blocked_path_ok)")
+
+    def region_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                       scale: float) -> Tensor:
+        """The layer's whole attention (B, H, T, D) split into key regions, for a piece that
+        declares ``region_path_ok``: queries = keys at positions 0..T-1, ``key_padding_mask``
+        (B, T) True = pad, no ``attn_mask`` (:mod:`.backends.regions`)."""
+        raise NotImplementedError(f"{self.name} declares no region-split path (region_path_ok)")
 
     def output_term(self, out: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
         """A (T, B, C) term added after the output projection, computed from the heads'

@@ -8,17 +8,20 @@ declares what it supports as data, read by one ``not_supported_reasons``
    through flex_attention (its ``flex_forward``: relpos kv/tied, alibi), no (B, H, T, S) tensor;
 2. ``flex band`` (:mod:`.flex`): a band-masked layer (a piece declares ``band_half``: CSAN
    windows) through block-sparse flex_attention, the blocks outside the band skipped;
-3. ``query blocks`` (:mod:`.blocks`): the layer's only piece computes the whole attention
-   in query blocks (relpos kv/tied on CPU);
-4. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
-5. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
-6. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
+3. ``region split`` (:mod:`.regions`): the layer's only piece computes an encoder
+   self-attention from the far left, band and far right keys of each query, the far ones
+   through torch's CPU flash kernel (relpos on CPU);
+4. ``query blocks`` (:mod:`.blocks`): the layer's only piece computes the whole attention
+   in query blocks (relpos kv/tied on CPU: what the region split does not run);
+5. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
+6. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
+7. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
    (the reference); it always can.
 
 ``--attn-backend`` orders the paths (:func:`order`, as xformers' dispatch priority list)
 and the first one without reasons runs a call: ``auto`` all of them (the flex paths on
-CUDA only, the band from ``flex.FLEX_WINDOW_MIN_LEN`` positions, the query blocks on CPU
-from ``BLOCKED_MIN_LEN``), ``flex`` the flex paths on any device then the SDPA ones,
+CUDA only, the band from ``flex.FLEX_WINDOW_MIN_LEN`` positions, the region split then the
+query blocks on CPU from ``BLOCKED_MIN_LEN``), ``flex`` the flex paths on any device then the SDPA ones,
 ``fused`` the SDPA paths, ``explicit`` the explicit path; every order ends on the
 explicit path (``fused``'s only where weights are requested: it refuses, at build, a piece
 that needs the probability matrix). A forced backend whose named path cannot
@@ -37,10 +40,11 @@ from .blocks import QueryBlocks
 from .explicit import Explicit
 from .flex import FlexBand, FlexPiece
 from .local import BlockLocal
+from .regions import RegionSplit
 from .sdpa import Fused
 
 BACKENDS = ("auto", "fused", "explicit", "flex")
-#: ``auto`` takes the query-block path (CPU) from this many query positions
+#: ``auto`` takes the region-split and query-block paths (CPU) from this many query positions
 BLOCKED_MIN_LEN = 256
 #: the path each forced backend names (refused at build when it cannot run the model)
 NAMED = {"fused": Fused(), "flex": FlexPiece()}
@@ -71,7 +75,7 @@ def _order(backend: str, local_min: int, block: int, flex_band_min: int, blocked
     if backend == "flex":
         return (FlexPiece(), FlexBand()) + sdpa
     return (FlexPiece(devices=CUDA), FlexBand(devices=CUDA, min_len=flex_band_min),
-            QueryBlocks(devices=CPU, min_len=blocked_min)) + sdpa
+            RegionSplit(devices=CPU, min_len=blocked_min), QueryBlocks(devices=CPU, min_len=blocked_min)) + sdpa
 
 
 @lru_cache(maxsize=4096)  # the choice is a function of these; a call's lengths repeat over layers and steps

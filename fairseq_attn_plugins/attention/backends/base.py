@@ -46,6 +46,8 @@ class Call:
     src_len: int = 1
     dropout_p: float = 0.0
     on_cuda: bool = False
+    #: fairseq's ``attn_mask`` is given (decoder self-attention: the future mask)
+    attn_mask: bool = False
 
 
 @dataclass
@@ -75,8 +77,12 @@ class Path:
     fused_pieces_only: ClassVar[bool] = False
     #: the declaration of the layer's only piece that it runs (``flex_path_ok``)
     own_piece: ClassVar[Optional[str]] = None
-    #: needs a declared band (``band_half``), queries = keys, no incremental decoding
+    #: needs a declared band (``band_half``)
     needs_band: ClassVar[bool] = False
+    #: needs the queries to be the keys: no incremental decoding, as many queries as keys
+    queries_are_keys: ClassVar[bool] = False
+    #: why it runs no call with fairseq's ``attn_mask`` (``None``: it runs them)
+    no_attn_mask: ClassVar[Optional[str]] = None
     #: runs a layer whose piece widens the key axis
     widened_keys: ClassVar[bool] = True
 
@@ -107,13 +113,15 @@ class Path:
             reasons.append("attention weights requested")
         if self.own_piece and self.own_piece not in layer.own_paths:
             reasons.append(f"no piece declaring {self.own_piece} is the layer's only piece")
-        if self.needs_band:
-            if layer.band_half is None:
-                reasons.append("no piece declares a band (band_half)")
+        if self.needs_band and layer.band_half is None:
+            reasons.append("no piece declares a band (band_half)")
+        if self.queries_are_keys:
             if call.incremental:
                 reasons.append("incremental decoding")
             if call.tgt_len != call.src_len:
                 reasons.append("queries and keys differ")
+        if call.attn_mask and self.no_attn_mask:
+            reasons.append(f"fairseq's attn_mask given ({self.no_attn_mask})")
         if layer.widens_kv and not self.widened_keys:
             reasons.append("a piece widens the key axis")
         if call.tgt_len < self.min_len:

@@ -303,6 +303,7 @@ class FlexBand(_FlexPath, HookPath):
     name = "flex band"
     fused_pieces_only = True
     needs_band = True
+    queries_are_keys = True
 
     def attend(self, q, k, v, scores, ctx, run):
         return masked_attention(q, k, v, scores.bias, scores.allowed, run.scale, run.flex_compile), None

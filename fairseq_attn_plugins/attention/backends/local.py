@@ -76,6 +76,7 @@ class BlockLocal(HookPath):
     name = "block-local"
     fused_pieces_only = True
     needs_band = True
+    queries_are_keys = True
     widened_keys = False
 
     def attend(self, q, k, v, scores, ctx, run):

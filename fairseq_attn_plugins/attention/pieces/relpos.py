@@ -55,8 +55,12 @@ is accepted for ``k`` and refused for ``kv``/``tied`` at model build).
 key term as a flex_attention ``score_mod``, the value term rebuilt from the
 log-sum-exp (window probabilities + the two tails' masses), no probability
 matrix. ``auto`` takes it on CUDA when relpos is the layer's only piece and
-attention dropout is 0; ``--attn-backend flex`` forces it (CPU tests). The
-explicit path stays the reference.
+attention dropout is 0; ``--attn-backend flex`` forces it (CPU tests). On CPU, from
+``backends.BLOCKED_MIN_LEN`` positions, ``auto`` takes the region split for an encoder
+self-attention without attention dropout, every mode (:func:`region_relpos_attention`:
+the far left and far right keys as plain attention through torch's CPU flash kernel, the
+band of 2k+1 keys explicitly), and the query blocks (:func:`blocked_relpos_attention`,
+kv/tied) for the decoder's masked self-attention. The explicit path stays the reference.
 """
 
 from typing import Optional
@@ -65,7 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..backends import flex
+from ..backends import flex, regions
 from ..position_method_flags import replace_token_positions
 from ..piece import (
     AttentionPiece,
@@ -180,6 +184,17 @@ class RelativePositions(AttentionPiece):
         """kv/tied: the query-block path keeps no probability matrix for the backward (CPU)."""
         return self.value_table() is not None
 
+    @property
+    def region_path_ok(self) -> bool:
+        """Every mode: on the far regions the key term is one constant per query."""
+        return True
+
+    def region_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                       scale: float) -> Tensor:
+        """An encoder self-attention of this layer from its three key regions, (B, H, T, D)."""
+        return region_relpos_attention(q, k, v, self.rel_keys, self.value_table(), self.k,
+                                       key_padding_mask, scale)
+
     def blocked_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx, attn_mask, scale: float,
                         dropout_p: float) -> Tensor:
         """The whole attention of this layer in recomputed query blocks, (B, H, T, D)."""
@@ -195,6 +210,78 @@ class RelativePositions(AttentionPiece):
 
     def extra_repr(self):
         return f"k={self.k}, mode={self.mode}, {self.site.side} layer {self.site.layer_idx}"
+
+
+# ---------------------------------------------------------------------------
+# The region-split path (CPU training of encoder self-attention)
+# ---------------------------------------------------------------------------
+def region_relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
+                            rel_values: Optional[Tensor], kmax: int,
+                            key_padding_mask: Optional[Tensor], scale: float) -> Tensor:
+    """Shaw et al. keys (and values) of a self-attention, queries = keys at positions 0..T-1,
+    from three regions of keys per query i (:mod:`..backends.regions`):
+
+    - far left ``j < i - k``: the key term is ``c^L_i = scale q_i . w_K[-k]`` for every key,
+      so the region is plain attention (:func:`regions.far_left`, torch's CPU flash kernel)
+      with output ``o^L_i`` and log-sum-exp ``lse^L_i + c^L_i``; far right ``j > i + k``
+      likewise with ``w_K[+k]`` (:func:`regions.far_right`);
+    - the band ``|j - i| <= k``: its 2k+1 scores ``scale q_i . (k_{i+d} + w_K[d])``
+      explicitly (:func:`band_scores`), (B, H, T, 2k+1).
+
+    With ``lse_i`` the log-sum-exp over the three, the region weights are
+    ``m^L_i = exp(lse^L_i + c^L_i - lse_i)`` (the far left's probability mass), ``m^R_i``,
+    and the band's probabilities ``p_id = exp(e_id - lse_i)``::
+
+        z_i = m^L_i (o^L_i + w_V[-k]) + m^R_i (o^R_i + w_V[+k]) + sum_d p_id (v_{i+d} + w_V[d])
+
+    (``rel_values`` None, mode k: no ``w_V`` terms). The same sums as the explicit path,
+    regrouped; gradients through autograd, the flash kernel's with its log-sum-exp
+    (:class:`regions._FarRegion`). A region a query lacks (near the ends, keys padding
+    removes) has weight 0; a query without any key outputs zeros (the core's convention).
+    No attention dropout (the chooser sends a layer with dropout elsewhere).
+
+    q, k, v: (B, H, T, D); key_padding_mask (B, T) True = pad. Returns (B, H, T, D)."""
+    B, H, T, D = q.shape
+    R = 2 * kmax + 1
+    qa = torch.matmul(q, rel_keys.to(q.dtype).t()) * scale  # (B, H, T, 2k+1)
+    j = torch.arange(T, device=q.device)[:, None] + torch.arange(-kmax, kmax + 1, device=q.device)
+    valid = ((j >= 0) & (j < T))[None, None]  # (1, 1, T, 2k+1): the key exists
+    if key_padding_mask is not None:
+        valid = valid & ~key_padding_mask[:, j.clamp(0, T - 1)][:, None]  # (B, 1, T, 2k+1)
+    band = (band_scores(q, k, 0, kmax) * scale + qa).masked_fill(~valid, float("-inf"))
+    out_l, lse_l = regions.far_left(q, k, v, key_padding_mask, kmax, scale)
+    out_r, lse_r = regions.far_right(q, k, v, key_padding_mask, kmax, scale)
+    lse_l, lse_r = lse_l + qa[..., 0], lse_r + qa[..., R - 1]
+    # the joint log-sum-exp; a query without any key gets 0 (all its weights are then 0)
+    top = torch.maximum(band.amax(-1), torch.maximum(lse_l, lse_r)).detach()
+    top = top.masked_fill(torch.isneginf(top), 0.0)
+    total = torch.exp(band - top[..., None]).sum(-1) + torch.exp(lse_l - top) + torch.exp(lse_r - top)
+    lse = top + torch.log(torch.where(total > 0, total, torch.ones_like(total)))
+    probs = torch.exp(band - lse[..., None])  # (B, H, T, 2k+1)
+    mass_l, mass_r = torch.exp(lse_l - lse)[..., None], torch.exp(lse_r - lse)[..., None]
+    out = mass_l * out_l + mass_r * out_r + band_apply(probs, v, kmax)
+    if rel_values is None:
+        return out
+    table = rel_values.to(q.dtype)
+    return out + torch.matmul(probs, table) + mass_l * table[0] + mass_r * table[R - 1]
+
+
+def band_apply(probs: Tensor, v: Tensor, half: int, block: int = BAND_BLOCK) -> Tensor:
+    """``sum_d probs[..., i, d + half] v_{i+d}`` for d = -half..half as (B, H, T, D), the
+    keys outside [0, S) left out: the transpose of :func:`band_scores` (the same blocks, each
+    row's band skewed back into a (block, block + 2 half) matrix, one batched matmul)."""
+    B, H, T, _ = probs.shape
+    S, D = v.shape[2:]
+    block = max(1, min(block, T))
+    nb = -(-T // block)
+    Tp = nb * block
+    W = block + 2 * half
+    vp = F.pad(v, (0, 0, half, max(0, Tp + half - S)))  # vp[x] = value x - half
+    vw = vp[:, :, : Tp + 2 * half].unfold(2, W, block)  # (B, H, nb, D, W)
+    # row r's band at columns r..r+2 half: a flat row stride of W + 1 puts it there
+    flat = F.pad(probs, (0, block, 0, Tp - T)).reshape(B, H, nb, block * (W + 1))
+    mat = flat[..., : block * W].reshape(B, H, nb, block, W)
+    return torch.matmul(mat, vw.transpose(-1, -2)).reshape(B, H, Tp, D)[:, :, :T]
 
 
 # ---------------------------------------------------------------------------

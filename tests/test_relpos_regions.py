@@ -1,0 +1,199 @@
+"""relpos on the CPU region-split path (pieces/relpos.py ``region_relpos_attention``,
+attention/backends/regions.py).
+
+Each query's keys split into the far left, the band and the far right; the far regions run
+torch's CPU flash kernel with a custom backward that also carries the log-sum-exp's
+gradient. Checked against a dense float64 softmax of Shaw et al.'s formula whose relative
+rows are picked by an explicit loop over (i, j) (output and the gradients of q, k, v and
+both tables, modes kv / k / tied), through a whole layer against the explicit path, and the
+chooser's choice of it.
+"""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attn_helpers import make_args, make_attention, padded_batch, path_name
+from fairseq_attn_plugins.attention import backends
+from fairseq_attn_plugins.attention.backends import regions
+from fairseq_attn_plugins.attention.pieces.relpos import RelativePositions, region_relpos_attention
+
+F64 = dict(rtol=1e-10, atol=1e-10)
+KMAX = 3
+
+
+def dense_reference(q, k, v, wk, wv, kmax, kpm, scale):
+    """Shaw et al. (2018), eq. 3-4, float64: the table row of every (i, j) chosen by a loop,
+    a dense softmax over the keys that are not padding; a query without keys outputs 0."""
+    B, H, T, D = q.shape
+    row = torch.empty(T, T, dtype=torch.long)
+    for i in range(T):
+        for j in range(T):
+            row[i, j] = max(-kmax, min(kmax, j - i)) + kmax
+    ak = wk[row]  # (T, T, D)
+    scores = (torch.einsum("bhid,bhjd->bhij", q, k) + torch.einsum("bhid,ijd->bhij", q, ak)) * scale
+    allowed = torch.ones(B, 1, T, T, dtype=torch.bool)
+    if kpm is not None:
+        allowed = allowed & ~kpm[:, None, None, :]
+    has_key = allowed.any(-1, keepdim=True)
+    # a row without keys: softmax over zeros, then zeroed (no -inf - -inf in the reference)
+    scores = torch.where(allowed, scores, torch.where(has_key, float("-inf"), 0.0))
+    p = torch.softmax(scores, -1) * has_key
+    out = p @ v
+    if wv is not None:
+        out = out + torch.einsum("bhij,ijd->bhid", p, wv[row])
+    return out
+
+
+def inputs(B, T, D=4, H=2, seed=0):
+    g = torch.Generator().manual_seed(seed * 100 + T)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    wk, wv = (torch.randn(2 * KMAX + 1, D, generator=g, dtype=torch.float64) for _ in range(2))
+    return [t.requires_grad_(True) for t in (q, k, v, wk, wv)]
+
+
+def tables(mode, wk, wv):
+    """The value table each mode uses (kv: its own, tied: the key table, k: none)."""
+    return {"kv": wv, "tied": wk, "k": None}[mode]
+
+
+def padding(B, T, pads):
+    if pads is None:
+        return None
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    for b, n in enumerate(pads):
+        kpm[b, : min(n, T)] = True  # fairseq pads the source on the left
+    return kpm
+
+
+def forward_and_grads(fn, tensors, seed):
+    out = fn(*tensors)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    grads = torch.autograd.grad(out, tensors, g, allow_unused=True)
+    return out.detach(), [torch.zeros_like(t) if d is None else d for t, d in zip(tensors, grads)]
+
+
+@pytest.mark.parametrize("mode", ["kv", "k", "tied"])
+@pytest.mark.parametrize("T,pads", [
+    (12, None),  # no padding
+    (12, [0, 3, 9]),  # left padding of different amounts: rows whose far left is empty
+    (3, [0, 1, 0]),  # T < k + 1: only the band
+    (KMAX + 2, None),  # T just above: one key in each far region
+    (KMAX + 2, [1, 0, 2]),
+    (10, [0, 10, 4]),  # the second sentence is all padding: every row of it empty
+])
+def test_region_split_matches_dense_reference(mode, T, pads):
+    B, D = 3, 4
+    q, k, v, wk, wv = inputs(B, T, D)
+    kpm = padding(B, T, pads)
+    scale = D ** -0.5
+    used = [q, k, v, wk] + ([wv] if mode == "kv" else [])
+
+    def region(q, k, v, wk, wv=None):
+        return region_relpos_attention(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale)
+
+    def reference(q, k, v, wk, wv=None):
+        return dense_reference(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale)
+
+    got, got_grads = forward_and_grads(region, used, seed=T)
+    ref, ref_grads = forward_and_grads(reference, used, seed=T)
+    assert torch.isfinite(got).all() and all(torch.isfinite(d).all() for d in got_grads)
+    assert_close(got, ref, **F64)
+    for name, a, b in zip(["q", "k", "v", "rel_keys", "rel_values"], got_grads, ref_grads):
+        assert_close(a, b, **F64, msg=lambda m: f"grad of {name}: {m}")
+    if pads is not None and T in pads:  # a sentence of padding only: zeros, not NaN
+        b = pads.index(T)
+        assert_close(got[b], torch.zeros_like(got[b]))
+        assert_close(got_grads[0][b], torch.zeros_like(got_grads[0][b]))
+
+
+def test_far_region_carries_the_log_sum_exp_gradient():
+    """The flash kernel's backward with the ones-column trick equals autograd of a plain
+    float64 masked softmax, for a loss on both the output and the log-sum-exp."""
+    B, H, T, D, dist = 2, 2, 9, 4, 2
+    q, k, v, _, _ = inputs(B, T, D, H, seed=4)
+    kpm = padding(B, T, [0, 4])
+    scale = 0.37
+
+    def plain(q, k, v):
+        i = torch.arange(T)[:, None]
+        allowed = (torch.arange(T)[None, :] < i - dist) & ~kpm[:, None, None, :]
+        has_key = allowed.any(-1)
+        s = torch.where(allowed, q @ k.transpose(-1, -2) * scale, float("-inf"))
+        s = torch.where(has_key[..., None], s, 0.0)
+        lse = torch.logsumexp(s, -1)
+        out = (torch.softmax(s, -1) @ v) * has_key[..., None]
+        return torch.cat([out, torch.where(has_key, lse, -1e3)[..., None]], -1)
+
+    def region(q, k, v):
+        out, lse = regions.far_left(q, k, v, kpm, dist, scale)
+        return torch.cat([out, torch.where(torch.isneginf(lse), -1e3, lse)[..., None]], -1)
+
+    got, got_grads = forward_and_grads(region, [q, k, v], seed=5)
+    ref, ref_grads = forward_and_grads(plain, [q, k, v], seed=5)
+    assert torch.isneginf(regions.far_left(q, k, v, kpm, dist, scale)[1][1, :, : 4 + dist + 1]).all()
+    assert_close(got, ref, **F64)
+    for a, b in zip(got_grads, ref_grads):
+        assert_close(a, b, **F64)
+
+
+@pytest.mark.parametrize("mode", ["kv", "k", "tied"])
+def test_region_split_layer_equals_explicit_forward_and_backward(monkeypatch, mode):
+    """Through the core (the positions and masks it gives the path) against the explicit path."""
+    monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
+    args = make_args("relpos", relpos_mode=mode, relpos_k=2)
+    runs = []
+    for backend in ("auto", "explicit"):
+        attn = make_attention(args, backend=backend, dtype=torch.float64)
+        with torch.no_grad():
+            for n, p in attn.named_parameters():
+                if "rel_" in n:
+                    p.normal_(0, 1)
+        assert path_name(attn, tgt_len=9, src_len=9) == ("region split" if backend == "auto" else "explicit")
+        x, kpm = padded_batch([9, 5, 7], dtype=torch.float64)
+        x.requires_grad_(True)
+        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
+        runs.append((y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters()}))
+    (ya, xa, ga), (yb, xb, gb) = runs
+    # the explicit path's softmax is float32 even for float64 inputs: agreement to ~1e-6
+    tol = dict(rtol=1e-5, atol=1e-5)
+    assert_close(ya, yb, **tol)
+    assert_close(xa, xb, **tol)
+    assert any("rel_keys" in n for n in ga)
+    for n in ga:
+        assert_close(ga[n], gb[n], **tol, msg=lambda m: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("mode", ["kv", "k", "tied"])
+def test_auto_on_cpu_takes_the_region_split_for_long_encoder_self_attention(mode):
+    attn = make_attention(make_args("relpos", relpos_k=2, relpos_mode=mode), backend="auto")
+    n = backends.BLOCKED_MIN_LEN
+    long_ = dict(tgt_len=n, src_len=n)
+    assert path_name(attn, **long_) == "region split"
+    assert path_name(attn, tgt_len=4 * n, src_len=4 * n) == "region split"
+    short = path_name(attn, tgt_len=n - 1, src_len=n - 1)
+    assert short == ("fused" if mode == "k" else "explicit")
+    # the decoder's masked self-attention: the query blocks (kv/tied) or SDPA (k)
+    blocks = "fused" if mode == "k" else "query blocks"
+    assert path_name(attn, attn_mask=True, **long_) == blocks
+    # attention dropout, weights, incremental decoding, CUDA: not this path
+    assert path_name(attn, dropout_p=0.1, **long_) == short
+    assert path_name(attn, need_weights=True, **long_) == "explicit"
+    assert path_name(attn, incremental=True, tgt_len=1, src_len=n) != "region split"
+    assert path_name(attn, on_cuda=True, **long_) == ("fused" if mode == "k" else "flex piece")
+    forced = make_attention(make_args("relpos", relpos_k=2, relpos_mode=mode), backend="explicit")
+    assert path_name(forced, **long_) == "explicit"
+    two = make_attention(make_args("relpos,csan1d", relpos_k=2, relpos_mode=mode, csan_window=3,
+                                   csan_layers="0"), backend="auto")
+    assert path_name(two, **long_) != "region split"
+    reasons = backends.reasons(attn._layer, backends.Call(attn_mask=True, dropout_p=0.1, **long_))
+    assert any("attn_mask" in r for r in reasons["region split"])
+    assert any("attention dropout" in r for r in reasons["region split"])
+
+
+def test_a_piece_without_the_declaration_keeps_the_query_blocks(monkeypatch):
+    monkeypatch.setattr(RelativePositions, "region_path_ok", False)
+    attn = make_attention(make_args("relpos", relpos_k=2), backend="auto")
+    n = backends.BLOCKED_MIN_LEN
+    assert path_name(attn, tgt_len=n, src_len=n) == "query blocks"

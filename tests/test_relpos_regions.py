@@ -16,6 +16,7 @@ from torch.testing import assert_close
 from attn_helpers import make_args, make_attention, padded_batch, path_name
 from fairseq_attn_plugins.attention import backends
 from fairseq_attn_plugins.attention.backends import regions
+from fairseq_attn_plugins.attention.pieces import relpos
 from fairseq_attn_plugins.attention.pieces.relpos import RelativePositions, region_relpos_attention
 
 F64 = dict(rtol=1e-10, atol=1e-10)
@@ -73,6 +74,7 @@ def forward_and_grads(fn, tensors, seed):
     return out.detach(), [torch.zeros_like(t) if d is None else d for t, d in zip(tensors, grads)]
 
 
+@pytest.mark.parametrize("block", [2, 5, 64])
 @pytest.mark.parametrize("mode", ["kv", "k", "tied"])
 @pytest.mark.parametrize("T,pads", [
     (12, None),  # no padding
@@ -82,7 +84,7 @@ def forward_and_grads(fn, tensors, seed):
     (KMAX + 2, [1, 0, 2]),
     (10, [0, 10, 4]),  # the second sentence is all padding: every row of it empty
 ])
-def test_region_split_matches_dense_reference(mode, T, pads):
+def test_region_split_matches_dense_reference(mode, T, pads, block):
     B, D = 3, 4
     q, k, v, wk, wv = inputs(B, T, D)
     kpm = padding(B, T, pads)
@@ -90,7 +92,7 @@ def test_region_split_matches_dense_reference(mode, T, pads):
     used = [q, k, v, wk] + ([wv] if mode == "kv" else [])
 
     def region(q, k, v, wk, wv=None):
-        return region_relpos_attention(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale)
+        return region_relpos_attention(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale, block)
 
     def reference(q, k, v, wk, wv=None):
         return dense_reference(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale)
@@ -107,40 +109,48 @@ def test_region_split_matches_dense_reference(mode, T, pads):
         assert_close(got_grads[0][b], torch.zeros_like(got_grads[0][b]))
 
 
-def test_far_region_carries_the_log_sum_exp_gradient():
-    """The flash kernel's backward with the ones-column trick equals autograd of a plain
-    float64 masked softmax, for a loss on both the output and the log-sum-exp."""
-    B, H, T, D, dist = 2, 2, 9, 4, 2
-    q, k, v, _, _ = inputs(B, T, D, H, seed=4)
-    kpm = padding(B, T, [0, 4])
+@pytest.mark.parametrize("block", [1, 3, 4])
+def test_far_regions_forward_and_backward_match_a_dense_softmax(block):
+    """far_forward / far_backward (torch's CPU flash kernel per query block) against a dense
+    float64 masked softmax over the keys left of each block's strip and right of it: output,
+    log-sum-exp (-inf where no key), and dS = P (dout . v_j - dout . out) given to q, k, v."""
+    B, H, T, D, dist = 2, 2, 11, 4, 2
+    q, k, v, _, _ = (t.detach() for t in inputs(B, T, D, H, seed=4))
+    kpm = padding(B, T, [0, 5])
     scale = 0.37
+    g = torch.Generator().manual_seed(5)
+    dout, out_given = (torch.randn(2, B, H, T, D, generator=g, dtype=torch.float64) for _ in range(2))
+    out, _, lse = regions.far_forward(q, k, v, kpm, block, dist, scale)
+    dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
+    _, kernel_lse, _ = regions.far_forward(q, k, v, kpm, block, dist, scale)
+    regions.far_backward(dout, q, k, v, out_given, kernel_lse, kpm, block, dist, scale, dq, dk, dv)
 
-    def plain(q, k, v):
-        i = torch.arange(T)[:, None]
-        allowed = (torch.arange(T)[None, :] < i - dist) & ~kpm[:, None, None, :]
+    first = torch.tensor([i // block * block for i in range(T)])[:, None]  # each query's block
+    last = (first + block).clamp(max=T)
+    j = torch.arange(T)[None, :]
+    ref_dq, ref_dk, ref_dv = (torch.zeros_like(t) for t in (q, k, v))
+    for side, region in enumerate((j < first - dist, j >= last + dist)):
+        allowed = region & ~kpm[:, None, None, :]
         has_key = allowed.any(-1)
         s = torch.where(allowed, q @ k.transpose(-1, -2) * scale, float("-inf"))
         s = torch.where(has_key[..., None], s, 0.0)
-        lse = torch.logsumexp(s, -1)
-        out = (torch.softmax(s, -1) @ v) * has_key[..., None]
-        return torch.cat([out, torch.where(has_key, lse, -1e3)[..., None]], -1)
-
-    def region(q, k, v):
-        out, lse = regions.far_left(q, k, v, kpm, dist, scale)
-        return torch.cat([out, torch.where(torch.isneginf(lse), -1e3, lse)[..., None]], -1)
-
-    got, got_grads = forward_and_grads(region, [q, k, v], seed=5)
-    ref, ref_grads = forward_and_grads(plain, [q, k, v], seed=5)
-    assert torch.isneginf(regions.far_left(q, k, v, kpm, dist, scale)[1][1, :, : 4 + dist + 1]).all()
-    assert_close(got, ref, **F64)
-    for a, b in zip(got_grads, ref_grads):
-        assert_close(a, b, **F64)
+        p = torch.softmax(s, -1) * has_key[..., None]
+        assert_close(out[side], p @ v, **F64)
+        assert_close(lse[side], torch.where(has_key, torch.logsumexp(s, -1), float("-inf")), **F64)
+        ds = p * (dout[side] @ v.transpose(-1, -2) - (dout[side] * out_given[side]).sum(-1, keepdim=True))
+        ref_dq += ds @ k * scale
+        ref_dk += ds.transpose(-1, -2) @ q * scale
+        ref_dv += p.transpose(-1, -2) @ dout[side]
+    assert torch.isneginf(lse).any() and torch.isfinite(lse).any()  # empty and full rows
+    for got, ref in ((dq, ref_dq), (dk, ref_dk), (dv, ref_dv)):
+        assert_close(got, ref, **F64)
 
 
 @pytest.mark.parametrize("mode", ["kv", "k", "tied"])
 def test_region_split_layer_equals_explicit_forward_and_backward(monkeypatch, mode):
     """Through the core (the positions and masks it gives the path) against the explicit path."""
     monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
+    monkeypatch.setattr(relpos, "REGION_BLOCK", 2)  # far keys for most blocks of 9 positions
     args = make_args("relpos", relpos_mode=mode, relpos_k=2)
     runs = []
     for backend in ("auto", "explicit"):

@@ -5,10 +5,12 @@ plumbing it uses for the far regions.
 With a distance clipped at k, query i sees three regions of keys: the far left
 ``j < i - k``, the band ``|j - i| <= k`` and the far right ``j > i + k``. On a far region the
 piece's score term is the same for every key, so the region is plain attention shifted by a
-per-query constant: :func:`far_left` / :func:`far_right` run it through torch's CPU flash
-kernel (``_scaled_dot_product_flash_attention_for_cpu``, causal on the shifted sequences) and
-return its output and log-sum-exp, differentiable in both (:class:`_FarRegion`). The piece
-computes the band itself and combines the three by their log-sum-exps.
+per-query constant. Per block of queries ``[a, e)``, the keys ``j < a - k`` are far left and
+``j >= e + k`` far right for every query of the block: :func:`far_forward` runs them through
+torch's CPU flash kernel (``_scaled_dot_product_flash_attention_for_cpu``) and returns their
+output and log-sum-exp, :func:`far_backward` adds their share of the gradients. The piece
+computes the block's strip of keys ``[a - k, e + k)`` itself (band and near parts of the far
+regions), combines the three by their log-sum-exps and writes the backward.
 
 The path runs what it was built for and declares the rest, so that the chooser skips it:
 queries = keys without incremental decoding (so query and key positions are their indices,
@@ -38,69 +40,73 @@ class RegionSplit(PiecePath):
         return piece.region_forward(q, k, v, ctx.key_padding_mask, run.scale)
 
 
-def far_left(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], dist: int,
-             scale: float) -> Tuple[Tensor, Tensor]:
-    """Plain attention of each query i over the keys ``j < i - dist`` (queries = keys).
+def key_mask(q: Tensor, key_padding_mask: Optional[Tensor]) -> Optional[Tensor]:
+    """The kernel's additive mask (B, 1, 1, S) of a padding mask (B, S) True = pad."""
+    if key_padding_mask is None:
+        return None
+    B, S = key_padding_mask.shape
+    return q.new_zeros(B, 1, 1, S).masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
 
-    q, k, v: (B, H, T, D); key_padding_mask (B, T) True = pad. Returns out (B, H, T, D) and
-    the log-sum-exp of the scaled scores (B, H, T), ``-inf`` and a zero output where the
-    query has no such key (the first ``dist + 1`` queries, rows padding empties). Query
-    ``i' = i - dist - 1`` of the shifted sequences sees keys ``j <= i'``: a causal call."""
+
+def spans(T: int, block: int, half: int) -> Tuple[Tuple[int, int, int, int, int], ...]:
+    """``(side, a, e, j0, j1)``: the query block ``[a, e)`` against its far keys ``[j0, j1)``,
+    side 0 the left ones (``j < a - half``), 1 the right ones (``j >= e + half``)."""
+    out = []
+    for a in range(0, T, block):
+        e = min(T, a + block)
+        if a - half > 0:
+            out.append((0, a, e, 0, a - half))
+        if e + half < T:
+            out.append((1, a, e, e + half, T))
+    return tuple(out)
+
+
+def far_forward(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                block: int, half: int, scale: float) -> Tuple[Tensor, Tensor, Tensor]:
+    """Plain attention of each query block ``[a, e)`` (``block`` rows, queries = keys) over
+    the keys left of its strip, ``j < a - half``, and right of it, ``j >= e + half``: two
+    rectangular calls of torch's CPU flash kernel per block (the kernel computes whole key
+    blocks of up to 512 keys, so a causal call costs a full one; rectangles skip the strip).
+
+    q, k, v: (B, H, T, D); key_padding_mask (B, T) True = pad. Returns, side 0 the left keys,
+    1 the right ones: out (2, B, H, T, D) (0 where a query has no such key), the kernel's
+    log-sum-exp of the scaled scores (2, B, H, T) for :func:`far_backward` (0 where padding
+    leaves a block no key, ``-inf`` where no span covers the rows), and ``lse``, the same
+    with ``-inf`` wherever the query has no such key. No autograd: the caller's backward
+    calls :func:`far_backward`."""
     B, H, T, D = q.shape
-    n = T - dist - 1
-    if n <= 0:
-        return q.new_zeros(B, H, T, D), q.new_full((B, H, T), float("-inf"))
-    mask = None
-    if key_padding_mask is not None:
-        keys = key_padding_mask[:, :n]
-        mask = q.new_zeros(B, 1, 1, n).masked_fill(keys[:, None, None, :], float("-inf"))
-    out, lse = _FarRegion.apply(q[:, :, dist + 1:], k[:, :, :n], v[:, :, :n], mask, scale)
-    if key_padding_mask is not None:  # the kernel gives an empty row lse 0: mark it
-        has_key = (~keys).cumsum(1) > 0  # (B, n): a key j <= i'
-        lse = lse.masked_fill(~has_key[:, None, :], float("-inf"))
-    return F.pad(out, (0, 0, dist + 1, 0)), F.pad(lse, (dist + 1, 0), value=float("-inf"))
+    mask = key_mask(q, key_padding_mask)
+    out = q.new_zeros(2, B, H, T, D)
+    kernel_lse = q.new_full((2, B, H, T), float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32))
+    for side, a, e, j0, j1 in spans(T, block, half):
+        o, s = _flash(q[:, :, a:e], k[:, :, j0:j1], v[:, :, j0:j1], 0.0, False,
+                      attn_mask=None if mask is None else mask[..., j0:j1], scale=scale)
+        out[side, :, :, a:e] = o
+        kernel_lse[side, :, :, a:e] = s
+    lse = kernel_lse
+    if key_padding_mask is not None:  # the kernel gives a row without keys lse 0: mark it
+        kept = F.pad((~key_padding_mask).cumsum(1), (1, 0))  # (B, T + 1): keys before j
+        empty = torch.zeros(2, B, 1, T, dtype=torch.bool, device=q.device)
+        for side, a, e, j0, j1 in spans(T, block, half):
+            empty[side, :, 0, a:e] = (kept[:, j1] - kept[:, j0] == 0)[:, None]
+        lse = lse.masked_fill(empty, float("-inf"))
+    return out, kernel_lse, lse
 
 
-def far_right(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor], dist: int,
-              scale: float) -> Tuple[Tensor, Tensor]:
-    """:func:`far_left` over the keys ``j > i + dist``: the same on the reversed sentence."""
-    kpm = None if key_padding_mask is None else key_padding_mask.flip(1)
-    out, lse = far_left(q.flip(2), k.flip(2), v.flip(2), kpm, dist, scale)
-    return out.flip(2), lse.flip(2)
-
-
-class _FarRegion(torch.autograd.Function):
-    """torch's CPU flash attention, causal, as ``(out, lse)`` differentiable in both.
-
-    The kernel's backward takes only the output's gradient dO; the log-sum-exp's gradient g
-    enters through one more value column: with ``v' = [v, 1]``, ``dO' = [dO, g]`` and
-    ``out' = [out, 0]`` it computes ``dS = P (dO' v'_j - dO' out'_i) = P (dO v_j - dO out_i)
-    + g_i P``, the scores' gradient through both outputs; ``dv = dv'[..., :D]``. q and k get a
-    zero column too (the kernel wants one head size; the scale is passed, the scores are the
-    same)."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, mask, scale):
-        out, lse = _flash(q, k, v, 0.0, True, attn_mask=mask, scale=scale)
-        ctx.save_for_backward(q, k, v, mask, out, lse)
-        ctx.scale = scale
-        return out, lse.to(q.dtype)
-
-    @staticmethod
-    def backward(ctx, dout, dlse):
-        q, k, v, mask, out, lse = ctx.saved_tensors
-        D = q.size(-1)
-        if dout is None:
-            dout = torch.zeros_like(out)
-        if dlse is None:
-            dlse = torch.zeros_like(lse)
-
-        def column(x: Tensor, value) -> Tensor:
-            if not torch.is_tensor(value):
-                value = x.new_full(x.shape[:-1] + (1,), value)
-            return torch.cat([x, value.to(x.dtype)], dim=-1)
-
-        dq, dk, dv = _flash_backward(column(dout, dlse[..., None]), column(q, 0.0), column(k, 0.0),
-                                     column(v, 1.0), column(out, 0.0), lse, 0.0, True,
-                                     attn_mask=mask, scale=ctx.scale)
-        return dq[..., :D], dk[..., :D], dv[..., :D], None, None
+def far_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, kernel_lse: Tensor,
+                 key_padding_mask: Optional[Tensor], block: int, half: int, scale: float,
+                 dq: Tensor, dk: Tensor, dv: Tensor) -> None:
+    """Add the far regions' share of the gradients to dq, dk, dv (B, H, T, D): the kernel's
+    backward per span, given per side the rows' output gradient ``dout`` (2, B, H, T, D) and
+    an ``out`` (2, B, H, T, D) whose ``dout_i . out_i`` is the softmax's ``delta_i`` (the
+    kernel's ``dS_ij = P_ij (dout_i . v_j - dout_i . out_i)``): the caller decides what the
+    rows are part of (the region's own output, or a larger softmax, see relpos)."""
+    mask = key_mask(q, key_padding_mask)
+    for side, a, e, j0, j1 in spans(q.size(2), block, half):
+        gq, gk, gv = _flash_backward(dout[side, :, :, a:e], q[:, :, a:e], k[:, :, j0:j1],
+                                     v[:, :, j0:j1], out[side, :, :, a:e], kernel_lse[side, :, :, a:e],
+                                     0.0, False, scale=scale,
+                                     attn_mask=None if mask is None else mask[..., j0:j1])
+        dq[:, :, a:e] += gq
+        dk[:, :, j0:j1] += gk
+        dv[:, :, j0:j1] += gv

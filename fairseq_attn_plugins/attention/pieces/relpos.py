@@ -89,6 +89,8 @@ ABS_POS = ("drop", "keep")
 BAND_BLOCK = 32
 #: query rows per block of :func:`blocked_relpos_attention`
 CPU_BLOCK = 128
+#: query rows per block of :func:`region_relpos_attention`
+REGION_BLOCK = 64
 
 
 def clipped_distance_index(q_pos: Tensor, k_pos: Tensor, k: int) -> Tensor:
@@ -217,71 +219,161 @@ class RelativePositions(AttentionPiece):
 # ---------------------------------------------------------------------------
 def region_relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
                             rel_values: Optional[Tensor], kmax: int,
-                            key_padding_mask: Optional[Tensor], scale: float) -> Tensor:
+                            key_padding_mask: Optional[Tensor], scale: float,
+                            block: Optional[int] = None) -> Tensor:
     """Shaw et al. keys (and values) of a self-attention, queries = keys at positions 0..T-1,
-    from three regions of keys per query i (:mod:`..backends.regions`):
+    from three regions of keys per block of ``block`` queries ``[a, e)``
+    (:mod:`..backends.regions`):
 
-    - far left ``j < i - k``: the key term is ``c^L_i = scale q_i . w_K[-k]`` for every key,
-      so the region is plain attention (:func:`regions.far_left`, torch's CPU flash kernel)
-      with output ``o^L_i`` and log-sum-exp ``lse^L_i + c^L_i``; far right ``j > i + k``
-      likewise with ``w_K[+k]`` (:func:`regions.far_right`);
-    - the band ``|j - i| <= k``: its 2k+1 scores ``scale q_i . (k_{i+d} + w_K[d])``
-      explicitly (:func:`band_scores`), (B, H, T, 2k+1).
+    - far left ``j < a - k``: every key is more than k left of every query of the block, so
+      the key term is ``c^L_i = scale q_i . w_K[-k]`` for all of them and the region is plain
+      attention (:func:`regions.far_forward`, torch's CPU flash kernel) with output ``o^L_i``
+      and log-sum-exp ``lse^L_i + c^L_i``; far right ``j >= e + k`` likewise with ``w_K[+k]``;
+    - the strip ``a - k <= j < e + k`` (``block + 2k`` keys: the band and the near parts of
+      the far regions): its scores ``e_ij = scale q_i . (k_j + w_K[clip(j - i)])`` explicitly,
+      (B, H, T, block + 2k).
 
-    With ``lse_i`` the log-sum-exp over the three, the region weights are
-    ``m^L_i = exp(lse^L_i + c^L_i - lse_i)`` (the far left's probability mass), ``m^R_i``,
-    and the band's probabilities ``p_id = exp(e_id - lse_i)``::
+    With ``lse_i`` the log-sum-exp over the three, the far regions' weights (their
+    probability mass) are ``m^L_i = exp(lse^L_i + c^L_i - lse_i)``, ``m^R_i``, the strip's
+    probabilities ``p_ij = exp(e_ij - lse_i)``, and::
 
-        z_i = m^L_i (o^L_i + w_V[-k]) + m^R_i (o^R_i + w_V[+k]) + sum_d p_id (v_{i+d} + w_V[d])
+        z_i = m^L_i (o^L_i + w_V[-k]) + m^R_i (o^R_i + w_V[+k]) + sum_j p_ij (v_j + w_V[clip(j - i)])
 
     (``rel_values`` None, mode k: no ``w_V`` terms). The same sums as the explicit path,
-    regrouped; gradients through autograd, the flash kernel's with its log-sum-exp
-    (:class:`regions._FarRegion`). A region a query lacks (near the ends, keys padding
-    removes) has weight 0; a query without any key outputs zeros (the core's convention).
-    No attention dropout (the chooser sends a layer with dropout elsewhere).
+    regrouped. A hand-written backward (:class:`_RegionSplit`) keeps q, k, v, z, the far
+    outputs and the log-sum-exps (no (B, H, T, block + 2k) tensor), recomputes the strip,
+    and gives the far keys to the kernel's backward as part of the whole softmax. A region a
+    query lacks (blocks near the ends, keys padding removes) has weight 0; a query without
+    any key outputs zeros (the core's convention). No attention dropout (the chooser sends
+    a layer with dropout elsewhere).
 
     q, k, v: (B, H, T, D); key_padding_mask (B, T) True = pad. Returns (B, H, T, D)."""
-    B, H, T, D = q.shape
-    R = 2 * kmax + 1
-    qa = torch.matmul(q, rel_keys.to(q.dtype).t()) * scale  # (B, H, T, 2k+1)
-    j = torch.arange(T, device=q.device)[:, None] + torch.arange(-kmax, kmax + 1, device=q.device)
-    valid = ((j >= 0) & (j < T))[None, None]  # (1, 1, T, 2k+1): the key exists
-    if key_padding_mask is not None:
-        valid = valid & ~key_padding_mask[:, j.clamp(0, T - 1)][:, None]  # (B, 1, T, 2k+1)
-    band = (band_scores(q, k, 0, kmax) * scale + qa).masked_fill(~valid, float("-inf"))
-    out_l, lse_l = regions.far_left(q, k, v, key_padding_mask, kmax, scale)
-    out_r, lse_r = regions.far_right(q, k, v, key_padding_mask, kmax, scale)
-    lse_l, lse_r = lse_l + qa[..., 0], lse_r + qa[..., R - 1]
-    # the joint log-sum-exp; a query without any key gets 0 (all its weights are then 0)
-    top = torch.maximum(band.amax(-1), torch.maximum(lse_l, lse_r)).detach()
-    top = top.masked_fill(torch.isneginf(top), 0.0)
-    total = torch.exp(band - top[..., None]).sum(-1) + torch.exp(lse_l - top) + torch.exp(lse_r - top)
-    lse = top + torch.log(torch.where(total > 0, total, torch.ones_like(total)))
-    probs = torch.exp(band - lse[..., None])  # (B, H, T, 2k+1)
-    mass_l, mass_r = torch.exp(lse_l - lse)[..., None], torch.exp(lse_r - lse)[..., None]
-    out = mass_l * out_l + mass_r * out_r + band_apply(probs, v, kmax)
-    if rel_values is None:
-        return out
-    table = rel_values.to(q.dtype)
-    return out + torch.matmul(probs, table) + mass_l * table[0] + mass_r * table[R - 1]
+    table_v = None if rel_values is None else rel_values.to(q.dtype)
+    return _RegionSplit.apply(q, k, v, rel_keys.to(q.dtype), table_v, kmax, key_padding_mask, scale,
+                              max(1, min(block or REGION_BLOCK, q.size(2))))
 
 
-def band_apply(probs: Tensor, v: Tensor, half: int, block: int = BAND_BLOCK) -> Tensor:
-    """``sum_d probs[..., i, d + half] v_{i+d}`` for d = -half..half as (B, H, T, D), the
-    keys outside [0, S) left out: the transpose of :func:`band_scores` (the same blocks, each
-    row's band skewed back into a (block, block + 2 half) matrix, one batched matmul)."""
-    B, H, T, _ = probs.shape
-    S, D = v.shape[2:]
-    block = max(1, min(block, T))
-    nb = -(-T // block)
-    Tp = nb * block
-    W = block + 2 * half
-    vp = F.pad(v, (0, 0, half, max(0, Tp + half - S)))  # vp[x] = value x - half
-    vw = vp[:, :, : Tp + 2 * half].unfold(2, W, block)  # (B, H, nb, D, W)
-    # row r's band at columns r..r+2 half: a flat row stride of W + 1 puts it there
-    flat = F.pad(probs, (0, block, 0, Tp - T)).reshape(B, H, nb, block * (W + 1))
-    mat = flat[..., : block * W].reshape(B, H, nb, block, W)
-    return torch.matmul(mat, vw.transpose(-1, -2)).reshape(B, H, Tp, D)[:, :, :T]
+class _Strip:
+    """The strips of :func:`region_relpos_attention`: block n's rows ``n block + r`` against
+    the keys ``n block - k + c`` (c < W = block + 2k), as (B, H, nb, block, W)."""
+
+    def __init__(self, q: Tensor, kmax: int, block: int, key_padding_mask: Optional[Tensor]):
+        B, H, T, D = q.shape
+        self.T, self.kmax, self.block = T, kmax, block
+        self.nb = -(-T // block)
+        self.Tp, self.W = self.nb * block, block + 2 * kmax
+        r = torch.arange(block, device=q.device)[:, None]
+        c = torch.arange(self.W, device=q.device)
+        self.rel = ((c - kmax - r).clamp(-kmax, kmax) + kmax).expand(B, H, self.nb, block, self.W)
+        j = (torch.arange(self.nb, device=q.device) * block - kmax)[:, None, None] + c  # (nb, 1, W)
+        valid = (j >= 0) & (j < T)
+        if key_padding_mask is not None:
+            valid = (valid & ~key_padding_mask[:, j.clamp(0, T - 1)]).unsqueeze(1)  # (B, 1, nb, 1, W)
+        self.invalid = ~valid
+
+    def rows(self, x: Tensor, fill: float = 0.0) -> Tensor:
+        """(B, H, T, n) -> (B, H, nb, block, n), rows past T filled with ``fill``."""
+        if self.Tp > self.T:
+            x = F.pad(x, (0, 0, 0, self.Tp - self.T), value=fill)
+        return x.view(x.shape[:2] + (self.nb, self.block, x.size(-1)))
+
+    def unrows(self, x: Tensor) -> Tensor:
+        """(B, H, nb, block, n) -> (B, H, T, n)."""
+        return x.reshape(x.shape[:2] + (self.Tp, x.size(-1)))[:, :, : self.T]
+
+    def windows(self, x: Tensor) -> Tensor:
+        """(B, H, T, D) -> each block's keys (B, H, nb, D, W), zero outside [0, T)."""
+        return F.pad(x, (0, 0, self.kmax, self.Tp + self.kmax - self.T)).unfold(2, self.W, self.block)
+
+    def unwindows(self, g: Tensor) -> Tensor:
+        """The transpose of :meth:`windows`: (B, H, nb, D, W) -> (B, H, T, D)."""
+        B, H = g.shape[:2]
+        size = [B, H, self.Tp + 2 * self.kmax, g.size(3)]
+        full = torch.ops.aten.unfold_backward(g, size, 2, self.W, self.block)
+        return full[:, :, self.kmax: self.kmax + self.T]
+
+    def scores(self, q, kw, qa, scale):
+        """``scale q_i . (k_j + w_K[clip(j - i)])`` (B, H, nb, block, W), -inf off the keys."""
+        s = torch.matmul(self.rows(q), kw).mul_(scale).add_(self.rows(qa).gather(-1, self.rel))
+        return s.masked_fill_(self.invalid, float("-inf"))
+
+    def per_distance(self, x: Tensor) -> Tensor:
+        """Sum (B, H, nb, block, W) per clipped distance: (B, H, T, 2k+1)."""
+        out = x.new_zeros(x.shape[:-1] + (2 * self.kmax + 1,)).scatter_add_(-1, self.rel, x)
+        return self.unrows(out)
+
+
+class _RegionSplit(torch.autograd.Function):
+    """Forward and backward of :func:`region_relpos_attention`.
+
+    Backward: with ``P_ij`` the probabilities over all keys and ``a_ij = w_V[clip(j - i)]``,
+    ``dS_ij = P_ij (dz_i . (v_j + a_ij) - delta_i)``, ``delta_i = dz_i . z_i``. On the far
+    left ``P_ij = m^L_i P^L_ij`` (P^L the region's own softmax) and ``a_ij = w_V[-k]``, so
+    ``dS_ij = P^L_ij (dO_i . v_j - dO_i . (z_i - w_V[-k]))`` with ``dO = m^L dz``: the
+    kernel's backward given ``dO`` and ``z - w_V[-k]`` as its output (its ``delta`` is
+    ``dO . out``). The region's constant gets the sum of its ``dS``,
+    ``m^L_i dz_i . (o^L_i + w_V[-k] - z_i)``. The strip's ``dS`` is recomputed explicitly."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, table_k, table_v, kmax, key_padding_mask, scale, block):
+        R = 2 * kmax + 1
+        st = _Strip(q, kmax, block, key_padding_mask)
+        qa = torch.matmul(q, table_k.t()) * scale  # (B, H, T, 2k+1)
+        kw, vw = st.windows(k), st.windows(v)
+        s = st.scores(q, kw, qa, scale)
+        far_out, kernel_lse, far_lse = regions.far_forward(q, k, v, key_padding_mask, block, kmax, scale)
+        far_lse = far_lse.to(q.dtype) + torch.stack([qa[..., 0], qa[..., R - 1]])  # (2, B, H, T)
+        top = torch.maximum(st.unrows(s.amax(-1, keepdim=True))[..., 0], far_lse.amax(0))
+        top = top.masked_fill(torch.isneginf(top), 0.0)
+        total = (st.unrows(torch.exp(s - st.rows(top[..., None])).sum(-1, keepdim=True))[..., 0]
+                 + torch.exp(far_lse - top).sum(0))
+        # a query without any key: lse +inf, every probability 0, output 0
+        lse = torch.where(total > 0, top + torch.log(total), torch.full_like(total, float("inf")))
+        p = torch.exp(s.sub_(st.rows(lse[..., None], float("inf"))))
+        mass = torch.exp(far_lse - lse)[..., None]  # (2, B, H, T, 1): m^L, m^R
+        z = st.unrows(torch.matmul(p, vw.transpose(-1, -2))) + (mass * far_out).sum(0)
+        if table_v is not None:
+            z = z + torch.matmul(st.per_distance(p), table_v) + mass[0] * table_v[0] + mass[1] * table_v[R - 1]
+        ctx.save_for_backward(q, k, v, table_k, table_v, key_padding_mask, z, lse, far_out,
+                              kernel_lse, mass)
+        ctx.kmax, ctx.scale, ctx.block = kmax, scale, block
+        return z
+
+    @staticmethod
+    def backward(ctx, dz):
+        q, k, v, table_k, table_v, key_padding_mask, z, lse, far_out, kernel_lse, mass = ctx.saved_tensors
+        kmax, scale, block = ctx.kmax, ctx.scale, ctx.block
+        R = 2 * kmax + 1
+        dz = dz.contiguous()
+        st = _Strip(q, kmax, block, key_padding_mask)
+        qa = torch.matmul(q, table_k.t()) * scale
+        kw, vw = st.windows(k), st.windows(v)
+        p = torch.exp(st.scores(q, kw, qa, scale).sub_(st.rows(lse[..., None], float("inf"))))
+        delta = (dz * z).sum(-1)  # (B, H, T)
+        dzb = st.rows(dz)
+        dp = torch.matmul(dzb, vw)  # (B, H, nb, block, W): dz_i . v_j
+        if table_v is not None:
+            dp.add_(st.rows(torch.matmul(dz, table_v.t())).gather(-1, st.rel))  # + dz_i . a_ij
+        ds = p * dp.sub_(st.rows(delta[..., None]))  # d loss / d scores of the strip
+        dq = st.unrows(torch.matmul(ds, kw.transpose(-1, -2))).mul(scale).contiguous()
+        dk = st.unwindows(torch.matmul(st.rows(q).transpose(-1, -2), ds)).mul(scale).contiguous()
+        dv = st.unwindows(torch.matmul(dzb.transpose(-1, -2), p)).contiguous()
+        dqa = st.per_distance(ds)  # (B, H, T, 2k+1)
+        # the far regions: the kernel's backward as part of the whole softmax
+        rows_v = [table_v[0], table_v[R - 1]] if table_v is not None else [0.0, 0.0]
+        for side, col in ((0, 0), (1, R - 1)):
+            dqa[..., col] += mass[side, ..., 0] * (dz * (far_out[side] + rows_v[side] - z)).sum(-1)
+        regions.far_backward(mass * dz, q, k, v, torch.stack([z - rows_v[0], z - rows_v[1]]),
+                             kernel_lse, key_padding_mask, block, kmax, scale, dq, dk, dv)
+        dq += torch.matmul(dqa, table_k) * scale
+        dtable_k = (dqa.flatten(0, 2).t() @ q.flatten(0, 2)) * scale
+        dtable_v = None
+        if table_v is not None:
+            per_row = st.per_distance(p)
+            per_row[..., 0] += mass[0, ..., 0]
+            per_row[..., R - 1] += mass[1, ..., 0]
+            dtable_v = per_row.flatten(0, 2).t() @ dz.flatten(0, 2)
+        return dq, dk, dv, dtable_k, dtable_v, None, None, None, None
 
 
 # ---------------------------------------------------------------------------

@@ -74,7 +74,7 @@ def forward_and_grads(fn, tensors, seed):
     return out.detach(), [torch.zeros_like(t) if d is None else d for t, d in zip(tensors, grads)]
 
 
-@pytest.mark.parametrize("block", [2, 5, 64])
+@pytest.mark.parametrize("block", [2, 5, 7, 64])  # 2 and 5 narrower than 2k
 @pytest.mark.parametrize("mode", ["kv", "k", "tied"])
 @pytest.mark.parametrize("T,pads", [
     (12, None),  # no padding
@@ -150,7 +150,7 @@ def test_far_regions_forward_and_backward_match_a_dense_softmax(block):
 def test_region_split_layer_equals_explicit_forward_and_backward(monkeypatch, mode):
     """Through the core (the positions and masks it gives the path) against the explicit path."""
     monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
-    monkeypatch.setattr(relpos, "REGION_BLOCK", 2)  # far keys for most blocks of 9 positions
+    monkeypatch.setattr(relpos, "REGION_BLOCK", 4)  # far keys for every block of 9 positions
     args = make_args("relpos", relpos_mode=mode, relpos_k=2)
     runs = []
     for backend in ("auto", "explicit"):

@@ -51,7 +51,8 @@ def build_parser():
                    help="lengths: the position-method length sweep (encoder forward + backward at "
                         "L = 32 ... 1024, tokens per batch fixed): stock, relpos k/kv, rope, alibi, "
                         "t5bias, csan1d/2d on each path that trains on CPU (explicit, fused; "
-                        "relpos kv's auto = query blocks), time and memory ratios to stock")
+                        "relpos k/kv's auto = the region split from 256 positions), time and memory "
+                        "ratios to stock")
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")

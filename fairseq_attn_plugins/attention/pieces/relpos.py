@@ -282,19 +282,26 @@ class _Strip:
         return x.reshape(x.shape[:2] + (self.Tp, x.size(-1)))[:, :, : self.T]
 
     def windows(self, x: Tensor) -> Tensor:
-        """(B, H, T, D) -> each block's keys (B, H, nb, D, W), zero outside [0, T)."""
-        return F.pad(x, (0, 0, self.kmax, self.Tp + self.kmax - self.T)).unfold(2, self.W, self.block)
+        """(B, H, T, D) -> each block's keys (B, H, nb, W, D), zero outside [0, T)."""
+        padded = F.pad(x, (0, 0, self.kmax, self.Tp + self.kmax - self.T))
+        return padded.unfold(2, self.W, self.block).transpose(-1, -2).contiguous()
 
     def unwindows(self, g: Tensor) -> Tensor:
-        """The transpose of :meth:`windows`: (B, H, nb, D, W) -> (B, H, T, D)."""
-        B, H = g.shape[:2]
-        size = [B, H, self.Tp + 2 * self.kmax, g.size(3)]
-        full = torch.ops.aten.unfold_backward(g, size, 2, self.W, self.block)
+        """The transpose of :meth:`windows`: (B, H, nb, W, D) -> (B, H, T, D)."""
+        B, H, nb, W, D = g.shape
+        block, k2 = self.block, 2 * self.kmax
+        if k2 > block:  # windows overlapping more than their neighbours
+            size = [B, H, self.Tp + k2, D]
+            full = torch.ops.aten.unfold_backward(g.transpose(-1, -2), size, 2, W, block)
+        else:  # each window: its own block, then the first 2k rows of the next one
+            full = g.new_zeros(B, H, self.Tp + block, D)
+            full[:, :, : self.Tp].view(B, H, nb, block, D).add_(g[..., :block, :])
+            full[:, :, block:].view(B, H, nb, block, D)[..., :k2, :].add_(g[..., block:, :])
         return full[:, :, self.kmax: self.kmax + self.T]
 
     def scores(self, q, kw, qa, scale):
         """``scale q_i . (k_j + w_K[clip(j - i)])`` (B, H, nb, block, W), -inf off the keys."""
-        s = torch.matmul(self.rows(q), kw).mul_(scale).add_(self.rows(qa).gather(-1, self.rel))
+        s = torch.matmul(self.rows(q), kw.transpose(-1, -2)).mul_(scale).add_(self.rows(qa).gather(-1, self.rel))
         return s.masked_fill_(self.invalid, float("-inf"))
 
     def per_distance(self, x: Tensor) -> Tensor:
@@ -331,7 +338,7 @@ class _RegionSplit(torch.autograd.Function):
         lse = torch.where(total > 0, top + torch.log(total), torch.full_like(total, float("inf")))
         p = torch.exp(s.sub_(st.rows(lse[..., None], float("inf"))))
         mass = torch.exp(far_lse - lse)[..., None]  # (2, B, H, T, 1): m^L, m^R
-        z = st.unrows(torch.matmul(p, vw.transpose(-1, -2))) + (mass * far_out).sum(0)
+        z = st.unrows(torch.matmul(p, vw)) + (mass * far_out).sum(0)
         if table_v is not None:
             z = z + torch.matmul(st.per_distance(p), table_v) + mass[0] * table_v[0] + mass[1] * table_v[R - 1]
         ctx.save_for_backward(q, k, v, table_k, table_v, key_padding_mask, z, lse, far_out,
@@ -351,13 +358,15 @@ class _RegionSplit(torch.autograd.Function):
         p = torch.exp(st.scores(q, kw, qa, scale).sub_(st.rows(lse[..., None], float("inf"))))
         delta = (dz * z).sum(-1)  # (B, H, T)
         dzb = st.rows(dz)
-        dp = torch.matmul(dzb, vw)  # (B, H, nb, block, W): dz_i . v_j
+        dp = torch.matmul(dzb, vw.transpose(-1, -2))  # (B, H, nb, block, W): dz_i . v_j
         if table_v is not None:
             dp.add_(st.rows(torch.matmul(dz, table_v.t())).gather(-1, st.rel))  # + dz_i . a_ij
-        ds = p * dp.sub_(st.rows(delta[..., None]))  # d loss / d scores of the strip
-        dq = st.unrows(torch.matmul(ds, kw.transpose(-1, -2))).mul(scale).contiguous()
-        dk = st.unwindows(torch.matmul(st.rows(q).transpose(-1, -2), ds)).mul(scale).contiguous()
-        dv = st.unwindows(torch.matmul(dzb.transpose(-1, -2), p)).contiguous()
+        del vw
+        ds = dp.sub_(st.rows(delta[..., None])).mul_(p)  # d loss / d scores of the strip
+        dq = st.unrows(torch.matmul(ds, kw).mul_(scale))
+        del kw
+        dk = st.unwindows(torch.matmul(ds.transpose(-1, -2), st.rows(q)).mul_(scale))
+        dv = st.unwindows(torch.matmul(p.transpose(-1, -2), dzb))
         dqa = st.per_distance(ds)  # (B, H, T, 2k+1)
         # the far regions: the kernel's backward as part of the whole softmax
         rows_v = [table_v[0], table_v[R - 1]] if table_v is not None else [0.0, 0.0]

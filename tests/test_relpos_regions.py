@@ -63,7 +63,10 @@ def padding(B, T, pads):
         return None
     kpm = torch.zeros(B, T, dtype=torch.bool)
     for b, n in enumerate(pads):
-        kpm[b, : min(n, T)] = True  # fairseq pads the source on the left
+        if n >= 0:
+            kpm[b, : min(n, T)] = True  # fairseq pads the source on the left
+        else:
+            kpm[b, T + n:] = True  # -n positions on the right (--left-pad-source False)
     return kpm
 
 
@@ -79,6 +82,7 @@ def forward_and_grads(fn, tensors, seed):
 @pytest.mark.parametrize("T,pads", [
     (12, None),  # no padding
     (12, [0, 3, 9]),  # left padding of different amounts: rows whose far left is empty
+    (12, [-2, 0, -7]),  # right padding
     (3, [0, 1, 0]),  # T < k + 1: only the band
     (KMAX + 2, None),  # T just above: one key in each far region
     (KMAX + 2, [1, 0, 2]),

@@ -25,16 +25,16 @@ from torch import Tensor
 
 from .base import PiecePath
 
-_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+HAVE_KERNEL = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
 
 
 class RegionSplit(PiecePath):
     name = "region split"
     own_piece = "region_path_ok"
+    unavailable = None if HAVE_KERNEL else "torch has no CPU flash attention kernel (needs torch >= 2.2)"
     no_dropout = "the far regions run torch's flash kernel without it"
     queries_are_keys = True
-    no_attn_mask = "the far regions are the causal triangles of a whole sentence"
+    no_attn_mask = "the far regions are every key more than k away in the whole sentence"
 
     def piece_attention(self, piece, q, k, v, ctx, run):
         return piece.region_forward(q, k, v, ctx.key_padding_mask, run.scale)
@@ -66,7 +66,8 @@ def far_forward(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tens
     """Plain attention of each query block ``[a, e)`` (``block`` rows, queries = keys) over
     the keys left of its strip, ``j < a - half``, and right of it, ``j >= e + half``: two
     rectangular calls of torch's CPU flash kernel per block (the kernel computes whole key
-    blocks of up to 512 keys, so a causal call costs a full one; rectangles skip the strip).
+    blocks of up to 512 keys, so one causal call per region would cost a full attention
+    each; the rectangles skip the strip instead).
 
     q, k, v: (B, H, T, D); key_padding_mask (B, T) True = pad. Returns, side 0 the left keys,
     1 the right ones: out (2, B, H, T, D) (0 where a query has no such key), the kernel's
@@ -79,8 +80,9 @@ def far_forward(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tens
     out = q.new_zeros(2, B, H, T, D)
     kernel_lse = q.new_full((2, B, H, T), float("-inf"), dtype=torch.promote_types(q.dtype, torch.float32))
     for side, a, e, j0, j1 in spans(T, block, half):
-        o, s = _flash(q[:, :, a:e], k[:, :, j0:j1], v[:, :, j0:j1], 0.0, False,
-                      attn_mask=None if mask is None else mask[..., j0:j1], scale=scale)
+        o, s = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q[:, :, a:e], k[:, :, j0:j1], v[:, :, j0:j1], 0.0, False,
+            attn_mask=None if mask is None else mask[..., j0:j1], scale=scale)
         out[side, :, :, a:e] = o
         kernel_lse[side, :, :, a:e] = s
     lse = kernel_lse
@@ -103,10 +105,10 @@ def far_backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, ker
     rows are part of (the region's own output, or a larger softmax, see relpos)."""
     mask = key_mask(q, key_padding_mask)
     for side, a, e, j0, j1 in spans(q.size(2), block, half):
-        gq, gk, gv = _flash_backward(dout[side, :, :, a:e], q[:, :, a:e], k[:, :, j0:j1],
-                                     v[:, :, j0:j1], out[side, :, :, a:e], kernel_lse[side, :, :, a:e],
-                                     0.0, False, scale=scale,
-                                     attn_mask=None if mask is None else mask[..., j0:j1])
+        gq, gk, gv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dout[side, :, :, a:e], q[:, :, a:e], k[:, :, j0:j1], v[:, :, j0:j1], out[side, :, :, a:e],
+            kernel_lse[side, :, :, a:e], 0.0, False, scale=scale,
+            attn_mask=None if mask is None else mask[..., j0:j1])
         dq[:, :, a:e] += gq
         dk[:, :, j0:j1] += gk
         dv[:, :, j0:j1] += gv

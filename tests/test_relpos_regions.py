@@ -189,12 +189,14 @@ def test_auto_on_cpu_takes_the_region_split_for_long_encoder_self_attention(mode
     short = path_name(attn, tgt_len=n - 1, src_len=n - 1)
     assert short == ("fused" if mode == "k" else "explicit")
     # the decoder's masked self-attention: the query blocks (kv/tied) or SDPA (k)
+    decoder = make_attention(make_args("relpos", relpos_k=2, relpos_mode=mode), side="decoder")
     blocks = "fused" if mode == "k" else "query blocks"
-    assert path_name(attn, attn_mask=True, **long_) == blocks
+    assert path_name(decoder, attn_mask=True, **long_) == blocks
+    assert path_name(decoder, incremental=True, tgt_len=1, src_len=n) != "region split"
     # attention dropout, weights, incremental decoding, CUDA: not this path
     assert path_name(attn, dropout_p=0.1, **long_) == short
     assert path_name(attn, need_weights=True, **long_) == "explicit"
-    assert path_name(attn, incremental=True, tgt_len=1, src_len=n) != "region split"
+    assert path_name(attn, tgt_len=n, src_len=n + 1) != "region split"
     assert path_name(attn, on_cuda=True, **long_) == ("fused" if mode == "k" else "flex piece")
     forced = make_attention(make_args("relpos", relpos_k=2, relpos_mode=mode), backend="explicit")
     assert path_name(forced, **long_) == "explicit"

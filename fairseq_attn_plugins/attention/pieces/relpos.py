@@ -332,11 +332,11 @@ class _RegionSplit(torch.autograd.Function):
         far_lse = far_lse.to(q.dtype) + torch.stack([qa[..., 0], qa[..., R - 1]])  # (2, B, H, T)
         top = torch.maximum(st.unrows(s.amax(-1, keepdim=True))[..., 0], far_lse.amax(0))
         top = top.masked_fill(torch.isneginf(top), 0.0)
-        total = (st.unrows(torch.exp(s - st.rows(top[..., None])).sum(-1, keepdim=True))[..., 0]
-                 + torch.exp(far_lse - top).sum(0))
+        p = torch.exp(s.sub_(st.rows(top[..., None])))  # the strip's exp(e_ij - top_i)
+        total = st.unrows(p.sum(-1, keepdim=True))[..., 0] + torch.exp(far_lse - top).sum(0)
         # a query without any key: lse +inf, every probability 0, output 0
         lse = torch.where(total > 0, top + torch.log(total), torch.full_like(total, float("inf")))
-        p = torch.exp(s.sub_(st.rows(lse[..., None], float("inf"))))
+        p.mul_(st.rows(torch.exp(top - lse)[..., None]))  # exp(e_ij - lse_i)
         mass = torch.exp(far_lse - lse)[..., None]  # (2, B, H, T, 1): m^L, m^R
         z = st.unrows(torch.matmul(p, vw)) + (mass * far_out).sum(0)
         if table_v is not None:

@@ -56,7 +56,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from fairseq_attn_records.output_files import staged, write_json, write_lines  # noqa: E402
+from fairseq_attn_records.output_files import staged, write_json, write_lines, write_text  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "fairseq_attn_plugins")
@@ -318,6 +318,11 @@ class Worker:
         self.log.close()
 
 
+def same_backend(engine):
+    """The backend suffix of an engine's name ("" for the default backend)."""
+    return next((f"_{t}" for t in ("onednn", "mkl") if engine.endswith(f"_{t}")), "")
+
+
 def speed_part(a, results):
     import ctranslate2  # noqa: F401  (fails here, before any work, when it is not installed)
 
@@ -369,7 +374,8 @@ def speed_part(a, results):
         "sentences_per_s": {k: spread(v) for k, v in sps.items()},
         "target_tokens_per_s": {k: spread([o["tokens"] / o["seconds"] for o in v]) for k, v in runs.items()},
         "ratio_to_fairseq": {k: spread([x / f for x, f in zip(v, sps["fairseq"])]) for k, v in sps.items() if k != "fairseq"},
-        "ratio_to_ct2_float32": {k: spread([x / f for x, f in zip(v, sps["ct2_float32"])])
+        # int8 against float32 on the same backend
+        "ratio_to_ct2_float32": {k: spread([x / f for x, f in zip(v, sps[f"ct2_float32{same_backend(k)}"])])
                                  for k, v in sps.items() if k.startswith("ct2_int8")},
         f"ratio_{other_tag}_to_default": {
             ct: spread([x / f for x, f in zip(sps[f"ct2_{ct}_{other_tag}"], sps[f"ct2_{ct}"])]) for ct in ("float32", "int8")},
@@ -429,6 +435,61 @@ def quality_part(a, results):
     }
 
 
+LABELS = {"fairseq": "fairseq-generate (stock Transformer)", "ct2_float32": "CTranslate2 float32",
+          "ct2_int8": "CTranslate2 int8", "ct2_int8_vmap": "CTranslate2 int8 + vocabulary map",
+          "ct2_float32_onednn": "CTranslate2 float32, CT2_USE_MKL=0 (oneDNN)",
+          "ct2_int8_onednn": "CTranslate2 int8, CT2_USE_MKL=0 (oneDNN)",
+          "ct2_float32_mkl": "CTranslate2 float32, CT2_USE_MKL=1", "ct2_int8_mkl": "CTranslate2 int8, CT2_USE_MKL=1"}
+
+
+def cell(s, fmt="{:.2f}"):
+    return f"{fmt.format(s['median'])} ({fmt.format(s['min'])}..{fmt.format(s['max'])})"
+
+
+def markdown(results):
+    """The tables of RESULTS.md, from the results (nothing copied by hand)."""
+    out = []
+    c = results["cpu"]
+    out.append(f"CPU: {c['model']}, {c['cpus']} CPUs; flags: "
+               + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in c["flags"].items()) + ".")
+    for setting, lines in results.get("ct2_backend", {}).items():
+        out.append(f"CTranslate2 {results['ctranslate2']}, {setting} (`CT2_VERBOSE=1`): "
+                   + "; ".join(line.replace("[info] ", "").strip(" -") for line in lines
+                               if "Loaded model" not in line and "version" not in line and "revision" not in line) + ".")
+    sp = results.get("speed")
+    if sp:
+        fl = sp["forced_length_per_batch"]
+        out.append("")
+        out.append(f"{sp['sentences']} sentences in {sp['batches']} batches of {sp['batch']}, beam {sp['beam']}, length "
+                   f"penalty 0, {sp['threads']} threads each; decoder steps per batch {fl['min']}..{fl['max']} "
+                   f"(median {fl['median']}) + 1; {sp['target_tokens_per_pass']} target tokens per pass; "
+                   f"median over {len(sp['sentences_per_s']['fairseq']['rounds'])} interleaved rounds (min..max).")
+        out.append("")
+        out.append("| engine | sentences/s | target tokens/s | ratio to fairseq-generate | ratio to CT2 float32 (same backend) |")
+        out.append("|---|---|---|---|---|")
+        for k, v in sp["sentences_per_s"].items():
+            to_fs = cell(sp["ratio_to_fairseq"][k]) if k in sp["ratio_to_fairseq"] else "1"
+            to_f32 = cell(sp["ratio_to_ct2_float32"][k]) if k in sp["ratio_to_ct2_float32"] else (
+                "1" if k.startswith("ct2_float32") else "-")
+            out.append(f"| {LABELS.get(k, k)} | {cell(v)} | {cell(sp['target_tokens_per_s'][k], '{:.0f}')} | {to_fs} | {to_f32} |")
+        for key in (k for k in sp if k.startswith("ratio_") and k.endswith("_to_default")):
+            out.append("")
+            out.append(f"{key}: " + ", ".join(f"{ct} {cell(v)}" for ct, v in sp[key].items()))
+    q = results.get("int8_quality")
+    if q:
+        out.append("")
+        out.append(f"int8 quality: `{q['checkpoint']}`, {q['test_sentences']} test sentences, beam {q['beam']}, "
+                   f"length penalty {q['length_penalty']}; BLEU `{q['signatures']['bleu']}`, chrF++ `{q['signatures']['chrf++']}`.")
+        out.append("")
+        out.append("| | BLEU | chrF++ | sentences differing from fairseq-generate |")
+        out.append("|---|---:|---:|---:|")
+        for k, v in q["scores"].items():
+            out.append(f"| {'fairseq-generate' if k == 'fairseq' else LABELS.get(k, k)} | {v['bleu']:.2f} | {v['chrf++']:.2f} | {v['sentences_differing_from_fairseq']} |")
+        out.append("")
+        out.append(f"int8 - float32: {q['bleu_int8_minus_float32']:+.2f} BLEU.")
+    return "\n".join(out) + "\n"
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "--worker":
         worker_main(sys.argv[2])
@@ -448,6 +509,7 @@ def main():
                     help="the untrained model of the speed part: base (the protocol), tiny (a smoke run)")
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--md", default=None, help="write the tables as markdown here")
     a = ap.parse_args()
     import ctranslate2
     import torch
@@ -466,6 +528,8 @@ def main():
     print(json.dumps(results, indent=1))
     if a.json:
         write_json(a.json, results, indent=1)
+    if a.md:
+        write_text(a.md, markdown(results))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ SCRIPTS = {"wmt14_en_de": ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh"
 
 
 def script(recipe, name, *args, env=None, check=True):
-    full = dict(os.environ, PYTHON=sys.executable, **(env or {}))
+    full = dict(os.environ, PYTHON=sys.executable)
+    full.update(env or {})
     full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
     p = subprocess.run(["bash", os.path.join(RECIPES, recipe, name), *args], env=full, capture_output=True, text=True)
     assert p.returncode == 0 or not check, p.stderr
@@ -51,6 +52,32 @@ def test_every_script_refuses_an_unknown_argument_before_doing_anything(tmp_path
                        (("purge",), "unknown action")):
         p = script("wmt14_en_de", "data.sh", *args, env={"WORK": str(tmp_path / "w")}, check=False)
         assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and said in p.stderr, p.stderr
+
+
+def test_an_interpreter_without_torch_is_refused_in_one_line_before_any_step(tmp_path):
+    # the venv's own python without its site-packages: no torch, no fairseq
+    bare = tmp_path / "python-bare"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    for recipe in SCRIPTS:
+        work = tmp_path / recipe
+        p = script(recipe, "lengths.sh", env={"WORK": str(work), "PYTHON": str(bare)}, check=False)
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+        assert f"PYTHON={bare} cannot import torch fairseq" in p.stderr, p.stderr
+        assert not work.exists()
+
+
+def test_without_python_given_the_recipes_use_the_project_venv(tmp_path):
+    venv_python = os.path.join(os.path.dirname(RECIPES), ".venv", "bin", "python")
+    if not os.access(venv_python, os.X_OK):
+        pytest.skip("no .venv in this checkout (scripts/test.sh makes it)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(d for d in env["PATH"].split(os.pathsep) if not d.startswith(os.path.dirname(venv_python)))
+    env["WORK"] = str(tmp_path / "w")
+    p = subprocess.run(["bash", os.path.join(RECIPES, "bible_grc_en", "train.sh"), "--dry-run"], env=env,
+                       capture_output=True, text=True)
+    # the interpreter check passed (the .venv has everything); the unknown argument is what is refused
+    assert p.returncode == 2 and "unknown argument '--dry-run'" in p.stderr and "cannot import" not in p.stderr, p.stderr
 
 
 @pytest.mark.e2e

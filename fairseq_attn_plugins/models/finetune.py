@@ -53,7 +53,8 @@ def add_args(parser) -> None:
 def piece_keys(model: nn.Module) -> Dict[str, str]:
     """state-dict key -> piece name, for every parameter and buffer owned by a piece."""
     keys = {}
-    # every path: a module may be registered twice (the core's _flex_piece is also pieces[0])
+    # every path to each piece (remove_duplicate=False): a module registered under several names, as
+    # a shared table may be, has its keys under each
     for prefix, module in model.named_modules(remove_duplicate=False):
         if isinstance(module, AttentionPiece):
             for name in module.state_dict():

@@ -15,11 +15,22 @@
 set -euo pipefail
 
 LIB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-PYTHON=${PYTHON:-python3}
+# PYTHON: the interpreter of every step; by default the active environment's python3, else the
+# project's .venv (what scripts/test.sh and scripts/demo.sh install), else python3
+if [[ -z ${PYTHON:-} ]]; then
+  if [[ -z ${VIRTUAL_ENV:-} && -x $LIB_DIR/../../.venv/bin/python ]]; then PYTHON=$(cd "$LIB_DIR/../.." && pwd)/.venv/bin/python
+  else PYTHON=python3; fi
+fi
 STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any folder, any install)
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "error: $*" >&2; exit 2; }
+# every recipe needs torch, fairseq and this package importable by PYTHON: said in one line
+# before any step (found, not imported: milliseconds)
+PYTHON_MISSING=$("$PYTHON" -c 'import importlib.util as u
+print(" ".join(m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_attn_recipes") if u.find_spec(m) is None))' 2>/dev/null) \
+  || die "PYTHON=$PYTHON does not run: give an interpreter (e.g. PYTHON=.venv/bin/python after 'bash scripts/test.sh')"
+[[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
 # (its settings are environment variables)
 no_args() {

@@ -1,6 +1,7 @@
 """The recipes' training entry point stops fairseq's DataLoader workers when training is over."""
 
 import multiprocessing
+import time
 
 import torch
 from torch.utils.data import DataLoader, _utils
@@ -17,6 +18,11 @@ def test_workers_of_unreferenced_iterators_are_stopped_and_the_interval_restored
     del it, holder
     assert multiprocessing.active_children()  # the worker still runs
     before = _utils.MP_STATUS_CHECK_INTERVAL
+    t0 = time.monotonic()
     release_data_workers()
+    # stopped (terminated after the 0.1 s wait); a loaded machine may take a moment to reap the
+    # process, but far less than the 5 s torch's own stop waits first
+    while multiprocessing.active_children() and time.monotonic() - t0 < 3:
+        time.sleep(0.05)
     assert not multiprocessing.active_children()
     assert _utils.MP_STATUS_CHECK_INTERVAL == before

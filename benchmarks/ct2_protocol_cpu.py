@@ -56,26 +56,13 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
+from ct2_base_cpu import sh, spread  # noqa: E402  (the sibling benchmark: one subprocess runner, one spread)
 from fairseq_attn_records.output_files import staged, write_json, write_lines, write_text  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGIN = os.path.join(ROOT, "fairseq_attn_plugins")
 VOCAB = 32000
 VMAP_PER_SOURCE, VMAP_ALWAYS = 20, 200
-
-
-def sh(cmd, env=None, log=None):
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if log:
-        with open(log, "w", encoding="utf-8") as f:
-            f.write(p.stdout)
-    if p.returncode:
-        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-3000:]}")
-    return p.stdout
-
-
-def spread(values):
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
 
 
 def cpu_info():

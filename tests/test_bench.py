@@ -282,14 +282,14 @@ def test_tensor_peak_sees_a_short_lived_allocation():
     assert 4 * 2**20 <= mem.peak_bytes < 5 * 2**20
 
 
-def test_position_sweep_lengths(tmp_path, monkeypatch):
+def test_position_sweep_lengths(tmp_path):
     """--sweep lengths: stock and each position method on each CPU training path, time and
     memory ratios to stock from the interleaved rounds (arithmetic checked here; one short
-    length instead of 32 ... 1024 to keep the test short)."""
-    monkeypatch.setattr("fairseq_attn_plugins.bench.run.SWEEP_LENGTHS", (8,))
+    length, ``--lengths 8``, instead of 32 ... 1024 to keep the test short)."""
     js = tmp_path / "sweep.json"
     rc = bench.main(["--device", "cpu", "--preset", "tiny", "--sweep", "lengths", "--threads", "1",
-                     "--systems", "relpos_kv/*,rope/*", "--repeats", "2", "--json", str(js)])
+                     "--lengths", "8", "--systems", "relpos_kv/*,rope/*", "--repeats", "2",
+                     "--json", str(js)])
     assert rc == 0
     report = json.loads(js.read_text())
     names = [s["name"] for s in report["systems"]]
@@ -307,3 +307,27 @@ def test_position_sweep_lengths(tmp_path, monkeypatch):
             assert e["mem_ratio"] == pytest.approx(e["peak_mem_mb"] / stock["peak_mem_mb"])
     with pytest.raises(SystemExit, match="--sweep lengths is a sweep"):
         bench.main(["--sweep", "lengths", "--mode", "numerics"])
+    assert report["meta"]["config"]["sweep_lengths"] == [8]
+
+
+@pytest.mark.parametrize("value", ["0,8", "16,8", "8,8", "8,x", ""])
+def test_sweep_lengths_refused_unless_increasing_positive(value, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--sweep", "lengths", "--lengths", value])
+    assert "--lengths: expected positive integers in increasing order" in capsys.readouterr().err
+
+
+def test_sweep_lengths_flag_needs_the_sweep():
+    with pytest.raises(SystemExit, match="--lengths belongs to --sweep lengths"):
+        bench.main(["--lengths", "8"])
+
+
+def test_position_sweep_on_cuda_lists_auto_for_every_method():
+    """On CUDA ``auto`` picks flex_attention or the block-sparse band for most methods: the
+    GPU sweep measures it beside explicit and fused; on CPU only where it differs from fused."""
+    cuda = [s.name for s in B.position_sweep_systems(None, "cuda")]
+    cpu = [s.name for s in B.position_sweep_systems(None, "cpu")]
+    methods = [name for name, _, _ in B.POSITION_METHODS]
+    assert [m for m in methods if f"{m}/auto" in cuda] == methods
+    assert "rope/auto" not in cpu and "relpos_kv/auto" in cpu
+    assert set(cpu) <= set(cuda)

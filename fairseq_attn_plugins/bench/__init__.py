@@ -23,7 +23,7 @@ from .numerics import NUMERICS_SIZES, run_numerics
 from .report import meta, render, render_numerics, render_scaling, verdicts
 from .run import MODES, run_benchmark, run_scaling
 from .sweep import bench_sweep
-from .systems import (DTYPES, FAIRSEQ_SIZES, LONG, LONG_TARGETS, MEMORY_TARGET, MEMORY_TARGETS,
+from .systems import (DTYPES, FAIRSEQ_SIZES, POSITION_METHODS, position_sweep_systems, LONG, LONG_TARGETS, MEMORY_TARGET, MEMORY_TARGETS,
                       PRESETS, SPEED_TARGETS, STOCK, WINDOWED, System, attention_paths,
                       build_model, discover_systems, is_windowed, make_dictionary, memory_target,
                       scaling_sizes, speed_target)

@@ -17,9 +17,9 @@ SWEEP_LENGTHS = (32, 64, 128, 256, 512, 1024)
 
 
 def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=None,
-                  repeats=None, seed=1, infer=True, log=print, sweep=None) -> dict:
+                  repeats=None, seed=1, infer=True, log=print, sweep=None, lengths=None) -> dict:
     """``sweep="lengths"``: the position-method length sweep (mode sweep, each position
-    method on each CPU training path, lengths 32 ... 1024)."""
+    method on each training path of the device, ``lengths`` or 32 ... 1024)."""
     device = torch.device(device)
     preset = preset or ("small" if device.type == "cpu" else "base")
     dtype = dtype or ("fp32" if device.type == "cpu" else "fp16")
@@ -35,9 +35,9 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
         return report
     if sweep == "lengths":
         mode = report["meta"]["mode"] = "sweep"
-        cfg["sweep_lengths"] = SWEEP_LENGTHS
-        report["meta"]["config"]["sweep_lengths"] = list(SWEEP_LENGTHS)
-        sys_list = position_sweep_systems(systems)
+        cfg["sweep_lengths"] = tuple(lengths or SWEEP_LENGTHS)
+        report["meta"]["config"]["sweep_lengths"] = list(cfg["sweep_lengths"])
+        sys_list = position_sweep_systems(systems, device.type)
     else:
         sys_list = discover_systems(cfg.get("big", False), systems)
     dictionary = make_dictionary(cfg["vocab"])

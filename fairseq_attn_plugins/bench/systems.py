@@ -111,8 +111,11 @@ POSITION_METHODS = [
 CPU_TRAIN_PATHS = ("explicit", "fused")
 
 
-def position_sweep_systems(patterns: Optional[List[str]] = None) -> List[System]:
-    """Stock fairseq, then each position method on each CPU training path (``name/path``)."""
+def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: str = "cpu") -> List[System]:
+    """Stock fairseq, then each position method on each training path of the device
+    (``name/path``): on CPU explicit and fused (and ``auto`` where it picks another path);
+    on CUDA also ``auto`` for every method (flex_attention or the block-sparse band where
+    the chooser takes them)."""
     import fairseq_attn_plugins  # noqa: F401
 
     from ..attention import PieceConfigError
@@ -125,7 +128,7 @@ def position_sweep_systems(patterns: Optional[List[str]] = None) -> List[System]
                 check_backend(path, ["relpos"] if name == "relpos_kv" else [], 0.0)
             except PieceConfigError:
                 continue  # fused cannot run relpos kv
-            if path == "auto" and not name.startswith("relpos"):
+            if path == "auto" and device_type == "cpu" and not name.startswith("relpos"):
                 continue  # auto on CPU is the fused path for these
             systems.append(System(f"{name}/{path}", arch, None, dict(flags, attn_backend=path)))
     if patterns:

@@ -50,9 +50,12 @@ def build_parser():
     p.add_argument("--sweep", choices=["lengths"],
                    help="lengths: the position-method length sweep (encoder forward + backward at "
                         "L = 32 ... 1024, tokens per batch fixed): stock, relpos k/kv, rope, alibi, "
-                        "t5bias, csan1d/2d on each path that trains on CPU (explicit, fused; "
-                        "relpos k/kv's auto = the region split from 256 positions), time and memory "
-                        "ratios to stock")
+                        "t5bias, csan1d/2d on each path that trains on the device (CPU: explicit, "
+                        "fused, relpos k/kv's auto = the region split from 256 positions; CUDA: "
+                        "auto too, flex_attention where it picks it), time and memory ratios to stock")
+    p.add_argument("--lengths", type=_lengths, metavar="L1,L2,...",
+                   help="with --sweep lengths: the lengths to measure, positive integers in "
+                        "increasing order (default 32,64,128,256,512,1024)")
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")
@@ -63,6 +66,18 @@ def build_parser():
     p.add_argument("--json", metavar="FILE", help="write the full report as JSON")
     p.add_argument("--markdown", metavar="FILE", help="write the tables as Markdown")
     return p
+
+
+def _lengths(text):
+    """``--lengths``: positive integers, comma-separated, increasing."""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1 or values != sorted(set(values)):
+        raise argparse.ArgumentTypeError(f"expected positive integers in increasing order, "
+                                         f"e.g. 256,512,1024 (got {text!r})")
+    return values
 
 
 def _write_atomic(path, text):
@@ -95,6 +110,8 @@ def main(argv=None):
     patterns = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else None
     log = lambda *a: print(*a, flush=True)  # noqa: E731
 
+    if args.lengths and not args.sweep:
+        raise SystemExit("fairseq-attn-bench: --lengths belongs to --sweep lengths")
     if args.sweep and args.mode not in ("train", "sweep"):
         raise SystemExit(f"fairseq-attn-bench: --sweep {args.sweep} is a sweep; drop --mode {args.mode}")
     if args.mode == "numerics":
@@ -110,7 +127,7 @@ def main(argv=None):
         try:
             report = B.run_benchmark(args.device, args.preset, args.dtype, args.mode, patterns,
                                      args.repeats, args.seed, not args.no_infer, log,
-                                     sweep=args.sweep)
+                                     sweep=args.sweep, lengths=args.lengths)
         except ValueError as e:
             raise SystemExit(f"fairseq-attn-bench: {e}")
         text = B.render(report)

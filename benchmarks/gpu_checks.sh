@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Every GPU check of the flex paths and the GPU length sweep, in one call of the device tool
+# (one H100 / H200, at most 10 minutes; each step has its own limit and writes its log to $OUT,
+# so what ran comes back even if a later step is cut off). Ordered by what matters most:
+#   1. the compiled flex kernels against the explicit path, fp16, forward + backward (pytest);
+#   2. fp16 numerics of every architecture (fused / flex against explicit);
+#   3. graphs compiled over 11 batch shapes with inductor, training (forward + backward);
+#   4. the GPU length sweep at L = 1024 and 512 (encoder forward + backward, base size, fp16);
+#   5. graphs compiled over 11 batch shapes with inductor, inference forward.
+# Needs the wheels of fairseq and its pure-Python needs in .whl/ (see benchmarks/RESULTS.md).
+# GPU_CHECKS_DRY=1 runs the same steps on this machine's CPU at tiny sizes (a check of the script).
+set -u
+OUT=${OUT:-/tmp/gpu_checks_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+BUDGET=${GPU_CHECKS_BUDGET:-560}  # seconds for all steps together
+DEV=cuda; COMPILE=inductor; SWEEP=(--preset base); TRAIN=(--train)
+if [ "${GPU_CHECKS_DRY:-0}" = 1 ]; then
+    DEV=cpu; COMPILE=aot_eager; SWEEP=(--preset tiny --threads 1); TRAIN=()
+else
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site:$PWD
+fi
+
+step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log in $OUT/NAME.log
+    local name=$1 limit=$2 left=$((BUDGET - SECONDS))
+    shift 2
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -lt 20 ]; then echo "== $name: skipped, ${left}s left"; return; fi
+    echo "== $name (limit ${limit}s, at ${SECONDS}s)"
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    echo "-- $name: exit $? after ${SECONDS}s"
+    grep -v -E "^INFO|^WARNING|Warning|warn\(" "$OUT/$name.log" | tail -n "${TAIL:-12}"
+}
+
+{
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+    lscpu | grep -E "^Model name|^CPU\(s\)"
+    python3 -c "import sys, torch, fairseq; print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda, '| fairseq', fairseq.__version__)"
+    git log -1 --format='tree %h %cI' 2>/dev/null
+} >"$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+
+step flex_kernels 110 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_flex_attention.py -k cuda
+TAIL=20 step numerics 90 python3 -m fairseq_attn_plugins.cli.bench --device "$DEV" --mode numerics \
+    --json "$OUT/numerics.json"
+step graphs_train 140 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" \
+    --compile "$COMPILE" "${TRAIN[@]}"
+for L in 1024 512; do
+    TAIL=30 step "sweep_$L" 110 python3 -m fairseq_attn_plugins.cli.bench --device "$DEV" "${SWEEP[@]}" \
+        --sweep lengths --lengths "$L" --systems '*/auto,*/fused' --repeats 3 --json "$OUT/sweep_$L.json"
+done
+step graphs_infer 80 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE"
+echo "== done at ${SECONDS}s"

@@ -48,7 +48,7 @@ TAIL=20 step numerics 90 python3 -m fairseq_attn_plugins.cli.bench --device "$DE
 step graphs_train 140 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" \
     --compile "$COMPILE" "${TRAIN[@]}"
 for L in 1024 512; do
-    TAIL=30 step "sweep_$L" 110 python3 -m fairseq_attn_plugins.cli.bench --device "$DEV" "${SWEEP[@]}" \
+    TAIL=30 step "sweep_$L" 150 python3 -m fairseq_attn_plugins.cli.bench --device "$DEV" "${SWEEP[@]}" \
         --sweep lengths --lengths "$L" --systems '*/auto,*/fused' --repeats 3 --json "$OUT/sweep_$L.json"
 done
 step graphs_infer 80 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE"

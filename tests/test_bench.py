@@ -331,3 +331,28 @@ def test_position_sweep_on_cuda_lists_auto_for_every_method():
     assert [m for m in methods if f"{m}/auto" in cuda] == methods
     assert "rope/auto" not in cpu and "relpos_kv/auto" in cpu
     assert set(cpu) <= set(cuda)
+
+
+def test_sweep_reports_a_failing_system_and_measures_the_rest():
+    """A system whose step raises (a kernel that does not compile, say) is reported with its
+    error, in the report and the tables; the others are still measured."""
+    cfg = dict(B.PRESETS["tiny"], sweep_lengths=(8,), repeats=2)
+    d = B.make_dictionary(cfg["vocab"])
+    models = {name: B.build_model(arch, d, cfg["sizes"], 1, max_source_positions=16,
+                                  max_target_positions=16)
+              for name, arch in [(B.STOCK, "transformer_wmt_en_de"),
+                                 ("rope/fused", "transformer_rope_wmt_en_de"),
+                                 ("broken", "transformer_rope_wmt_en_de")]}
+
+    def broken(*a, **k):
+        raise RuntimeError("the kernel does not compile\nsecond line")
+
+    models["broken"].encoder.forward = broken
+    sweep = B.bench_sweep(models, cfg, torch.device("cpu"), 1, lambda *a: None)
+    entry = sweep["lengths"]["8"]
+    assert entry["failed"] == {"broken": "RuntimeError: the kernel does not compile"}
+    assert set(entry["systems"]) == {B.STOCK, "rope/fused"}
+    meta = B.meta(torch.device("cpu"), "tiny", "fp32", "sweep", cfg)
+    text = B.render({"meta": meta, "systems": [], "sweep": sweep, "verdicts": {}})
+    assert "| broken | RuntimeError |" in text
+    assert "- **broken** failed at L = 8: RuntimeError: the kernel does not compile" in text

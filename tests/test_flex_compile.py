@@ -8,7 +8,9 @@ decoder) and beam search (incremental decoding) over many batch shapes, with and
 padding, a batch of one sentence among them. They assert the number of graphs dynamo
 installs (a bound per architecture, stated in docs/architecture.md), no graph break, no
 recompile-limit hit (``fail_on_recompile_limit_hit``: reaching it raises), and outputs
-equal to the explicit path. Not covered: inductor's CUDA kernels and the backward.
+equal to the explicit path; every compiled call also refuses a score_mod / mask_mod that
+captures a Python number (what inductor failed to lower for relpos on an H200). Not covered
+here: inductor's CUDA kernels and the backward (benchmarks/gpu_checks.sh runs them on a GPU).
 """
 
 import pytest
@@ -118,3 +120,28 @@ def test_cpu_training_on_flex_is_refused_in_one_line():
     assert "FlexAttention has no backward on CPU" in str(e.value) and "\n" not in str(e.value)
     with torch.no_grad():  # inference on CPU still runs the flex path
         model.eval()(src, src_len, prev)
+
+
+def test_compiled_call_refuses_captured_python_numbers(graph_count):
+    """inductor lowers a Python number a score_mod captures as a symbol without a dtype
+    (an error at compile time on CUDA): the compiled call refuses it in one line, and
+    takes the same value as a 0-dim tensor (booleans are constants, allowed)."""
+    q = torch.randn(1, 2, 8, 16)
+    clip = 2
+
+    def numbers(score, b, h, i, j):
+        return score + torch.clamp(j - i, -clip, clip)
+
+    with pytest.raises(TypeError, match=r"captures the Python number\(s\) \[2\]"):
+        flex.call(q, q, q, numbers, None, 0.25, compile="aot_eager")
+    clip_t, flag = torch.tensor(clip), True
+
+    def tensors(score, b, h, i, j):
+        return score + torch.clamp(j - i, -clip_t, clip_t) * flag
+
+    out = flex.call(q, q, q, tensors, None, 0.25, compile="aot_eager")
+    scores = (q @ q.transpose(-1, -2)).double() * 0.25
+    for i in range(8):
+        for j in range(8):
+            scores[..., i, j] += max(-clip, min(clip, j - i))
+    assert_close(out.double(), scores.softmax(-1) @ q.double(), rtol=1e-5, atol=1e-5)

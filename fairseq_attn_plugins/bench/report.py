@@ -106,7 +106,7 @@ def render(report: dict) -> str:
         lengths = list(sw["lengths"])
         names = []
         for e in sw["lengths"].values():
-            names += [n for n in e.get("systems", {}) if n not in names]
+            names += [n for n in [*e.get("systems", {}), *e.get("failed", {})] if n not in names]
         lines += [f"Encoder-only length sweep (forward + backward, {sw['tokens_per_batch']} tokens "
                   f"per batch): throughput ratio to stock fairseq (median +-spread) / activation "
                   f"memory ratio.",
@@ -119,7 +119,7 @@ def render(report: dict) -> str:
                 f = sw["lengths"][L].get("failed", {}).get(name)
                 cells.append(f"{e['ratio']['median']:.2f} +-{100 * e['ratio']['spread']:.0f}% / "
                              f"{e['mem_ratio']:.2f}" if e else
-                             ("OOM" if f else "-"))
+                             (f.split(":")[0] if f else "-"))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         ref_row = [f"{sw['lengths'][L]['systems'][STOCK]['tokens_per_s']['median']:.0f}"
                    if STOCK in sw["lengths"][L].get("systems", {}) else "-" for L in lengths]
@@ -138,6 +138,9 @@ def render(report: dict) -> str:
                 lines.append(f"| {name} | " + " | ".join(cells) + " |")
         for name, err in sw.get("build_errors", {}).items():
             lines.append(f"- **{name}** could not be built for the sweep: {err}")
+        for L, e in sw["lengths"].items():
+            for name, err in e.get("failed", {}).items():
+                lines.append(f"- **{name}** failed at L = {L}: {err}")
         long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()
                   if k.startswith("long_")]
         if long_v:

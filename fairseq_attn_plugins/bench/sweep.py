@@ -32,6 +32,8 @@ def bench_sweep(models, cfg, device, seed, log):
                 step(m)
             except torch.cuda.OutOfMemoryError as e:  # reported, not fatal
                 failed[name] = f"OOM: {e}".splitlines()[0]
+            except Exception as e:  # e.g. a kernel that does not compile: reported, the rest measured
+                failed[name] = f"{type(e).__name__}: {e}".splitlines()[0]
         alive = [n for n in models if n not in failed]
         if STOCK not in alive:
             out["lengths"][str(L)] = {"failed": failed}

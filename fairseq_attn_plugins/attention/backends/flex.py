@@ -149,10 +149,15 @@ def _run_compiled(run, q, k, v, score_mod, mask, kw):
     the score_mod / mask_mod capture marked dynamic (else the first call's sizes are
     guarded), and sizes 0/1 not specialised (``backed_size_oblivious``: a batch of one
     sentence or a one-token decoding step reuses the general graph)."""
+    numbers = _captured(score_mod, NUMBERS) + _captured(getattr(mask, "mask_mod", None), NUMBERS)
+    if numbers:  # inductor lowers them as symbols without a dtype (an error at compile time)
+        raise TypeError(f"flex_attention: the score_mod / mask_mod captures the Python number(s) "
+                        f"{numbers}; a compiled call needs every captured value a tensor "
+                        f"(torch.tensor(x, device=q.device))")
     q, k, v = _dense(q), _dense(k), _dense(v)
     for t in (q, k, v):  # batch and length
         torch._dynamo.maybe_mark_dynamic(t, [0, 2])
-    for t in _captured_tensors(score_mod) + _captured_tensors(getattr(mask, "mask_mod", None)):
+    for t in _captured(score_mod, Tensor) + _captured(getattr(mask, "mask_mod", None), Tensor):
         if t.dim():
             torch._dynamo.maybe_mark_dynamic(t, list(range(t.dim())))
     with _fx_config.patch(backed_size_oblivious=True):
@@ -171,15 +176,20 @@ def _dense(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format) if t.is_contiguous() else t.contiguous()
 
 
-def _captured_tensors(fn, depth: int = 0) -> list:
-    """The tensors a score_mod / mask_mod closure holds (also through captured functions)."""
+#: captured values a compiled score_mod / mask_mod must not hold (bool is a constant to dynamo)
+NUMBERS = (int, float)
+
+
+def _captured(fn, kinds, depth: int = 0) -> list:
+    """The values of type ``kinds`` a score_mod / mask_mod closure holds (also through
+    captured functions); booleans are not numbers here."""
     found = []
     for cell in getattr(fn, "__closure__", None) or ():
         value = cell.cell_contents
-        if isinstance(value, Tensor):
+        if isinstance(value, kinds) and not isinstance(value, bool):
             found.append(value)
-        elif callable(value) and depth < 3:
-            found += _captured_tensors(value, depth + 1)
+        elif callable(value) and not isinstance(value, Tensor) and depth < 3:
+            found += _captured(value, kinds, depth + 1)
     return found
 
 

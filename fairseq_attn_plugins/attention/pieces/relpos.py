@@ -550,8 +550,9 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     add, keep = flex.split_attn_mask(attn_mask)
     kpm = key_padding_mask
     offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
-    score_mod = (relpos_score_mod(qa, offset, kmax) if add is None
-                 else relpos_add_score_mod(qa, add, offset, kmax))
+    clip = torch.tensor(kmax, device=q.device)  # a tensor: inductor lowers no captured number
+    score_mod = (relpos_score_mod(qa, offset, clip) if add is None
+                 else relpos_add_score_mod(qa, add, offset, clip))
     allowed, block_mask = flex.layer_mask(kpm, keep, B, T, S, q.device, "relpos", attn_mask)
     if rel_values is None:
         return flex.call(q, k, v, score_mod, block_mask, scale, compile=compile)
@@ -581,7 +582,7 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     # right tail j - i >= k: its total mass from a second call restricted to it
     mass_right = torch.zeros_like(lse_safe)
     if start + kmax <= S - 1:  # some query has a key k or more to its right
-        tail_mask = flex.block_mask(right_tail_mod(allowed, offset, kmax), B, T, S, q.device,
+        tail_mask = flex.block_mask(right_tail_mod(allowed, offset, clip), B, T, S, q.device,
                                     ("relpos_right_tail", start, kmax, kpm is None),
                                     (kpm, attn_mask))
         # only the lse is used: a narrow zero value keeps the p @ v part of the call small
@@ -601,23 +602,27 @@ def relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
 
 # score_mod / mask_mod forms: module-level, every captured value a tensor (or the model's
 # constant k), so that compiled flex_attention sees one form per layer configuration
-def relpos_score_mod(qa: Tensor, offset: Tensor, kmax: int):
+# The score_mod / mask_mod forms capture tensors only (offset, kmax as 0-dim tensors):
+# inductor cannot lower a captured Python number under dynamic shapes (it becomes a symbol
+# without a dtype: "'ShapeAsConstantBuffer' object has no attribute 'dtype'", seen on an
+# H200 with torch 2.11), and flex.call refuses one.
+def relpos_score_mod(qa: Tensor, offset: Tensor, kmax: Tensor):
     """``score + qa[b, h, i, clip(j - i - offset, k) + k]``."""
     def score_mod(score, b, h, i, j):
-        return score + qa[b, h, i, (j - i - offset).clamp(-kmax, kmax) + kmax]
+        return score + qa[b, h, i, torch.clamp(j - i - offset, -kmax, kmax) + kmax]
 
     return score_mod
 
 
-def relpos_add_score_mod(qa: Tensor, add: Tensor, offset: Tensor, kmax: int):
+def relpos_add_score_mod(qa: Tensor, add: Tensor, offset: Tensor, kmax: Tensor):
     """:func:`relpos_score_mod` plus fairseq's additive mask ``add[i, j]``."""
     def score_mod(score, b, h, i, j):
-        return score + qa[b, h, i, (j - i - offset).clamp(-kmax, kmax) + kmax] + add[i, j]
+        return score + qa[b, h, i, torch.clamp(j - i - offset, -kmax, kmax) + kmax] + add[i, j]
 
     return score_mod
 
 
-def right_tail_mod(allowed, offset: Tensor, kmax: int):
+def right_tail_mod(allowed, offset: Tensor, kmax: Tensor):
     """``mask_mod``: ``allowed`` and the key at least k to the right of the query."""
     def mask_mod(b, h, i, j):
         return allowed(b, h, i, j) & (j - i - offset >= kmax)

@@ -1,6 +1,8 @@
 """Shared float64 references and model checks of the position-method piece tests (rope,
 alibi, t5bias; not a test module)."""
 
+import math
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -8,6 +10,24 @@ from torch.testing import assert_close
 from attn_helpers import build_model, output64, projections64
 from fairseq_attn_plugins.attention import PieceConfigError
 from piece_refs import causal_mask, loop_apply64, loop_probs64
+
+
+def t5_bucket(rel, bidirectional, num_buckets, max_distance):
+    """T5's bucketing for one relative position (key - query), written out."""
+    n, bucket = num_buckets, 0
+    if bidirectional:
+        n //= 2
+        if rel > 0:
+            bucket += n
+        rel = abs(rel)
+    else:
+        rel = max(-rel, 0)
+    exact = n // 2
+    if rel < exact:
+        return bucket + rel
+    # float32 as T5 computes it
+    ratio = torch.tensor(rel / exact, dtype=torch.float32).log() / math.log(max_distance / exact)
+    return bucket + min(n - 1, exact + int(float(ratio.float() * (n - exact))))
 
 
 def reference(attn, x, kpm, causal, qk=None, bias=None):

@@ -19,25 +19,8 @@ from position_helpers import (
     check_model_padding_side_and_incremental_decoding,
     reference,
     run,
+    t5_bucket,
 )
-
-
-def t5_bucket(rel, bidirectional, num_buckets, max_distance):
-    """T5's bucketing for one relative position (key - query), written out."""
-    n, bucket = num_buckets, 0
-    if bidirectional:
-        n //= 2
-        if rel > 0:
-            bucket += n
-        rel = abs(rel)
-    else:
-        rel = max(-rel, 0)
-    exact = n // 2
-    if rel < exact:
-        return bucket + rel
-    # float32 as T5 computes it
-    ratio = torch.tensor(rel / exact, dtype=torch.float32).log() / math.log(max_distance / exact)
-    return bucket + min(n - 1, exact + int(float(ratio.float() * (n - exact))))
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])

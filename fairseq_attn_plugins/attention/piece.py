@@ -24,8 +24,9 @@ overrides ``post_softmax``, ``value_term`` or ``combine`` declares ``fused_ok = 
 the layer then runs the explicit path), ``incremental_ok`` (refused once, by the core),
 ``expands_kv`` (``widen`` / ``fold_weights``, at most one per model), ``band_half`` (the
 block-local and flex band paths), ``flex_path_ok`` / ``flex_forward``, ``region_path_ok`` /
-``region_forward`` and ``blocked_path_ok`` / ``blocked_forward`` (the piece, alone in its
-layer, computes the whole attention). The
+``region_forward``, ``blocked_path_ok`` / ``blocked_forward`` (the piece, alone in its
+layer, computes the whole attention) and ``distance_bias_path_ok`` / ``distance_bias`` (its
+bias, alone in its layer, runs torch's CPU flash kernel). The
 paths and the chooser between them: :mod:`.backends`.
 
 Every piece class is registered with :func:`register_piece` and declares its
@@ -129,6 +130,10 @@ class AttentionPiece(nn.Module):
     #: keys, no ``attn_mask``) from its far left, band and far right keys (:meth:`region_forward`,
     #: relpos: each far region plain attention through torch's CPU flash kernel).
     region_path_ok: bool = False
+    #: True if the piece's only term is a score bias of the key-query distance alone, per head
+    #: (:meth:`distance_bias`, t5bias): alone in its layer, an encoder self-attention runs
+    #: torch's CPU flash kernel with it as the mask and a backward that gives its gradient.
+    distance_bias_path_ok: bool = False
     #: whether this instance runs without the probability matrix: set by :meth:`build` from
     #: :meth:`fused_ok_with` (a piece constructed otherwise: ``fused_ok`` and no ``fused_with``)
     runs_fused: bool
@@ -295,6 +300,12 @@ class AttentionPiece(nn.Module):
         declares ``region_path_ok``: queries = keys at positions 0..T-1, ``key_padding_mask``
         (B, T) True = pad, no ``attn_mask`` (:mod:`.backends.regions`)."""
         raise NotImplementedError(f"{self.name} declares no region-split path (region_path_ok)")
+
+    def distance_bias(self, length: int) -> Tensor:
+        """(H, 2 length - 1): the score bias of each head for the key-query distances
+        ``1 - length .. length - 1``, for a piece that declares ``distance_bias_path_ok``
+        (:mod:`.backends.distance_bias`); it equals :meth:`score_bias` at ``j - i``."""
+        raise NotImplementedError(f"{self.name} declares no distance-bias path (distance_bias_path_ok)")
 
     def output_term(self, out: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
         """A (T, B, C) term added after the output projection, computed from the heads'

@@ -37,6 +37,7 @@ from ..settings import PieceConfigError
 from . import flex, local
 from .base import CPU, CUDA, Call, Layer, Path, Run  # noqa: F401  (re-exported)
 from .blocks import QueryBlocks
+from .distance_bias import DistanceBias
 from .explicit import Explicit
 from .flex import FlexBand, FlexPiece
 from .local import BlockLocal
@@ -46,6 +47,8 @@ from .sdpa import Fused
 BACKENDS = ("auto", "fused", "explicit", "flex")
 #: ``auto`` takes the region-split and query-block paths (CPU) from this many query positions
 BLOCKED_MIN_LEN = 256
+#: ``auto`` takes the distance-bias path (CPU) from this many query positions
+DISTANCE_BIAS_MIN_LEN = 128
 #: the path each forced backend names (refused at build when it cannot run the model)
 NAMED = {"fused": Fused(), "flex": FlexPiece()}
 
@@ -62,11 +65,12 @@ def choose(layer: Layer, call: Call) -> Path:
 
 def _thresholds() -> Tuple[int, ...]:
     """Read per call, so that a test may lower them."""
-    return local.LOCAL_MIN_LEN, local.BLOCK, flex.FLEX_WINDOW_MIN_LEN, BLOCKED_MIN_LEN
+    return local.LOCAL_MIN_LEN, local.BLOCK, flex.FLEX_WINDOW_MIN_LEN, BLOCKED_MIN_LEN, DISTANCE_BIAS_MIN_LEN
 
 
 @lru_cache(maxsize=None)
-def _order(backend: str, local_min: int, block: int, flex_band_min: int, blocked_min: int):
+def _order(backend: str, local_min: int, block: int, flex_band_min: int, blocked_min: int,
+           distance_min: int):
     if backend == "explicit":
         return (Explicit(),)
     sdpa = (BlockLocal(min_len=local_min, block=block), Fused(), Explicit())
@@ -75,7 +79,8 @@ def _order(backend: str, local_min: int, block: int, flex_band_min: int, blocked
     if backend == "flex":
         return (FlexPiece(), FlexBand()) + sdpa
     return (FlexPiece(devices=CUDA), FlexBand(devices=CUDA, min_len=flex_band_min),
-            RegionSplit(devices=CPU, min_len=blocked_min), QueryBlocks(devices=CPU, min_len=blocked_min)) + sdpa
+            RegionSplit(devices=CPU, min_len=blocked_min), QueryBlocks(devices=CPU, min_len=blocked_min),
+            DistanceBias(devices=CPU, min_len=distance_min)) + sdpa
 
 
 @lru_cache(maxsize=4096)  # the choice is a function of these; a call's lengths repeat over layers and steps

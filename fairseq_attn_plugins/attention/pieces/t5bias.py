@@ -88,6 +88,7 @@ class T5RelativeBias(AttentionPiece):
     """T5 (Raffel et al. 2020): learned per-head bias over log-spaced distance buckets."""
 
     name = "t5bias"
+    distance_bias_path_ok = True
     conflicts = position_conflicts("t5bias")
     test_flags = {"t5_layers": "0", "t5_buckets": 8, "t5_max_distance": 6}
 
@@ -162,6 +163,12 @@ class T5RelativeBias(AttentionPiece):
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
         bias = self.table()[self.buckets(ctx)]  # (T, S, H)
         return bias.permute(2, 0, 1)[None].to(q.dtype)  # (1, H, T, S)
+
+    def distance_bias(self, length: int) -> Tensor:
+        """(H, 2 length - 1): the bias of each head for the distances ``1 - length .. length - 1``."""
+        table = self.table()
+        rel = torch.arange(1 - length, length, device=table.device)
+        return table[relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)].t()
 
     def extra_repr(self):
         shared = "own table" if self._owner is None else f"table of layer {self._owner.site.layer_idx}"

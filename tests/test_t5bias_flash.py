@@ -1,0 +1,164 @@
+"""t5bias on the CPU distance-bias path (attention/backends/distance_bias.py): torch's CPU
+flash kernel with the bucket bias as its mask, and a hand-written backward that gives q, k, v
+and the bucket table their gradients without a (B, H, T, S) tensor.
+
+Checked against a dense float64 softmax whose bias is picked by an explicit loop over (i, j)
+through T5's bucketing written out (output and the gradients of q, k, v and the table; no
+padding, left and right padding, a sentence of padding only, T below and above the maximum
+distance), through a whole layer against the explicit path, and the chooser's choice of it.
+"""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from attn_helpers import make_args, make_attention, padded_batch, path_name
+from fairseq_attn_plugins.attention import AttentionSite, backends
+from fairseq_attn_plugins.attention.backends.distance_bias import distance_bias_attention
+from fairseq_attn_plugins.attention.pieces.t5bias import T5RelativeBias
+from position_helpers import t5_bucket
+
+F64 = dict(rtol=1e-10, atol=1e-10)
+BUCKETS, MAX_DISTANCE = 8, 6
+
+
+def dense_reference(q, k, v, table, kpm, scale):
+    """softmax(scale q k^T + b^h[bucket(j - i)]) v in float64, the bucket of every (i, j) by a
+    loop; padding keys removed; a query without keys outputs 0."""
+    B, H, T, D = q.shape
+    bucket = torch.empty(T, T, dtype=torch.long)
+    for i in range(T):
+        for j in range(T):
+            bucket[i, j] = t5_bucket(j - i, True, BUCKETS, MAX_DISTANCE)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) * scale + table[bucket].permute(2, 0, 1)
+    allowed = torch.ones(B, 1, T, T, dtype=torch.bool)
+    if kpm is not None:
+        allowed = allowed & ~kpm[:, None, None, :]
+    has_key = allowed.any(-1, keepdim=True)
+    scores = torch.where(allowed, scores, torch.where(has_key, float("-inf"), 0.0))
+    return torch.softmax(scores, -1) * has_key @ v
+
+
+def padding(B, T, pads):
+    """pads[b] >= 0: that many positions padded on the left (fairseq's source); < 0: on the right."""
+    if pads is None:
+        return None
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    for b, n in enumerate(pads):
+        if n >= 0:
+            kpm[b, : min(n, T)] = True
+        else:
+            kpm[b, T + n:] = True
+    return kpm
+
+
+def t5_piece(H):
+    site = AttentionSite(side="encoder", layer_idx=0, num_layers=1, num_heads=H, head_dim=4)
+    piece = T5RelativeBias(site, BUCKETS, MAX_DISTANCE).double()
+    with torch.no_grad():
+        piece.bucket_bias.normal_(0, 1, generator=torch.Generator().manual_seed(7))
+    return piece
+
+
+def forward_and_grads(fn, tensors, seed):
+    out = fn(*tensors)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    return out.detach(), torch.autograd.grad(out, tensors, g)
+
+
+@pytest.mark.parametrize("block", [3, 128])
+@pytest.mark.parametrize("T,pads", [
+    (12, None),  # no padding; T above the maximum distance 6: the last buckets shared
+    (12, [0, 3, 9]),  # left padding of different amounts
+    (12, [-2, 0, -7]),  # right padding
+    (5, None),  # T below the maximum distance
+    (5, [1, 0, -2]),
+    (10, [0, 10, 4]),  # the second sentence is all padding: every row of it empty
+])
+def test_distance_bias_path_matches_dense_reference(T, pads, block):
+    B, H, D = 3, 2, 4
+    g = torch.Generator().manual_seed(T)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64).requires_grad_() for _ in range(3))
+    piece = t5_piece(H)
+    table = piece.bucket_bias
+    kpm = padding(B, T, pads)
+    scale = D ** -0.5
+
+    def path(q, k, v, table):
+        return distance_bias_attention(q, k, v, piece.distance_bias(T), kpm, scale, block)
+
+    def reference(q, k, v, table):
+        return dense_reference(q, k, v, table, kpm, scale)
+
+    got, got_grads = forward_and_grads(path, [q, k, v, table], seed=T)
+    ref, ref_grads = forward_and_grads(reference, [q, k, v, table], seed=T)
+    assert torch.isfinite(got).all() and all(torch.isfinite(d).all() for d in got_grads)
+    assert_close(got, ref, **F64)
+    for name, a, b in zip(["q", "k", "v", "bucket table"], got_grads, ref_grads):
+        assert_close(a, b, **F64, msg=lambda m: f"grad of {name}: {m}")
+    assert got_grads[3].abs().sum() > 0
+    if pads is not None and T in pads:  # a sentence of padding only: zeros, not NaN
+        b = pads.index(T)
+        for t in (got[b], got_grads[0][b], got_grads[1][b], got_grads[2][b]):
+            assert_close(t, torch.zeros_like(t))
+
+
+def test_distance_bias_layer_equals_explicit_forward_and_backward(monkeypatch):
+    """Through the core (the positions and masks it gives the path) against the explicit path."""
+    monkeypatch.setattr(backends, "DISTANCE_BIAS_MIN_LEN", 4)
+    args = make_args("t5bias", t5_buckets=BUCKETS, t5_max_distance=MAX_DISTANCE)
+    runs = []
+    for backend in ("auto", "explicit"):
+        attn = make_attention(args, backend=backend, dtype=torch.float64)
+        with torch.no_grad():
+            attn.pieces[0].bucket_bias.normal_(0, 1, generator=torch.Generator().manual_seed(2))
+        assert path_name(attn, tgt_len=9, src_len=9) == ("distance bias" if backend == "auto" else "explicit")
+        x, kpm = padded_batch([9, 5, 7], dtype=torch.float64)
+        x.requires_grad_(True)
+        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
+        runs.append((y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters()}))
+    (ya, xa, ga), (yb, xb, gb) = runs
+    # the explicit path's softmax is float32 even for float64 inputs: agreement to ~1e-6
+    tol = dict(rtol=1e-5, atol=1e-5)
+    assert_close(ya, yb, **tol)
+    assert_close(xa, xb, **tol)
+    assert "pieces.0.bucket_bias" in ga
+    for n in ga:
+        assert_close(ga[n], gb[n], **tol, msg=lambda m: f"{n}: {m}")
+
+
+def test_auto_on_cpu_takes_the_distance_bias_path_for_long_encoder_self_attention():
+    attn = make_attention(make_args("t5bias"), backend="auto")
+    n = backends.DISTANCE_BIAS_MIN_LEN
+    long_ = dict(tgt_len=n, src_len=n)
+    assert path_name(attn, **long_) == "distance bias"
+    assert path_name(attn, tgt_len=4 * n, src_len=4 * n) == "distance bias"
+    assert path_name(attn, tgt_len=n - 1, src_len=n - 1) == "fused"
+    # the decoder's masked self-attention and its incremental steps: SDPA
+    decoder = make_attention(make_args("t5bias"), side="decoder")
+    assert path_name(decoder, attn_mask=True, **long_) == "fused"
+    assert path_name(decoder, incremental=True, tgt_len=1, src_len=n) == "fused"
+    # attention dropout, weights, queries that are not the keys, CUDA, a forced backend
+    assert path_name(attn, dropout_p=0.1, **long_) == "fused"
+    assert path_name(attn, need_weights=True, **long_) == "explicit"
+    assert path_name(attn, tgt_len=n, src_len=n + 1) == "fused"
+    assert path_name(attn, on_cuda=True, **long_) == "fused"
+    for forced in ("fused", "explicit"):
+        assert path_name(make_attention(make_args("t5bias"), backend=forced), **long_) == forced
+    # another piece changing the scores in the same layer: the bias alone is not the layer's
+    two = make_attention(make_args("t5bias,csan1d", csan_window=3, csan_layers="0"), backend="auto")
+    assert path_name(two, **long_) == "fused"
+    reasons = backends.reasons(attn._layer, backends.Call(attn_mask=True, dropout_p=0.1, incremental=True,
+                                                          **long_))
+    why = reasons["distance bias"]
+    assert any("attn_mask" in r for r in why)
+    assert any("attention dropout" in r for r in why)
+    assert any("incremental" in r for r in why)
+
+
+def test_a_piece_without_the_declaration_keeps_the_fused_path(monkeypatch):
+    monkeypatch.setattr(T5RelativeBias, "distance_bias_path_ok", False)
+    attn = make_attention(make_args("t5bias"), backend="auto")
+    n = backends.DISTANCE_BIAS_MIN_LEN
+    assert path_name(attn, tgt_len=n, src_len=n) == "fused"

@@ -107,8 +107,10 @@ POSITION_METHODS = [
     ("csan2d", "transformer_csan2d_wmt_en_de", {}),
 ]
 #: the paths that can train on CPU (flex_attention has no backward there); ``auto`` is
-#: listed where it chooses a path ``fused`` cannot force (relpos k/kv: the region split)
+#: listed where it chooses a path ``fused`` cannot force (relpos k/kv: the region split;
+#: t5bias: the distance-bias path)
 CPU_TRAIN_PATHS = ("explicit", "fused")
+CPU_OWN_AUTO = ("relpos_k", "relpos_kv", "t5bias")
 
 
 def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: str = "cpu") -> List[System]:
@@ -128,7 +130,7 @@ def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: st
                 check_backend(path, ["relpos"] if name == "relpos_kv" else [], 0.0)
             except PieceConfigError:
                 continue  # fused cannot run relpos kv
-            if path == "auto" and device_type == "cpu" and not name.startswith("relpos"):
+            if path == "auto" and device_type == "cpu" and name not in CPU_OWN_AUTO:
                 continue  # auto on CPU is the fused path for these
             systems.append(System(f"{name}/{path}", arch, None, dict(flags, attn_backend=path)))
     if patterns:
@@ -202,14 +204,14 @@ def attention_paths(model) -> Dict[str, int]:
     """How many self-attention modules run fused / flex (relpos kv/tied, alibi) / explicit (training, no weights)."""
     from fairseq_attn_plugins.attention import PluginSelfAttention, backends
 
-    counts = {"fused": 0, "flex": 0, "explicit": 0, "query blocks": 0, "region split": 0}
+    counts = {"fused": 0, "flex": 0, "explicit": 0, "query blocks": 0, "region split": 0, "distance bias": 0}
     for m in model.modules():
         if isinstance(m, PluginSelfAttention):
             path = m.path_for(backends.Call(dropout_p=m.dropout_module.p,
                                             on_cuda=m.q_proj.weight.is_cuda,
                                             attn_mask=m.site.side == "decoder"))
-            counts[{"flex piece": "flex", "explicit": "explicit", "query blocks": "query blocks",
-                    "region split": "region split"}.get(path.name, "fused")] += 1
+            name = "flex" if path.name == "flex piece" else path.name
+            counts[name if name in counts else "fused"] += 1  # block-local, flex band: SDPA-like
     return counts
 
 

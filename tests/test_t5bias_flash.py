@@ -162,3 +162,12 @@ def test_a_piece_without_the_declaration_keeps_the_fused_path(monkeypatch):
     attn = make_attention(make_args("t5bias"), backend="auto")
     n = backends.DISTANCE_BIAS_MIN_LEN
     assert path_name(attn, tgt_len=n, src_len=n) == "fused"
+
+
+def test_the_length_sweep_measures_t5bias_auto():
+    """``--sweep lengths`` lists t5bias's ``auto`` (the distance-bias path) beside explicit and fused."""
+    from fairseq_attn_plugins.bench.systems import position_sweep_systems
+
+    systems = {s.name: s for s in position_sweep_systems(["t5bias/*"])}
+    assert list(systems) == ["fairseq", "t5bias/explicit", "t5bias/fused", "t5bias/auto"]
+    assert systems["t5bias/auto"].flags["attn_backend"] == "auto"

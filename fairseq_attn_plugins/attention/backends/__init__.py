@@ -13,15 +13,19 @@ declares what it supports as data, read by one ``not_supported_reasons``
    through torch's CPU flash kernel (relpos on CPU);
 4. ``query blocks`` (:mod:`.blocks`): the layer's only piece computes the whole attention
    in query blocks (relpos kv/tied on CPU: what the region split does not run);
-5. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
-6. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
-7. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
+5. ``distance bias`` (:mod:`.distance_bias`): the layer's only piece adds a learned bias of
+   the key-query distance to an encoder self-attention, run by torch's CPU flash kernel with
+   a blocked backward for the bias (t5bias on CPU);
+6. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
+7. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
+8. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
    (the reference); it always can.
 
 ``--attn-backend`` orders the paths (:func:`order`, as xformers' dispatch priority list)
 and the first one without reasons runs a call: ``auto`` all of them (the flex paths on
 CUDA only, the band from ``flex.FLEX_WINDOW_MIN_LEN`` positions, the region split then the
-query blocks on CPU from ``BLOCKED_MIN_LEN``), ``flex`` the flex paths on any device then the SDPA ones,
+query blocks on CPU from ``BLOCKED_MIN_LEN``, the distance bias on CPU from
+``DISTANCE_BIAS_MIN_LEN``), ``flex`` the flex paths on any device then the SDPA ones,
 ``fused`` the SDPA paths, ``explicit`` the explicit path; every order ends on the
 explicit path (``fused``'s only where weights are requested: it refuses, at build, a piece
 that needs the probability matrix). A forced backend whose named path cannot

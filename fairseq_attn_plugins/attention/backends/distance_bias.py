@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from .base import PiecePath
-from .regions import HAVE_KERNEL
+from .regions import RegionSplit
 
 #: query rows per block of the backward
 BLOCK = 128
@@ -34,7 +34,7 @@ BLOCK = 128
 class DistanceBias(PiecePath):
     name = "distance bias"
     own_piece = "distance_bias_path_ok"
-    unavailable = None if HAVE_KERNEL else "torch has no CPU flash attention kernel (needs torch >= 2.2)"
+    unavailable = RegionSplit.unavailable  # the same kernel
     no_dropout = "its backward recomputes the probabilities without it"
     queries_are_keys = True
     no_attn_mask = "the kernel's one mask carries the distance bias"

@@ -42,7 +42,12 @@ right padding gives the same output; incremental decoding reads the distances
 from ``q_pos``/``k_pos``, exact. With 2D-CSAN's widened keys each slot carries
 the bias of its key's distance for the query's head.
 
-Backends: an additive float bias (1, H, T, S): fused SDPA path and explicit.
+Backends: an additive float bias (1, H, T, S) on the fused SDPA path and the explicit one;
+on CPU, ``auto`` runs an encoder self-attention (no attention dropout) of at least
+``backends.DISTANCE_BIAS_MIN_LEN`` (128) positions on the distance-bias path
+(:mod:`..backends.distance_bias`: ``distance_bias`` gives the bias per distance, torch's CPU
+flash kernel takes it as its mask, a blocked backward gives the table its gradient), which
+keeps no (B, H, T, S) tensor; SDPA with a bias that needs a gradient leaves the flash kernel.
 """
 
 import math

@@ -2,10 +2,13 @@
 # Every GPU check of the flex paths and the GPU length sweep, in one call of the device tool
 # (one H100 / H200, at most 10 minutes; each step has its own limit and writes its log to $OUT,
 # so what ran comes back even if a later step is cut off). Ordered by what matters most:
-#   1. the compiled flex kernels against the explicit path, fp16, forward + backward (pytest);
-#   2. fp16 numerics of every architecture (fused / flex against explicit);
-#   3. graphs compiled over 11 batch shapes with inductor, training (forward + backward);
-#   4. the GPU length sweep at L = 1024 and 512 (encoder forward + backward, base size, fp16);
+#   1. graphs compiled over 11 batch shapes with inductor, training (forward + backward), in a
+#      fresh process with inductor's on-disk caches off (on 2026-11-26, H200, torch 2.11, the
+#      compiled backward of relpos failed a stride assertion at a new shape, in a process that
+#      had loaded another process's compiled graph: which of the two causes it is open);
+#   2. the compiled flex kernels against the explicit path, fp16, forward + backward (pytest);
+#   3. fp16 numerics of every architecture (fused / flex against explicit);
+#   4. the GPU length sweep at L = 512 and 1024 (encoder forward + backward, base size, fp16);
 #   5. graphs compiled over 11 batch shapes with inductor, inference forward.
 # Needs the wheels of fairseq and its pure-Python needs in .whl/ (see benchmarks/RESULTS.md).
 # GPU_CHECKS_DRY=1 runs the same steps on this machine's CPU at tiny sizes (a check of the script).
@@ -42,14 +45,14 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
+TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_AUTOGRAD_CACHE=0 step graphs_train 140 \
+    python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE" "${TRAIN[@]}"
 step flex_kernels 110 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_flex_attention.py -k cuda
 TAIL=20 step numerics 90 python3 -m fairseq_attn_plugins.cli.bench --device "$DEV" --mode numerics \
     --json "$OUT/numerics.json"
-step graphs_train 140 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" \
-    --compile "$COMPILE" "${TRAIN[@]}"
-for L in 1024 512; do
+for L in 512 1024; do
     TAIL=30 step "sweep_$L" 150 python3 -m fairseq_attn_plugins.cli.bench --device "$DEV" "${SWEEP[@]}" \
-        --sweep lengths --lengths "$L" --systems '*/auto,*/fused' --repeats 3 --json "$OUT/sweep_$L.json"
+        --sweep lengths --lengths "$L" --systems '*/auto,*/fused,*/flex' --repeats 3 --json "$OUT/sweep_$L.json"
 done
 step graphs_infer 80 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE"
 echo "== done at ${SECONDS}s"

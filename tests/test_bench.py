@@ -323,12 +323,14 @@ def test_sweep_lengths_flag_needs_the_sweep():
 
 
 def test_position_sweep_on_cuda_lists_auto_for_every_method():
-    """On CUDA ``auto`` picks flex_attention or the block-sparse band for most methods: the
-    GPU sweep measures it beside explicit and fused; on CPU only where it differs from fused."""
+    """On CUDA the GPU sweep measures ``auto`` for every method and forced ``flex`` where a
+    method has a flex path; on CPU ``auto`` only where it differs from fused, never flex."""
     cuda = [s.name for s in B.position_sweep_systems(None, "cuda")]
     cpu = [s.name for s in B.position_sweep_systems(None, "cpu")]
     methods = [name for name, _, _ in B.POSITION_METHODS]
     assert [m for m in methods if f"{m}/auto" in cuda] == methods
+    assert [m for m in methods if f"{m}/flex" in cuda] == list(B.systems.FLEX_METHODS)
+    assert not any(name.endswith("/flex") for name in cpu)
     assert "rope/auto" not in cpu and "relpos_kv/auto" in cpu
     assert set(cpu) <= set(cuda)
 

@@ -18,6 +18,7 @@ import torch.nn.attention.flex_attention as torch_flex
 from torch.testing import assert_close
 
 from attn_helpers import build_model, make_args, make_attention, padded_batch, path_name, token_batch
+from fairseq_attn_plugins.attention import backends
 from fairseq_attn_plugins.attention.backends import flex
 from fairseq_attn_plugins.attention.pieces import relpos
 
@@ -270,15 +271,16 @@ def test_block_masks_are_reused_only_for_the_same_mask_tensors():
                                               ("relpos", dict(relpos_k=16), "decoder"),
                                               ("csan2d", dict(csan_layers="0", csan_window=11), "encoder")])
 def test_cuda_flex_kernel_matches_explicit_in_fp16(piece, flags, side):
-    """GPU only: the compiled Triton kernel (auto picks flex on CUDA) vs explicit, fp16, norm-wise."""
+    """GPU only: the compiled Triton kernel (``--attn-backend flex``: auto trains without it)
+    vs explicit, fp16, forward and backward, norm-wise."""
     args = make_args(piece, **flags)
-    T = 600 if piece == "csan2d" else 70  # windows: flex from FLEX_WINDOW_MIN_LEN on
+    T = 600 if piece == "csan2d" else 70
     x, kpm = padded_batch([T, T - 17, T // 2], embed_dim=64)
     mask = None
     if side == "decoder":
         kpm, mask = None, torch.triu(torch.full((T, T), float("-inf")), 1).cuda().half()
     res = []
-    for backend in ("auto", "explicit"):
+    for backend in ("flex", "explicit"):
         attn = make_attention(args, side=side, embed_dim=64, num_heads=4, backend=backend)
         randomize(attn)
         attn = attn.cuda().half().train()
@@ -289,3 +291,22 @@ def test_cuda_flex_kernel_matches_explicit_in_fp16(piece, flags, side):
         res.append((y.float(), xc.grad.float()))
     for a, b in zip(res[0], res[1]):
         assert float((a - b).norm() / b.norm()) < 2e-2
+
+
+def test_auto_trains_on_cuda_without_flex():
+    """auto on CUDA: the flex paths run inference calls only; a training call (the module
+    trains, gradients recorded) takes the SDPA / explicit paths, which trained on the GPU.
+    ``--attn-backend flex`` still trains through flex."""
+    kv = make_attention(make_args("relpos", relpos_k=2))
+    assert path_name(kv, on_cuda=True) == "flex piece"
+    assert path_name(kv, on_cuda=True, backward=True) == "explicit"
+    alibi = make_attention(make_args("alibi"))
+    assert path_name(alibi, on_cuda=True) == "flex piece"
+    assert path_name(alibi, on_cuda=True, backward=True) == "fused"
+    csan = make_attention(make_args("csan1d", csan_layers="0"))
+    assert path_name(csan, tgt_len=1024, src_len=1024, on_cuda=True) == "flex band"
+    assert path_name(csan, tgt_len=1024, src_len=1024, on_cuda=True, backward=True) == "block-local"
+    forced = make_attention(make_args("relpos", relpos_k=2), backend="flex")
+    assert path_name(forced, on_cuda=True, backward=True) == "flex piece"
+    reasons = backends.reasons(kv._layer, backends.Call(on_cuda=True, backward=True))
+    assert reasons["flex piece"] == ["a training call (this order takes it for inference only)"]

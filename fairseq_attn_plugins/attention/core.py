@@ -131,7 +131,8 @@ class PluginSelfAttention(MultiheadAttention):
         q, k, v, ctx = self._project(query, key_padding_mask, incremental_state)
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         path = self.path_for(backends.Call(need_weights, ctx.incremental, tgt_len, ctx.src_len,
-                                           dropout_p, q.is_cuda, attn_mask is not None))
+                                           dropout_p, q.is_cuda, attn_mask is not None,
+                                           self.training and torch.is_grad_enabled()))
         run = backends.Run(self.pieces, attn_mask, self.scaling, dropout_p, self.flex_compile,
                            self._layer.band_half)
         heads_out, weights = path.apply(q, k, v, ctx, run)  # (B, H, T, D), probabilities or None

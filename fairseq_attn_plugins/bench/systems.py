@@ -111,13 +111,15 @@ POSITION_METHODS = [
 #: t5bias: the distance-bias path)
 CPU_TRAIN_PATHS = ("explicit", "fused")
 CPU_OWN_AUTO = ("relpos_k", "relpos_kv", "t5bias")
+#: the methods with a flex_attention path (its own, or the CSAN band): on CUDA the sweep
+#: also forces ``flex`` for them (``auto`` trains without it)
+FLEX_METHODS = ("relpos_kv", "alibi", "csan1d", "csan2d")
 
 
 def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: str = "cpu") -> List[System]:
     """Stock fairseq, then each position method on each training path of the device
     (``name/path``): on CPU explicit and fused (and ``auto`` where it picks another path);
-    on CUDA also ``auto`` for every method (flex_attention or the block-sparse band where
-    the chooser takes them)."""
+    on CUDA also ``auto`` for every method and ``flex`` for those with a flex path."""
     import fairseq_attn_plugins  # noqa: F401
 
     from ..attention import PieceConfigError
@@ -125,7 +127,8 @@ def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: st
 
     systems = [System(STOCK, "transformer_wmt_en_de", None)]
     for name, arch, flags in POSITION_METHODS:
-        for path in CPU_TRAIN_PATHS + ("auto",):
+        flex = ("flex",) if device_type == "cuda" and name in FLEX_METHODS else ()
+        for path in CPU_TRAIN_PATHS + flex + ("auto",):
             try:
                 check_backend(path, ["relpos"] if name == "relpos_kv" else [], 0.0)
             except PieceConfigError:

@@ -23,7 +23,7 @@ declares what it supports as data, read by one ``not_supported_reasons``
 
 ``--attn-backend`` orders the paths (:func:`order`, as xformers' dispatch priority list)
 and the first one without reasons runs a call: ``auto`` all of them (the flex paths on
-CUDA only, the band from ``flex.FLEX_WINDOW_MIN_LEN`` positions, the region split then the
+CUDA for inference only, the band from ``flex.FLEX_WINDOW_MIN_LEN`` positions, the region split then the
 query blocks on CPU from ``BLOCKED_MIN_LEN``, the distance bias on CPU from
 ``DISTANCE_BIAS_MIN_LEN``), ``flex`` the flex paths on any device then the SDPA ones,
 ``fused`` the SDPA paths, ``explicit`` the explicit path; every order ends on the
@@ -82,7 +82,11 @@ def _order(backend: str, local_min: int, block: int, flex_band_min: int, blocked
         return sdpa
     if backend == "flex":
         return (FlexPiece(), FlexBand()) + sdpa
-    return (FlexPiece(devices=CUDA), FlexBand(devices=CUDA, min_len=flex_band_min),
+    # the flex paths for inference only: their compiled backward failed on an H200 (torch
+    # 2.11: a stride assertion at a new batch shape) and trained slower than the SDPA paths
+    # (benchmarks/RESULTS.md, "GPU checks"); --attn-backend flex still trains through them
+    return (FlexPiece(devices=CUDA, trains=False),
+            FlexBand(devices=CUDA, min_len=flex_band_min, trains=False),
             RegionSplit(devices=CPU, min_len=blocked_min), QueryBlocks(devices=CPU, min_len=blocked_min),
             DistanceBias(devices=CPU, min_len=distance_min)) + sdpa
 

@@ -48,6 +48,8 @@ class Call:
     on_cuda: bool = False
     #: fairseq's ``attn_mask`` is given (decoder self-attention: the future mask)
     attn_mask: bool = False
+    #: a training call: the module trains and gradients are recorded (a backward follows)
+    backward: bool = False
 
 
 @dataclass
@@ -92,6 +94,8 @@ class Path:
     min_len: int = 1
     #: the band must fit in a block of this many positions (``2 * band_half < block``)
     block: Optional[int] = None
+    #: an order takes it for training calls too (``False``: inference only)
+    trains: bool = True
 
     def model_reasons(self, needs_probs: Sequence[str], dropout_p: float) -> List[str]:
         """Why it cannot run any layer of a model (build time: torch, dropout, the pieces)."""
@@ -124,6 +128,8 @@ class Path:
             reasons.append(f"fairseq's attn_mask given ({self.no_attn_mask})")
         if layer.widens_kv and not self.widened_keys:
             reasons.append("a piece widens the key axis")
+        if call.backward and not self.trains:
+            reasons.append("a training call (this order takes it for inference only)")
         if call.tgt_len < self.min_len:
             reasons.append(f"shorter than {self.min_len} positions")
         if self.block is not None and layer.band_half is not None and 2 * layer.band_half >= self.block:

@@ -41,7 +41,8 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
     lscpu | grep -E "^Model name|^CPU\(s\)"
     python3 -c "import sys, torch, fairseq; print('python', sys.version.split()[0], '| torch', torch.__version__, '| cuda', torch.version.cuda, '| fairseq', fairseq.__version__)"
-    git log -1 --format='tree %h %cI' 2>/dev/null
+    # the device tool copies the working tree, not necessarily its .git: a hash of the sources
+    echo "sources sha256 $(git ls-files -z -- '*.py' '*.sh' | sort -z | xargs -0 cat | sha256sum | cut -c1-16)"
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 

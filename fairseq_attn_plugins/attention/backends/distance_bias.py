@@ -51,8 +51,13 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, rel_bias: Tensor,
 
     q, k, v: (B, H, T, D), queries = keys at positions 0..T-1; rel_bias (H, 2T - 1), the
     bias of each head for the distances ``1 - T .. T - 1`` (key - query), differentiable;
-    key_padding_mask (B, T) True = pad. Returns (B, H, T, D)."""
-    return _DistanceBiasFlash.apply(q, k, v, rel_bias, key_padding_mask, scale, max(1, block))
+    key_padding_mask (B, T) True = pad. Returns (B, H, T, D). bf16 / fp16 inputs run in
+    float32 and the output is cast back (the explicit path's softmax is float32 too; in bf16
+    the recomputed probabilities doubled the gradients' error)."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    out = _DistanceBiasFlash.apply(q.to(acc), k.to(acc), v.to(acc), rel_bias.to(acc),
+                                   key_padding_mask, scale, max(1, block))
+    return out.to(q.dtype)
 
 
 def bias_rows(rel_bias: Tensor, first: int, last: int) -> Tensor:

@@ -247,10 +247,15 @@ def region_relpos_attention(q: Tensor, k: Tensor, v: Tensor, rel_keys: Tensor,
     any key outputs zeros (the core's convention). No attention dropout (the chooser sends
     a layer with dropout elsewhere).
 
+    bf16 / fp16 inputs run in float32 and the output is cast back (the explicit path's softmax
+    is float32 too; in bf16 the recomputed probabilities doubled the gradients' error).
+
     q, k, v: (B, H, T, D); key_padding_mask (B, T) True = pad. Returns (B, H, T, D)."""
-    table_v = None if rel_values is None else rel_values.to(q.dtype)
-    return _RegionSplit.apply(q, k, v, rel_keys.to(q.dtype), table_v, kmax, key_padding_mask, scale,
-                              max(1, min(block or REGION_BLOCK, q.size(2))))
+    acc = torch.promote_types(q.dtype, torch.float32)
+    table_v = None if rel_values is None else rel_values.to(acc)
+    out = _RegionSplit.apply(q.to(acc), k.to(acc), v.to(acc), rel_keys.to(acc), table_v, kmax,
+                             key_padding_mask, scale, max(1, min(block or REGION_BLOCK, q.size(2))))
+    return out.to(q.dtype)
 
 
 class _Strip:

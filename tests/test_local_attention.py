@@ -92,11 +92,8 @@ def test_core_uses_local_path_with_identical_results(monkeypatch):
             torch.testing.assert_close(got[2][name], want[2][name], msg=name, **tol)
 
 
-def test_local_path_not_used_for_short_or_2d(monkeypatch):
+def test_local_path_not_used_for_short(monkeypatch):
     monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
-    args2d = make_args("csan2d", layers=3, csan_window=5)
-    attn2d = make_attention(args2d, embed_dim=16, num_heads=4, backend="fused")
-    assert path_name(attn2d, tgt_len=40, src_len=40) == "fused"  # widened key axis
     args1d = make_args("csan1d", layers=3, csan_window=5)
     attn1d = make_attention(args1d, embed_dim=16, num_heads=4, backend="fused")
     assert path_name(attn1d, tgt_len=40, src_len=40) == "block-local"

@@ -1,11 +1,13 @@
-"""Block-local fused attention (attention/backends/local.py) used for long 1D-CSAN sequences:
-same outputs and gradients as the dense fused path and the explicit path."""
+"""Block-local fused attention (attention/backends/local.py) used for long 1D- and 2D-CSAN
+sequences: same outputs and gradients as the dense fused path, the explicit path and plain loops."""
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from attn_helpers import make_args, make_attention, padded_batch, path_name
+from attn_helpers import make_args, make_attention, output64, padded_batch, path_name, projections64
 from fairseq_attn_plugins.attention.backends import local
 
 
@@ -101,3 +103,126 @@ def test_local_path_not_used_for_short(monkeypatch):
     assert path_name(attn1d, tgt_len=1, src_len=40, incremental=True) == "fused"  # incremental decoding
     base = make_attention(make_args(""), embed_dim=16, num_heads=4)
     assert path_name(base, tgt_len=400, src_len=400) == "fused"  # no band
+
+
+def naive_slot_attention(q, k, v, mask, half, scale, slots):
+    """Plain loops, float64: query i of head h over the keys j of every slot s (k[:, :, s*T + j])
+    within ``half`` of i and allowed by ``mask`` (B|1, H|1, T, slots*T) bool or additive float."""
+    B, H, T, D = q.shape
+    out = torch.zeros(B, H, T, D, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            m = mask[min(b, mask.size(0) - 1), min(h, mask.size(1) - 1)]
+            for i in range(T):
+                scores, values = [], []
+                for s in range(slots):
+                    for j in range(max(0, i - half), min(T, i + half + 1)):
+                        add = m[i, s * T + j]
+                        if add.dtype == torch.bool and not add or float(add) == float("-inf"):
+                            continue
+                        bias = 0.0 if add.dtype == torch.bool else float(add)
+                        scores.append(float(q[b, h, i] @ k[b, h, s * T + j]) * scale + bias)
+                        values.append(v[b, h, s * T + j])
+                if scores:
+                    p = torch.softmax(torch.tensor(scores, dtype=torch.float64), 0)
+                    out[b, h, i] = sum(pn * vn for pn, vn in zip(p, values))
+    return out
+
+
+@pytest.mark.parametrize("T,block,half,per_head", [(19, 8, 2, True), (16, 8, 1, False), (9, 32, 3, True)])
+def test_local_sdpa_over_slots_matches_naive_loops(T, block, half, per_head):
+    """Widened keys (3 slots side by side): bool and additive masks, one mask per head or shared,
+    slots off the head edge, padding; T a multiple of the block or not."""
+    g = torch.Generator().manual_seed(T)
+    B, H, D, n = 2, 3, 4, 3
+    q = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, H, n * T, D, generator=g, dtype=torch.float64) for _ in range(2))
+    pos = torch.arange(T)
+    allowed = ((pos[:, None] - pos[None, :]).abs() <= half).repeat(1, n)[None, None]  # (1, 1, T, nT)
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    kpm[1, : T // 2] = True
+    allowed = allowed & ~kpm.repeat(1, n)[:, None, None, :]
+    if per_head:  # head 0 has no slot 0, head H-1 no slot n-1 (2D-CSAN's cut edge)
+        slot_ok = torch.ones(H, n, dtype=torch.bool)
+        slot_ok[0, 0] = slot_ok[H - 1, n - 1] = False
+        allowed = allowed & slot_ok.repeat_interleave(T, dim=1)[None, :, None, :]
+    empty = ~allowed.any(-1, keepdim=True)
+    got = local.local_sdpa(q, k, v, allowed | empty, half, 0.5, block=block, slots=n).masked_fill(empty, 0.0)
+    torch.testing.assert_close(got, naive_slot_attention(q, k, v, allowed, half, 0.5, n))
+    bias = torch.randn(1, H if per_head else 1, T, n * T, generator=g, dtype=torch.float64)
+    fmask = bias.masked_fill(~allowed, float("-inf"))
+    got = local.local_sdpa(q, k, v, fmask.masked_fill(empty, 0.0), half, 0.5, block=block, slots=n)
+    torch.testing.assert_close(got.masked_fill(empty, 0.0), naive_slot_attention(q, k, v, fmask, half, 0.5, n))
+
+
+def csan2d_reference(attn, x, kpm, window, area, head_edge):
+    """2D-CSAN written plainly in float64: for each (b, h, i), the keys of the area's heads
+    (cut: only heads 0..H-1; wrap: circular; authors: keys wrap, values clamp) within the
+    window and not padding, one softmax over all of them. Differentiable in x."""
+    q, k, v = projections64(attn, x)
+    B, H, T, D = q.shape
+    half = window // 2
+    rows = []
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                scores, values = [], []
+                for o in range(-(area // 2), area // 2 + 1):
+                    hk = h + o
+                    if head_edge == "cut" and not 0 <= hk < H:
+                        continue
+                    hv = min(max(hk, 0), H - 1) if head_edge == "authors" else hk % H
+                    for j in range(max(0, i - half), min(T, i + half + 1)):
+                        if not kpm[b, j]:
+                            scores.append(q[b, h, i] @ k[b, hk % H, j] / math.sqrt(D))
+                            values.append(v[b, hv, j])
+                if not scores:  # a query the window leaves without keys outputs zeros
+                    rows.append(torch.zeros(D, dtype=torch.float64))
+                    continue
+                p = torch.softmax(torch.stack(scores), 0)
+                rows.append((p[:, None] * torch.stack(values)).sum(0))
+    return output64(attn, torch.stack(rows).view(B, H, T, D))
+
+
+@pytest.mark.parametrize("head_edge", ["cut", "wrap", "authors"])
+@pytest.mark.parametrize("left_pad", [True, False])
+def test_csan2d_on_block_local_path_matches_loop_reference(monkeypatch, head_edge, left_pad):
+    """csan2d on the block-local path (thresholds lowered): output and input gradients equal
+    a float64 loop over the area's heads and the window, every position (padding ones too),
+    with rows a window in padding empties and T not a multiple of the block."""
+    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
+    monkeypatch.setattr(local, "BLOCK", 8)
+    calls = []
+    real_local = local.local_sdpa
+    monkeypatch.setattr(local, "local_sdpa", lambda *a, **kw: calls.append(kw["slots"]) or real_local(*a, **kw))
+    args = make_args("csan2d", csan_window=5, csan_heads=3, csan_head_edge=head_edge, csan_layers="0")
+    attn = make_attention(args, embed_dim=16, num_heads=4, backend="auto", dtype=torch.float64).train()
+    assert path_name(attn, tgt_len=21, src_len=21) == "block-local"
+    x, kpm = padded_batch([21, 17, 2], embed_dim=16, left_pad=left_pad, dtype=torch.float64)
+    xl = x.clone().requires_grad_()
+    out, _ = attn(xl, xl, xl, key_padding_mask=kpm, need_weights=False)
+    out.square().sum().backward()
+    assert calls and set(calls) == {3}, "the block-local path did not run the 3 slots"
+    xr = x.clone().requires_grad_()
+    ref = csan2d_reference(attn, xr, kpm, 5, 3, head_edge)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(xl.grad, xr.grad)
+
+
+def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
+    """From LOCAL_MIN_LEN positions on CPU, under auto and fused, as csan1d; CUDA keeps flex
+    block-sparse attention from FLEX_WINDOW_MIN_LEN."""
+    from fairseq_attn_plugins.attention.backends import flex
+
+    n = local.LOCAL_MIN_LEN
+    assert n == 256
+    for piece in ("csan1d", "csan2d"):
+        for backend in ("auto", "fused"):
+            attn = make_attention(make_args(piece, csan_layers="0"), embed_dim=16, num_heads=4, backend=backend)
+            assert path_name(attn, tgt_len=n, src_len=n) == "block-local", (piece, backend)
+            assert path_name(attn, tgt_len=n - 1, src_len=n - 1) == "fused", (piece, backend)
+        attn = make_attention(make_args(piece, csan_layers="0"), embed_dim=16, num_heads=4, backend="auto")
+        m = flex.FLEX_WINDOW_MIN_LEN
+        assert path_name(attn, tgt_len=m, src_len=m, on_cuda=True) == "flex band", piece
+        assert path_name(attn, tgt_len=m - 1, src_len=m - 1, on_cuda=True) == "block-local", piece

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from .base import HookPath
 from .sdpa import sdpa_backends, sdpa_mask
@@ -100,6 +101,12 @@ class BlockLocal(HookPath):
     fused_pieces_only = True
     needs_band = True
     queries_are_keys = True
+
+    def apply(self, q, k, v, ctx, run):
+        if not (torch.is_grad_enabled() and any(p.expands_kv for p in run.pieces)):
+            return super().apply(q, k, v, ctx, run)
+        # widened keys: their blocks are n times the keys; recomputed in the backward, not kept
+        return checkpoint(super().apply, q, k, v, ctx, run, use_reentrant=False)
 
     def attend(self, q, k, v, scores, ctx, run):
         mask = sdpa_mask(scores.bias, scores.allowed, q.dtype)

@@ -226,3 +226,28 @@ def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
         m = flex.FLEX_WINDOW_MIN_LEN
         assert path_name(attn, tgt_len=m, src_len=m, on_cuda=True) == "flex band", piece
         assert path_name(attn, tgt_len=m - 1, src_len=m - 1, on_cuda=True) == "block-local", piece
+
+
+def test_csan2d_block_local_recomputation_replays_attention_dropout(monkeypatch):
+    """The widened layer's attention is recomputed in the backward: with attention dropout,
+    the gradients are those of the dropout mask the forward drew (the same as without
+    recomputation), not of a new one."""
+    from fairseq_attn_plugins.attention.backends.base import HookPath
+
+    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
+    monkeypatch.setattr(local, "BLOCK", 8)
+    args = make_args("csan2d", csan_window=5, csan_layers="0")
+    attn = make_attention(args, embed_dim=16, num_heads=4, backend="fused", dropout=0.3,
+                          dtype=torch.float64).train()
+    x, kpm = padded_batch([21, 13], embed_dim=16, dtype=torch.float64)
+    res = []
+    for recompute in (True, False):
+        if not recompute:
+            monkeypatch.setattr(local.BlockLocal, "apply", HookPath.apply)
+        torch.manual_seed(5)
+        out, grad = _run(attn, x, kpm)[:2]
+        res.append((out, grad))
+    torch.testing.assert_close(res[0][0], res[1][0])
+    torch.testing.assert_close(res[0][1], res[1][1])
+    torch.manual_seed(6)  # another mask gives other gradients: the check can fail
+    assert not torch.allclose(_run(attn, x, kpm)[1], res[1][1])

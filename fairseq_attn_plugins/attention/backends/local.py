@@ -13,7 +13,14 @@ the key axis holds n slots of T positions, slot ``s * T + j`` (``AttentionContex
 and the band holds in each slot. Each block then attends to the band of every slot, side by
 side (n * (block + 2 half) keys), its mask cut the same way from each slot's part of the
 dense mask (the slots off the head edge, the other pieces' bias and mask repeated per slot),
-so one softmax still runs over the union, as on the dense path.
+so one softmax still runs over the union, as on the dense path. Kept for the backward,
+these key blocks would be n times the keys (at L = 512, 2D-CSAN: 1.4x stock fairseq's
+training memory on CPU); such a layer's attention is recomputed in the backward instead
+(``torch.utils.checkpoint``), keeping only q, k and v.
+
+A mask per head (the 2D-CSAN edge) puts the query blocks with the heads, (B, H * blocks),
+so that one mask serves the whole batch; a mask shared by the heads puts them in the
+batch, (B * blocks, H).
 
 The **block-local path** (:class:`BlockLocal`): self-attention of length >= ``LOCAL_MIN_LEN``
 when a piece declares ``band_half`` (1D-/2D-CSAN) and every piece runs fused.
@@ -86,14 +93,15 @@ def local_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], half: in
 def _key_blocks(x: Tensor, slots: int, half: int, block: int, nb: int) -> Tensor:
     """(B, H, slots * T, D) -> (B, H, nb, slots * W, D): for each query block, the keys
     ``[b*block - half, (b+1)*block + half)`` of each slot side by side. Positions outside
-    [0, T) repeat the nearest key: the band mask never allows them (weight exactly 0, so
-    no gradient either). One gather, its backward one ``index_add_``."""
+    [0, T) repeat the nearest key: the band mask allows them to no query that is kept
+    (weight exactly 0, so no gradient either). One gather, its backward one ``index_add_``."""
     B, H, ST, D = x.shape
     T = ST // slots
     W = block + 2 * half
     pos = torch.arange(nb, device=x.device)[:, None] * block - half + torch.arange(W, device=x.device)
     idx = pos.clamp(0, T - 1)[:, None, :] + torch.arange(slots, device=x.device)[:, None] * T
-    return x.index_select(2, idx.view(-1)).view(B, H, nb, slots * W, D)  # idx: (nb, slots, W)
+    # (nb, slots, W) positions; a gather along dim 1 of (B * H, ...) is the fastest on CPU
+    return x.reshape(B * H, ST, D).index_select(1, idx.view(-1)).view(B, H, nb, slots * W, D)
 
 
 class BlockLocal(HookPath):
@@ -106,6 +114,7 @@ class BlockLocal(HookPath):
         if not (torch.is_grad_enabled() and any(p.expands_kv for p in run.pieces)):
             return super().apply(q, k, v, ctx, run)
         # widened keys: their blocks are n times the keys; recomputed in the backward, not kept
+        # (the random state of attention dropout is replayed)
         return checkpoint(super().apply, q, k, v, ctx, run, use_reentrant=False)
 
     def attend(self, q, k, v, scores, ctx, run):

@@ -251,3 +251,28 @@ def test_csan2d_block_local_recomputation_replays_attention_dropout(monkeypatch)
     torch.testing.assert_close(res[0][1], res[1][1])
     torch.manual_seed(6)  # another mask gives other gradients: the check can fail
     assert not torch.allclose(_run(attn, x, kpm)[1], res[1][1])
+
+
+def test_csan2d_with_a_learned_bias_on_block_local_path_equals_dense(monkeypatch):
+    """Another piece's bias (t5bias's learned table) repeated per slot: output and the
+    gradients of the input and of every parameter (the table's too) equal the dense fused
+    path, and the explicit path within its float32 softmax."""
+    flags = dict(csan_window=5, csan_layers="0", t5_layers="0", t5_buckets=8, t5_max_distance=6)
+    args = make_args("csan2d,t5bias", **flags)
+    attn = make_attention(args, backend="fused", dtype=torch.float64).train()
+    explicit_attn = make_attention(args, backend="explicit", dtype=torch.float64).train()
+    explicit_attn.load_state_dict(attn.state_dict())
+    x, kpm = padded_batch([21, 12], embed_dim=16, dtype=torch.float64)
+    assert path_name(attn, tgt_len=21, src_len=21) == "fused"
+    dense, explicit = _run(attn, x, kpm), _run(explicit_attn, x, kpm)
+    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
+    monkeypatch.setattr(local, "BLOCK", 8)
+    assert path_name(attn, tgt_len=21, src_len=21) == "block-local"
+    attn.zero_grad()
+    got = _run(attn, x, kpm)
+    assert dense[2]["pieces.1.bucket_bias"].abs().sum() > 0
+    for want, tol in ((dense, {}), (explicit, dict(rtol=1e-5, atol=1e-6))):
+        torch.testing.assert_close(got[0], want[0], **tol)
+        torch.testing.assert_close(got[1], want[1], **tol)
+        for name in want[2]:
+            torch.testing.assert_close(got[2][name], want[2][name], msg=name, **tol)

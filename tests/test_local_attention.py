@@ -211,8 +211,8 @@ def test_csan2d_on_block_local_path_matches_loop_reference(monkeypatch, head_edg
 
 
 def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
-    """From LOCAL_MIN_LEN positions on CPU, under auto and fused, as csan1d; CUDA keeps flex
-    block-sparse attention from FLEX_WINDOW_MIN_LEN."""
+    """From LOCAL_MIN_LEN positions on CPU, under auto and fused, as csan1d; CUDA inference
+    keeps flex block-sparse attention from FLEX_WINDOW_MIN_LEN, CUDA training the SDPA paths."""
     from fairseq_attn_plugins.attention.backends import flex
 
     n = local.LOCAL_MIN_LEN
@@ -226,6 +226,7 @@ def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
         m = flex.FLEX_WINDOW_MIN_LEN
         assert path_name(attn, tgt_len=m, src_len=m, on_cuda=True) == "flex band", piece
         assert path_name(attn, tgt_len=m - 1, src_len=m - 1, on_cuda=True) == "block-local", piece
+        assert path_name(attn, tgt_len=m, src_len=m, on_cuda=True, backward=True) == "block-local", piece
 
 
 def test_csan2d_block_local_recomputation_replays_attention_dropout(monkeypatch):

@@ -32,8 +32,8 @@ boolean mask; 2D-CSAN widens the key axis with the neighbouring heads' keys
 and values) and on the explicit path. Long sequences: both take the block-local
 SDPA path (attention/backends/local.py) from 256 positions (2D-CSAN: each query
 block over the window of every head of its area, side by side, one softmax; its
-blocks recomputed in the backward); on CUDA, from 512 positions
-(``flex.FLEX_WINDOW_MIN_LEN``), both take block-sparse flex_attention
+blocks recomputed in the backward); on CUDA, inference from 512 positions
+(``flex.FLEX_WINDOW_MIN_LEN``) takes block-sparse flex_attention instead
 (attention/backends/flex.py: blocks outside the window are skipped);
 ``--attn-backend flex`` forces the latter at any length (exactness tests).
 """

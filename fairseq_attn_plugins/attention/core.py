@@ -60,7 +60,6 @@ class PluginSelfAttention(MultiheadAttention):
             needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
             own_paths=backends.own_paths(pieces),
             band_half=min(bands) if bands else None,
-            widens_kv=any(p.expands_kv for p in pieces),
         )
         self.backend = backend
         self.flex_compile = flex_compile

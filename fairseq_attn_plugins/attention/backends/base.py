@@ -32,8 +32,6 @@ class Layer:
     own_paths: Tuple[str, ...] = ()
     #: keys only within this many positions of the query (the narrowest declared band)
     band_half: Optional[int] = None
-    #: a piece widens the key axis (``expands_kv``)
-    widens_kv: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,8 +83,6 @@ class Path:
     queries_are_keys: ClassVar[bool] = False
     #: why it runs no call with fairseq's ``attn_mask`` (``None``: it runs them)
     no_attn_mask: ClassVar[Optional[str]] = None
-    #: runs a layer whose piece widens the key axis
-    widened_keys: ClassVar[bool] = True
 
     #: the devices an order takes it on
     devices: Tuple[str, ...] = CPU + CUDA
@@ -126,8 +122,6 @@ class Path:
                 reasons.append("queries and keys differ")
         if call.attn_mask and self.no_attn_mask:
             reasons.append(f"fairseq's attn_mask given ({self.no_attn_mask})")
-        if layer.widens_kv and not self.widened_keys:
-            reasons.append("a piece widens the key axis")
         if call.backward and not self.trains:
             reasons.append("a training call (this order takes it for inference only)")
         if call.tgt_len < self.min_len:

@@ -108,9 +108,9 @@ POSITION_METHODS = [
 ]
 #: the paths that can train on CPU (flex_attention has no backward there); ``auto`` is
 #: listed where it chooses a path ``fused`` cannot force (relpos k/kv: the region split;
-#: t5bias: the distance-bias path)
+#: alibi, t5bias: the distance-bias path)
 CPU_TRAIN_PATHS = ("explicit", "fused")
-CPU_OWN_AUTO = ("relpos_k", "relpos_kv", "t5bias")
+CPU_OWN_AUTO = ("relpos_k", "relpos_kv", "alibi", "t5bias")
 #: the methods with a flex_attention path (its own, or the CSAN band): on CUDA the sweep
 #: also forces ``flex`` for them (``auto`` trains without it)
 FLEX_METHODS = ("relpos_kv", "alibi", "csan1d", "csan2d")

@@ -36,7 +36,11 @@ Backends: a float score bias (1, H, T, S) on the fused SDPA path (and the
 explicit path). On CUDA, when ALiBi is the layer's only piece and attention
 dropout is 0, ``--attn-backend auto`` computes the penalty inside a
 flex_attention ``score_mod`` (:func:`distance_bias_attention`, below): no bias
-tensor in memory; ``--attn-backend flex`` forces that path on any device.
+tensor in memory; ``--attn-backend flex`` forces that path on any device. On CUDA ``auto``
+takes it for inference only (its compiled backward is unproven there: benchmarks/RESULTS.md).
+On CPU, ``auto`` runs an encoder self-attention of at least 128 positions on the
+distance-bias path (:mod:`..backends.distance_bias`, :meth:`ALiBi.distance_bias`), whose
+backward keeps the far keys' negligible probabilities out of subnormal arithmetic.
 """
 
 import math
@@ -69,6 +73,7 @@ class ALiBi(AttentionPiece):
     conflicts = position_conflicts("alibi")
     test_flags = {"alibi_layers": "0"}
     flex_path_ok = True
+    distance_bias_path_ok = True
 
     settings = placement_settings("alibi", "ALiBi")
 
@@ -94,6 +99,12 @@ class ALiBi(AttentionPiece):
         m = self.slope_tensor(q)
         dist = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).abs().to(m.dtype)  # (T, S)
         return (-m[:, None, None] * dist)[None].to(q.dtype)  # (1, H, T, S)
+
+    def distance_bias(self, length: int) -> Tensor:
+        """(H, 2 length - 1): the penalty ``-m_h |d|`` for the distances d = 1 - length .. length - 1
+        (the encoder's symmetric form; the decoder's future mask keeps it off that path)."""
+        m = torch.tensor(self.slopes, dtype=torch.float32)
+        return -m[:, None] * torch.arange(1 - length, length).abs().to(m.dtype)[None]
 
     def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
                      attn_mask, scale: float, compile: str = "none") -> Tensor:

@@ -305,6 +305,8 @@ def test_position_sweep_lengths(tmp_path):
             assert e["time_ratio"]["median"] == pytest.approx(statistics.median(runs))
             assert e["peak_mem_mb"] > 0
             assert e["mem_ratio"] == pytest.approx(e["peak_mem_mb"] / stock["peak_mem_mb"])
+        assert entry["systems"]["relpos_kv/auto"]["paths"] == {"explicit": 3}  # under 256: explicit
+        assert entry["systems"]["rope/fused"]["paths"] == {"fused": 3}
     with pytest.raises(SystemExit, match="--sweep lengths is a sweep"):
         bench.main(["--sweep", "lengths", "--mode", "numerics"])
     assert report["meta"]["config"]["sweep_lengths"] == [8]
@@ -358,3 +360,16 @@ def test_sweep_reports_a_failing_system_and_measures_the_rest():
     text = B.render({"meta": meta, "systems": [], "sweep": sweep, "verdicts": {}})
     assert "| broken | RuntimeError |" in text
     assert "- **broken** failed at L = 8: RuntimeError: the kernel does not compile" in text
+
+
+def test_layer_paths_name_the_length_dependent_paths():
+    """The sweep records, per length, the path each encoder layer's training call takes."""
+    cfg = B.PRESETS["tiny"]
+    d = B.make_dictionary(cfg["vocab"])
+    kv = B.build_model("transformer_relpos_wmt_en_de", d, cfg["sizes"], 1, max_source_positions=1024,
+                       max_target_positions=1024)
+    assert B.systems.layer_paths(kv.encoder, 512) == {"region split": 3}
+    assert B.systems.layer_paths(kv.encoder, 8) == {"explicit": 3}
+    c2 = B.build_model("transformer_csan2d_wmt_en_de", d, cfg["sizes"], 1, max_source_positions=1024,
+                       max_target_positions=1024, csan_layers="0-1")
+    assert B.systems.layer_paths(c2.encoder, 512) == {"block-local": 2, "fused": 1}

@@ -141,6 +141,11 @@ def render(report: dict) -> str:
         for L, e in sw["lengths"].items():
             for name, err in e.get("failed", {}).items():
                 lines.append(f"- **{name}** failed at L = {L}: {err}")
+        for L, e in sw["lengths"].items():
+            ran = [f"{name} {', '.join(f'{p} x{n}' for p, n in x['paths'].items())}"
+                   for name, x in e.get("systems", {}).items() if name != STOCK and x.get("paths")]
+            if ran:
+                lines.append(f"- Encoder layers' paths at L = {L}: " + "; ".join(ran))
         long_v = [f"{n} L={k[5:]}: {s}" for n, vv in v.items() for k, s in vv.items()
                   if k.startswith("long_")]
         if long_v:

@@ -2,7 +2,7 @@
 
 import torch
 
-from .systems import STOCK
+from .systems import STOCK, layer_paths
 from .timing import (PeakMemory, TensorPeak, Timer, interleaved, paired_ratios, summarize,
                      sync_device)
 
@@ -67,6 +67,7 @@ def bench_sweep(models, cfg, device, seed, log):
                 "time_ratio": paired_ratios(runs[STOCK], runs[name]),
                 "peak_mem_mb": peaks[name] / 2**20,
                 "mem_ratio": peaks[name] / peaks[STOCK] if peaks[STOCK] else float("nan"),
+                "paths": layer_paths(models[name].encoder, L),  # what the encoder's layers ran
             }
         if failed:
             entry["failed"] = failed

@@ -203,6 +203,22 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
     return ARCH_MODEL_REGISTRY[arch].build_model(args, _FakeTask(dictionary))
 
 
+def layer_paths(module, length: int) -> Dict[str, int]:
+    """Path name -> how many self-attention layers under ``module`` run a training call of
+    ``length`` positions on it (the chooser asked as the layer asks it: the length-dependent
+    paths, region split, distance bias, block-local, flex band, show)."""
+    from fairseq_attn_plugins.attention import PluginSelfAttention, backends
+
+    counts: Dict[str, int] = {}
+    for m in module.modules():
+        if isinstance(m, PluginSelfAttention):
+            path = m.path_for(backends.Call(tgt_len=length, src_len=length, dropout_p=m.dropout_module.p,
+                                            on_cuda=m.q_proj.weight.is_cuda,
+                                            attn_mask=m.site.side == "decoder", backward=True))
+            counts[path.name] = counts.get(path.name, 0) + 1
+    return counts
+
+
 def attention_paths(model) -> Dict[str, int]:
     """How many self-attention modules run fused / flex (relpos kv/tied, alibi) / explicit (training, no weights)."""
     from fairseq_attn_plugins.attention import PluginSelfAttention, backends

@@ -10,7 +10,13 @@
 #   3. fp16 numerics of every architecture (fused / flex against explicit);
 #   4. the GPU length sweep at L = 512 and 1024 (encoder forward + backward, base size, fp16);
 #   5. graphs compiled over 11 batch shapes with inductor, inference forward.
-# Needs the wheels of fairseq and its pure-Python needs in .whl/ (see benchmarks/RESULTS.md).
+# Needs, in .whl/ (git-ignored through .git/info/exclude; carried with the call), the wheels the
+# GPU machine lacks (its python3 is 3.12 with torch; nothing can be fetched there), made here:
+#   P="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $P \
+#       -d .whl ve-fairseq==0.12.3 hydra-core==1.3.8 omegaconf==2.3.1 bitarray==3.12.3 cffi==2.1.1 pycparser
+#   python3 -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3   # an sdist only
+# (2026-11-26: 21 MB in all). Then, through the device tool: bash benchmarks/gpu_checks.sh, carry .whl.
 # GPU_CHECKS_DRY=1 runs the same steps on this machine's CPU at tiny sizes (a check of the script).
 set -u
 OUT=${OUT:-/tmp/gpu_checks_out}

@@ -133,7 +133,13 @@ def base_data(work, sentences):
 def base_checkpoint(work, data, system):
     """An untrained (freshly initialised, seed 1) Transformer-base ``system`` (stock or a
     piece) in fairseq's checkpoint format, built in this process as fairseq-train builds it."""
-    save = os.path.join(work, f"base_{system}")
+    arch = "transformer_wmt_en_de" if system == "stock" else f"transformer_{system}_wmt_en_de"
+    return untrained_checkpoint(os.path.join(work, f"base_{system}"), data, arch, ["--share-all-embeddings"])
+
+
+def untrained_checkpoint(save, data, arch, flags):
+    """``save/checkpoint_last.pt``: ``arch`` with ``flags``, freshly initialised (seed 1), in
+    fairseq's checkpoint format, built as fairseq-train builds it (reused when it exists)."""
     ck = os.path.join(save, "checkpoint_last.pt")
     if os.path.isfile(ck):
         return ck
@@ -142,9 +148,8 @@ def base_checkpoint(work, data, system):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
-    arch = "transformer_wmt_en_de" if system == "stock" else f"transformer_{system}_wmt_en_de"
     args = options.parse_args_and_arch(options.get_training_parser(), [
-        data, "--user-dir", PLUGIN, "--arch", arch, "--share-all-embeddings", "--cpu", "--seed", "1",
+        data, "--user-dir", PLUGIN, "--arch", arch, *flags, "--cpu", "--seed", "1",
         "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy"])
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)

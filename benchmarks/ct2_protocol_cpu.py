@@ -56,7 +56,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-from ct2_base_cpu import sh, spread  # noqa: E402  (the sibling benchmark: one subprocess runner, one spread)
+from ct2_base_cpu import sh, spread, untrained_checkpoint  # noqa: E402  (the sibling benchmark)
 from fairseq_attn_records.output_files import staged, write_json, write_lines, write_text  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -117,31 +117,8 @@ SIZES = {"base": [],  # transformer_wmt_en_de's own dimensions
 
 def base_checkpoint(work, data, size):
     """An untrained Transformer (seed 1) of ``size`` in fairseq's checkpoint format, built as fairseq-train builds it."""
-    ck = os.path.join(work, f"{size}_stock", "checkpoint_last.pt")
-    if os.path.isfile(ck):
-        return ck
-    import torch
-    from fairseq import checkpoint_utils, options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
-
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        data, "--user-dir", PLUGIN, "--arch", "transformer_wmt_en_de", "--share-decoder-input-output-embed",
-        "--cpu", "--seed", "1", "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy",
-        *SIZES[size]])
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    torch.manual_seed(1)
-    model = task.build_model(cfg.model)
-    os.makedirs(os.path.dirname(ck), exist_ok=True)
-    state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-             "model": model.state_dict(), "criterion": None,
-             "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
-                                    "optimizer_name": "FairseqAdam", "lr_scheduler_state": {}, "num_updates": 0}],
-             "task_state": {}, "extra_state": {}, "last_optimizer_state": None}
-    with staged(ck) as tmp:
-        checkpoint_utils.torch_persistent_save(state, tmp)
-    return ck
+    return untrained_checkpoint(os.path.join(work, f"{size}_stock"), data, "transformer_wmt_en_de",
+                                ["--share-decoder-input-output-embed", *SIZES[size]])
 
 
 def export(data, ck, out):

@@ -183,3 +183,25 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
                         "--task", "translation", "--save-dir", str(tmp_path / "ft")], capture_output=True, text=True)
     said = [line for line in q.stderr.splitlines() if "tensorboardX" not in line]
     assert q.returncode == 2 and len(said) == 1 and "did you mean --csan-window?" in said[0], q.stderr
+
+
+def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_path):
+    """raw/, tok/ and bpe/ serve every preparation of a WORK: a prepare.sh started while another
+    runs there is refused in one line and touches nothing; once the first ends, it runs."""
+    import fcntl
+
+    env = prepared_ende(tmp_path / "work")
+    work = env["WORK"]
+    def files():  # every file of WORK and when it was written (the lock file aside)
+        return {os.path.join(d, f): os.path.getmtime(os.path.join(d, f))
+                for d, _, fs in os.walk(work) for f in fs if f != ".prepare.lock"}
+
+    before = files()
+    with open(os.path.join(work, ".prepare.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running prepare.sh holds it
+        p = run("wmt14_en_de", "prepare.sh", env, check=False)
+        assert p.returncode == 2, p.stderr
+        assert error_lines(p) == [f"error: WORK={work}: another prepare.sh is running there (it holds "
+                                  f"{work}/.prepare.lock); wait for it to end, or give this one another WORK"]
+        assert files() == before
+    run("wmt14_en_de", "prepare.sh", env)  # the lock released: the same command runs

@@ -215,6 +215,11 @@ prepare_main() {
     die "DATA=$DATA: the folders of $WORK/data are made by prepare.sh itself (one per prepared data); unset DATA"
   fi
   mkdir -p "$WORK"/{raw,tok,bpe}
+  # one prepare.sh at a time per WORK (raw/, tok/ and bpe/ serve every data it prepares; a
+  # second one would remove the first's files in progress as leftovers); the lock goes with the
+  # process, so a killed prepare blocks nothing
+  exec {PREPARE_LOCK}>"$WORK/.prepare.lock"
+  flock -n "$PREPARE_LOCK" || die "WORK=$WORK: another prepare.sh is running there (it holds $WORK/.prepare.lock); wait for it to end, or give this one another WORK"
   remove_leftovers
   # 1. everything checked before any long work: tools, the local corpora (line counts and
   #    the script of each side), the recipe's own inputs (check_corpus_inputs in env.sh)

@@ -215,9 +215,9 @@ prepare_main() {
     die "DATA=$DATA: the folders of $WORK/data are made by prepare.sh itself (one per prepared data); unset DATA"
   fi
   mkdir -p "$WORK"/{raw,tok,bpe}
-  # one prepare.sh at a time per WORK (raw/, tok/ and bpe/ serve every data it prepares; a
-  # second one would remove the first's files in progress as leftovers); the lock goes with the
-  # process, so a killed prepare blocks nothing
+  # one preparation at a time per WORK (raw/, tok/ and bpe/ serve every data it prepares; a
+  # second one would remove the first's files in progress as leftovers); held until the
+  # preparation ends, and gone with the process, so a killed prepare blocks nothing
   exec {PREPARE_LOCK}>"$WORK/.prepare.lock"
   flock -n "$PREPARE_LOCK" || die "WORK=$WORK: another prepare.sh is running there (it holds $WORK/.prepare.lock); wait for it to end, or give this one another WORK"
   remove_leftovers
@@ -309,6 +309,7 @@ prepare_main() {
   stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise
   local where=$DATA; [[ $DATA_KEYED == 0 ]] || where="$DATA -> $(readlink "$DATA")"
   log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning)"
+  exec {PREPARE_LOCK}>&-  # released: a study that trains after preparing holds no lock
 }
 
 # make_raw: $WORK/raw/{train,valid,test}.{SRC,TGT} (+ train.parts.json), all checked aligned

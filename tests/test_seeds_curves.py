@@ -318,6 +318,15 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
         if name != "base":
             assert row["delta"] == pytest.approx(m - rows["base"]["bleu_mean"])
             assert len(row["pairs"]) == 2 * row["n_seeds"]  # every (seed, baseline seed) pair
+        # the length ratio per seed: sacreBLEU's sys_len / ref_len, mean ± sample std
+        lengths = []
+        for d in dirs:
+            if os.path.basename(d).startswith(name + "_seed"):
+                b = sacrebleu.corpus_bleu(open(os.path.join(d, "hyp.txt")).read().splitlines(), [refs])
+                lengths.append(b.sys_len / b.ref_len)
+        lm, ls = plain_mean_std(lengths)
+        torch.testing.assert_close(torch.tensor([row["length_ratio_mean"], row["length_ratio_std"]],
+                                                dtype=torch.float64), torch.tensor([lm, ls], dtype=torch.float64))
         # chrF++ over seeds too: sacreBLEU's chrF (word order 2) per seed, mean ± sample std
         chrf = [sacrebleu.metrics.CHRF(word_order=2).corpus_score(
             open(os.path.join(d, "hyp.txt")).read().splitlines(), [refs]).score
@@ -345,6 +354,10 @@ def test_seed_table_mean_std_and_all_pairs_rule(tmp_path):
     md = out_md.read_text()
     assert f"{rows['good']['bleu_mean']:.2f} ± {rows['good']['bleu_std']:.2f}**" in md
     assert "sample standard deviation (n-1)" in md and "EVERY pair" in md
+    g = rows["good"]
+    assert f"| {g['length_ratio_mean']:.3f} ± {g['length_ratio_std']:.3f} |" in md
+    table_lines = [line for line in md.splitlines() if line.startswith("|")]
+    assert len({line.count("|") for line in table_lines}) == 1  # every row has the header's columns
 
 
 def test_help_states_std_and_significance_rule(capsys):

@@ -32,7 +32,7 @@ from .curves import mean_std
 from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
                       signature_lines)
 from .runs import MODEL_HEADER, comparability, load_runs, model_cell, model_legend, stale_notes, trained_as
-from .significance import paired_tests
+from .significance import LENGTH_RATIO_LEGEND, fmt_ratio, paired_tests
 
 HELP = """\
 several seeds: runs with the same name (default: the folder name without '_seed<N>')
@@ -131,6 +131,7 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     base_runs = [r for r in runs if r[0] == base_name]
     others = [r for r in runs if r[0] != base_name]
     score: Dict[str, Dict[str, float]] = {}
+    ratio: Dict[str, Optional[float]] = {}  # run -> sacreBLEU's sys_len / ref_len
     pairs: Dict[str, Dict[str, List[Dict]]] = {name: {} for name in groups}
     res = None
     for _, b_seed, b_dir in base_runs:  # one call per baseline seed tests every other run against it
@@ -139,8 +140,10 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
                            scorers=scorers)
         base_cells = res["systems"][0]["scores"]
         score[b_dir] = {k: c["score"] for k, c in base_cells.items()}
+        ratio[b_dir] = res["systems"][0]["length_ratio"]
         for (name, seed, d), s in zip(others, res["systems"][1:]):
             score[d] = {k: c["score"] for k, c in s["scores"].items()}
+            ratio[d] = s["length_ratio"]
             for k, cell in s["scores"].items():
                 pairs[name].setdefault(k, []).append({
                     "seed": seed, "baseline_seed": b_seed, "delta": cell["score"] - base_cells[k]["score"],
@@ -175,6 +178,8 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
                                                           M.higher_is_better(k)),
             }
         b = per_metric["bleu"]
+        ratios = [ratio[d] for _, d in rs]
+        ratio_mean, ratio_std = mean_std(ratios) if None not in ratios else (None, None)
         rows.append({
             "system": name, "n_seeds": len(rs), "seeds": [s for s, _ in rs], "run_dirs": [d for _, d in rs],
             # the seeds' records agree but for the seed (group_runs): the first recorded one says it
@@ -183,6 +188,8 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
             "bleu_per_seed": b["per_seed"], "bleu_mean": b["mean"], "bleu_std": b["std"], "delta": b["delta"],
             "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
             "metrics": per_metric, "stale": [s for s in (outputs[d][1].get("stale") for _, d in rs) if s],
+            "length_ratio_per_seed": ratios, "length_ratio_mean": ratio_mean,
+            "length_ratio_std": ratio_std if len(rs) > 1 else None,
         })
     for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
         per_seed = [{} for _ in range(len(ts) + 1)]
@@ -199,8 +206,9 @@ def format_markdown(table: Dict) -> str:
     keys = table.get("metrics", ["bleu"])
     labels = table.get("labels", {"bleu": "BLEU"})
     out = [f"| # | System | {MODEL_HEADER} | Seeds | #Params | Speed (tok/s) |"
-           + "".join(f" {labels[k]} (mean ± std) | Δ | pairs sig. |" for k in keys) + " BLEU per seed |",
-           "|---|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---|"]
+           + "".join(f" {labels[k]} (mean ± std) | Δ | pairs sig. |" for k in keys)
+           + " Len. ratio (mean ± std) | BLEU per seed |",
+           "|---|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---:|---|"]
     models = [model_cell(r.get("trained_model")) for r in table["rows"]]
     for i, r in enumerate(table["rows"], 1):
         wps = "?" if r["train_wps"] is None else f"{r['train_wps']:.0f}"
@@ -212,6 +220,8 @@ def format_markdown(table: Dict) -> str:
             delta = "-" if m["delta"] is None else f"{m['delta']:+.{nd}f}"
             marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"
             cells += f" {m['mean']:.{nd}f}{std}{m['mark']} | {delta} | {marked} |"
+        lr, lr_std = r.get("length_ratio_mean"), r.get("length_ratio_std")
+        cells += f" {fmt_ratio(lr)}{'' if lr_std is None else f' ± {lr_std:.3f}'} |"
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
         dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {i} | {r['system']}{dagger} | {models[i - 1]} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
@@ -223,7 +233,8 @@ def format_markdown(table: Dict) -> str:
                f"approximate randomisation ({table.get('ar_trials', 10000)} trials), the same resamples for "
                f"every metric, for EVERY pair of a system seed and a baseline seed (the weakest mark is "
                f"shown); an equal or worse system gets no mark. 'pairs sig.' counts the pairs in which "
-               f"the system seed is significantly better than the baseline seed.")
+               f"the system seed is significantly better than the baseline seed. {LENGTH_RATIO_LEGEND[:-1]}; "
+               f"mean ± sample standard deviation over seeds.")
     out.append(model_legend(models))
     out += comparability_lines(table)
     out += signature_lines(table["signature"])

@@ -4,6 +4,7 @@ import argparse
 
 import torch
 from fairseq.data import Dictionary
+from torch.testing import assert_close
 
 import fairseq_attn_plugins  # noqa: F401  (registers models and pieces)
 from fairseq_attn_plugins.attention import (
@@ -141,3 +142,32 @@ def assert_decoder_steps_equal_full(model, src, lengths, prev, **tol):
             step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
             steps.append(step)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **tol)
+
+
+def auto_matches_explicit(args, path, init=None, lengths=(9, 5, 7)):
+    """A layer on ``--attn-backend auto``, which must take ``path`` for ``max(lengths)``
+    positions, and the same layer on the explicit path, in float64 with the same weights
+    (``init(attn)`` sets the piece's, seeded): output, input gradient and every parameter
+    gradient of a left-padded batch agree (the explicit path's softmax is float32: 1e-5).
+    Returns the auto layer's parameter gradients."""
+    T = max(lengths)
+    runs = []
+    for backend in ("auto", "explicit"):
+        attn = make_attention(args, backend=backend, dtype=torch.float64)
+        if init is not None:
+            with torch.no_grad():
+                init(attn)
+        assert path_name(attn, tgt_len=T, src_len=T) == (path if backend == "auto" else "explicit")
+        x, kpm = padded_batch(list(lengths), dtype=torch.float64)
+        x.requires_grad_(True)
+        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
+        runs.append((y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters()}))
+    (ya, xa, ga), (yb, xb, gb) = runs
+    tol = dict(rtol=1e-5, atol=1e-5)
+    assert_close(ya, yb, **tol)
+    assert_close(xa, xb, **tol)
+    assert set(ga) == set(gb)
+    for n in ga:
+        assert_close(ga[n], gb[n], **tol, msg=lambda m: f"{n}: {m}")
+    return ga

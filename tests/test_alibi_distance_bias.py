@@ -10,7 +10,7 @@ at a length where the far keys' probabilities fall below that cut (slope 1/2, di
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, padded_batch, path_name
+from attn_helpers import auto_matches_explicit, make_args, make_attention, path_name
 from fairseq_attn_plugins.attention import backends
 from fairseq_attn_plugins.attention.backends.distance_bias import NEGLIGIBLE_EXP, distance_bias_attention
 from fairseq_attn_plugins.attention.pieces.alibi import alibi_slopes
@@ -52,22 +52,7 @@ def test_alibi_distance_bias_matches_dense_reference_with_negligible_keys_cut():
 
 def test_alibi_layer_on_distance_bias_equals_explicit(monkeypatch):
     monkeypatch.setattr(backends, "DISTANCE_BIAS_MIN_LEN", 4)
-    args = make_args("alibi")
-    runs = []
-    for backend in ("auto", "explicit"):
-        attn = make_attention(args, backend=backend, dtype=torch.float64)
-        assert path_name(attn, tgt_len=9, src_len=9) == ("distance bias" if backend == "auto" else "explicit")
-        x, kpm = padded_batch([9, 5, 7], dtype=torch.float64)
-        x.requires_grad_(True)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
-        runs.append((y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters()}))
-    (ya, xa, ga), (yb, xb, gb) = runs
-    tol = dict(rtol=1e-5, atol=1e-5)  # the explicit path's softmax is float32
-    assert_close(ya, yb, **tol)
-    assert_close(xa, xb, **tol)
-    for n in ga:
-        assert_close(ga[n], gb[n], **tol, msg=lambda m: f"{n}: {m}")
+    auto_matches_explicit(make_args("alibi"), "distance bias")
 
 
 def test_auto_on_cpu_takes_the_distance_bias_path_for_long_alibi_encoder_self_attention():

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, padded_batch, path_name
+from attn_helpers import auto_matches_explicit, make_args, make_attention, path_name
 from fairseq_attn_plugins.attention import backends
 from fairseq_attn_plugins.attention.backends import regions
 from fairseq_attn_plugins.attention.pieces import relpos
@@ -155,28 +155,14 @@ def test_region_split_layer_equals_explicit_forward_and_backward(monkeypatch, mo
     """Through the core (the positions and masks it gives the path) against the explicit path."""
     monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
     monkeypatch.setattr(relpos, "REGION_BLOCK", 4)  # far keys for every block of 9 positions
-    args = make_args("relpos", relpos_mode=mode, relpos_k=2)
-    runs = []
-    for backend in ("auto", "explicit"):
-        attn = make_attention(args, backend=backend, dtype=torch.float64)
-        with torch.no_grad():
-            for n, p in attn.named_parameters():
-                if "rel_" in n:
-                    p.normal_(0, 1)
-        assert path_name(attn, tgt_len=9, src_len=9) == ("region split" if backend == "auto" else "explicit")
-        x, kpm = padded_batch([9, 5, 7], dtype=torch.float64)
-        x.requires_grad_(True)
-        y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
-        y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
-        runs.append((y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters()}))
-    (ya, xa, ga), (yb, xb, gb) = runs
-    # the explicit path's softmax is float32 even for float64 inputs: agreement to ~1e-6
-    tol = dict(rtol=1e-5, atol=1e-5)
-    assert_close(ya, yb, **tol)
-    assert_close(xa, xb, **tol)
-    assert any("rel_keys" in n for n in ga)
-    for n in ga:
-        assert_close(ga[n], gb[n], **tol, msg=lambda m: f"{n}: {m}")
+
+    def tables(attn):
+        for n, p in attn.named_parameters():
+            if "rel_" in n:
+                p.normal_(0, 1)
+
+    grads = auto_matches_explicit(make_args("relpos", relpos_mode=mode, relpos_k=2), "region split", init=tables)
+    assert any("rel_keys" in n for n in grads)
 
 
 @pytest.mark.parametrize("mode", ["kv", "k", "tied"])

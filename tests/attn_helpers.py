@@ -64,6 +64,20 @@ def padded_batch(lengths, embed_dim=16, left_pad=True, seed=1, dtype=torch.float
     return x, kpm
 
 
+def key_padding(B, T, pads):
+    """(B, T) True = pad, or None for ``pads`` None: pads[b] >= 0 pads that many positions on the
+    left (fairseq's source), < 0 that many on the right (``--left-pad-source False``)."""
+    if pads is None:
+        return None
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    for b, n in enumerate(pads):
+        if n >= 0:
+            kpm[b, : min(n, T)] = True
+        else:
+            kpm[b, T + n:] = True
+    return kpm
+
+
 def real_positions(kpm_row):
     """Indices of the real (non-pad) tokens of one sentence."""
     return [i for i, pad in enumerate(kpm_row.tolist()) if not pad]

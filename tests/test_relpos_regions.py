@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import auto_matches_explicit, make_args, make_attention, path_name
+from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
 from fairseq_attn_plugins.attention import backends
 from fairseq_attn_plugins.attention.backends import regions
 from fairseq_attn_plugins.attention.pieces import relpos
@@ -58,18 +58,6 @@ def tables(mode, wk, wv):
     return {"kv": wv, "tied": wk, "k": None}[mode]
 
 
-def padding(B, T, pads):
-    if pads is None:
-        return None
-    kpm = torch.zeros(B, T, dtype=torch.bool)
-    for b, n in enumerate(pads):
-        if n >= 0:
-            kpm[b, : min(n, T)] = True  # fairseq pads the source on the left
-        else:
-            kpm[b, T + n:] = True  # -n positions on the right (--left-pad-source False)
-    return kpm
-
-
 def forward_and_grads(fn, tensors, seed):
     out = fn(*tensors)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
@@ -91,7 +79,7 @@ def forward_and_grads(fn, tensors, seed):
 def test_region_split_matches_dense_reference(mode, T, pads, block):
     B, D = 3, 4
     q, k, v, wk, wv = inputs(B, T, D)
-    kpm = padding(B, T, pads)
+    kpm = key_padding(B, T, pads)
     scale = D ** -0.5
     used = [q, k, v, wk] + ([wv] if mode == "kv" else [])
 
@@ -120,7 +108,7 @@ def test_far_regions_forward_and_backward_match_a_dense_softmax(block):
     log-sum-exp (-inf where no key), and dS = P (dout . v_j - dout . out) given to q, k, v."""
     B, H, T, D, dist = 2, 2, 11, 4, 2
     q, k, v, _, _ = (t.detach() for t in inputs(B, T, D, H, seed=4))
-    kpm = padding(B, T, [0, 5])
+    kpm = key_padding(B, T, [0, 5])
     scale = 0.37
     g = torch.Generator().manual_seed(5)
     dout, out_given = (torch.randn(2, B, H, T, D, generator=g, dtype=torch.float64) for _ in range(2))

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import auto_matches_explicit, make_args, make_attention, path_name
+from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
 from fairseq_attn_plugins.attention import AttentionSite, backends
 from fairseq_attn_plugins.attention.backends.distance_bias import distance_bias_attention
 from fairseq_attn_plugins.attention.pieces.t5bias import T5RelativeBias
@@ -37,19 +37,6 @@ def dense_reference(q, k, v, table, kpm, scale):
     has_key = allowed.any(-1, keepdim=True)
     scores = torch.where(allowed, scores, torch.where(has_key, float("-inf"), 0.0))
     return torch.softmax(scores, -1) * has_key @ v
-
-
-def padding(B, T, pads):
-    """pads[b] >= 0: that many positions padded on the left (fairseq's source); < 0: on the right."""
-    if pads is None:
-        return None
-    kpm = torch.zeros(B, T, dtype=torch.bool)
-    for b, n in enumerate(pads):
-        if n >= 0:
-            kpm[b, : min(n, T)] = True
-        else:
-            kpm[b, T + n:] = True
-    return kpm
 
 
 def t5_piece(H):
@@ -81,7 +68,7 @@ def test_distance_bias_path_matches_dense_reference(T, pads, block):
     q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64).requires_grad_() for _ in range(3))
     piece = t5_piece(H)
     table = piece.bucket_bias
-    kpm = padding(B, T, pads)
+    kpm = key_padding(B, T, pads)
     scale = D ** -0.5
 
     def path(q, k, v, table):

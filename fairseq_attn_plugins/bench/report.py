@@ -141,7 +141,6 @@ def render(report: dict) -> str:
         for L, e in sw["lengths"].items():
             for name, err in e.get("failed", {}).items():
                 lines.append(f"- **{name}** failed at L = {L}: {err}")
-        for L, e in sw["lengths"].items():
             ran = [f"{name} {', '.join(f'{p} x{n}' for p, n in x['paths'].items())}"
                    for name, x in e.get("systems", {}).items() if name != STOCK and x.get("paths")]
             if ran:

@@ -221,16 +221,10 @@ def layer_paths(module, length: int) -> Dict[str, int]:
 
 def attention_paths(model) -> Dict[str, int]:
     """How many self-attention modules run fused / flex (relpos kv/tied, alibi) / explicit (training, no weights)."""
-    from fairseq_attn_plugins.attention import PluginSelfAttention, backends
-
     counts = {"fused": 0, "flex": 0, "explicit": 0, "query blocks": 0, "region split": 0, "distance bias": 0}
-    for m in model.modules():
-        if isinstance(m, PluginSelfAttention):
-            path = m.path_for(backends.Call(dropout_p=m.dropout_module.p,
-                                            on_cuda=m.q_proj.weight.is_cuda,
-                                            attn_mask=m.site.side == "decoder"))
-            name = "flex" if path.name == "flex piece" else path.name
-            counts[name if name in counts else "fused"] += 1  # block-local, flex band: SDPA-like
+    for path, n in layer_paths(model, 1).items():
+        name = "flex" if path == "flex piece" else path
+        counts[name if name in counts else "fused"] += n  # block-local, flex band: SDPA-like
     return counts
 
 

@@ -51,8 +51,8 @@ def build_parser():
                    help="lengths: the position-method length sweep (encoder forward + backward at "
                         "L = 32 ... 1024, tokens per batch fixed): stock, relpos k/kv, rope, alibi, "
                         "t5bias, csan1d/2d on each path that trains on the device (CPU: explicit, "
-                        "fused, relpos k/kv's auto = the region split from 256 positions, t5bias's "
-                        "auto = the distance-bias path from 128; CUDA: auto too, flex_attention "
+                        "fused, relpos k/kv's auto = the region split from 256 positions, t5bias's and "
+                        "alibi's auto = the distance-bias path from 128; CUDA: auto too, flex_attention "
                         "where it picks it), time and memory ratios to stock")
     p.add_argument("--lengths", type=_lengths, metavar="L1,L2,...",
                    help="with --sweep lengths: the lengths to measure, positive integers in "

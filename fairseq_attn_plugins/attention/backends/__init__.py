@@ -13,9 +13,9 @@ declares what it supports as data, read by one ``not_supported_reasons``
    through torch's CPU flash kernel (relpos on CPU);
 4. ``query blocks`` (:mod:`.blocks`): the layer's only piece computes the whole attention
    in query blocks (relpos kv/tied on CPU: what the region split does not run);
-5. ``distance bias`` (:mod:`.distance_bias`): the layer's only piece adds a learned bias of
-   the key-query distance to an encoder self-attention, run by torch's CPU flash kernel with
-   a blocked backward for the bias (t5bias on CPU);
+5. ``distance bias`` (:mod:`.distance_bias`): the layer's only piece adds a bias of the
+   key-query distance to an encoder self-attention, run by torch's CPU flash kernel with a
+   blocked backward (and the bias's gradient where it learns: t5bias; alibi's is fixed; CPU);
 6. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
 7. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
 8. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run

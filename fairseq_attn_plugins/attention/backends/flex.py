@@ -149,7 +149,8 @@ def _run_compiled(run, q, k, v, score_mod, mask, kw):
     the score_mod / mask_mod capture marked dynamic (else the first call's sizes are
     guarded), and sizes 0/1 not specialised (``backed_size_oblivious``: a batch of one
     sentence or a one-token decoding step reuses the general graph)."""
-    numbers = _captured(score_mod, NUMBERS) + _captured(getattr(mask, "mask_mod", None), NUMBERS)
+    captured = _captured(score_mod, CAPTURED) + _captured(getattr(mask, "mask_mod", None), CAPTURED)
+    numbers = [x for x in captured if not isinstance(x, Tensor)]
     if numbers:  # inductor lowers them as symbols without a dtype (an error at compile time)
         raise TypeError(f"flex_attention: the score_mod / mask_mod captures the Python number(s) "
                         f"{numbers}; a compiled call needs every captured value a tensor "
@@ -157,7 +158,7 @@ def _run_compiled(run, q, k, v, score_mod, mask, kw):
     q, k, v = _dense(q), _dense(k), _dense(v)
     for t in (q, k, v):  # batch and length
         torch._dynamo.maybe_mark_dynamic(t, [0, 2])
-    for t in _captured(score_mod, Tensor) + _captured(getattr(mask, "mask_mod", None), Tensor):
+    for t in captured:
         if t.dim():
             torch._dynamo.maybe_mark_dynamic(t, list(range(t.dim())))
     with _fx_config.patch(backed_size_oblivious=True):
@@ -176,8 +177,9 @@ def _dense(t: Tensor) -> Tensor:
     return t.clone(memory_format=torch.contiguous_format) if t.is_contiguous() else t.contiguous()
 
 
-#: captured values a compiled score_mod / mask_mod must not hold (bool is a constant to dynamo)
-NUMBERS = (int, float)
+#: what a compiled score_mod / mask_mod may capture (tensors) and must not (Python numbers,
+#: refused; a bool is a constant to dynamo, not collected)
+CAPTURED = (Tensor, int, float)
 
 
 def _captured(fn, kinds, depth: int = 0) -> list:

@@ -172,12 +172,17 @@ def test_chained_with_disan_matches_reference_without_test_mask():
 
 
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_block_local_fused_path_agrees_on_emptied_rows(left_pad):
-    """csan1d at T >= 256 takes the block-local path (attention/backends/local.py); emptied rows give the explicit result."""
+@pytest.mark.parametrize("piece", ["csan1d", "csan2d"])
+def test_block_local_fused_path_agrees_on_emptied_rows(left_pad, piece, monkeypatch):
+    """csan1d and csan2d (its widened keys) from LOCAL_MIN_LEN take the block-local path
+    (attention/backends/local.py); emptied rows give the explicit result and the float64
+    reference's (the threshold and the block lowered: 3 blocks of 8, the last cut short)."""
     from fairseq_attn_plugins.attention.backends import local
 
+    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
+    monkeypatch.setattr(local, "BLOCK", 8)
     T = local.LOCAL_MIN_LEN + 5
-    args = make_args("csan1d", csan_layers="0", csan_window=3)
+    args = make_args(piece, csan_layers="0", csan_window=3)
     fused = make_attention(args, backend="fused").eval()
     fused.pieces.append(RowEmptier(fused.site))
     explicit = copy.deepcopy(fused)
@@ -193,3 +198,6 @@ def test_block_local_fused_path_agrees_on_emptied_rows(left_pad):
     assert torch.isfinite(res[0][0]).all()
     assert_close(res[0][0], res[1][0], rtol=1e-5, atol=1e-6)
     assert_close(res[0][1], res[1][1], rtol=1e-5, atol=1e-6)
+    ref, _, empty = reference64(fused, x, kpm, False, seed=0)
+    assert empty.any()
+    assert_close(res[0][0].detach().double(), ref, rtol=1e-5, atol=2e-5)

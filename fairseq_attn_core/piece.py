@@ -1,7 +1,7 @@
 """The contract between the attention core and the variants ("pieces").
 
 A piece is a small ``nn.Module`` that fills only the hooks it needs. The core
-(:mod:`fairseq_attn_plugins.attention.core`) and the path that runs the call
+(:mod:`fairseq_attn_core.core`) and the path that runs the call
 (:mod:`.backends`) call the hooks in this order::
 
     q, k, v   = transform_qkv(q, k, v, ctx)              # (B, H, T|S, D)

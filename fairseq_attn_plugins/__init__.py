@@ -18,7 +18,9 @@ checkpoint_safety.install()
 fairseq_fixes.install()
 refusals.install()
 
-from . import attention, models  # noqa: E402,F401
+import fairseq_attn_core  # noqa: E402,F401  (registers every piece)
+
+from . import models  # noqa: E402,F401
 from .integration import model_overrides  # noqa: E402
 from .models import finetune  # noqa: E402
 

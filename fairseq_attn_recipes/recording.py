@@ -125,7 +125,7 @@ def check_model_flags(cfg) -> None:
     that would block its correction. RecordError with the model's one-line message."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from fairseq_attn_plugins.attention.settings import PieceConfigError
+    from fairseq_attn_core.settings import PieceConfigError
     from fairseq_attn_plugins.models import is_attn_arch
 
     arch = vars(cfg.model).get("arch") if isinstance(cfg.model, argparse.Namespace) else None

@@ -7,7 +7,7 @@ from fairseq.data import Dictionary
 from torch.testing import assert_close
 
 import fairseq_attn_plugins  # noqa: F401  (registers models and pieces)
-from fairseq_attn_plugins.attention import (
+from fairseq_attn_core import (
     AttentionSite,
     PluginSelfAttention,
     attention_defaults,
@@ -43,9 +43,9 @@ def make_attention(args, side="encoder", layer_idx=0, embed_dim=16, num_heads=4,
 
 
 def path_name(attn, **call) -> str:
-    """The path (:mod:`fairseq_attn_plugins.attention.backends`) that runs a call of ``attn``:
+    """The path (:mod:`fairseq_attn_core.backends`) that runs a call of ``attn``:
     'flex piece', 'flex band', 'block-local', 'fused' or 'explicit'."""
-    from fairseq_attn_plugins.attention import backends
+    from fairseq_attn_core import backends
 
     return attn.path_for(backends.Call(**call)).name
 

@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import build_model, output64, projections64
-from fairseq_attn_plugins.attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 from piece_refs import causal_mask, loop_apply64, loop_probs64
 
 

@@ -21,7 +21,7 @@ from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 from fairseq.tasks.translation import TranslationTask
-from fairseq_attn_plugins.attention import PIECES, attention_defaults
+from fairseq_attn_core import PIECES, attention_defaults
 
 TINY = {
     "encoder_layers": 2, "decoder_layers": 2,

@@ -10,8 +10,8 @@ import logging
 
 import pytest
 
-from fairseq_attn_plugins.attention import PIECES, PieceConfigError
-from fairseq_attn_plugins.attention.flags import piece_flags
+from fairseq_attn_core import PIECES, PieceConfigError
+from fairseq_attn_core.flags import piece_flags
 from reliability_helpers import build_model, piece_test_flags
 
 
@@ -78,7 +78,7 @@ def test_a_command_line_is_never_taken_for_a_finished_configuration(given):
     recorded (a finished configuration is told apart by what no command line holds)."""
     import argparse
 
-    from fairseq_attn_plugins.attention.flags import record_explicit_flags
+    from fairseq_attn_core.flags import record_explicit_flags
 
     chosen = given(sorted(piece_flags()))
     args = argparse.Namespace(attn_backend="explicit", attn_pieces="relpos",

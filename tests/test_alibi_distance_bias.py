@@ -11,9 +11,9 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import auto_matches_explicit, make_args, make_attention, path_name
-from fairseq_attn_plugins.attention import backends
-from fairseq_attn_plugins.attention.backends.distance_bias import NEGLIGIBLE_EXP, distance_bias_attention
-from fairseq_attn_plugins.attention.pieces.alibi import alibi_slopes
+from fairseq_attn_core import backends
+from fairseq_attn_core.backends.distance_bias import NEGLIGIBLE_EXP, distance_bias_attention
+from fairseq_attn_core.pieces.alibi import alibi_slopes
 
 
 def dense_reference(q, k, v, slopes, kpm, scale):

@@ -10,7 +10,7 @@ by the core.
 import pytest
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
-from fairseq_attn_plugins.attention import PIECES, AttentionPiece, PieceConfigError, backends
+from fairseq_attn_core import PIECES, AttentionPiece, PieceConfigError, backends
 
 NAMES = sorted(PIECES)
 

@@ -129,7 +129,7 @@ def test_incremental_decoding_equals_full_forward():
     ],
 )
 def test_invalid_flags_fail_naming_the_flag(flags, message):
-    from fairseq_attn_plugins.attention import PieceConfigError
+    from fairseq_attn_core import PieceConfigError
 
     flags = dict(flags)
     with pytest.raises(PieceConfigError, match=message):

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
-from fairseq_attn_plugins.attention import backends
-from fairseq_attn_plugins.attention.pieces import relpos
+from fairseq_attn_core import backends
+from fairseq_attn_core.pieces import relpos
 
 #: norm-wise relative error allowed in bf16
 BF16_TOL = 3e-2

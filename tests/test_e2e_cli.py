@@ -11,7 +11,7 @@ import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, run_cli, train_in_process
-from fairseq_attn_plugins.attention import PIECES
+from fairseq_attn_core import PIECES
 
 PLUGIN_ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "AttnTransformerModel")
 PIECE_ARCHS = {f"transformer_{name}_wmt_en_de" for name in PIECES}  # one per registered piece

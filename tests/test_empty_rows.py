@@ -19,7 +19,7 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
-from fairseq_attn_plugins.attention import AttentionContext, AttentionPiece
+from fairseq_attn_core import AttentionContext, AttentionPiece
 from reliability_helpers import compatible_sets, piece_test_flags
 
 SETS = compatible_sets(2)
@@ -177,7 +177,7 @@ def test_block_local_fused_path_agrees_on_emptied_rows(left_pad, piece, monkeypa
     """csan1d and csan2d (its widened keys) from LOCAL_MIN_LEN take the block-local path
     (attention/backends/local.py); emptied rows give the explicit result and the float64
     reference's (the threshold and the block lowered: 3 blocks of 8, the last cut short)."""
-    from fairseq_attn_plugins.attention.backends import local
+    from fairseq_attn_core.backends import local
 
     monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
     monkeypatch.setattr(local, "BLOCK", 8)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fairseq import checkpoint_utils
-from fairseq_attn_plugins.attention import PIECES, PieceConfigError
+from fairseq_attn_core import PIECES, PieceConfigError
 from fairseq_attn_plugins.checkpoint_safety import UnsafeCheckpointError
 
 from cli_helpers import shared_data

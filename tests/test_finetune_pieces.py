@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process  # noqa: E402
 
-from fairseq_attn_plugins.attention import PieceConfigError  # noqa: E402
+from fairseq_attn_core import PieceConfigError  # noqa: E402
 from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
 from fairseq_attn_plugins.models.finetune import piece_keys  # noqa: E402
 

@@ -18,9 +18,9 @@ import torch.nn.attention.flex_attention as torch_flex
 from torch.testing import assert_close
 
 from attn_helpers import build_model, make_args, make_attention, padded_batch, path_name, token_batch
-from fairseq_attn_plugins.attention import backends
-from fairseq_attn_plugins.attention.backends import flex
-from fairseq_attn_plugins.attention.pieces import relpos
+from fairseq_attn_core import backends
+from fairseq_attn_core.backends import flex
+from fairseq_attn_core.pieces import relpos
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -21,8 +21,8 @@ from torch._dynamo.utils import counters
 from torch.testing import assert_close
 
 from attn_helpers import build_model, toy_dictionary, token_batch
-from fairseq_attn_plugins.attention import PieceConfigError
-from fairseq_attn_plugins.attention.backends import flex
+from fairseq_attn_core import PieceConfigError
+from fairseq_attn_core.backends import flex
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -19,7 +19,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from torch.testing import assert_close
 
-from fairseq_attn_plugins.attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 from fairseq_attn_plugins.models.hydra_config import model_config_class
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
 from cli_helpers import shared_data

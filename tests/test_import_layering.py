@@ -11,35 +11,35 @@ import sys
 from typing import Dict, List, Set, Tuple
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-PACKAGES = ("fairseq_attn_records", "fairseq_attn_plugins", "fairseq_attn_recipes")
+PACKAGES = ("fairseq_attn_records", "fairseq_attn_core", "fairseq_attn_plugins", "fairseq_attn_recipes")
 DOC = os.path.join(ROOT, "docs", "architecture.md")
 
 #: bottom first: (modules, what they hold). A module belongs to the entry whose name is the
-#: longest prefix of its own (``fairseq_attn_plugins.attention`` holds ``attention/catalogue.py``
-#: and ``attention/__init__.py``; ``fairseq_attn_plugins`` the package's ``__init__`` and any
+#: longest prefix of its own (``fairseq_attn_core`` holds ``catalogue.py``
+#: and ``__init__.py`` of that package; ``fairseq_attn_plugins`` the package's ``__init__`` and any
 #: top-level module not listed). Entries of one line share a layer.
 LAYERS: List[Tuple[Tuple[str, ...], str]] = [
     (("fairseq_attn_records",),
      "torch-free: the run record, the metric registry, COMET, the readers of text inputs and of "
      "fairseq-generate output, alignment scores, the atomic file writer"),
+    (("fairseq_attn_core.settings", "fairseq_attn_core.scores"),
+     "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`; "
+     "`Scores` (the masks and biases of one call, the rows a mask empties)"),
+    (("fairseq_attn_core.piece", "fairseq_attn_core.backends",
+      "fairseq_attn_core.position_method_flags"),
+     "the hook contract and the registry `PIECES`; the attention paths and their chooser; the "
+     "flags and placement shared by the position methods"),
+    (("fairseq_attn_core.sentence_positions", "fairseq_attn_core.gaussian_localness"),
+     "shared math of several pieces"),
+    (("fairseq_attn_core.pieces",), "one module per variant"),
+    (("fairseq_attn_core.core", "fairseq_attn_core.flags"),
+     "`PluginSelfAttention` (projections, the chosen path computes the heads); the shared flags, validation, "
+     "`build_pieces`"),
+    (("fairseq_attn_core",),
+     "the pieces described from their declarations (`catalogue.py`); the folder's public names"),
     (("fairseq_attn_plugins.checkpoint_safety", "fairseq_attn_plugins.checkpoint_identity"),
      "checkpoints read under torch's `weights_only=True` with fairseq's classes allowlisted, "
      "corrupt and unsafe files named; what run a checkpoint is (read memory-mapped)"),
-    (("fairseq_attn_plugins.attention.settings", "fairseq_attn_plugins.attention.scores"),
-     "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`; "
-     "`Scores` (the masks and biases of one call, the rows a mask empties)"),
-    (("fairseq_attn_plugins.attention.piece", "fairseq_attn_plugins.attention.backends",
-      "fairseq_attn_plugins.attention.position_method_flags"),
-     "the hook contract and the registry `PIECES`; the attention paths and their chooser; the "
-     "flags and placement shared by the position methods"),
-    (("fairseq_attn_plugins.attention.sentence_positions", "fairseq_attn_plugins.attention.gaussian_localness"),
-     "shared math of several pieces"),
-    (("fairseq_attn_plugins.attention.pieces",), "one module per variant"),
-    (("fairseq_attn_plugins.attention.core", "fairseq_attn_plugins.attention.flags"),
-     "`PluginSelfAttention` (projections, the chosen path computes the heads); the shared flags, validation, "
-     "`build_pieces`"),
-    (("fairseq_attn_plugins.attention",),
-     "the pieces described from their declarations (`catalogue.py`); the folder's public names"),
     (("fairseq_attn_plugins.models",),
      "the `transformer_attn` model, its architectures and `is_attn_arch`, its hydra config, "
      "fine-tuning from a checkpoint without the pieces' parameters"),
@@ -157,7 +157,8 @@ def test_the_checker_sees_an_import_that_runs_back_up(tmp_path):
     inside a function, ``from .. import module``, an absolute import of another package."""
     files = module_files()
     cases = {
-        "fairseq_attn_plugins.attention.piece": "def f():\n    from ..models import transformer_attn\n",
+        "fairseq_attn_plugins.bench.timing": "def f():\n    from ..cli import bench\n",
+        "fairseq_attn_core.piece": "from fairseq_attn_plugins.models import transformer_attn\n",
         "fairseq_attn_plugins.models.finetune": "from .. import integration\n",
         "fairseq_attn_plugins.reporting.runs": "import fairseq_attn_recipes.recording\n",
         "fairseq_attn_records.run_record": "from fairseq_attn_plugins import checkpoint_safety\n",
@@ -168,7 +169,7 @@ def test_the_checker_sees_an_import_that_runs_back_up(tmp_path):
         edges = {module: imports_of(module, str(path), set(files))}
         assert len(upward_imports(edges)) == 1, (module, edges)
     same = tmp_path / "same.py"
-    same.write_text("from ..attention import catalogue\nfrom fairseq_attn_records import metrics\n")
+    same.write_text("from fairseq_attn_core import catalogue\nfrom fairseq_attn_records import metrics\n")
     assert upward_imports({"fairseq_attn_plugins.cli.pieces": imports_of("fairseq_attn_plugins.cli.pieces", str(same), set(files))}) == []
 
 

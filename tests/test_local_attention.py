@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, path_name, projections64
-from fairseq_attn_plugins.attention.backends import local
+from fairseq_attn_core.backends import local
 
 
 def naive_window_attention(q, k, v, kpm, half, scale):
@@ -213,7 +213,7 @@ def test_csan2d_on_block_local_path_matches_loop_reference(monkeypatch, head_edg
 def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
     """From LOCAL_MIN_LEN positions on CPU, under auto and fused, as csan1d; CUDA inference
     keeps flex block-sparse attention from FLEX_WINDOW_MIN_LEN, CUDA training the SDPA paths."""
-    from fairseq_attn_plugins.attention.backends import flex
+    from fairseq_attn_core.backends import flex
 
     n = local.LOCAL_MIN_LEN
     assert n == 256
@@ -233,7 +233,7 @@ def test_csan2d_block_local_recomputation_replays_attention_dropout(monkeypatch)
     """The widened layer's attention is recomputed in the backward: with attention dropout,
     the gradients are those of the dropout mask the forward drew (the same as without
     recomputation), not of a new one."""
-    from fairseq_attn_plugins.attention.backends.base import HookPath
+    from fairseq_attn_core.backends.base import HookPath
 
     monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
     monkeypatch.setattr(local, "BLOCK", 8)

@@ -103,7 +103,7 @@ def test_encoder_output_unchanged_by_batching_with_longer_sentences(arch, left_p
 
 
 def test_invalid_flag_fails_at_model_build():
-    from fairseq_attn_plugins.attention import PieceConfigError
+    from fairseq_attn_core import PieceConfigError
 
     with pytest.raises(PieceConfigError, match="--csan-heads"):
         build_model("transformer_csan2d_wmt_en_de", extra=["--csan-heads", "9", "--csan-layers", "0"])

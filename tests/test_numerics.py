@@ -15,7 +15,7 @@ import copy
 import pytest
 import torch
 
-from fairseq_attn_plugins.attention import (
+from fairseq_attn_core import (
     AttentionPiece,
     AttentionSite,
     PluginSelfAttention,

@@ -23,7 +23,7 @@ from position_helpers import (
 
 
 def test_alibi_slopes_follow_the_paper():
-    from fairseq_attn_plugins.attention.pieces.alibi import alibi_slopes
+    from fairseq_attn_core.pieces.alibi import alibi_slopes
 
     # power of two: 2^(-8h/H), h = 1..H
     assert alibi_slopes(8) == pytest.approx([2.0 ** -e for e in range(1, 9)])
@@ -90,7 +90,7 @@ def alibi_reference64(q, k, v, slopes, kpm, scale, start=0):
 
 
 def test_alibi_flex_float64_matches_plain_reference_at_twelve_heads():
-    from fairseq_attn_plugins.attention.pieces.alibi import alibi_slopes
+    from fairseq_attn_core.pieces.alibi import alibi_slopes
 
     heads = 12  # not a power of two: the paper's interleaved slopes, 2^-0.5 among them
     # (no float32 number equals them: a float32 slope shows at these tolerances)

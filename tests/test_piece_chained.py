@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
-from fairseq_attn_plugins.attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 from piece_refs import assert_padding_invariant, loop_chain64, loop_probs64
 
 

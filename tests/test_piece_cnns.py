@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import make_args, padded_batch
-from fairseq_attn_plugins.attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 from locality_helpers import LENGTHS, attention, tiny_model
 
 
@@ -105,7 +105,7 @@ def test_decoder_layer_refuses_layer_input_pieces():
     cfg = TransformerConfig.from_namespace(args)
     original = args.cnns_layers
     # cnns is encoder-only by construction; force it onto a decoder site to check the guard
-    from fairseq_attn_plugins.attention.pieces.cnns import ConvSublayers
+    from fairseq_attn_core.pieces.cnns import ConvSublayers
 
     saved = ConvSublayers.build
     ConvSublayers.build = classmethod(lambda cls, a, site: cls(site, a))

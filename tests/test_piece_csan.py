@@ -123,7 +123,7 @@ def test_window_covering_sentence_equals_baseline():
 
 
 def test_csan_only_on_selected_encoder_layers():
-    from fairseq_attn_plugins.attention import AttentionSite, build_pieces
+    from fairseq_attn_core import AttentionSite, build_pieces
 
     args = make_args("csan2d", layers=6, csan_layers="0-2")
     names = []

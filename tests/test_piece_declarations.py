@@ -20,8 +20,8 @@ import math
 import pytest
 
 from attn_helpers import make_args
-from fairseq_attn_plugins.attention import PIECES, AttentionSite, PieceConfigError, build_pieces
-from fairseq_attn_plugins.attention.settings import LAYERS, SIDES_ROLE, parse_layer_spec
+from fairseq_attn_core import PIECES, AttentionSite, PieceConfigError, build_pieces
+from fairseq_attn_core.settings import LAYERS, SIDES_ROLE, parse_layer_spec
 from locality_helpers import build
 
 NAMES = sorted(PIECES)

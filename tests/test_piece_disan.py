@@ -10,8 +10,8 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, real_positions
-from fairseq_attn_plugins.attention import PieceConfigError
-from fairseq_attn_plugins.attention.pieces.disan import parse_directions
+from fairseq_attn_core import PieceConfigError
+from fairseq_attn_core.pieces.disan import parse_directions
 
 
 def allowed(direction, i, j, keep_diag):
@@ -299,7 +299,7 @@ def test_bidirect_architectures(size, heads, layout):
     assert (args.attn_pieces, args.disan_directions, args.disan_diagonal, args.disan_layers,
             args.disan_sides) == ("disan", "bidirect", "auto", "0-2", "encoder")
     assert args.encoder_attention_heads == heads
-    from fairseq_attn_plugins.attention import AttentionSite, build_pieces, validate_attention_args
+    from fairseq_attn_core import AttentionSite, build_pieces, validate_attention_args
 
     validate_attention_args(args)
     for layer in range(6):

@@ -4,7 +4,7 @@ table in docs/pieces/, equal to the one generated from its settings, and the ind
 import glob
 import os
 
-from fairseq_attn_plugins.attention import PIECES, catalogue
+from fairseq_attn_core import PIECES, catalogue
 from fairseq_attn_plugins.cli.pieces import main as pieces_main
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "pieces")

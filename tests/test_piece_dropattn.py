@@ -10,8 +10,8 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, real_positions, path_name
-from fairseq_attn_plugins.attention import AttentionContext, AttentionSite, PieceConfigError
-from fairseq_attn_plugins.attention.pieces.dropattn import DropAttentionColumns, DropAttentionElements
+from fairseq_attn_core import AttentionContext, AttentionSite, PieceConfigError
+from fairseq_attn_core.pieces.dropattn import DropAttentionColumns, DropAttentionElements
 
 
 def drop_piece(attn):

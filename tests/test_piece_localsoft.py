@@ -31,7 +31,7 @@ def test_localsoft_matches_loop_reference(backend):
 
 
 def test_gaussian_bias_is_floored_and_stays_finite_in_fp16():
-    from fairseq_attn_plugins.attention.gaussian_localness import BIAS_FLOOR, gaussian_bias
+    from fairseq_attn_core.gaussian_localness import BIAS_FLOOR, gaussian_bias
 
     centre = torch.tensor([[[0.0]]])  # (1, T=1, n=1)
     width = torch.tensor([[[0.1]]])

@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
-from fairseq_attn_plugins.attention import PIECES, AttentionSite, build_pieces
+from fairseq_attn_core import PIECES, AttentionSite, build_pieces
 
 NAMES = sorted(PIECES)
 
@@ -135,7 +135,7 @@ def test_compatible_pairs_combine_in_one_module(pair):
 
 @pytest.mark.parametrize("a, b", [(a, b) for a in NAMES for b in PIECES[a].conflicts])
 def test_conflicting_pieces_fail_with_reason(a, b):
-    from fairseq_attn_plugins.attention import PieceConfigError
+    from fairseq_attn_core import PieceConfigError
 
     with pytest.raises(PieceConfigError, match=f"{a}|{b}") as err:
         piece_args(a, b)
@@ -145,7 +145,7 @@ def test_conflicting_pieces_fail_with_reason(a, b):
 def test_fused_backend_is_decided_by_the_configured_mode():
     """relpos keys-only and DropAttention's normalized rescaling run fused, so
     --attn-backend fused is accepted for them and refused for the other modes."""
-    from fairseq_attn_plugins.attention import PieceConfigError
+    from fairseq_attn_core import PieceConfigError
 
     args = piece_args("relpos", relpos_mode="k", attn_backend="fused")
     attn = make_attention(args, backend="fused")

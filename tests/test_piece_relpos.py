@@ -16,7 +16,7 @@ from attn_helpers import (
     projections64,
     real_positions, path_name,
 )
-from fairseq_attn_plugins.attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 
 
 def relpos_piece(attn):

@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
-from fairseq_attn_plugins.attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 from position_helpers import (
     CASES,
     check_architectures_replace_token_positions_on_every_layer,
@@ -85,7 +85,7 @@ def test_rope_pairs_neighbours_not_halves_and_a_row_permutation_maps_one_to_the_
 
 
 def test_rope_score_depends_on_distance_only():
-    from fairseq_attn_plugins.attention.pieces.rope import rotate
+    from fairseq_attn_core.pieces.rope import rotate
 
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64), torch.randn(1, 1, 1, 8, generator=g, dtype=torch.float64)

@@ -10,9 +10,9 @@ import pytest
 from attn_helpers import make_args
 from fairseq import options
 from fairseq.models import ARCH_CONFIG_REGISTRY
-from fairseq_attn_plugins.attention import PIECES, AttentionSite, PieceConfigError, build_pieces
-from fairseq_attn_plugins.attention.flags import attention_defaults, piece_flags
-from fairseq_attn_plugins.attention.piece import (
+from fairseq_attn_core import PIECES, AttentionSite, PieceConfigError, build_pieces
+from fairseq_attn_core.flags import attention_defaults, piece_flags
+from fairseq_attn_core.piece import (
     AttentionPiece,
     Choice,
     Float,

@@ -11,8 +11,8 @@ from torch.testing import assert_close
 
 from attn_helpers import build_model, make_args, make_attention, output64, padded_batch, path_name, projections64
 from piece_refs import loop_apply64
-from fairseq_attn_plugins.attention import PieceConfigError
-from fairseq_attn_plugins.attention.pieces.t5bias import relative_position_bucket
+from fairseq_attn_core import PieceConfigError
+from fairseq_attn_core.pieces.t5bias import relative_position_bucket
 from position_helpers import (
     CASES,
     check_architectures_replace_token_positions_on_every_layer,

@@ -9,8 +9,8 @@ import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
 from attn_helpers import assert_decoder_steps_equal_full, make_args, make_attention, output64, padded_batch, projections64, toy_dictionary
-from fairseq_attn_plugins.attention import PIECES
-from fairseq_attn_plugins.attention.pieces.dpi import SAN_P
+from fairseq_attn_core import PIECES
+from fairseq_attn_core.pieces.dpi import SAN_P
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
 from piece_refs import (
     assert_padding_invariant,

@@ -20,7 +20,7 @@ def test_importing_the_plugin_leaves_the_interpreter_alone():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     # a script's own error raised by the plugin keeps its traceback
-    code = ("import argparse, fairseq_attn_plugins; from fairseq_attn_plugins.attention.flags import validate_attention_args; "
+    code = ("import argparse, fairseq_attn_plugins; from fairseq_attn_core.flags import validate_attention_args; "
             "validate_attention_args(argparse.Namespace(attn_pieces='nosuch', attn_backend='auto'))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 1 and "Traceback" in p.stderr and "unknown piece(s) ['nosuch']" in p.stderr

@@ -11,8 +11,8 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
-from fairseq_attn_plugins.attention import backends
-from fairseq_attn_plugins.attention.pieces.relpos import RelativePositions, blocked_relpos_attention
+from fairseq_attn_core import backends
+from fairseq_attn_core.pieces.relpos import RelativePositions, blocked_relpos_attention
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 
@@ -67,7 +67,7 @@ def test_query_blocks_equal_explicit_forward_and_backward(monkeypatch, mode, sid
     monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
     if side == "encoder":  # auto takes the region split there (test_relpos_regions.py)
         monkeypatch.setattr(RelativePositions, "region_path_ok", False)
-    monkeypatch.setattr("fairseq_attn_plugins.attention.pieces.relpos.CPU_BLOCK", 3)
+    monkeypatch.setattr("fairseq_attn_core.pieces.relpos.CPU_BLOCK", 3)
     args = make_args("relpos", relpos_mode=mode, relpos_k=2)
     runs = []
     for backend in ("auto", "explicit"):

@@ -14,10 +14,10 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
-from fairseq_attn_plugins.attention import backends
-from fairseq_attn_plugins.attention.backends import regions
-from fairseq_attn_plugins.attention.pieces import relpos
-from fairseq_attn_plugins.attention.pieces.relpos import RelativePositions, region_relpos_attention
+from fairseq_attn_core import backends
+from fairseq_attn_core.backends import regions
+from fairseq_attn_core.pieces import relpos
+from fairseq_attn_core.pieces.relpos import RelativePositions, region_relpos_attention
 
 F64 = dict(rtol=1e-10, atol=1e-10)
 KMAX = 3

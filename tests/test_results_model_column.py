@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import trained_models  # noqa: E402
 from test_demo import TRAIN_LOG  # noqa: E402
 
-from fairseq_attn_plugins.attention import PluginSelfAttention  # noqa: E402
-from fairseq_attn_plugins.attention.flags import pieces_summary  # noqa: E402
+from fairseq_attn_core import PluginSelfAttention  # noqa: E402
+from fairseq_attn_core.flags import pieces_summary  # noqa: E402
 from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # noqa: E402
 from fairseq_attn_plugins.cli import results as results_cli  # noqa: E402
 from fairseq_attn_plugins.loading import load_model_ensemble_and_task  # noqa: E402

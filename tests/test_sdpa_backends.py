@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from fairseq_attn_plugins.attention.backends import sdpa as core
+from fairseq_attn_core.backends import sdpa as core
 
 
 def test_cpu_and_fairseq_masks_keep_torch_default():

@@ -13,9 +13,9 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
-from fairseq_attn_plugins.attention import AttentionSite, backends
-from fairseq_attn_plugins.attention.backends.distance_bias import distance_bias_attention
-from fairseq_attn_plugins.attention.pieces.t5bias import T5RelativeBias
+from fairseq_attn_core import AttentionSite, backends
+from fairseq_attn_core.backends.distance_bias import distance_bias_attention
+from fairseq_attn_core.pieces.t5bias import T5RelativeBias
 from position_helpers import t5_bucket
 
 F64 = dict(rtol=1e-10, atol=1e-10)

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
 
-from fairseq_attn_plugins.attention import PieceConfigError, PluginSelfAttention  # noqa: E402
+from fairseq_attn_core import PieceConfigError, PluginSelfAttention  # noqa: E402
 from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
 from fairseq_attn_records import generate_output  # noqa: E402
 from fairseq_attn_plugins.loading import from_pretrained, load_model_ensemble_and_task  # noqa: E402

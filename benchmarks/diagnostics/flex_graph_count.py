@@ -33,8 +33,8 @@ from torch._dynamo.utils import counters
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from attn_helpers import build_model, token_batch, toy_dictionary  # noqa: E402
 
-from fairseq_attn_plugins.attention.backends import flex  # noqa: E402
-from fairseq_attn_plugins.attention.core import PluginSelfAttention  # noqa: E402
+from fairseq_attn_core.backends import flex  # noqa: E402
+from fairseq_attn_core.core import PluginSelfAttention  # noqa: E402
 
 ARCHS = {"relpos_kv": ("transformer_relpos_wmt_en_de", []),
          "relpos_tied": ("transformer_relpos_wmt_en_de", ["--relpos-mode", "tied"]),

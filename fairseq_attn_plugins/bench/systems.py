@@ -122,8 +122,8 @@ def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: st
     on CUDA also ``auto`` for every method and ``flex`` for those with a flex path."""
     import fairseq_attn_plugins  # noqa: F401
 
-    from ..attention import PieceConfigError
-    from ..attention.backends import check_backend
+    from fairseq_attn_core import PieceConfigError
+    from fairseq_attn_core.backends import check_backend
 
     systems = [System(STOCK, "transformer_wmt_en_de", None)]
     for name, arch, flags in POSITION_METHODS:
@@ -207,7 +207,7 @@ def layer_paths(module, length: int) -> Dict[str, int]:
     """Path name -> how many self-attention layers under ``module`` run a training call of
     ``length`` positions on it (the chooser asked as the layer asks it: the length-dependent
     paths, region split, distance bias, block-local, flex band, show)."""
-    from fairseq_attn_plugins.attention import PluginSelfAttention, backends
+    from fairseq_attn_core import PluginSelfAttention, backends
 
     counts: Dict[str, int] = {}
     for m in module.modules():

@@ -9,7 +9,7 @@
     fairseq-attn-pieces --update-docs DIR    rewrite the flag tables of DIR/*.md
 
 (``fairseq-train --arch A --help`` shows no model or piece flag: a fairseq 0.12 limitation.)
-Everything is generated from the pieces' declarations (:mod:`..attention.catalogue`).
+Everything is generated from the pieces' declarations (:mod:`fairseq_attn_core.catalogue`).
 """
 
 import argparse
@@ -34,7 +34,7 @@ def get_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     args = get_parser().parse_args(argv)
     import fairseq_attn_plugins  # noqa: F401  (registers the pieces and architectures)
-    from ..attention import PIECES, catalogue
+    from fairseq_attn_core import PIECES, catalogue
 
     unknown = [n for n in args.pieces if n not in PIECES]
     if unknown:

@@ -29,8 +29,8 @@ import dataclasses
 import difflib
 import functools
 
-from ..attention.flags import check_inactive_flags, piece_flags
-from ..attention.piece import PIECES, PieceConfigError
+from fairseq_attn_core.flags import check_inactive_flags, piece_flags
+from fairseq_attn_core.piece import PIECES, PieceConfigError
 from ..models import is_attn_arch
 
 #: shared attention flags (not owned by a piece)

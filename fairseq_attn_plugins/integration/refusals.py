@@ -34,7 +34,7 @@ MODULE_PREFIXES = ("fairseq_cli.", "fairseq_attn_recipes", "fairseq_attn_plugins
 
 
 def refusal_kinds():
-    from ..attention.settings import PieceConfigError
+    from fairseq_attn_core.settings import PieceConfigError
     from ..checkpoint_safety import CorruptCheckpointError, UnsafeCheckpointError
 
     return PieceConfigError, CorruptCheckpointError, UnsafeCheckpointError

@@ -32,7 +32,7 @@ from typing import Dict, List, Tuple
 import torch
 from torch import nn
 
-from ..attention.piece import AttentionPiece, PieceConfigError
+from fairseq_attn_core.piece import AttentionPiece, PieceConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from typing import Any, Optional
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import OmegaConf, open_dict
 
-from ..attention import PieceConfigError
+from fairseq_attn_core import PieceConfigError
 
 # keys a finished configuration holds besides the flags (a checkpoint's model section)
 _EXTRA_FIELDS = {

@@ -1,5 +1,5 @@
 """The ``transformer_attn`` model: fairseq's Transformer whose self-attention
-layers are :class:`~fairseq_attn_plugins.attention.PluginSelfAttention`.
+layers are :class:`~fairseq_attn_core.PluginSelfAttention`.
 
 With no piece active it is the stock Transformer (same parameters, same names,
 same outputs), so every comparison runs through the same code. Encoder-decoder
@@ -35,7 +35,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from ..attention import (
+from fairseq_attn_core import (
     PIECES,
     AttentionPiece,
     AttentionSite,
@@ -46,7 +46,7 @@ from ..attention import (
     build_pieces,
     validate_attention_args,
 )
-from ..attention.flags import explicit_summary, pieces_summary, record_explicit_flags
+from fairseq_attn_core.flags import explicit_summary, pieces_summary, record_explicit_flags
 from . import finetune
 from .hydra_config import is_config, namespace_from_config, write_back
 

@@ -12,7 +12,7 @@ import torch
 from fairseq.modules.multihead_attention import MultiheadAttention
 from fairseq_attn_records.output_files import staged
 
-from ..attention import AttentionContext, PluginSelfAttention
+from fairseq_attn_core import AttentionContext, PluginSelfAttention
 from .attention_stats import head_stats
 
 

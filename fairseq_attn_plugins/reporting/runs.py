@@ -27,8 +27,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records import run_record
 
-from ..attention import catalogue
-from ..attention.piece import PieceConfigError
+from fairseq_attn_core import catalogue
+from fairseq_attn_core.piece import PieceConfigError
 
 
 class Run:
@@ -52,7 +52,7 @@ class Run:
 
     def trained_model(self) -> Optional[Dict]:
         """``{"arch", "pieces", "pieces_per_layer"}`` from the record's resolved model flags
-        (:func:`..attention.catalogue.model_pieces`, the rule ``fairseq-attn-pieces`` and the
+        (:func:`fairseq_attn_core.catalogue.model_pieces`, the rule ``fairseq-attn-pieces`` and the
         model build use), or None without a record."""
         if self.record is None:
             return None
@@ -149,7 +149,7 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
     ckpt = _newest_save_point(run_dir, rec)
     if ckpt is None:
         return
-    from ..attention.flags import piece_flags
+    from fairseq_attn_core.flags import piece_flags
     from ..checkpoint_identity import identity_of_checkpoint  # reads the checkpoint (torch)
 
     held = identity_of_checkpoint(ckpt)

@@ -1,7 +1,12 @@
-"""Attention core and its composable pieces."""
+"""The attention core and its composable pieces: plain torch, no fairseq import.
+
+A piece in a torch model: ``SelfAttention(embed_dim, heads, site, pieces=build_pieces(args, site))``
+with ``args`` holding the pieces' flags (:func:`attention_defaults` fills the rest). The fairseq
+plugin (:mod:`fairseq_attn_plugins`) wraps it in its model.
+"""
 
 from . import pieces  # noqa: F401  (registers every piece in pieces/)
-from .core import BACKENDS, PluginSelfAttention
+from .core import BACKENDS, SelfAttention
 from .piece import (
     PIECES,
     AttentionContext,
@@ -20,7 +25,7 @@ __all__ = [
     "AttentionPiece",
     "AttentionSite",
     "PieceConfigError",
-    "PluginSelfAttention",
+    "SelfAttention",
     "add_attention_args",
     "attention_defaults",
     "build_pieces",

@@ -91,17 +91,13 @@ def text_listing(names: Optional[List[str]] = None) -> str:
     return "\n\n".join(blocks)
 
 
-def arch_layers(arch: str) -> str:
-    """The pieces per layer of architecture ``arch`` at its defaults, e.g.
+def arch_layers(args: argparse.Namespace) -> str:
+    """The pieces per layer of an architecture at its defaults (``args``: the namespace its
+    defaults filled, by the caller who knows the architecture), e.g.
     ``--attn-pieces 'csan2d': encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``, then
-    each active piece's flags with their values (:func:`piece_values`). ``arch`` is one of the
-    model's architectures (``models.is_attn_arch``, asked by the caller)."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY
-
+    each active piece's flags with their values (:func:`piece_values`)."""
     from .flags import validate_attention_args
 
-    args = argparse.Namespace()
-    ARCH_CONFIG_REGISTRY[arch](args)
     validate_attention_args(args)
     return "\n".join([f"--attn-pieces {args.attn_pieces!r}: " + config_layers(args)] + piece_values(args))
 

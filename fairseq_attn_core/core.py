@@ -1,9 +1,12 @@
 """The one multi-head self-attention core that every variant plugs into.
 
-``PluginSelfAttention`` subclasses fairseq's ``MultiheadAttention`` so that its
-parameters (``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), their
-initialisation and the incremental-decoding cache layout are exactly fairseq's:
-a stock ``transformer`` state dict loads into it unchanged. It computes::
+``SelfAttention`` is a plain torch module (no fairseq import) whose parameters
+(``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``), their initialisation (the same
+draws of the random generator) and incremental-decoding cache layout are those of
+fairseq's ``MultiheadAttention`` for self-attention: a stock ``transformer`` state
+dict loads into it unchanged, and the fairseq plugin's ``PluginSelfAttention``
+(:mod:`fairseq_attn_plugins.models.self_attention`) adds only fairseq's dropout
+module, quant noise and the upgrade of its oldest checkpoints. It computes::
 
     softmax(scale * q k^T + biases, masked) @ v  (+ value-side terms)
 
@@ -17,10 +20,11 @@ and applies the output projection, the pieces' ``output_term`` and the widening 
 """
 
 import dataclasses
+import math
+import uuid
 from typing import Dict, List, Optional, Tuple
 
 import torch
-from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
 from . import backends
@@ -28,7 +32,21 @@ from .backends import BACKENDS  # noqa: F401  (re-exported)
 from .piece import AttentionContext, AttentionPiece, AttentionSite, check_one_widener
 
 
-class PluginSelfAttention(MultiheadAttention):
+class AttentionDropout(nn.Module):
+    """The rate of dropout on the attention probabilities, which the path running a call
+    applies: ``p``, and ``apply_during_inference`` (False: only in training), the two
+    attributes of fairseq's ``FairseqDropout`` that the core reads (the fairseq plugin puts
+    that module here instead, so ``--retain-dropout`` reaches it). No parameters."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+        self.apply_during_inference = False
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with pieces in its hooks; input ``(T, B, C)``. See module docstring."""
+
     def __init__(
         self,
         embed_dim: int,
@@ -38,17 +56,25 @@ class PluginSelfAttention(MultiheadAttention):
         dropout: float = 0.0,
         backend: str = "auto",
         flex_compile: str = "auto",
-        q_noise: float = 0.0,
-        qn_block_size: int = 8,
     ):
-        super().__init__(
-            embed_dim,
-            num_heads,
-            dropout=dropout,
-            self_attention=True,
-            q_noise=q_noise,
-            qn_block_size=qn_block_size,
-        )
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.dropout_module = AttentionDropout(dropout)
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != embed_dim:
+            raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        self.scaling = self.head_dim ** -0.5
+        self.self_attention = True
+        self.encoder_decoder_attention = False
+        # fairseq's MultiheadAttention order (k, v, q, out) and initialisation: the same draws
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.beam_size = 1
+        self.reset_parameters()
+        self._incremental_state_id = str(uuid.uuid4())  # the key of this layer's decoding cache
         self.site = site
         self.layer_idx = site.layer_idx
         self.pieces = nn.ModuleList(pieces)
@@ -74,11 +100,17 @@ class PluginSelfAttention(MultiheadAttention):
         backends.check_backend(backend, self._layer.needs_probs, self.dropout_module.p)
         self._layer = dataclasses.replace(self._layer, backend=backend)
 
+    def reset_parameters(self) -> None:
+        """fairseq's: Xavier-uniform projections (q, k, v with gain 1/sqrt(2)), zero output bias."""
+        for proj in (self.k_proj, self.v_proj, self.q_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=1 / math.sqrt(2))
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.constant_(self.out_proj.bias, 0.0)
+
     def upgrade_state_dict_named(self, state_dict, name):
-        """fairseq's upgrade, then drop the second copy of a piece's parameters that
-        checkpoints of earlier versions hold (``_flex_piece.*``, ``_expander.*``: the same
-        tensors as ``pieces.0.*``, registered twice)."""
-        super().upgrade_state_dict_named(state_dict, name)
+        """Drop the second copy of a piece's parameters that checkpoints of earlier versions
+        hold (``_flex_piece.*``, ``_expander.*``: the same tensors as ``pieces.0.*``,
+        registered twice). fairseq's model calls this on loading."""
         prefix = f"{name}." if name else ""
         for alias in ("_flex_piece.", "_expander."):
             for key in [k for k in state_dict if k.startswith(prefix + alias)]:
@@ -121,7 +153,7 @@ class PluginSelfAttention(MultiheadAttention):
         need_head_weights: bool = False,
     ) -> Tuple[Tensor, Optional[Tensor]]:
         if before_softmax or static_kv:
-            raise NotImplementedError("PluginSelfAttention supports neither before_softmax nor static_kv")
+            raise NotImplementedError("SelfAttention supports neither before_softmax nor static_kv")
         if incremental_state is not None and self._no_incremental:
             raise RuntimeError(f"{', '.join(self._no_incremental)}: incremental decoding is not "
                                f"supported (the piece needs the whole sentence: encoder only)")
@@ -169,13 +201,8 @@ class PluginSelfAttention(MultiheadAttention):
                 start = saved["prev_key"].size(2)
                 k = torch.cat([saved["prev_key"], k], dim=2)
                 v = torch.cat([saved["prev_value"], v], dim=2)
-            key_padding_mask = MultiheadAttention._append_prev_key_padding_mask(
-                key_padding_mask=key_padding_mask,
-                prev_key_padding_mask=saved.get("prev_key_padding_mask"),
-                batch_size=bsz,
-                src_len=k.size(2),
-                static_kv=False,
-            )
+            key_padding_mask = _append_prev_key_padding_mask(
+                key_padding_mask, saved.get("prev_key_padding_mask"), bsz, k.size(2))
             saved["prev_key"], saved["prev_value"] = k, v
             saved["prev_key_padding_mask"] = key_padding_mask
             self._set_input_buffer(incremental_state, saved)
@@ -196,3 +223,45 @@ class PluginSelfAttention(MultiheadAttention):
             cache=saved,
         )
         return q, k, v, ctx
+
+    # the decoding cache, laid out as fairseq's MultiheadAttention keeps it --------------
+    def _get_input_buffer(self, incremental_state) -> Dict[str, Optional[Tensor]]:
+        """This layer's cache (``prev_key``, ``prev_value``: (B, H, S, D); ``prev_key_padding_mask``)."""
+        buffer = None if incremental_state is None else incremental_state.get(f"{self._incremental_state_id}.attn_state")
+        return {} if buffer is None else buffer
+
+    def _set_input_buffer(self, incremental_state, buffer: Dict[str, Optional[Tensor]]):
+        if incremental_state is not None:
+            incremental_state[f"{self._incremental_state_id}.attn_state"] = buffer
+        return incremental_state
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """The cache reordered along the batch (beam search), as fairseq's decoder asks."""
+        buffer = self._get_input_buffer(incremental_state)
+        for key, value in buffer.items():
+            if value is not None:
+                buffer[key] = value.index_select(0, new_order)
+        return self._set_input_buffer(incremental_state, buffer)
+
+    def set_beam_size(self, beam_size: int) -> None:
+        self.beam_size = beam_size
+
+
+def _append_prev_key_padding_mask(key_padding_mask: Optional[Tensor], prev: Optional[Tensor],
+                                  batch_size: int, src_len: int) -> Optional[Tensor]:
+    """fairseq's ``MultiheadAttention._append_prev_key_padding_mask`` for self-attention
+    (``static_kv=False``): the cached padding mask and the new step's, as float (1 = pad),
+    zeros where one of them is missing."""
+    if prev is not None and key_padding_mask is not None:
+        return torch.cat([prev.float(), key_padding_mask.float()], dim=1)
+    if prev is not None:
+        if src_len > prev.size(1):
+            filler = torch.zeros((batch_size, src_len - prev.size(1)), device=prev.device)
+            return torch.cat([prev.float(), filler.float()], dim=1)
+        return prev.float()
+    if key_padding_mask is not None:
+        if src_len > key_padding_mask.size(1):
+            filler = torch.zeros((batch_size, src_len - key_padding_mask.size(1)), device=key_padding_mask.device)
+            return torch.cat([filler.float(), key_padding_mask.float()], dim=1)
+        return key_padding_mask.float()
+    return None

@@ -137,7 +137,7 @@ def validate_attention_args(args) -> None:
 
 
 def pieces_summary(modules) -> str:
-    """One line: the active pieces per layer of ``PluginSelfAttention`` modules, e.g.
+    """One line: the active pieces per layer of ``SelfAttention`` modules, e.g.
     ``encoder 0-2: csan2d; encoder 3-5: none; decoder 0-5: none``."""
     return per_layer(modules, lambda m: ",".join(p.name for p in m.pieces) or "none")
 

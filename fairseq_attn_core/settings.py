@@ -22,6 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple, Union
 
 SIDES = ("encoder", "decoder")
+#: fairseq's ``--max-source-positions`` and ``--max-target-positions`` when unset (its
+#: DEFAULT_MAX_SOURCE_POSITIONS and DEFAULT_MAX_TARGET_POSITIONS; a test holds them equal)
+FAIRSEQ_MAX_POSITIONS = 1024
 
 
 class PieceConfigError(ValueError):

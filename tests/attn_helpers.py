@@ -9,7 +9,7 @@ from torch.testing import assert_close
 import fairseq_attn_plugins  # noqa: F401  (registers models and pieces)
 from fairseq_attn_core import (
     AttentionSite,
-    PluginSelfAttention,
+    SelfAttention,
     attention_defaults,
     build_pieces,
     validate_attention_args,
@@ -32,7 +32,7 @@ def make_attention(args, side="encoder", layer_idx=0, embed_dim=16, num_heads=4,
     torch.manual_seed(seed)
     site = AttentionSite(side=side, layer_idx=layer_idx, num_layers=args.encoder_layers,
                          num_heads=num_heads, head_dim=embed_dim // num_heads)
-    attn = PluginSelfAttention(embed_dim, num_heads, site, pieces=build_pieces(args, site),
+    attn = SelfAttention(embed_dim, num_heads, site, pieces=build_pieces(args, site),
                                dropout=dropout, backend=backend or args.attn_backend)
     # give biases non-zero values so that they matter in the comparisons
     with torch.no_grad():

@@ -3,10 +3,13 @@ explicit agreement (forward and backward), incremental decoding, padding."""
 
 import pytest
 import torch
+from fairseq.modules.fairseq_dropout import FairseqDropout
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
+from fairseq_attn_core import AttentionSite, SelfAttention
+from fairseq_attn_plugins.models.self_attention import PluginSelfAttention
 
 CONFIGS = {
     "baseline": dict(pieces=""),
@@ -20,6 +23,40 @@ def stock_twin(attn):
     stock = MultiheadAttention(attn.embed_dim, attn.num_heads, self_attention=True)
     stock.load_state_dict(attn.state_dict())
     return stock.eval()
+
+
+def test_the_core_and_the_plugin_layer_draw_fairseqs_parameters():
+    """The core (no fairseq) and the plugin's layer hold fairseq's MultiheadAttention
+    parameters under the same names, drawn alike from the same seed: checkpoints load and a
+    seeded run starts from the same weights."""
+    site = AttentionSite("encoder", 0, 1, 4, 4)
+    torch.manual_seed(3)
+    stock = MultiheadAttention(16, 4, dropout=0.1, self_attention=True).state_dict()
+    for layer_class in (SelfAttention, PluginSelfAttention):
+        torch.manual_seed(3)
+        layer = layer_class(16, 4, site, dropout=0.1).state_dict()
+        assert list(layer) == list(stock)
+        for name, value in stock.items():
+            assert_close(layer[name], value, rtol=0, atol=0)
+
+
+def test_the_plugin_layer_adds_fairseqs_dropout_module_quant_noise_and_upgrade():
+    site = AttentionSite("encoder", 0, 1, 4, 4)
+    plugin = PluginSelfAttention(16, 4, site, dropout=0.1, q_noise=0.1, qn_block_size=8)
+    assert type(plugin.dropout_module) is FairseqDropout and plugin.dropout_module.p == 0.1
+    assert plugin.dropout_module.module_name == "PluginSelfAttention"  # --retain-dropout-modules
+    assert [len(m._forward_pre_hooks) for m in (plugin.q_proj, plugin.k_proj, plugin.v_proj, plugin.out_proj)] == [1] * 4
+    assert [len(m._forward_pre_hooks) for m in (SelfAttention(16, 4, site).q_proj,)] == [0]
+    # a checkpoint of fairseq's oldest layout (one in_proj for q, k, v) and an earlier alias
+    saved = {f"layer.{k}": v.clone() for k, v in plugin.state_dict().items()}
+    old = dict(saved)
+    for kind in ("weight", "bias"):
+        old[f"layer.in_proj_{kind}"] = torch.cat([old.pop(f"layer.{p}_proj.{kind}") for p in "qkv"])
+    old["layer._flex_piece.rel_keys"] = torch.zeros(1)
+    plugin.upgrade_state_dict_named(old, "layer")
+    assert sorted(old) == sorted(saved)
+    for name, value in saved.items():
+        assert_close(old[name], value, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("backend", ["auto", "fused", "explicit"])
@@ -134,3 +171,12 @@ def test_invalid_flags_fail_naming_the_flag(flags, message):
     flags = dict(flags)
     with pytest.raises(PieceConfigError, match=message):
         make_args(flags.pop("pieces"), layers=6, heads=4, **flags)
+
+
+def test_the_cores_default_positions_are_fairseqs():
+    """convattn1d and dpi resolve an unset --max-source/target-positions as fairseq does."""
+    from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
+
+    from fairseq_attn_core.settings import FAIRSEQ_MAX_POSITIONS
+
+    assert FAIRSEQ_MAX_POSITIONS == DEFAULT_MAX_SOURCE_POSITIONS == DEFAULT_MAX_TARGET_POSITIONS

@@ -18,7 +18,7 @@ import torch
 from fairseq_attn_core import (
     AttentionPiece,
     AttentionSite,
-    PluginSelfAttention,
+    SelfAttention,
     build_pieces,
     validate_attention_args,
 )
@@ -68,7 +68,7 @@ def _module_for(names, backend, side):
     site = _site(side)
     pieces = build_pieces(args, site)
     torch.manual_seed(0)
-    return PluginSelfAttention(C, H, site, pieces=pieces, dropout=0.1, backend=backend), pieces
+    return SelfAttention(C, H, site, pieces=pieces, dropout=0.1, backend=backend), pieces
 
 
 def _run(module, side, dtype, need_weights, seed):
@@ -191,7 +191,7 @@ class _FutureOnly(AttentionPiece):
 def test_rows_emptied_by_piece_and_causal_mask_are_finite():
     site = _site("decoder")
     torch.manual_seed(0)
-    module = PluginSelfAttention(C, H, site, pieces=[_FutureOnly(site)]).eval()
+    module = SelfAttention(C, H, site, pieces=[_FutureOnly(site)]).eval()
     x, _, attn_mask = _inputs("decoder", torch.float32)
     outs = {}
     for backend in ("explicit", "fused"):

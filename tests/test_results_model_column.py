@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import trained_models  # noqa: E402
 from test_demo import TRAIN_LOG  # noqa: E402
 
-from fairseq_attn_core import PluginSelfAttention  # noqa: E402
+from fairseq_attn_core import SelfAttention  # noqa: E402
 from fairseq_attn_core.flags import pieces_summary  # noqa: E402
 from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # noqa: E402
 from fairseq_attn_plugins.cli import results as results_cli  # noqa: E402
@@ -61,7 +61,7 @@ def _pieces_the_model_builds(checkpoint):
     """The active pieces per layer of the model fairseq builds from the checkpoint (the line the
     model build logs), found on the modules themselves."""
     models, _, _ = load_model_ensemble_and_task([checkpoint], {"data": trained_models.data_dir()})
-    return pieces_summary([m for m in models[0].modules() if isinstance(m, PluginSelfAttention)])
+    return pieces_summary([m for m in models[0].modules() if isinstance(m, SelfAttention)])
 
 
 def test_a_misleading_folder_name_shows_the_recorded_architecture(tmp_path, refs, relpos_checkpoint, capsys):

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import trained_models  # noqa: E402
 from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
 
-from fairseq_attn_core import PieceConfigError, PluginSelfAttention  # noqa: E402
+from fairseq_attn_core import PieceConfigError, SelfAttention  # noqa: E402
 from fairseq_attn_plugins.checkpoint_safety import safe_load  # noqa: E402
 from fairseq_attn_records import generate_output  # noqa: E402
 from fairseq_attn_plugins.loading import from_pretrained, load_model_ensemble_and_task  # noqa: E402
@@ -119,7 +119,7 @@ def test_override_of_the_pieces_checks_only_the_overrides():
     out = generate(ck, "--model-overrides", "{'attn_pieces': ''}")
     assert len(hypotheses(out)) == 12
     models, _, _ = load_model_ensemble_and_task([ck], {"data": trained_models.data_dir(), "attn_pieces": ""})
-    attns = [m for m in models[0].modules() if isinstance(m, PluginSelfAttention)]
+    attns = [m for m in models[0].modules() if isinstance(m, SelfAttention)]
     assert attns and all(len(m.pieces) == 0 for m in attns)
     # a flag of the piece that the override dropped is refused
     with pytest.raises(PieceConfigError, match="--csan-heads belongs to csan1d / csan2d"):
@@ -131,7 +131,7 @@ def test_attn_backend_override_and_stock_checkpoints(relpos):
     checkpoint are refused (they would do nothing)."""
     models, _, _ = load_model_ensemble_and_task([relpos], {"data": trained_models.data_dir(),
                                                            "attn_backend": "explicit"})
-    assert {m.backend for m in models[0].modules() if isinstance(m, PluginSelfAttention)} == {"explicit"}
+    assert {m.backend for m in models[0].modules() if isinstance(m, SelfAttention)} == {"explicit"}
     stock = trained_models.trained("stock", updates=2)
     with pytest.raises(PieceConfigError, match=r"not a transformer_attn architecture"):
         generate(stock, "--model-overrides", "{'attn_pieces': 'relpos'}")

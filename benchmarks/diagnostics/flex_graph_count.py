@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from attn_helpers import build_model, token_batch, toy_dictionary  # noqa: E402
 
 from fairseq_attn_core.backends import flex  # noqa: E402
-from fairseq_attn_core.core import PluginSelfAttention  # noqa: E402
+from fairseq_attn_core.core import SelfAttention  # noqa: E402
 
 ARCHS = {"relpos_kv": ("transformer_relpos_wmt_en_de", []),
          "relpos_tied": ("transformer_relpos_wmt_en_de", ["--relpos-mode", "tied"]),
@@ -98,7 +98,7 @@ def main():
         if opts.train:  # the same weights on the explicit path
             reference = copy.deepcopy(model)
             for m in reference.modules():
-                if isinstance(m, PluginSelfAttention):
+                if isinstance(m, SelfAttention):
                     m.backend = "explicit"
         start = time.perf_counter()
         error = None

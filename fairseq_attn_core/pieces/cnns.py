@@ -29,7 +29,8 @@ Defaults and choices the papers leave open: n = 4 convolutions of width
 k = 7 (QANet's embedding encoder; ``--cnns-convs``, ``--cnns-kernel`` odd),
 the lower 3 encoder layers (``--cnns-layers 0-2``), dropout = ``--dropout``
 after the ReLU (QANet drops every other sublayer and adds stochastic depth;
-not reproduced), fairseq's LayerNorm, PyTorch's default Conv1d init.
+not reproduced), torch's LayerNorm (eps 1e-5: fairseq's ``LayerNorm`` without apex; with
+apex on CUDA fairseq took apex's fused kernel, same parameters), PyTorch's default Conv1d init.
 
 Parameters per conv: separable k C + C^2 + C + 2C (LN); full k C^2 + C + 2C.
 The default is 4 x 267,264 = 1,069,056 per layer, 3.21M on 3 layers: the
@@ -43,7 +44,6 @@ incremental decoding is refused (decoder layers reject ``layer_input`` pieces).
 
 import torch
 import torch.nn.functional as F
-from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
 from ..piece import AttentionPiece, AttentionSite, Choice, Int, Layers, register_piece
@@ -58,7 +58,7 @@ class ConvSublayer(nn.Module):
 
     def __init__(self, dim: int, kernel: int, kind: str, dropout: float):
         super().__init__()
-        self.norm = LayerNorm(dim)
+        self.norm = nn.LayerNorm(dim)
         self.dropout = dropout
         if kind == "separable":
             self.depthwise = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim, bias=False)

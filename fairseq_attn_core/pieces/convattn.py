@@ -56,11 +56,11 @@ import math
 
 import torch
 import torch.nn.functional as F
-from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS
 from torch import Tensor, nn
 
 from ..piece import AttentionPiece, AttentionSite, Choice, Int, Layers, register_piece
 from ..sentence_positions import sentence_positions
+from ..settings import FAIRSEQ_MAX_POSITIONS
 
 ACTIVATIONS = ("relu", "linear")
 INITS = ("glorot", "identity")
@@ -139,7 +139,7 @@ class ConvAttention1D(_ConvAttentionBase):
     @classmethod
     def validate(cls, args):
         # unset --max-source-positions: fairseq's build_model uses its default (1024)
-        sources = getattr(args, "max_source_positions", None) or DEFAULT_MAX_SOURCE_POSITIONS
+        sources = getattr(args, "max_source_positions", None) or FAIRSEQ_MAX_POSITIONS
         if args.convattn_max_len is None:  # not given: t = min(sources, 256)
             args.convattn_max_len = min(sources, DEFAULT_MAX_LEN)
         super().validate(args)

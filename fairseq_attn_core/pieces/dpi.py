@@ -59,7 +59,6 @@ Backends: fused and explicit (the tables are an additive bias).
 import math
 
 import torch
-from fairseq.models.transformer import DEFAULT_MAX_SOURCE_POSITIONS, DEFAULT_MAX_TARGET_POSITIONS
 from torch import Tensor, nn
 
 from ..piece import (
@@ -73,6 +72,7 @@ from ..piece import (
     register_piece,
 )
 from ..sentence_positions import sentence_positions
+from ..settings import FAIRSEQ_MAX_POSITIONS
 
 MODES = ("p", "r", "pr")
 RELATIVE_FORMS = ("paper", "circulant")
@@ -122,8 +122,8 @@ class DirectPositionInteractions(AttentionPiece):
         t = args.dpi_max_len
         sides = cls.covered_sides(args)
         for side, positions_flag, fairseq_default in (
-            ("encoder", "max_source_positions", DEFAULT_MAX_SOURCE_POSITIONS),
-            ("decoder", "max_target_positions", DEFAULT_MAX_TARGET_POSITIONS),
+            ("encoder", "max_source_positions", FAIRSEQ_MAX_POSITIONS),
+            ("decoder", "max_target_positions", FAIRSEQ_MAX_POSITIONS),
         ):
             if side not in sides:
                 continue

@@ -207,11 +207,11 @@ def layer_paths(module, length: int) -> Dict[str, int]:
     """Path name -> how many self-attention layers under ``module`` run a training call of
     ``length`` positions on it (the chooser asked as the layer asks it: the length-dependent
     paths, region split, distance bias, block-local, flex band, show)."""
-    from fairseq_attn_core import PluginSelfAttention, backends
+    from fairseq_attn_core import SelfAttention, backends
 
     counts: Dict[str, int] = {}
     for m in module.modules():
-        if isinstance(m, PluginSelfAttention):
+        if isinstance(m, SelfAttention):
             path = m.path_for(backends.Call(tgt_len=length, src_len=length, dropout_p=m.dropout_module.p,
                                             on_cuda=m.q_proj.weight.is_cuda,
                                             attn_mask=m.site.side == "decoder", backward=True))

@@ -62,7 +62,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"fairseq-attn-pieces: --arch {args.arch!r} is not a transformer_attn architecture; "
                   f"expected one of {attn_architectures()}", file=sys.stderr)
             return 2
-        print(catalogue.arch_layers(args.arch))
+        from fairseq.models import ARCH_CONFIG_REGISTRY
+
+        defaults = argparse.Namespace()
+        ARCH_CONFIG_REGISTRY[args.arch](defaults)
+        print(catalogue.arch_layers(defaults))
         return 0
     if args.markdown:
         print("\n\n".join(f"{n}\n\n{catalogue.markdown_table(PIECES[n])}"

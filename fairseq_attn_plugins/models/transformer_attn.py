@@ -1,5 +1,6 @@
 """The ``transformer_attn`` model: fairseq's Transformer whose self-attention
-layers are :class:`~fairseq_attn_core.PluginSelfAttention`.
+layers are :class:`~.self_attention.PluginSelfAttention` (the core's
+:class:`fairseq_attn_core.SelfAttention` as a fairseq layer).
 
 With no piece active it is the stock Transformer (same parameters, same names,
 same outputs), so every comparison runs through the same code. Encoder-decoder
@@ -40,7 +41,6 @@ from fairseq_attn_core import (
     AttentionPiece,
     AttentionSite,
     PieceConfigError,
-    PluginSelfAttention,
     add_attention_args,
     attention_defaults,
     build_pieces,
@@ -49,6 +49,7 @@ from fairseq_attn_core import (
 from fairseq_attn_core.flags import explicit_summary, pieces_summary, record_explicit_flags
 from . import finetune
 from .hydra_config import is_config, namespace_from_config, write_back
+from .self_attention import PluginSelfAttention
 
 logger = logging.getLogger(__name__)
 

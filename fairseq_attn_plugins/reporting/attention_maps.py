@@ -12,11 +12,11 @@ import torch
 from fairseq.modules.multihead_attention import MultiheadAttention
 from fairseq_attn_records.output_files import staged
 
-from fairseq_attn_core import AttentionContext, PluginSelfAttention
+from fairseq_attn_core import AttentionContext, SelfAttention
 from .attention_stats import head_stats
 
 
-def allowed_positions(module: PluginSelfAttention, T: int, S: int, key_padding_mask=None,
+def allowed_positions(module: SelfAttention, T: int, S: int, key_padding_mask=None,
                       attn_mask=None) -> torch.Tensor:
     """(H, T, S) bool: where the pieces, the padding and the causal mask let row 0 of the batch attend."""
     H = module.num_heads
@@ -46,7 +46,7 @@ def collect_attention(model, src_tokens: torch.Tensor, prev_output_tokens: torch
                       sides=("encoder", "decoder")) -> List[Dict]:
     """Run one forward pass; return per self-attention layer the (H, T, S) probabilities.
 
-    Each :class:`PluginSelfAttention` is re-run on its own inputs with
+    Each :class:`~fairseq_attn_core.SelfAttention` is re-run on its own inputs with
     ``need_head_weights=True`` (explicit path: same probabilities as the fused one);
     fairseq's own self-attention (stock models) likewise, through fairseq's explicit
     path (a throw-away incremental state keeps it off the fused F.multi_head_attention_forward).
@@ -61,7 +61,7 @@ def collect_attention(model, src_tokens: torch.Tensor, prev_output_tokens: torch
                  "static_kv", "attn_mask")
         kw.update(zip(names, args))
         kw["need_weights"], kw["need_head_weights"] = True, True
-        if not isinstance(module, PluginSelfAttention):
+        if not isinstance(module, SelfAttention):
             kw["incremental_state"] = {}  # fairseq's explicit path returns per-head weights
         _, w = module.forward(**kw)  # bypasses the hooks
         probs = w[:, 0].detach().float().cpu()  # (H, T, S)
@@ -89,12 +89,12 @@ def collect_attention(model, src_tokens: torch.Tensor, prev_output_tokens: torch
 
 def self_attention_sites(model) -> Dict:
     """module -> (side, layer) for every self-attention of the model: the plugin's
-    :class:`PluginSelfAttention` and fairseq's own ``MultiheadAttention`` (stock models)."""
+    :class:`~fairseq_attn_core.SelfAttention` and fairseq's own ``MultiheadAttention`` (stock models)."""
     out = {}
     for side in ("encoder", "decoder"):
         for layer, block in enumerate(getattr(getattr(model, side, None), "layers", None) or ()):
             attn = getattr(block, "self_attn", None)
-            if isinstance(attn, PluginSelfAttention):
+            if isinstance(attn, SelfAttention):
                 out[attn] = (attn.site.side, attn.site.layer_idx)
             elif isinstance(attn, MultiheadAttention) and getattr(attn, "self_attention", False):
                 out[attn] = (side, layer)

@@ -2,29 +2,21 @@
 
 Load with ``fairseq-train --user-dir fairseq_attn_plugins`` (or ``pip install``
 the package and point ``--user-dir`` at its folder). Importing it registers the
-``transformer_attn`` model, its architectures, and makes fairseq checkpoints
-loadable under torch >= 2.6 without disabling ``weights_only``, and keeps
-the last batch that fairseq's ``batch_by_size`` would drop, checks ``--model-overrides``
-like training flags, lets fairseq-train start from a checkpoint without the new pieces'
-parameters and, in fairseq's commands and this distribution's (never in a script or notebook
-that imports it), prints the plugin's refusals and mistyped flags as one line (:mod:`.checkpoint_safety`,
-:mod:`.integration`, :mod:`.models.finetune`).
+``transformer_attn`` model and its architectures (the attention core, with its pieces,
+is the torch-only package :mod:`fairseq_attn_core`), and installs the plugin's fixes of
+fairseq, each once (:mod:`.integration.fixes`, listed in docs/architecture.md): fairseq
+checkpoints load under torch >= 2.6 without disabling ``weights_only``, the last batch that
+fairseq's ``batch_by_size`` would drop is kept, ``--model-overrides`` are checked like training
+flags, fairseq-train can start from a checkpoint without the new pieces' parameters and, in
+fairseq's commands and this distribution's (never in a script or notebook that imports it),
+the plugin's refusals and mistyped flags print as one line.
 """
 
-from . import checkpoint_safety
-from .integration import fairseq_fixes, refusals
+import fairseq_attn_core  # noqa: F401  (registers every piece)
 
-checkpoint_safety.install()
-fairseq_fixes.install()
-refusals.install()
+from . import models  # noqa: F401  (registers the model and its architectures)
+from .integration import fixes
 
-import fairseq_attn_core  # noqa: E402,F401  (registers every piece)
-
-from . import models  # noqa: E402,F401
-from .integration import model_overrides  # noqa: E402
-from .models import finetune  # noqa: E402
-
-model_overrides.install()
-finetune.install()
+fixes.install()
 
 __version__ = "0.1.0"

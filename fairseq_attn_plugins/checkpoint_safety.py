@@ -12,7 +12,8 @@ about security (:class:`UnsafeCheckpointError`). A missing, empty, truncated or
 otherwise unreadable file raises :class:`CorruptCheckpointError` naming the
 file and saying what is wrong with it. :func:`safe_load` is the one entry point
 for code that reads checkpoints itself (e.g. checkpoint averaging); fairseq's
-``checkpoint_utils.load_checkpoint_to_cpu`` is wrapped to give the same errors.
+``checkpoint_utils.load_checkpoint_to_cpu`` gives the same errors through
+:func:`named_errors` (installed by :mod:`.integration.fixes`).
 """
 
 import argparse
@@ -174,7 +175,11 @@ def safe_load(path, map_location="cpu"):
         raise new from e
 
 
-def _wrap_loader(load):
+def named_errors(load):
+    """fairseq's ``load_checkpoint_to_cpu`` raising :class:`UnsafeCheckpointError` and
+    :class:`CorruptCheckpointError` as :func:`safe_load` does (installed by
+    :mod:`.integration.fixes`)."""
+
     @functools.wraps(load)
     def load_checkpoint_to_cpu(path, *args, **kwargs):
         try:
@@ -187,19 +192,7 @@ def _wrap_loader(load):
                 raise
             raise new from e
 
-    load_checkpoint_to_cpu._attn_plugins_safe = True
     return load_checkpoint_to_cpu
-
-
-def _install_clear_refusal() -> None:
-    """Make fairseq's checkpoint loader name the file and the refused class."""
-    try:
-        from fairseq import checkpoint_utils
-    except ImportError:  # pragma: no cover
-        return
-    load = checkpoint_utils.load_checkpoint_to_cpu
-    if not getattr(load, "_attn_plugins_safe", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _wrap_loader(load)
 
 
 def install() -> None:
@@ -208,5 +201,4 @@ def install() -> None:
     if _installed or not hasattr(torch.serialization, "add_safe_globals"):
         return
     torch.serialization.add_safe_globals(fairseq_checkpoint_globals())
-    _install_clear_refusal()
     _installed = True

@@ -1,6 +1,7 @@
 """How the plugin fits into fairseq 0.12 and torch, as opposed to what it computes:
 
-* :mod:`.fairseq_fixes` -- fairseq's ``batch_by_size`` keeps the last batch;
+* :mod:`.fixes` -- every function the plugin replaces, in one table, installed once by one function;
+* :mod:`.fairseq_fixes` -- fairseq's ``batch_by_size`` keeps the last batch, torchrun on CPU;
 * :mod:`.model_overrides` -- ``--model-overrides`` checked like training flags;
 * :mod:`.refusals` -- the plugin's refusals as one line in fairseq's commands (no traceback).
 
@@ -11,5 +12,6 @@ allowlisted; corrupt and unsafe files named in one line), :mod:`fairseq_attn_plu
 loaders and the hub interface with the above in place) and :mod:`fairseq_attn_plugins.models.finetune`
 (fairseq-train starting from a checkpoint without the pieces' parameters).
 
-Installed by the package's ``__init__`` (so by ``--user-dir``) before anything reads a checkpoint.
+Installed by the package's ``__init__`` (so by ``--user-dir``, :func:`.fixes.install`) before
+anything reads a checkpoint.
 """

@@ -11,14 +11,14 @@ few sentences too.
 sets ``device_id = rank % torch.cuda.device_count()``, a division by zero without GPUs,
 so a multi-node CPU (gloo) launch through torchrun could not start. Without CUDA the
 device id is 0 (CPU processes have no device to pick); with CUDA fairseq's code runs.
+
+Installed by :mod:`.fixes`.
 """
 
 import numpy as np
 
-_installed = False
 
-
-def _keep_last_batch(original):
+def keep_last_batch(original):
     def batch_by_size(indices, *args, **kwargs):
         batches = original(indices, *args, **kwargs)
         covered = sum(len(b) for b in batches)
@@ -33,7 +33,7 @@ def _keep_last_batch(original):
     return batch_by_size
 
 
-def _cpu_safe_launch_init(original):
+def cpu_safe_launch_init(original):
     def _infer_torch_distributed_launch_init(cfg):
         import os
 
@@ -50,15 +50,3 @@ def _cpu_safe_launch_init(original):
     _infer_torch_distributed_launch_init.__wrapped__ = original
     return _infer_torch_distributed_launch_init
 
-
-def install() -> None:
-    global _installed
-    if _installed:
-        return
-    from fairseq.data import data_utils
-    from fairseq.distributed import utils as distributed_utils
-
-    data_utils.batch_by_size = _keep_last_batch(data_utils.batch_by_size)
-    distributed_utils._infer_torch_distributed_launch_init = _cpu_safe_launch_init(
-        distributed_utils._infer_torch_distributed_launch_init)
-    _installed = True

@@ -38,8 +38,6 @@ SHARED_FLAGS = ("attn_pieces", "attn_backend", "attn_flex_compile")
 #: keys fairseq's hub ``from_pretrained`` reads from its overrides itself
 HUB_KEYS = ("is_vocoder", "generation_args")
 
-_installed = False
-
 
 def _model_namespace(state):
     """The checkpoint's model configuration (a Namespace for legacy models), or None."""
@@ -138,7 +136,9 @@ def check_overrides(path, state, overrides) -> None:
 _reading = contextvars.ContextVar("attn_plugins_overrides_path", default=None)
 
 
-def _wrap(load):
+def checked_loader(load):
+    """fairseq's ``load_checkpoint_to_cpu`` checking its ``arg_overrides`` (installed by :mod:`.fixes`)."""
+
     @functools.wraps(load)
     def load_checkpoint_to_cpu(path, arg_overrides=None, *args, **kwargs):
         token = _reading.set(path)
@@ -150,11 +150,13 @@ def _wrap(load):
             check_overrides(path, state, arg_overrides)
         return state
 
-    load_checkpoint_to_cpu._attn_plugins_overrides = True
     return load_checkpoint_to_cpu
 
 
-def _wrap_overwrite(overwrite):
+def known_names_only(overwrite):
+    """fairseq's ``overwrite_args_by_name`` refusing override keys that name nothing, while
+    :func:`checked_loader` reads a checkpoint (installed by :mod:`.fixes`)."""
+
     @functools.wraps(overwrite)
     def overwrite_args_by_name(cfg, overrides):
         path = _reading.get()
@@ -162,22 +164,4 @@ def _wrap_overwrite(overwrite):
             check_known(path, cfg, overrides)
         return overwrite(cfg, overrides)
 
-    overwrite_args_by_name._attn_plugins_overrides = True
     return overwrite_args_by_name
-
-
-def install() -> None:
-    """Check overrides wherever fairseq reads a checkpoint with them (generate,
-    interactive, validate, hub, ``load_model_ensemble_and_task``)."""
-    global _installed
-    if _installed:
-        return
-    from fairseq import checkpoint_utils
-
-    load = checkpoint_utils.load_checkpoint_to_cpu
-    if not getattr(load, "_attn_plugins_overrides", False):
-        checkpoint_utils.load_checkpoint_to_cpu = _wrap(load)
-    overwrite = checkpoint_utils.overwrite_args_by_name  # the name checkpoint_utils calls
-    if not getattr(overwrite, "_attn_plugins_overrides", False):
-        checkpoint_utils.overwrite_args_by_name = _wrap_overwrite(overwrite)
-    _installed = True

@@ -25,8 +25,6 @@ import difflib
 import os
 import sys
 
-_installed = False
-
 # fairseq's console commands and ours all start with "fairseq-"; run by module, the programs of
 # fairseq (fairseq_cli.generate...) and of this distribution
 COMMAND_PREFIX = "fairseq-"
@@ -92,14 +90,3 @@ def parser_error(parser: argparse.ArgumentParser, message: str):
                          for f, n in near if n)
     parser.exit(2, f"error: {message}" + (f" ({hint})" if hint else "") + f" ({parser.prog} --help lists the flags)\n")
 
-
-def install() -> None:
-    """The one-line refusals, only for fairseq's commands and ours (see the module docstring)."""
-    global _installed
-    if _installed or not running_command():
-        return
-    previous = sys.excepthook
-    sys.excepthook = lambda kind, value, tb: excepthook(kind, value, tb, previous)
-    if fairseq_parser_command():
-        argparse.ArgumentParser.error = parser_error
-    _installed = True

@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 FLAG = "--attn-init-new-params"
 _restoring = contextvars.ContextVar("attn_plugins_restoring_for_training", default=None)
-_installed = False
 
 
 def add_args(parser) -> None:
@@ -144,7 +143,10 @@ def restoring_for_training(path):
         _restoring.reset(token)
 
 
-def _wrap_trainer_load(load):
+def marked_trainer_load(load):
+    """fairseq's ``Trainer.load_checkpoint`` marking its restores (:func:`restoring_for_training`)
+    and showing the plugin's reason for a refused load (installed by :mod:`..integration.fixes`)."""
+
     @functools.wraps(load)
     def load_checkpoint(self, filename, *args, **kwargs):
         with restoring_for_training(filename):
@@ -157,17 +159,4 @@ def _wrap_trainer_load(load):
                     raise e.__context__ from None
                 raise
 
-    load_checkpoint._attn_plugins_finetune = True
     return load_checkpoint
-
-
-def install() -> None:
-    """Mark fairseq-train's checkpoint restores (where the option may act)."""
-    global _installed
-    if _installed:
-        return
-    from fairseq.trainer import Trainer
-
-    if not getattr(Trainer.load_checkpoint, "_attn_plugins_finetune", False):
-        Trainer.load_checkpoint = _wrap_trainer_load(Trainer.load_checkpoint)
-    _installed = True

@@ -1,0 +1,131 @@
+"""Every change the plugin makes to fairseq (and to Python's error reporting) on import, in one
+table, installed by one function, each once.
+
+:data:`FIXES` holds one row per replaced function: where it lives, what replaces it (a function
+of the original, which it calls) and why; docs/architecture.md lists the same rows with their
+reasons. :func:`install` (the package's ``__init__`` calls it) first allowlists fairseq's
+checkpoint classes for torch's ``weights_only=True`` loads (a registration with torch, not a
+replacement), then replaces each function of the table whose condition holds, unless the
+function in place already carries the row's mark: a second call, or a second import of the
+package under another name, replaces nothing (a test counts the marks along each function's
+``__wrapped__`` chain).
+"""
+
+import dataclasses
+import importlib
+from typing import Callable, Tuple
+
+from .. import checkpoint_safety
+from ..models import finetune
+from . import fairseq_fixes, model_overrides, refusals
+
+MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    name: str
+    target: str  # "module:attribute" (an attribute of a class: "module:Class.attribute")
+    replace: Callable[[Callable], Callable]  # the original -> its replacement (calls it)
+    why: str
+    when: Callable[[], bool] = _always  # installed only where this holds
+
+    def owner_and_attribute(self):
+        module, _, path = self.target.partition(":")
+        owner = importlib.import_module(module)
+        *classes, attribute = path.split(".")
+        for name in classes:
+            owner = getattr(owner, name)
+        return owner, attribute
+
+    def install(self) -> None:
+        if not self.when():
+            return
+        owner, attribute = self.owner_and_attribute()
+        original = getattr(owner, attribute)
+        if getattr(original, MARK, None) == self.name:
+            return
+        replacement = self.replace(original)
+        replacement.__wrapped__ = original
+        setattr(replacement, MARK, self.name)
+        setattr(owner, attribute, replacement)
+
+
+def _checked_loader(original):
+    """checkpoint_safety's one-line errors, then model_overrides' check of ``arg_overrides``."""
+    return model_overrides.checked_loader(checkpoint_safety.named_errors(original))
+
+
+def _refusals_hook(original):
+    def excepthook(kind, value, tb):
+        refusals.excepthook(kind, value, tb, original)
+
+    return excepthook
+
+
+def _one_line_parser_error(original):
+    def error(self, message):
+        refusals.parser_error(self, message)
+
+    return error
+
+
+FIXES: Tuple[Fix, ...] = (
+    Fix("named checkpoint errors, checked overrides", "fairseq.checkpoint_utils:load_checkpoint_to_cpu",
+        _checked_loader,
+        "a corrupt or unsafe checkpoint raises one line naming the file (not torch's unpickling "
+        "traceback); `--model-overrides` / `arg_overrides` are checked like training flags (a flag "
+        "of an inactive piece is refused, not ignored)"),
+    Fix("override names known", "fairseq.checkpoint_utils:overwrite_args_by_name",
+        model_overrides.known_names_only,
+        "an override key that names nothing (`{'csan_windw': 5}`) is refused with the nearest known "
+        "names; fairseq would set it where nothing reads it"),
+    Fix("last batch kept", "fairseq.data.data_utils:batch_by_size", fairseq_fixes.keep_last_batch,
+        "fairseq drops the last batch when its size is not a multiple of "
+        "`--required-batch-size-multiple` (fairseq#5036): fairseq-generate would skip up to 7 test "
+        "sentences and score an incomplete test set"),
+    Fix("torchrun on CPU", "fairseq.distributed.utils:_infer_torch_distributed_launch_init",
+        fairseq_fixes.cpu_safe_launch_init,
+        "fairseq divides the rank by the number of GPUs: a torchrun launch without GPUs (gloo) could "
+        "not start"),
+    Fix("fine-tuning into new pieces", "fairseq.trainer:Trainer.load_checkpoint",
+        finetune.marked_trainer_load,
+        "marks fairseq-train's restores, where `--attn-init-new-params` may keep new pieces' "
+        "parameters at their initialisation, and shows the plugin's reason instead of fairseq's "
+        "'please ensure that the architectures match'"),
+    Fix("one-line refusals", "sys:excepthook", _refusals_hook,
+        "in fairseq's commands and ours, a refused flag, override or checkpoint prints `error: "
+        "MESSAGE` (no 20-line traceback through fairseq); scripts, notebooks and pytest keep "
+        "Python's", when=refusals.running_command),
+    Fix("one-line argument errors", "argparse:ArgumentParser.error", _one_line_parser_error,
+        "in the programs parsing fairseq's command line, an argparse error prints one line with "
+        "the nearest known flag, not fairseq's 190-line usage", when=refusals.fairseq_parser_command),
+)
+
+
+def markdown_table() -> str:
+    """The table of docs/architecture.md (between ``<!-- fixes -->`` markers; a test compares)."""
+    rows = ["| fix | replaces | installed | why |", "|---|---|---|---|",
+            "| checkpoint classes allowlisted | nothing: `torch.serialization.add_safe_globals` | always | "
+            "torch >= 2.6 loads with `weights_only=True`, which refuses the `argparse.Namespace` (and "
+            "omegaconf, numpy and meter classes) every fairseq checkpoint holds; exactly those classes "
+            "are allowed instead of `weights_only=False` (`checkpoint_safety.py`) |"]
+    for fix in FIXES:
+        when = ("always" if fix.when is _always else
+                "in fairseq's commands and ours" if fix.when is refusals.running_command else
+                "in the programs parsing fairseq's command line")
+        module, _, attribute = fix.target.partition(":")
+        rows.append(f"| {fix.name} | `{module}.{attribute}` | {when} | {fix.why} |")
+    return "\n".join(rows)
+
+
+def install() -> None:
+    """fairseq's checkpoint classes allowlisted, then every row of :data:`FIXES`, each once."""
+    checkpoint_safety.install()
+    for fix in FIXES:
+        fix.install()
+

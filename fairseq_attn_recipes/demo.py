@@ -19,10 +19,10 @@ import time
 from typing import Dict, List
 
 import fairseq_attn_plugins
-from fairseq_attn_plugins.reporting import table1
-from fairseq_attn_plugins.reporting.curves import plot_curves
+from fairseq_attn_reports import table1
+from fairseq_attn_reports.curves import plot_curves
 from fairseq_attn_records.output_files import write_json, write_text
-from fairseq_attn_plugins.reporting.results import collect, format_markdown
+from fairseq_attn_reports.results import collect, format_markdown
 from fairseq_attn_records import comet as comet_metric
 
 from .demo_archs import DemoError, registered_archs, resolve_archs  # noqa: F401  (the demo's API)

@@ -2,7 +2,7 @@
 
 from typing import List
 
-from fairseq_attn_plugins.reporting import table1
+from fairseq_attn_reports import table1
 
 
 class DemoError(RuntimeError):

@@ -9,6 +9,6 @@
 * :mod:`.output_files` -- the one writer of files: aside, then renamed (and output folders checked).
 
 The bottom layer of the distribution: the recipe steps (:mod:`fairseq_attn_recipes`) and the
-reporting (:mod:`fairseq_attn_plugins.reporting`) import it; it imports neither of them, so the
+reporting (:mod:`fairseq_attn_reports`) import it; it imports neither of them, so the
 scoring step starts without torch and fairseq.
 """

@@ -3,7 +3,7 @@
 The registry :data:`METRICS` holds one :class:`Metric` row per metric (key, label, direction,
 digits, corpus or segment, how to score); significance, results, seeds, Table 1 and the recipes'
 scoring step read it and nothing else. A new metric is one :func:`register` call (plus, for a
-segment metric, a scorer given to :func:`fairseq_attn_plugins.reporting.significance.paired_tests`
+segment metric, a scorer given to :func:`fairseq_attn_reports.significance.paired_tests`
 as ``scorers={key: scorer}``). :func:`corpus_scores` is the one score shape of ``scores.json`` and
 of the run record's evaluations.
 

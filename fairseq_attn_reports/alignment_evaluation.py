@@ -1,4 +1,4 @@
-"""What ``fairseq-attn-align`` does (:mod:`fairseq_attn_plugins.cli.align` parses its arguments):
+"""What ``fairseq-attn-align`` does (:mod:`fairseq_attn_reports.cli.align` parses its arguments):
 the inputs of a run or a checkpoint and data folder, the gold, the attention and eflomal
 alignments of every subset, their AER, the choice on valid, the output folder written whole.
 See docs/alignment.md."""
@@ -43,7 +43,7 @@ def evaluated_checkpoint(run: str, rec: Dict) -> str:
 
 
 def run_inputs(run: str, args_checkpoint: Optional[str] = None) -> Dict:
-    from ..reporting.runs import Run
+    from .runs import Run
 
     try:
         rec = Run(run).record  # a record contradicting itself or its checkpoints is refused
@@ -113,7 +113,7 @@ def parse_layers(spec: str, n_layers: int) -> List[int]:
 def load_model(checkpoint: str, data: str, user_dir: Optional[str]):
     from fairseq import checkpoint_utils, utils
 
-    from .. import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
+    from fairseq_attn_plugins import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
 
     if user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=user_dir))
@@ -126,8 +126,8 @@ def attention_alignments(model, task, subset: str, src_lines: Sequence[str], tgt
     """{"METHOD.LAYER" (and "METHOD.LAYERhH"): [links per sentence]} of one subset."""
     import torch
 
-    from ..alignment.attention import METHODS, teacher_forced_attention, word_links, word_matrix
-    from ..alignment.words import word_of_tokens
+    from fairseq_attn_plugins.alignment.attention import METHODS, teacher_forced_attention, word_links, word_matrix
+    from fairseq_attn_plugins.alignment.words import word_of_tokens
 
     task.load_dataset(subset)
     ds = task.dataset(subset)
@@ -199,7 +199,7 @@ def align(args) -> Dict:
 
         torch.set_num_threads(args.threads)
         model, task = load_model(checkpoint, data, args.user_dir)
-        from ..alignment.attention import no_cross_attention_reason
+        from fairseq_attn_plugins.alignment.attention import no_cross_attention_reason
 
         why = no_cross_attention_reason(model)
         if why:
@@ -210,7 +210,7 @@ def align(args) -> Dict:
             predicted[subset].update(attention_alignments(model, task, subset, *lines[subset], layers, args.per_head))
         result["attention_seconds"] = round(time.time() - started, 1)
     if args.eflomal:
-        from ..alignment.statistical import eflomal_alignments
+        from fairseq_attn_plugins.alignment.statistical import eflomal_alignments
 
         t0 = time.time()
         train = train_lines(data, langs)

@@ -14,7 +14,7 @@ paired tests against the baseline, marks and length ratio). This module gathers 
   previous run wrote; ``--plot``: one panel per metric and one for the length ratio, k on the x
   axis, one line per system with its 95% bootstrap interval (:func:`plot`).
 
-Command line (called by lengths.sh): :mod:`fairseq_attn_plugins.cli.by_concat`.
+Command line (called by lengths.sh): :mod:`fairseq_attn_reports.cli.by_concat`.
 """
 
 import json

@@ -1,7 +1,7 @@
 """Learning curves from fairseq-train's own json logs (``--log-format json``).
 
 One reader, :func:`read_log_records`, serves the results table
-(:func:`fairseq_attn_plugins.reporting.results.parse_train_log`), the demo's plot and
+(:func:`fairseq_attn_reports.results.parse_train_log`), the demo's plot and
 ``fairseq-attn-results --curves``. A log line of interest looks like::
 
     2026-11-23 13:04:38 | INFO | train_inner | {"epoch": 1, ..., "num_updates": "2", "wall": "1"}

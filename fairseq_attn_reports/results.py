@@ -22,14 +22,14 @@ A *run directory* (written by the demo and by ``recipes/*/train.sh`` +
 
 The same run given twice is an error; runs trained for other numbers of updates, on other
 data-bins or with other effective batches are marked ``†`` with a note
-(:mod:`fairseq_attn_plugins.reporting.runs`).
+(:mod:`fairseq_attn_reports.runs`).
 
-The command line is ``fairseq-attn-results`` (:mod:`fairseq_attn_plugins.cli.results`).
+The command line is ``fairseq-attn-results`` (:mod:`fairseq_attn_reports.cli.results`).
 
 Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
 one row per system with BLEU as mean ± sample std (n-1) and a mark only when every
-seed pair against the baseline is significant (:mod:`fairseq_attn_plugins.reporting.seeds`).
-``--curves FILE.png``: learning curves of every run (:mod:`fairseq_attn_plugins.reporting.curves`).
+seed pair against the baseline is significant (:mod:`fairseq_attn_reports.seeds`).
+``--curves FILE.png``: learning curves of every run (:mod:`fairseq_attn_reports.curves`).
 """
 
 import os

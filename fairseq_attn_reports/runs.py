@@ -27,9 +27,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records import run_record
 
-from fairseq_attn_core import catalogue
-from fairseq_attn_core.piece import PieceConfigError
-
 
 class Run:
     def __init__(self, given: str):
@@ -56,6 +53,9 @@ class Run:
         model build use), or None without a record."""
         if self.record is None:
             return None
+        from fairseq_attn_core import catalogue  # the pieces' declarations (torch)
+        from fairseq_attn_core.piece import PieceConfigError
+
         try:
             return catalogue.model_pieces(dict(self.record.get("model") or {}, arch=self.arch))
         except PieceConfigError as e:
@@ -150,7 +150,7 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
     if ckpt is None:
         return
     from fairseq_attn_core.flags import piece_flags
-    from ..checkpoint_identity import identity_of_checkpoint  # reads the checkpoint (torch)
+    from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # reads the checkpoint (torch)
 
     held = identity_of_checkpoint(ckpt)
     # what the run is: its architecture, active pieces and their flags (other model flags may be

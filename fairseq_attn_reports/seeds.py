@@ -10,7 +10,7 @@ of first appearance: the first system is the baseline.
   no std for one seed).
 * Significance, all seed pairs: each seed of a system is tested against each seed
   of the baseline (paired bootstrap and approximate randomisation, through
-  :func:`fairseq_attn_plugins.reporting.significance.paired_tests`, every metric on
+  :func:`fairseq_attn_reports.significance.paired_tests`, every metric on
   the same resamples, each pair marked by ``metrics.metric_mark``: only when the system
   seed is better). The system gets a mark on a metric only if *every* pair is marked
   (a worse system gets none); the mark shown is the weakest of them. Pooling the outputs
@@ -61,7 +61,7 @@ def default_names(run_dirs: Sequence[str]) -> List[str]:
 def group_runs(names: Sequence[str], run_dirs: Sequence[str]) -> "OrderedDict[str, List[Tuple[Optional[int], str]]]":
     """``{system: [(seed, run_dir), ...]}`` in order of first appearance.
 
-    With run records (:mod:`fairseq_attn_plugins.reporting.runs`): the seed is the recorded one
+    With run records (:mod:`fairseq_attn_reports.runs`): the seed is the recorded one
     (a folder name saying another seed is an error), the same run given twice is an error, and
     the runs of one system must be the same run but for the seed (architecture, model and
     training flags, data-bin, effective batch), else the error names the two runs and the

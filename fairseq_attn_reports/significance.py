@@ -15,7 +15,7 @@ whose per-sentence statistics on a metric equal the baseline's gets p = 1.0 on i
 (sacreBLEU counts the resamples with zero difference as wins and prints the smallest
 possible p, 1/(n+1), for identical systems).
 
-The command line is ``fairseq-attn-significance`` (:mod:`fairseq_attn_plugins.cli.significance`).
+The command line is ``fairseq-attn-significance`` (:mod:`fairseq_attn_reports.cli.significance`).
 
 Marks (:func:`system_mark` for BLEU, :func:`fairseq_attn_records.metrics.metric_mark` for any metric; shared
 by ``fairseq-attn-results``, the demo and Table 1): ``*`` / ``**`` only for a system

@@ -19,7 +19,7 @@ hyp.txt).
 Rendering (:func:`build_table`, :func:`format_markdown`) lays the table out as
 the paper does -- Parameter (baseline absolute, others ``+x.xM``), Speed
 (steps/s, others as the difference), BLEU, delta -- and adds the significance
-marks of the package's paired tests (``fairseq_attn_plugins.reporting.results.collect``,
+marks of the package's paired tests (``fairseq_attn_reports.results.collect``,
 sacreBLEU's bootstrap and approximate randomisation), each row's parameter
 delta at Transformer-base size (the models built with their default settings)
 and the paper's numbers beside ours.
@@ -146,7 +146,7 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
                 metrics: Sequence[str] = DEFAULT_METRICS, comet=None, src_path: Optional[str] = None,
                 scorers=None) -> Dict:
     """``runs``: (row, run_dir) with the baseline first; each run_dir holds ``train.log`` and
-    its translations (see :mod:`fairseq_attn_plugins.reporting.results`). A run whose record
+    its translations (see :mod:`fairseq_attn_reports.results`). A run whose record
     says it trained another architecture than its row's is an error naming both.
     Beside BLEU: chrF++ (and COMET with ``comet``, any segment metric with ``scorers``), each with
     its delta and mark."""

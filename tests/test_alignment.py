@@ -13,8 +13,8 @@ from trained_models import data_dir, trained  # noqa: E402
 
 from fairseq_attn_plugins.alignment.attention import teacher_forced_attention, word_links, word_matrix  # noqa: E402
 from fairseq_attn_plugins.alignment.words import word_of_tokens  # noqa: E402
-from fairseq_attn_plugins.alignment import evaluation  # noqa: E402
-from fairseq_attn_plugins.cli import align as align_cli  # noqa: E402
+from fairseq_attn_reports import alignment_evaluation as evaluation  # noqa: E402
+from fairseq_attn_reports.cli import align as align_cli  # noqa: E402
 from fairseq_attn_records import alignment as A  # noqa: E402
 
 

@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from fairseq_attn_plugins.cli import results as results_cli
+from fairseq_attn_reports.cli import results as results_cli
 from fairseq_attn_records import alignment as A
 from fairseq_attn_records import metrics as M
 from fairseq_attn_records import run_record

@@ -10,9 +10,9 @@ import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from fairseq_attn_plugins.cli import results as results_cli
-from fairseq_attn_plugins.cli import significance
-from fairseq_attn_plugins.reporting import by_length as BL
+from fairseq_attn_reports.cli import results as results_cli
+from fairseq_attn_reports.cli import significance
+from fairseq_attn_reports import by_length as BL
 from fairseq_attn_records.toy_corpus import make_corpus
 
 from test_significance import _noisy, _runs_with

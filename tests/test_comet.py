@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("comet", reason="the comet extra is not installed (scripts/setup_env.sh installs it)")
 
-from fairseq_attn_plugins.cli import significance  # noqa: E402
+from fairseq_attn_reports.cli import significance  # noqa: E402
 from fairseq_attn_records import comet as comet_metric  # noqa: E402
 from fairseq_attn_records.toy_corpus import make_corpus  # noqa: E402
 

@@ -11,9 +11,9 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
-from fairseq_attn_plugins.cli import results
+from fairseq_attn_reports.cli import results
 from fairseq_attn_recipes import demo
-from fairseq_attn_plugins.reporting.results import parse_train_log
+from fairseq_attn_reports.results import parse_train_log
 from fairseq_attn_records.toy_corpus import make_corpus
 
 TRAIN_LOG = """\

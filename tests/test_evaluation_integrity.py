@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from run_records import write_record  # noqa: E402
 from test_recipes import prepared_ende, read, run  # noqa: E402
 
-from fairseq_attn_plugins.cli import paper as paper_cli, results as results_cli  # noqa: E402
+from fairseq_attn_reports.cli import paper as paper_cli, results as results_cli  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

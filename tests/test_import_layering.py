@@ -11,7 +11,8 @@ import sys
 from typing import Dict, List, Set, Tuple
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-PACKAGES = ("fairseq_attn_records", "fairseq_attn_core", "fairseq_attn_plugins", "fairseq_attn_recipes")
+PACKAGES = ("fairseq_attn_records", "fairseq_attn_core", "fairseq_attn_plugins", "fairseq_attn_reports",
+            "fairseq_attn_recipes")
 DOC = os.path.join(ROOT, "docs", "architecture.md")
 
 #: bottom first: (modules, what they hold). A module belongs to the entry whose name is the
@@ -51,10 +52,14 @@ LAYERS: List[Tuple[Tuple[str, ...], str]] = [
      "the package's `__init__` (installs the integration, registers the model) and its other "
      "top-level modules"),
     (("fairseq_attn_plugins.bench",), "the side-by-side speed and memory benchmark"),
-    (("fairseq_attn_plugins.reporting",), "results tables, significance, seeds, Table 1, figures"),
+    (("fairseq_attn_plugins.reporting",), "per-head statistics of attention probabilities, attention maps"),
     (("fairseq_attn_plugins.export", "fairseq_attn_plugins.alignment"),
      "CTranslate2 export; attention as word alignment"),
-    (("fairseq_attn_plugins.cli",), "the console commands (argument parsing)"),
+    (("fairseq_attn_plugins.cli",), "the console commands that need the model from the start (argument parsing)"),
+    (("fairseq_attn_reports",),
+     "torch-free on import: results tables, significance, seeds, Table 1, figures, runs, alignment "
+     "evaluation (the plugin imported inside the functions that need a model or a checkpoint)"),
+    (("fairseq_attn_reports.cli",), "the reporting commands (argument parsing)"),
     (("fairseq_attn_recipes",), "the recipe steps (`python -m fairseq_attn_recipes ...`), the demo"),
 ]
 
@@ -160,7 +165,8 @@ def test_the_checker_sees_an_import_that_runs_back_up(tmp_path):
         "fairseq_attn_plugins.bench.timing": "def f():\n    from ..cli import bench\n",
         "fairseq_attn_core.piece": "from fairseq_attn_plugins.models import transformer_attn\n",
         "fairseq_attn_plugins.models.finetune": "from .. import integration\n",
-        "fairseq_attn_plugins.reporting.runs": "import fairseq_attn_recipes.recording\n",
+        "fairseq_attn_reports.runs": "import fairseq_attn_recipes.recording\n",
+        "fairseq_attn_plugins.alignment.words": "def f():\n    from fairseq_attn_reports import runs\n",
         "fairseq_attn_records.run_record": "from fairseq_attn_plugins import checkpoint_safety\n",
     }
     for module, source in cases.items():

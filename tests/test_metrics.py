@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fairseq_attn_plugins.cli import significance
+from fairseq_attn_reports.cli import significance
 from fairseq_attn_records import metrics as M
 from fairseq_attn_records.toy_corpus import make_corpus
 
@@ -231,8 +231,8 @@ def test_a_new_metric_is_one_registry_row(files, tmp_path):
     direction, and their scores equal sacreBLEU's."""
     from sacrebleu.metrics import CHRF
 
-    from fairseq_attn_plugins.reporting import results
-    from fairseq_attn_plugins.reporting.significance import format_table, legend_lines, paired_tests
+    from fairseq_attn_reports import results
+    from fairseq_attn_reports.significance import format_table, legend_lines, paired_tests
 
     corpus_row = M.Metric("chrf0", "chrF0", digits=1, make=lambda tokenize: CHRF())
     segment_row = M.Metric("sentchrf", "SentChrF", higher_is_better=False, digits=3, level="segment")

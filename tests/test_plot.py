@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fairseq_attn_core import PIECES
-from fairseq_attn_plugins.cli import plot
+from fairseq_attn_reports.cli import plot
 from fairseq_attn_plugins.reporting.attention_maps import collect_attention, plot_layer
 from fairseq_attn_plugins.reporting.attention_stats import head_disagreement, head_div, head_entropy, head_stats
 

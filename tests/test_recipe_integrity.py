@@ -200,7 +200,7 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     assert rec2["partial"] and "un" not in rec2["parts"] and rec2["raw"] == sum(counts.values()) - counts["un"]
 
     # the results table shows the tokenised BLEU and the training pairs next to sacreBLEU
-    from fairseq_attn_plugins.reporting import results
+    from fairseq_attn_reports import results
     other = tmp_path / "other"
     shutil.copytree(save, other)
     # a copy of a run is the same run: refused (its record says so), as the same folder twice is

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_recipes import prepared_ende, read, run  # noqa: E402
 
-from fairseq_attn_plugins.reporting import curves  # noqa: E402
-from fairseq_attn_plugins.cli import results  # noqa: E402
+from fairseq_attn_reports import curves  # noqa: E402
+from fairseq_attn_reports.cli import results  # noqa: E402
 
 
 @pytest.mark.parametrize("env,message", [

@@ -267,7 +267,7 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert rec["data"]["path"] == data and os.path.dirname(data) == os.path.join(os.path.realpath(work), "data")
     assert evals["test"] == test_eval and evals["valid"]["ref"] == os.path.join(data, "raw", "valid.de")
     assert read(os.path.join(data, "raw", "valid.de")) == read(os.path.join(work, "raw", "valid.de"))
-    from fairseq_attn_plugins.reporting.runs import Run
+    from fairseq_attn_reports.runs import Run
     for subset in ("test", "valid"):  # the reporting side picks the subset by its reference
         hyp, ev = Run(save).hyp_for(os.path.join(work, "raw", f"{subset}.de"))
         assert hyp == os.path.join(os.path.realpath(save), subset, "hyp.txt") and ev["subset"] == subset

@@ -17,9 +17,9 @@ from test_demo import TRAIN_LOG  # noqa: E402
 from fairseq_attn_core import SelfAttention  # noqa: E402
 from fairseq_attn_core.flags import pieces_summary  # noqa: E402
 from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # noqa: E402
-from fairseq_attn_plugins.cli import results as results_cli  # noqa: E402
+from fairseq_attn_reports.cli import results as results_cli  # noqa: E402
 from fairseq_attn_plugins.loading import load_model_ensemble_and_task  # noqa: E402
-from fairseq_attn_plugins.reporting import seeds  # noqa: E402
+from fairseq_attn_reports import seeds  # noqa: E402
 from fairseq_attn_records.toy_corpus import make_corpus  # noqa: E402
 from fairseq_attn_recipes.recording import scan_checkpoints  # noqa: E402
 from fairseq_attn_records import run_record  # noqa: E402
@@ -88,7 +88,7 @@ def test_a_misleading_folder_name_shows_the_recorded_architecture(tmp_path, refs
 
 
 def test_every_row_known_has_no_unknown_legend(tmp_path, refs, relpos_checkpoint):
-    from fairseq_attn_plugins.reporting import results
+    from fairseq_attn_reports import results
 
     a = _run_dir(tmp_path / "csan_a", refs, 0.5, relpos_checkpoint)
     b = _run_dir(tmp_path / "csan_b", refs, 0.8, relpos_checkpoint)

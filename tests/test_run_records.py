@@ -15,8 +15,8 @@ from run_records import write_record  # noqa: E402
 from test_demo import TRAIN_LOG  # noqa: E402
 from test_recipes import steps  # noqa: E402
 
-from fairseq_attn_plugins.cli import results as results_cli  # noqa: E402
-from fairseq_attn_plugins.reporting import results, seeds  # noqa: E402
+from fairseq_attn_reports.cli import results as results_cli  # noqa: E402
+from fairseq_attn_reports import results, seeds  # noqa: E402
 from fairseq_attn_records.toy_corpus import make_corpus  # noqa: E402
 from fairseq_attn_recipes.checkpoints import checkpoints_to_average  # noqa: E402
 

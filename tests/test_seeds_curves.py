@@ -16,9 +16,9 @@ import pytest
 import sacrebleu
 import torch
 
-from fairseq_attn_plugins.cli import results
-from fairseq_attn_plugins.reporting import curves, seeds
-from fairseq_attn_plugins.reporting.significance import paired_tests, significance_mark
+from fairseq_attn_reports.cli import results
+from fairseq_attn_reports import curves, seeds
+from fairseq_attn_reports.significance import paired_tests, significance_mark
 from fairseq_attn_records.toy_corpus import make_corpus
 
 DATA = os.path.join(os.path.dirname(__file__), "data")

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from fairseq_attn_plugins.cli import significance
-from fairseq_attn_plugins.reporting.significance import significance_mark, system_mark
+from fairseq_attn_reports.cli import significance
+from fairseq_attn_reports.significance import significance_mark, system_mark
 from fairseq_attn_records.toy_corpus import make_corpus
 
 
@@ -140,7 +140,7 @@ def _runs_with(tmp_path, hyps):
 
 
 def test_results_table_shares_the_mark_rule(files, tmp_path):
-    from fairseq_attn_plugins.reporting import results
+    from fairseq_attn_reports import results
 
     runs = _runs_with(tmp_path, [("good", files["good"]), ("copy", files["good"]), ("worse", files["base"])])
     table = results.collect(runs, str(files["ref"]), bs_samples=300, ar_trials=300)
@@ -152,7 +152,7 @@ def test_results_table_shares_the_mark_rule(files, tmp_path):
 
 @pytest.mark.parametrize("tool", ["significance", "results"])
 def test_bad_arguments_give_one_line_errors(files, tmp_path, capsys, tool):
-    from fairseq_attn_plugins.cli import results
+    from fairseq_attn_reports.cli import results
 
     empty = tmp_path / "empty.txt"
     empty.write_text("")

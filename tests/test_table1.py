@@ -14,9 +14,9 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_REGISTRY
-from fairseq_attn_plugins.cli import paper
+from fairseq_attn_reports.cli import paper
 from fairseq_attn_recipes import demo
-from fairseq_attn_plugins.reporting import figures, results, table1
+from fairseq_attn_reports import figures, results, table1
 from fairseq_attn_records.toy_corpus import make_corpus, write_corpus
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -8,8 +8,8 @@ from run_records import write_record
 
 
 def test_table1_extra_rows_listed_and_rendered_when_present(tmp_path):
-    from fairseq_attn_plugins.cli import paper
-    from fairseq_attn_plugins.reporting import table1
+    from fairseq_attn_reports.cli import paper
+    from fairseq_attn_reports import table1
     from fairseq_attn_records.toy_corpus import make_corpus
 
     assert [r.key for r in table1.resolve_rows("all")] == [r.key for r in table1.ROWS]

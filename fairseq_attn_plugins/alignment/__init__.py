@@ -1,2 +1,3 @@
-"""Attention as word alignment: cross-attention of a trained model against gold alignments
-(``fairseq-attn-align``, :mod:`fairseq_attn_plugins.cli.align`), and eflomal beside it."""
+"""Attention as word alignment: a trained model's cross-attention as links (:mod:`.attention`),
+subword pieces to words (:mod:`.words`), eflomal beside it (:mod:`.statistical`). What
+``fairseq-attn-align`` does with them: :mod:`fairseq_attn_reports.alignment_evaluation`."""

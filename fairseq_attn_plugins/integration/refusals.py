@@ -28,7 +28,7 @@ import sys
 # fairseq's console commands and ours all start with "fairseq-"; run by module, the programs of
 # fairseq (fairseq_cli.generate...) and of this distribution
 COMMAND_PREFIX = "fairseq-"
-MODULE_PREFIXES = ("fairseq_cli.", "fairseq_attn_recipes", "fairseq_attn_plugins")
+MODULE_PREFIXES = ("fairseq_cli.", "fairseq_attn_recipes", "fairseq_attn_plugins", "fairseq_attn_reports")
 
 
 def refusal_kinds():

@@ -1,7 +1,7 @@
 """Attention maps of one sentence: the probabilities of every self-attention layer,
 where the pieces and the masks let a query attend, heatmaps and per-head statistics.
 
-Used by ``fairseq-attn-plot`` (:mod:`fairseq_attn_plugins.cli.plot`); the statistics
+Used by ``fairseq-attn-plot`` (:mod:`fairseq_attn_reports.cli.plot`); the statistics
 are those of :mod:`fairseq_attn_plugins.reporting.attention_stats`.
 """
 

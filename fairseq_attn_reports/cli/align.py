@@ -33,7 +33,7 @@ from typing import List, Optional
 from fairseq_attn_records import run_record
 from fairseq_attn_records.alignment import AlignmentError
 
-from ..alignment.evaluation import AlignInputError, align, summary
+from ..alignment_evaluation import AlignInputError, align, summary
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
-"""``python -m fairseq_attn_plugins.cli.by_concat --study-json lengths.json --study-md lengths.md
+"""``python -m fairseq_attn_reports.cli.by_concat --study-json lengths.json --study-md lengths.md
 --info concat.json --k 1=lengths.json --k 2=k2.json ... [--plot FILE.png]``: the per-k table of the long-input study
-(:mod:`fairseq_attn_plugins.reporting.by_concat`) added to the study's JSON (``concat``) and markdown,
+(:mod:`fairseq_attn_reports.by_concat`) added to the study's JSON (``concat``) and markdown,
 each written whole; the table printed."""
 
 import argparse
@@ -8,12 +8,12 @@ import json
 import os
 import sys
 
-from ..reporting import by_concat
+from .. import by_concat
 from fairseq_attn_records.output_files import write_json, write_text
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fairseq_attn_plugins.cli.by_concat", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m fairseq_attn_reports.cli.by_concat", description=__doc__)
     p.add_argument("--study-json", required=True, help="the study's lengths.json (fairseq-attn-results --json)")
     p.add_argument("--study-md", required=True, help="the study's lengths.md")
     p.add_argument("--info", help="concat-test's concat.json (the documents)")

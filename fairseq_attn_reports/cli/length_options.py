@@ -1,10 +1,10 @@
 """The scores-by-source-length flags shared by ``fairseq-attn-significance`` and
-``fairseq-attn-results`` (:mod:`fairseq_attn_plugins.reporting.by_length`)."""
+``fairseq-attn-results`` (:mod:`fairseq_attn_reports.by_length`)."""
 
 import argparse
 from typing import Dict, Optional, Sequence, Tuple
 
-from ..reporting import by_length
+from .. import by_length
 
 
 def add_length_args(p: argparse.ArgumentParser) -> None:

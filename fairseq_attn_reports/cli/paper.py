@@ -25,10 +25,10 @@ from typing import List, Tuple
 from fairseq_attn_records.metrics import METRICS_HELP, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
-from ..reporting import figures
-from ..reporting import table1
+from .. import figures
+from .. import table1
 from fairseq_attn_records.output_files import write_json, write_text
-from ..reporting.runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
+from ..runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
 from .metric_options import load_comet, print_comet_hint
 
 

@@ -26,12 +26,7 @@ import os
 import sys
 from typing import List, Optional
 
-import torch
 from fairseq_attn_records.output_files import write_json
-
-from .. import checkpoint_safety  # noqa: F401  (safe loading; importing the package registers the model)
-from ..reporting.attention_maps import (collect_attention, greedy_translate, layer_stats, plot_layer,
-                                        self_attention_sites)
 
 
 def get_parser() -> argparse.ArgumentParser:
@@ -55,7 +50,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.exit(f"fairseq-attn-plot: checkpoint not found: {args.path}")
     if not os.path.isdir(args.data):
         sys.exit(f"fairseq-attn-plot: data dir not found: {args.data}")
+    import torch
     from fairseq import checkpoint_utils, utils
+
+    # importing the plugin registers the model and loads checkpoints safely
+    from fairseq_attn_plugins.reporting.attention_maps import (collect_attention, greedy_translate, layer_stats,
+                                                               plot_layer, self_attention_sites)
 
     if args.user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))

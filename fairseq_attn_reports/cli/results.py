@@ -11,12 +11,12 @@ Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src
 [--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]] [--align]``.
 
 ``--align``: an AER column (lower is better) from each run's ``fairseq-attn-align`` output
-(:mod:`fairseq_attn_plugins.reporting.alignment_column`, docs/alignment.md).
+(:mod:`fairseq_attn_reports.alignment_column`, docs/alignment.md).
 
 ``--by-length`` (needs --src for source length; one run per system, several seeds are refused):
 every metric scored and tested per bucket of source length (``--by-length-of ref``: reference
 length; ``hyp``: each system's output length, without paired test), a second table after the main
-one (:mod:`fairseq_attn_plugins.reporting.by_length`). Each table has each system's output/reference
+one (:mod:`fairseq_attn_reports.by_length`). Each table has each system's output/reference
 length ratio (sacreBLEU's sys_len / ref_len).
 
 Several seeds (run directories ``<name>_seed<N>``, as ``SEEDS="1 2 3"`` writes them):
@@ -24,7 +24,7 @@ one row per system with every metric as mean ± sample std (n-1) and a mark only
 every seed pair against the baseline is significant on that metric.
 
 What a run directory holds, which translations are scored, several seeds and the identity
-checks (the same run twice, runs trained differently): :mod:`fairseq_attn_plugins.reporting.results`.
+checks (the same run twice, runs trained differently): :mod:`fairseq_attn_reports.results`.
 """
 
 import argparse
@@ -33,12 +33,12 @@ import sys
 from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
-from ..reporting import seeds
-from ..reporting.alignment_column import add_aer_column
-from ..reporting.curves import plot_curves
+from .. import seeds
+from ..alignment_column import add_aer_column
+from ..curves import plot_curves
 from fairseq_attn_records.output_files import check_output_paths, write_json, write_text
-from ..reporting.results import collect, format_markdown
-from ..reporting.significance import check_counts
+from ..results import collect, format_markdown
+from ..significance import check_counts
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
 
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     p.add_argument("--names", nargs="+", help="system names (default: run directory names without a "
                    "'_seed<N>' suffix); runs with the same name are seeds of one system: BLEU is then "
                    "printed as mean ± sample std (n-1) over seeds, and marked significant only if it is so "
-                   "against the baseline for every pair of seeds (see fairseq_attn_plugins/reporting/seeds.py)")
+                   "against the baseline for every pair of seeds (see fairseq_attn_reports/seeds.py)")
     p.add_argument("--curves", metavar="FILE.png", help="draw training/validation loss (and validation BLEU "
                    "if logged) against updates and wall-clock time from the runs' train.log; seeds as "
                    "mean ± std bands")

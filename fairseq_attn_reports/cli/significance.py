@@ -7,10 +7,10 @@ text, for BLEU and chrF++ (TER with --metrics) through sacreBLEU's own PairedTes
 --paired-bs`` / ``--paired-ar``), and COMET with COMET_MODEL=/path/to/model.ckpt and
 --src (the same resamples; nothing is downloaded).
 
-The tests, their seeds and the marks: :mod:`fairseq_attn_plugins.reporting.significance`;
+The tests, their seeds and the marks: :mod:`fairseq_attn_reports.significance`;
 COMET: :mod:`fairseq_attn_records.comet`; the metric flags: :mod:`.metric_options`; scores by
 source, reference or output length (``--by-length``, ``--by-length-of``):
-:mod:`fairseq_attn_plugins.reporting.by_length`. Every table carries each system's output/reference
+:mod:`fairseq_attn_reports.by_length`. Every table carries each system's output/reference
 length ratio (sacreBLEU's sys_len / ref_len).
 """
 
@@ -21,7 +21,7 @@ from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
 
 from fairseq_attn_records.output_files import check_output_paths, write_json
-from ..reporting.significance import check_counts, format_table, legend_lines, paired_tests
+from ..significance import check_counts, format_table, legend_lines, paired_tests
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
 

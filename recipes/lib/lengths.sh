@@ -182,7 +182,7 @@ lengths_main() {
     src_words="$LENGTHS_DIR/test.words.$SRC"
     "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/test.$SRC" "$src_words"
   fi
-  "$PYTHON" -m fairseq_attn_plugins.cli.results --ref "$data/raw/test.$TGT" --src "$src_words" \
+  "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/test.$TGT" --src "$src_words" \
     --by-length "${LENGTH_EDGES:-auto}" --train-max-len "$TRAIN_MAX_LEN" --names "${names[@]}" \
     --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
     --md "$LENGTHS_DIR/lengths.md" --json "$LENGTHS_DIR/lengths.json" --plot "$LENGTHS_DIR/lengths.png" \
@@ -197,12 +197,12 @@ lengths_main() {
       src_words="$LENGTHS_DIR/concat/k$k.words.$SRC"
       "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/$sub.$SRC" "$src_words"
     fi
-    "$PYTHON" -m fairseq_attn_plugins.cli.results --ref "$data/raw/$sub.$TGT" --src "$src_words" --names "${names[@]}" \
+    "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/$sub.$TGT" --src "$src_words" --names "${names[@]}" \
       --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --json "$LENGTHS_DIR/concat/k$k.json" \
       "${runs[@]}" > "$LENGTHS_DIR/concat/k$k.out" || { cat "$LENGTHS_DIR/concat/k$k.out" >&2; die "fairseq-attn-results failed on k = $k"; }
     per_k+=(--k "$k=$LENGTHS_DIR/concat/k$k.json")
   done
-  "$PYTHON" -m fairseq_attn_plugins.cli.by_concat --study-json "$LENGTHS_DIR/lengths.json" \
+  "$PYTHON" -m fairseq_attn_reports.cli.by_concat --study-json "$LENGTHS_DIR/lengths.json" \
     --study-md "$LENGTHS_DIR/lengths.md" --info "$LENGTHS_DIR/concat/concat.json" "${per_k[@]}" \
     --plot "$LENGTHS_DIR/lengths_concat.png" \
     >> "$LENGTHS_DIR/results.out" || die "the per-k table failed"

@@ -4,13 +4,13 @@
 # Each run is an ordinary train.sh + evaluate.sh run (same settings, same
 # variables, see docs/recipes.md) in its own SAVE_DIR; a run whose SUBSET/scores.json
 # exists is reused, an interrupted one resumes from its checkpoint_last.pt.
-# The rows come from fairseq_attn_plugins/reporting/table1.py (ROWS=all or a list of
+# The rows come from fairseq_attn_reports/table1.py (ROWS=all or a list of
 # row keys); rendering and plotting is fairseq-attn-paper.
 #
 # QUICK=1: tiny CPU sizes (the profile paper-quick of fairseq_attn_recipes/profiles.py: a 3+1-layer,
 # 32-dim model, a few updates) for smoke runs and CI; every variable below still overrides it.
 
-PAPER=("$PYTHON" -m fairseq_attn_plugins.cli.paper)
+PAPER=("$PYTHON" -m fairseq_attn_reports.cli.paper)
 
 paper_quick_defaults() {
   [[ ${QUICK:-0} == 1 ]] || return 0

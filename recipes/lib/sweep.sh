@@ -59,7 +59,7 @@ sweep_main() {
   done <<< "$lines"
   mv "$SWEEP_DIR/sweep.times.tsv.tmp" "$SWEEP_DIR/sweep.times.tsv"
   if (( ${#runs[@]} >= 2 )); then
-    "$PYTHON" -m fairseq_attn_plugins.cli.results --ref "$WORK/raw/valid.$TGT" --names "${names[@]}" \
+    "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$WORK/raw/valid.$TGT" --names "${names[@]}" \
       --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
       --md "$SWEEP_DIR/sweep.md" --json "$SWEEP_DIR/sweep.json" "${runs[@]}"
   fi

@@ -34,7 +34,7 @@ LAYERS: List[Tuple[Tuple[str, ...], str]] = [
      "shared math of several pieces"),
     (("fairseq_attn_core.pieces",), "one module per variant"),
     (("fairseq_attn_core.core", "fairseq_attn_core.flags"),
-     "`PluginSelfAttention` (projections, the chosen path computes the heads); the shared flags, validation, "
+     "`SelfAttention` (projections, the chosen path computes the heads); the shared flags, validation, "
      "`build_pieces`"),
     (("fairseq_attn_core",),
      "the pieces described from their declarations (`catalogue.py`); the folder's public names"),

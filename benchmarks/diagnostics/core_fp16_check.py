@@ -1,4 +1,4 @@
-"""GPU diagnostic: one CSAN-1D PluginSelfAttention layer in fp16, fused vs explicit,
+"""GPU diagnostic: one CSAN-1D SelfAttention layer in fp16, fused vs explicit,
 per SDPA backend; relative error of the output and of each gradient vs fp32 explicit."""
 
 import os

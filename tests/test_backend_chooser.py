@@ -26,7 +26,7 @@ def active_side(name):
 def test_the_core_reads_only_declared_capabilities():
     """Every capability the core or the chooser reads is declared on the base class."""
     for attr in ("fused_ok", "fused_with", "incremental_ok", "expands_kv", "band_half",
-                 "flex_path_ok", "flex_forward", "runs_fused"):
+                 "distance_terms", "runs_fused"):
         assert attr in vars(AttentionPiece) or attr in AttentionPiece.__annotations__, attr
     for name, cls in PIECES.items():
         for setting, values in cls.fused_with.items():
@@ -39,11 +39,12 @@ def test_each_piece_takes_the_path_its_declarations_allow(name):
     args = piece_args(name)
     attn = make_attention(args, side=active_side(name))
     fused = PIECES[name].fused_ok_with(args)
-    flex_alone = len(attn.pieces) == 1 and attn.pieces[0].flex_path_ok
+    terms = attn.pieces[0].distance_terms() if len(attn.pieces) == 1 else None
+    flex_alone = terms is not None and terms.form.flex
     band = any(p.band_half is not None for p in attn.pieces)
     # auto on CPU, short training call: SDPA unless the piece needs the probabilities
     assert path_name(attn) == ("fused" if fused else "explicit")
-    # auto on CUDA: a piece with its own flex path runs it; a long band goes to flex
+    # auto on CUDA: distance terms flex runs (a value table, slopes) take it; a long band goes to flex
     expected = "flex piece" if flex_alone else ("fused" if fused else "explicit")
     assert path_name(attn, on_cuda=True) == expected
     if band and fused and not flex_alone:

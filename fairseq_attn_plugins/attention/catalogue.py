@@ -12,7 +12,7 @@ import re
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
-from .piece import PIECES, AttentionSite
+from .piece import PIECES, AttentionPiece, AttentionSite
 from .settings import LAYERS, SIDES_ROLE, Setting, flag_of
 
 
@@ -54,13 +54,13 @@ def capabilities(cls) -> str:
              "fused with " + ", ".join(f"{flag_of(k)} {'/'.join(map(str, v))}"
                                        for k, v in cls.fused_with.items()) + ", else explicit")
     sides = "sides: " + ("/".join(cls.sides) if cls.sides else "set by its flag")
-    flex = ("own flex path" if cls.flex_path_ok is True else
-            "own flex path with some settings" if isinstance(cls.flex_path_ok, property) else "")
+    # a piece that declares its distance terms runs, alone in its layer, the kernels' paths
+    distance = "distance terms" if cls.distance_terms is not AttentionPiece.distance_terms else ""
     parts = [fused, sides, "incremental decoding" if cls.incremental_ok else "no incremental decoding"]
     if cls.expands_kv:
         parts.append("widens the key axis")
-    if flex:
-        parts.append(flex)
+    if distance:
+        parts.append(distance)
     return "; ".join(parts)
 
 

@@ -40,6 +40,7 @@ class PluginSelfAttention(MultiheadAttention):
         flex_compile: str = "auto",
         q_noise: float = 0.0,
         qn_block_size: int = 8,
+        policy: backends.Policy = backends.DEFAULT,
     ):
         super().__init__(
             embed_dim,
@@ -58,11 +59,15 @@ class PluginSelfAttention(MultiheadAttention):
         self._layer = backends.Layer(
             backend="auto",
             needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
-            own_paths=backends.own_paths(pieces),
+            distance=backends.distance_form(pieces),
             band_half=min(bands) if bands else None,
+            policy=policy,
         )
         self.backend = backend
         self.flex_compile = flex_compile
+        #: what the last call ran: its path's name and the query blocks of its kernel
+        #: (``None``: one call), for diagnostics and the tests
+        self.last_run: Optional[Tuple[str, Optional[int]]] = None
 
     @property
     def backend(self) -> str:
@@ -73,6 +78,15 @@ class PluginSelfAttention(MultiheadAttention):
         """``--attn-backend``; refused here (at model build) when it cannot run this layer."""
         backends.check_backend(backend, self._layer.needs_probs, self.dropout_module.p)
         self._layer = dataclasses.replace(self._layer, backend=backend)
+
+    @property
+    def policy(self) -> backends.Policy:
+        """The thresholds and block sizes of this layer's paths (:mod:`.backends.policy`)."""
+        return self._layer.policy
+
+    @policy.setter
+    def policy(self, policy: backends.Policy) -> None:
+        self._layer = dataclasses.replace(self._layer, policy=policy)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """fairseq's upgrade, then drop the second copy of a piece's parameters that
@@ -87,7 +101,8 @@ class PluginSelfAttention(MultiheadAttention):
     @property
     def _flex_piece(self) -> Optional[AttentionPiece]:
         """The layer's only piece when it computes the whole attention through flex_attention."""
-        return self.pieces[0] if "flex_path_ok" in self._layer.own_paths else None
+        form = self._layer.distance
+        return self.pieces[0] if form is not None and form.flex else None
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
@@ -133,8 +148,9 @@ class PluginSelfAttention(MultiheadAttention):
                                            dropout_p, q.is_cuda, attn_mask is not None,
                                            self.training and torch.is_grad_enabled()))
         run = backends.Run(self.pieces, attn_mask, self.scaling, dropout_p, self.flex_compile,
-                           self._layer.band_half)
+                           self._layer.band_half, self._layer.policy)
         heads_out, weights = path.apply(q, k, v, ctx, run)  # (B, H, T, D), probabilities or None
+        self.last_run = (path.name, run.query_blocks)
         out = self.out_proj(heads_out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
         for p in self.pieces:
             extra = p.output_term(heads_out, ctx)

@@ -148,15 +148,15 @@ def model_pieces(model: Dict) -> Dict:
             "pieces_per_layer": config_layers(args) if sized else None}
 
 
-BLOCK = re.compile(r"(<!-- flags: (?P<name>[\w]+) -->\n)(?P<body>.*?)(<!-- /flags -->)", re.S)
+FLAG_TABLES = re.compile(r"(<!-- flags: (?P<name>[\w]+) -->\n)(?P<body>.*?)(<!-- /flags -->)", re.S)
 
 
 def doc_blocks(text: str) -> Dict[str, str]:
     """piece name -> the flag table between its markers in a doc."""
-    return {m["name"]: m["body"].strip() for m in BLOCK.finditer(text)}
+    return {m["name"]: m["body"].strip() for m in FLAG_TABLES.finditer(text)}
 
 
 def update_doc(text: str) -> str:
     """The doc with every flag table regenerated from the declarations."""
-    return BLOCK.sub(lambda m: f"{m.group(1)}{markdown_table(PIECES[m['name']])}\n{m.group(4)}", text)
+    return FLAG_TABLES.sub(lambda m: f"{m.group(1)}{markdown_table(PIECES[m['name']])}\n{m.group(4)}", text)
 

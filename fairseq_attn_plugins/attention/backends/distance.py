@@ -82,20 +82,29 @@ class DistanceForm:
 
     @property
     def bias_kernel(self) -> bool:
-        """A bias of the distance alone: the fused kernel's mask."""
-        return self.bias is not None
+        """A bias of the distance alone (no table read with q): the fused kernel's mask."""
+        return self.bias is not None and not (self.keys or self.values)
 
 
 @dataclass(frozen=True, eq=False)
 class DistanceTerms:
     """A piece's terms of the key-query distance ``j - i`` (see the module docstring)."""
 
-    key_table: Optional[Tensor] = None  # (2 clip + 1, D)
-    value_table: Optional[Tensor] = None  # (2 clip + 1, D)
+    key_table: Optional[Tensor] = None  # (2 clip + 1, D), with clip
+    value_table: Optional[Tensor] = None  # (2 clip + 1, D), with a key table
     clip: Optional[int] = None
     bias_table: Optional[Tensor] = None  # (N, H)
     bucket: Optional[Callable[[Tensor], Tensor]] = None  # distances (long) -> bucket rows
     slopes: Optional[Tuple[float, ...]] = None  # (H,)
+
+    def __post_init__(self):
+        tables = self.key_table is not None
+        if tables != (self.clip is not None) or (self.value_table is not None and not tables):
+            raise ValueError("DistanceTerms: a key table and its clip come together; a value table needs them")
+        if (self.bias_table is None) != (self.bucket is None):
+            raise ValueError("DistanceTerms: a bias table and its bucket function come together")
+        if self.bias_table is not None and self.slopes is not None:
+            raise ValueError("DistanceTerms: a bias table or slopes, not both")
 
     @property
     def form(self) -> DistanceForm:
@@ -245,7 +254,7 @@ def distance_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, sc
     q_pos = torch.arange(S - T, S, device=q.device)
     if terms.clip is not None and mode != "far":
         plan.idx = terms.rows(q_pos, torch.arange(S, device=q.device))
-    # the bias of every distance the call has, -(S - 1) .. T - 1 - (S - T): column j - i + T - 1
+    # the bias of every distance j - i the call has, -(S - 1) .. T - 1, in column j - i + T - 1
     rel_bias = None if mode == "far" else terms.bias(torch.arange(1 - S, T, device=q.device), acc)
     if mode == "blocks":
         plan.add, plan.keep = _masks(attn_mask, key_padding_mask, acc)
@@ -269,6 +278,13 @@ def _masks(attn_mask, kpm, dtype):
         pad_keep = ~kpm[:, None, None, :]  # (B, 1, 1, S)
         keep = pad_keep if keep is None else keep & pad_keep
     return add, keep
+
+
+def without_keys(lse: Tensor, empty: Tensor) -> Tensor:
+    """The empty-row rule, once for every forward: a query without any allowed key (``empty``)
+    gets log-sum-exp +inf, so that every recomputed probability ``exp(s - lse)`` is 0 and its
+    output and gradients are zeros (the core's convention), never ``exp(-inf - -inf)`` = NaN."""
+    return lse.masked_fill(empty, INF)
 
 
 def _spans(T: int, block: int) -> Tuple[Tuple[int, int], ...]:
@@ -349,8 +365,7 @@ def _blocks_forward(plan, q, k, v, table_k, table_v, rel_bias):
     for a, e in spans:
         s = _add_terms(plan, torch.matmul(q[:, :, a:e], kT).mul_(plan.scale), qa, rel_bias, a, e)
         block_lse = torch.logsumexp(s, dim=-1)
-        # a row without any allowed key: lse +inf, zero probabilities and output (not NaN)
-        lse[:, :, a:e] = block_lse.masked_fill(torch.isneginf(block_lse), INF)
+        lse[:, :, a:e] = without_keys(block_lse, torch.isneginf(block_lse))
         p = torch.exp(s - lse[:, :, a:e, None])
         o = torch.matmul(p, v)
         if R is not None:
@@ -376,9 +391,10 @@ def _kernel_forward(plan, q, k, v, table_k, table_v, rel_bias):
             mask = bias.masked_fill(pad, -INF) if pad.any() else bias
             out[b:b + 1], lse[b:b + 1] = plan.kernels.forward(q[b:b + 1], k[b:b + 1], v[b:b + 1],
                                                               mask[None], plan.scale)
-        empty = kpm.all(-1)  # a sentence without any key: the one empty-row rule
+        empty = kpm.all(-1)  # a sentence without any key
         if empty.any():
-            out[empty], lse[empty] = 0.0, INF
+            out[empty] = 0.0
+            lse = without_keys(lse, empty[:, None, None])
     plan.blocks = len(_spans(T, plan.block))  # those of the backward
     return out, lse.to(q.dtype)
 
@@ -581,8 +597,7 @@ def _far_forward(plan, q, k, v, table_k, table_v):
     top = top.masked_fill(torch.isneginf(top), 0.0)
     p = torch.exp(s.sub_(st.rows(top[..., None])))  # the strip's exp(e_ij - top_i)
     total = st.unrows(p.sum(-1, keepdim=True))[..., 0] + torch.exp(far_lse - top).sum(0)
-    # a query without any key: lse +inf, every probability 0, output 0
-    lse = torch.where(total > 0, top + torch.log(total), torch.full_like(total, INF))
+    lse = without_keys(top + torch.log(total), total == 0)
     p.mul_(st.rows(torch.exp(top - lse)[..., None]))  # exp(e_ij - lse_i)
     mass = torch.exp(far_lse - lse)[..., None]  # (2, B, H, T, 1): m^L, m^R
     z = st.unrows(torch.matmul(p, vw)) + (mass * far_out).sum(0)

@@ -102,3 +102,33 @@ def test_incremental_decoding_refused_once_by_the_core(name):
         attn(x[:1], x[:1], x[:1], incremental_state={}, need_weights=False)
     msg = str(info.value)
     assert msg.count(name) == 1 and "incremental decoding is not supported" in msg, msg
+
+
+# the distance kernels' paths, each with the self-attention that reaches it
+DISTANCE_PATHS = [("relpos", dict(relpos_k=2), "encoder", "region split"),
+                  ("relpos", dict(relpos_k=2), "decoder", "query blocks"),
+                  ("t5bias", {}, "encoder", "distance bias"),
+                  ("alibi", {}, "encoder", "distance bias")]
+
+
+@pytest.mark.parametrize("name,flags,side,path", DISTANCE_PATHS)
+def test_auto_on_cuda_trains_through_the_distance_kernels_where_the_policy_lists_cuda(name, flags, side, path):
+    """A training call on CUDA (Call.backward; the flex paths are for inference there) takes the
+    distance kernels' path once the policy lists CUDA among their devices, and the SDPA or
+    explicit path under the default policy (CPU only until a device run measures them)."""
+    n = backends.DEFAULT.blocked_min_len
+    call = dict(tgt_len=n, src_len=n, on_cuda=True, backward=True, attn_mask=side == "decoder")
+    cuda = backends.Policy(distance_devices=("cpu", "cuda"))
+    attn = make_attention(make_args(name, **flags), side=side, policy=cuda)
+    assert path_name(attn, **call) == path
+    assert path_name(attn, **{**call, "on_cuda": False}) == path  # CPU as before
+    default = make_attention(make_args(name, **flags), side=side)
+    assert path_name(default, **call) in ("fused", "explicit")
+    assert "on cuda" in " ".join(backends.reasons(default._layer, backends.Call(**call))[path])
+
+
+def test_a_policy_refuses_bad_values_naming_the_field():
+    with pytest.raises(ValueError, match="Policy.local_block must be an integer >= 1"):
+        backends.Policy(local_block=0)
+    with pytest.raises(ValueError, match="Policy.distance_devices"):
+        backends.Policy(distance_devices=("tpu",))

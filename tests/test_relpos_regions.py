@@ -177,3 +177,19 @@ def test_the_clip_decides_the_region_split_and_the_value_table_the_query_blocks(
     call = backends.Call(tgt_len=n, src_len=n)
     assert backends.choose(layer, call).name == "query blocks"  # no clip: no far split
     assert "far_split" in " ".join(backends.reasons(layer, call)["region split"])
+
+
+def test_the_cuda_entry_gives_the_efficient_kernel_an_aligned_mask():
+    """The CUDA entries of the per-device table (prepared, unmeasured on a GPU) always give the
+    memory-efficient kernel a bias (its backward takes no None), (B, H, T, S) with rows
+    16-aligned as SDPA lays them out, equal to the mask given or zero; the layout checked on
+    CPU tensors."""
+    from fairseq_attn_plugins.attention.backends.distance import _cuda_mask
+
+    q, k = torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 11, 4)
+    mask = torch.randn(2, 1, 1, 11)
+    for given, want in ((mask, mask.expand(2, 3, 5, 11)), (None, torch.zeros(2, 3, 5, 11))):
+        bias = _cuda_mask(q, k, given)
+        assert bias.shape == (2, 3, 5, 11) and bias.stride(-2) % 16 == 0 and bias.stride(-1) == 1
+        assert_close(bias, want, rtol=0, atol=0)
+    assert set(KERNELS) == {"cpu", "cuda"}

@@ -27,8 +27,8 @@ family; each path takes one property of the terms' form):
 and the first one without reasons runs a call: ``auto`` all of them (the flex paths on
 CUDA for inference only, the band from the policy's ``flex_band_min_len`` positions, the
 region split then the query blocks on CPU from ``blocked_min_len``, the distance bias on CPU
-from ``distance_bias_min_len``: every threshold and block size is a field of the layer's
-:class:`.policy.Policy`), ``flex`` the flex paths on any device then the SDPA ones,
+from ``distance_bias_min_len``: every threshold, block size and the devices of the distance
+kernels are fields of the layer's :class:`.policy.Policy`), ``flex`` the flex paths on any device then the SDPA ones,
 ``fused`` the SDPA paths, ``explicit`` the explicit path; every order ends on the
 explicit path (``fused``'s only where weights are requested: it refuses, at build, a piece
 that needs the probability matrix). A forced backend whose named path cannot
@@ -75,9 +75,9 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
     # (benchmarks/RESULTS.md, "GPU checks"); --attn-backend flex still trains through them
     return (FlexPiece(devices=CUDA, trains=False),
             FlexBand(devices=CUDA, min_len=p.flex_band_min_len, trains=False),
-            RegionSplit(devices=CPU, min_len=p.blocked_min_len),
-            QueryBlocks(devices=CPU, min_len=p.blocked_min_len),
-            DistanceBias(devices=CPU, min_len=p.distance_bias_min_len)) + sdpa
+            RegionSplit(devices=p.distance_devices, min_len=p.blocked_min_len),
+            QueryBlocks(devices=p.distance_devices, min_len=p.blocked_min_len),
+            DistanceBias(devices=p.distance_devices, min_len=p.distance_bias_min_len)) + sdpa
 
 
 @lru_cache(maxsize=4096)  # the choice is a function of these; a call's lengths repeat over layers and steps

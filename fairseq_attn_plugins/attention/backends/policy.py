@@ -10,6 +10,7 @@ the GPU figures of the same paths are the GPU issue's.
 """
 
 from dataclasses import dataclass
+from typing import Tuple
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,18 @@ class Policy:
     distance_block: int = 128
     #: query rows per block of the flex path's window scores (relpos's value term)
     band_block: int = 32
+    #: the devices on which ``auto`` takes the paths of the distance kernels (region split,
+    #: query blocks, distance bias). Their CUDA entries (torch's memory-efficient kernel, which
+    #: returns the log-sum-exp) are prepared but unmeasured: CUDA joins by measurement, on a
+    #: device run (benchmarks/gpu_checks.sh), not by default
+    distance_devices: Tuple[str, ...] = ("cpu",)
 
     def __post_init__(self):
         for name, value in vars(self).items():
-            if not isinstance(value, int) or value < 1:
+            if name == "distance_devices":
+                if not value or not set(value) <= {"cpu", "cuda"}:
+                    raise ValueError(f"Policy.distance_devices must name 'cpu' and/or 'cuda' (got {value!r})")
+            elif not isinstance(value, int) or value < 1:
                 raise ValueError(f"Policy.{name} must be an integer >= 1 (got {value!r})")
 
 

@@ -12,7 +12,7 @@ import re
 from types import SimpleNamespace
 from typing import Dict, List, Optional, Tuple
 
-from .piece import PIECES, AttentionSite
+from .piece import PIECES, AttentionPiece, AttentionSite
 from .settings import LAYERS, SIDES_ROLE, Setting, flag_of
 
 
@@ -54,13 +54,13 @@ def capabilities(cls) -> str:
              "fused with " + ", ".join(f"{flag_of(k)} {'/'.join(map(str, v))}"
                                        for k, v in cls.fused_with.items()) + ", else explicit")
     sides = "sides: " + ("/".join(cls.sides) if cls.sides else "set by its flag")
-    flex = ("own flex path" if cls.flex_path_ok is True else
-            "own flex path with some settings" if isinstance(cls.flex_path_ok, property) else "")
+    # a piece that declares its distance terms runs, alone in its layer, the kernels' paths
+    distance = "distance terms" if cls.distance_terms is not AttentionPiece.distance_terms else ""
     parts = [fused, sides, "incremental decoding" if cls.incremental_ok else "no incremental decoding"]
     if cls.expands_kv:
         parts.append("widens the key axis")
-    if flex:
-        parts.append(flex)
+    if distance:
+        parts.append(distance)
     return "; ".join(parts)
 
 
@@ -144,15 +144,15 @@ def model_pieces(model: Dict) -> Dict:
             "pieces_per_layer": config_layers(args) if sized else None}
 
 
-BLOCK = re.compile(r"(<!-- flags: (?P<name>[\w]+) -->\n)(?P<body>.*?)(<!-- /flags -->)", re.S)
+FLAG_TABLES = re.compile(r"(<!-- flags: (?P<name>[\w]+) -->\n)(?P<body>.*?)(<!-- /flags -->)", re.S)
 
 
 def doc_blocks(text: str) -> Dict[str, str]:
     """piece name -> the flag table between its markers in a doc."""
-    return {m["name"]: m["body"].strip() for m in BLOCK.finditer(text)}
+    return {m["name"]: m["body"].strip() for m in FLAG_TABLES.finditer(text)}
 
 
 def update_doc(text: str) -> str:
     """The doc with every flag table regenerated from the declarations."""
-    return BLOCK.sub(lambda m: f"{m.group(1)}{markdown_table(PIECES[m['name']])}\n{m.group(4)}", text)
+    return FLAG_TABLES.sub(lambda m: f"{m.group(1)}{markdown_table(PIECES[m['name']])}\n{m.group(4)}", text)
 

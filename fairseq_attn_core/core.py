@@ -56,6 +56,7 @@ class SelfAttention(nn.Module):
         dropout: float = 0.0,
         backend: str = "auto",
         flex_compile: str = "auto",
+        policy: backends.Policy = backends.DEFAULT,
     ):
         super().__init__()
         self.embed_dim = embed_dim
@@ -84,11 +85,15 @@ class SelfAttention(nn.Module):
         self._layer = backends.Layer(
             backend="auto",
             needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
-            own_paths=backends.own_paths(pieces),
+            distance=backends.distance_form(pieces),
             band_half=min(bands) if bands else None,
+            policy=policy,
         )
         self.backend = backend
         self.flex_compile = flex_compile
+        #: what the last call ran: its path's name and the query blocks of its kernel
+        #: (``None``: one call), for diagnostics and the tests
+        self.last_run: Optional[Tuple[str, Optional[int]]] = None
 
     @property
     def backend(self) -> str:
@@ -107,6 +112,15 @@ class SelfAttention(nn.Module):
         nn.init.xavier_uniform_(self.out_proj.weight)
         nn.init.constant_(self.out_proj.bias, 0.0)
 
+    @property
+    def policy(self) -> backends.Policy:
+        """The thresholds and block sizes of this layer's paths (:mod:`.backends.policy`)."""
+        return self._layer.policy
+
+    @policy.setter
+    def policy(self, policy: backends.Policy) -> None:
+        self._layer = dataclasses.replace(self._layer, policy=policy)
+
     def upgrade_state_dict_named(self, state_dict, name):
         """Drop the second copy of a piece's parameters that checkpoints of earlier versions
         hold (``_flex_piece.*``, ``_expander.*``: the same tensors as ``pieces.0.*``,
@@ -119,7 +133,8 @@ class SelfAttention(nn.Module):
     @property
     def _flex_piece(self) -> Optional[AttentionPiece]:
         """The layer's only piece when it computes the whole attention through flex_attention."""
-        return self.pieces[0] if "flex_path_ok" in self._layer.own_paths else None
+        form = self._layer.distance
+        return self.pieces[0] if form is not None and form.flex else None
 
     def extra_repr(self) -> str:
         names = ",".join(p.name for p in self.pieces) or "none"
@@ -165,8 +180,9 @@ class SelfAttention(nn.Module):
                                            dropout_p, q.is_cuda, attn_mask is not None,
                                            self.training and torch.is_grad_enabled()))
         run = backends.Run(self.pieces, attn_mask, self.scaling, dropout_p, self.flex_compile,
-                           self._layer.band_half)
+                           self._layer.band_half, self._layer.policy)
         heads_out, weights = path.apply(q, k, v, ctx, run)  # (B, H, T, D), probabilities or None
+        self.last_run = (path.name, run.query_blocks)
         out = self.out_proj(heads_out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
         for p in self.pieces:
             extra = p.output_term(heads_out, ctx)

@@ -23,11 +23,10 @@ default, and the core reads nothing else: ``fused_ok`` / ``fused_with`` (a piece
 overrides ``post_softmax``, ``value_term`` or ``combine`` declares ``fused_ok = False``;
 the layer then runs the explicit path), ``incremental_ok`` (refused once, by the core),
 ``expands_kv`` (``widen`` / ``fold_weights``, at most one per model), ``band_half`` (the
-block-local and flex band paths), ``flex_path_ok`` / ``flex_forward``, ``region_path_ok`` /
-``region_forward``, ``blocked_path_ok`` / ``blocked_forward`` (the piece, alone in its
-layer, computes the whole attention) and ``distance_bias_path_ok`` / ``distance_bias`` (its
-bias, alone in its layer, runs torch's CPU flash kernel). The
-paths and the chooser between them: :mod:`.backends`.
+block-local and flex band paths) and ``distance_terms`` (a position piece's relative structure
+as data: tables, clip, bucket table, slopes; alone in its layer, the kernels of
+:mod:`.backends.distance` compute the whole attention from it). The paths and the chooser
+between them: :mod:`.backends`.
 
 Every piece class is registered with :func:`register_piece` and declares its
 settings once, as data (``settings``: :mod:`.settings`); the base class derives
@@ -40,7 +39,7 @@ together, ``from_args`` when its constructor takes something else than
 """
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Optional, Tuple, Type
 
 from torch import Tensor, nn
 
@@ -63,6 +62,9 @@ from .settings import (  # noqa: F401  (re-exported: a piece file imports from h
     require_int,
     require_positive,
 )
+
+if TYPE_CHECKING:  # the declaration's type; the kernels that read it live with the paths
+    from .backends.distance import DistanceTerms
 
 
 @dataclass(frozen=True)
@@ -119,21 +121,6 @@ class AttentionPiece(nn.Module):
     #: keys only within ``band_half`` positions of the query (``allowed_mask`` is such a band,
     #: 1D-/2D-CSAN): long sequences may take the block-local or flex band path. ``None``: no band.
     band_half: Optional[int] = None
-    #: True if the piece, alone in its layer, can compute the layer's whole attention with
-    #: :meth:`flex_forward` (relpos kv/tied, alibi); the chooser (:mod:`.backends`) decides when.
-    flex_path_ok: bool = False
-    #: True if the piece, alone in its layer, can compute the layer's whole attention in query
-    #: blocks recomputed in the backward (:meth:`blocked_forward`, relpos kv/tied: the CPU
-    #: path that keeps no probability matrix for the backward).
-    blocked_path_ok: bool = False
-    #: True if the piece, alone in its layer, can compute an encoder self-attention (queries =
-    #: keys, no ``attn_mask``) from its far left, band and far right keys (:meth:`region_forward`,
-    #: relpos: each far region plain attention through torch's CPU flash kernel).
-    region_path_ok: bool = False
-    #: True if the piece's only term is a score bias of the key-query distance alone, per head
-    #: (:meth:`distance_bias`, t5bias): alone in its layer, an encoder self-attention runs
-    #: torch's CPU flash kernel with it as the mask and a backward that gives its gradient.
-    distance_bias_path_ok: bool = False
     #: whether this instance runs without the probability matrix: set by :meth:`build` from
     #: :meth:`fused_ok_with` (a piece constructed otherwise: ``fused_ok`` and no ``fused_with``)
     runs_fused: bool
@@ -280,32 +267,12 @@ class AttentionPiece(nn.Module):
     def combine(self, probs: Tensor, v: Tensor, out: Tensor, ctx: AttentionContext) -> Tensor:
         return out
 
-    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int,
-                     key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                     scale: float) -> Tensor:
-        """The layer's whole attention (B, H, T, D) through flex_attention, for a piece that
-        declares ``flex_path_ok``: q at positions ``start..start+T-1``, k, v at 0..S-1,
-        ``key_padding_mask`` (B, S) True = pad, ``attn_mask`` fairseq's (T, S) mask."""
-        raise NotImplementedError(f"{self.name} declares no flex path (flex_path_ok)")
-
-    def blocked_forward(self, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext,
-                        attn_mask: Optional[Tensor], scale: float, dropout_p: float) -> Tensor:
-        """The layer's whole attention (B, H, T, D) in query blocks, for a piece that declares
-        ``blocked_path_ok``; shapes and masks as :meth:`flex_forward`."""
-        raise NotImplementedError(f"{self.name} declares no query-block path (blocked_path_ok)")
-
-    def region_forward(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
-                       scale: float) -> Tensor:
-        """The layer's whole attention (B, H, T, D) split into key regions, for a piece that
-        declares ``region_path_ok``: queries = keys at positions 0..T-1, ``key_padding_mask``
-        (B, T) True = pad, no ``attn_mask`` (:mod:`.backends.regions`)."""
-        raise NotImplementedError(f"{self.name} declares no region-split path (region_path_ok)")
-
-    def distance_bias(self, length: int) -> Tensor:
-        """(H, 2 length - 1): the score bias of each head for the key-query distances
-        ``1 - length .. length - 1``, for a piece that declares ``distance_bias_path_ok``
-        (:mod:`.backends.distance_bias`); it equals :meth:`score_bias` at ``j - i``."""
-        raise NotImplementedError(f"{self.name} declares no distance-bias path (distance_bias_path_ok)")
+    def distance_terms(self) -> Optional["DistanceTerms"]:
+        """The piece's terms of the key-query distance as data (relpos: key and value tables
+        and the clip; t5bias: a bias table by bucket; alibi: fixed slopes), or ``None``. Alone
+        in its layer, a piece that declares them runs on the paths of :mod:`.backends` that
+        take their form; its ``score_bias`` (and ``value_term``) equal them on every path."""
+        return None
 
     def output_term(self, out: Tensor, ctx: AttentionContext) -> Optional[Tensor]:
         """A (T, B, C) term added after the output projection, computed from the heads'

@@ -28,12 +28,17 @@ def make_args(pieces="", layers=2, heads=4, **flags):
 
 
 def make_attention(args, side="encoder", layer_idx=0, embed_dim=16, num_heads=4,
-                   backend=None, seed=0, dropout=0.0, dtype=torch.float32):
+                   backend=None, seed=0, dropout=0.0, dtype=torch.float32, policy=None):
+    """A layer of ``args``' pieces; ``policy`` (backends.Policy) lowers its paths' thresholds
+    and block sizes."""
+    from fairseq_attn_core import backends
+
     torch.manual_seed(seed)
     site = AttentionSite(side=side, layer_idx=layer_idx, num_layers=args.encoder_layers,
                          num_heads=num_heads, head_dim=embed_dim // num_heads)
     attn = SelfAttention(embed_dim, num_heads, site, pieces=build_pieces(args, site),
-                               dropout=dropout, backend=backend or args.attn_backend)
+                               dropout=dropout, backend=backend or args.attn_backend,
+                               policy=policy or backends.DEFAULT)
     # give biases non-zero values so that they matter in the comparisons
     with torch.no_grad():
         for name, p in attn.named_parameters():
@@ -158,16 +163,16 @@ def assert_decoder_steps_equal_full(model, src, lengths, prev, **tol):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **tol)
 
 
-def auto_matches_explicit(args, path, init=None, lengths=(9, 5, 7)):
-    """A layer on ``--attn-backend auto``, which must take ``path`` for ``max(lengths)``
-    positions, and the same layer on the explicit path, in float64 with the same weights
-    (``init(attn)`` sets the piece's, seeded): output, input gradient and every parameter
-    gradient of a left-padded batch agree (the explicit path's softmax is float32: 1e-5).
-    Returns the auto layer's parameter gradients."""
+def auto_matches_explicit(args, path, init=None, lengths=(9, 5, 7), policy=None, blocks=None):
+    """A layer on ``--attn-backend auto`` with ``policy``, which must take ``path`` for
+    ``max(lengths)`` positions (in ``blocks`` query blocks, if given), and the same layer on
+    the explicit path, in float64 with the same weights (``init(attn)`` sets the piece's,
+    seeded): output, input gradient and every parameter gradient of a left-padded batch agree
+    (the explicit path's softmax is float32: 1e-5). Returns the auto layer's parameter gradients."""
     T = max(lengths)
     runs = []
     for backend in ("auto", "explicit"):
-        attn = make_attention(args, backend=backend, dtype=torch.float64)
+        attn = make_attention(args, backend=backend, dtype=torch.float64, policy=policy)
         if init is not None:
             with torch.no_grad():
                 init(attn)
@@ -175,6 +180,8 @@ def auto_matches_explicit(args, path, init=None, lengths=(9, 5, 7)):
         x, kpm = padded_batch(list(lengths), dtype=torch.float64)
         x.requires_grad_(True)
         y, _ = attn(x, x, x, key_padding_mask=kpm, need_weights=False)
+        if backend == "auto" and blocks is not None:
+            assert attn.last_run == (path, blocks), attn.last_run
         y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
         runs.append((y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters()}))
     (ya, xa, ga), (yb, xb, gb) = runs

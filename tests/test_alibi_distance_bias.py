@@ -12,20 +12,9 @@ from torch.testing import assert_close
 
 from attn_helpers import auto_matches_explicit, make_args, make_attention, path_name
 from fairseq_attn_core import backends
-from fairseq_attn_core.backends.distance_bias import NEGLIGIBLE_EXP, distance_bias_attention
+from distance_refs import alibi64
+from fairseq_attn_core.backends.distance import NEGLIGIBLE_EXP, DistanceTerms, distance_attention
 from fairseq_attn_core.pieces.alibi import alibi_slopes
-
-
-def dense_reference(q, k, v, slopes, kpm, scale):
-    B, H, T, D = q.shape
-    penalty = torch.empty(H, T, T, dtype=torch.float64)
-    for h in range(H):
-        for i in range(T):
-            for j in range(T):
-                penalty[h, i, j] = -slopes[h] * abs(i - j)
-    scores = torch.einsum("bhid,bhjd->bhij", q, k) * scale + penalty
-    scores = scores.masked_fill(kpm[:, None, None, :], float("-inf"))
-    return torch.softmax(scores, -1) @ v
 
 
 def test_alibi_distance_bias_matches_dense_reference_with_negligible_keys_cut():
@@ -37,12 +26,11 @@ def test_alibi_distance_bias_matches_dense_reference_with_negligible_keys_cut():
     kpm[1, :20] = True  # left padding
     slopes = alibi_slopes(H)
     assert slopes[0] * (T - 1) > -NEGLIGIBLE_EXP  # the first head's far keys are cut
-    rel = torch.tensor([[-m * abs(d) for d in range(1 - T, T)] for m in slopes], dtype=torch.float64)
     scale = D ** -0.5
     dout = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
     results = []
-    for fn in (lambda: distance_bias_attention(q, k, v, rel, kpm, scale, block=64),
-               lambda: dense_reference(q, k, v, slopes, kpm, scale)):
+    for fn in (lambda: distance_attention(DistanceTerms(slopes=tuple(slopes)), q, k, v, scale, "kernel", 64, kpm)[0],
+               lambda: alibi64(q, k, v, slopes, scale, kpm)[0]):
         out = fn()
         grads = torch.autograd.grad(out, (q, k, v), dout)
         results.append((out, *grads))
@@ -50,13 +38,12 @@ def test_alibi_distance_bias_matches_dense_reference_with_negligible_keys_cut():
         assert_close(got, ref, rtol=1e-10, atol=1e-10)
 
 
-def test_alibi_layer_on_distance_bias_equals_explicit(monkeypatch):
-    monkeypatch.setattr(backends, "DISTANCE_BIAS_MIN_LEN", 4)
-    auto_matches_explicit(make_args("alibi"), "distance bias")
+def test_alibi_layer_on_distance_bias_equals_explicit():
+    auto_matches_explicit(make_args("alibi"), "distance bias", policy=backends.Policy(distance_bias_min_len=4))
 
 
 def test_auto_on_cpu_takes_the_distance_bias_path_for_long_alibi_encoder_self_attention():
-    n = backends.DISTANCE_BIAS_MIN_LEN
+    n = backends.DEFAULT.distance_bias_min_len
     attn = make_attention(make_args("alibi"), backend="auto")
     assert path_name(attn, tgt_len=n, src_len=n) == "distance bias"
     assert path_name(attn, tgt_len=n - 1, src_len=n - 1) == "fused"

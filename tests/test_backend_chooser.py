@@ -26,7 +26,7 @@ def active_side(name):
 def test_the_core_reads_only_declared_capabilities():
     """Every capability the core or the chooser reads is declared on the base class."""
     for attr in ("fused_ok", "fused_with", "incremental_ok", "expands_kv", "band_half",
-                 "flex_path_ok", "flex_forward", "runs_fused"):
+                 "distance_terms", "runs_fused"):
         assert attr in vars(AttentionPiece) or attr in AttentionPiece.__annotations__, attr
     for name, cls in PIECES.items():
         for setting, values in cls.fused_with.items():
@@ -39,11 +39,12 @@ def test_each_piece_takes_the_path_its_declarations_allow(name):
     args = piece_args(name)
     attn = make_attention(args, side=active_side(name))
     fused = PIECES[name].fused_ok_with(args)
-    flex_alone = len(attn.pieces) == 1 and attn.pieces[0].flex_path_ok
+    terms = attn.pieces[0].distance_terms() if len(attn.pieces) == 1 else None
+    flex_alone = terms is not None and terms.form.flex
     band = any(p.band_half is not None for p in attn.pieces)
     # auto on CPU, short training call: SDPA unless the piece needs the probabilities
     assert path_name(attn) == ("fused" if fused else "explicit")
-    # auto on CUDA: a piece with its own flex path runs it; a long band goes to flex
+    # auto on CUDA: distance terms flex runs (a value table, slopes) take it; a long band goes to flex
     expected = "flex piece" if flex_alone else ("fused" if fused else "explicit")
     assert path_name(attn, on_cuda=True) == expected
     if band and fused and not flex_alone:
@@ -101,3 +102,33 @@ def test_incremental_decoding_refused_once_by_the_core(name):
         attn(x[:1], x[:1], x[:1], incremental_state={}, need_weights=False)
     msg = str(info.value)
     assert msg.count(name) == 1 and "incremental decoding is not supported" in msg, msg
+
+
+# the distance kernels' paths, each with the self-attention that reaches it
+DISTANCE_PATHS = [("relpos", dict(relpos_k=2), "encoder", "region split"),
+                  ("relpos", dict(relpos_k=2), "decoder", "query blocks"),
+                  ("t5bias", {}, "encoder", "distance bias"),
+                  ("alibi", {}, "encoder", "distance bias")]
+
+
+@pytest.mark.parametrize("name,flags,side,path", DISTANCE_PATHS)
+def test_auto_on_cuda_trains_through_the_distance_kernels_where_the_policy_lists_cuda(name, flags, side, path):
+    """A training call on CUDA (Call.backward; the flex paths are for inference there) takes the
+    distance kernels' path once the policy lists CUDA among their devices, and the SDPA or
+    explicit path under the default policy (CPU only until a device run measures them)."""
+    n = backends.DEFAULT.blocked_min_len
+    call = dict(tgt_len=n, src_len=n, on_cuda=True, backward=True, attn_mask=side == "decoder")
+    cuda = backends.Policy(distance_devices=("cpu", "cuda"))
+    attn = make_attention(make_args(name, **flags), side=side, policy=cuda)
+    assert path_name(attn, **call) == path
+    assert path_name(attn, **{**call, "on_cuda": False}) == path  # CPU as before
+    default = make_attention(make_args(name, **flags), side=side)
+    assert path_name(default, **call) in ("fused", "explicit")
+    assert "on cuda" in " ".join(backends.reasons(default._layer, backends.Call(**call))[path])
+
+
+def test_a_policy_refuses_bad_values_naming_the_field():
+    with pytest.raises(ValueError, match="Policy.local_block must be an integer >= 1"):
+        backends.Policy(local_block=0)
+    with pytest.raises(ValueError, match="Policy.distance_devices"):
+        backends.Policy(distance_devices=("tpu",))

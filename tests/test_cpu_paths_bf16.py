@@ -1,11 +1,13 @@
 """The CPU paths that `auto` takes for long encoder self-attention, in bf16.
 
 The region split (relpos) and the distance bias (t5bias) run torch's CPU flash kernel and a
-hand-written backward; ``--bf16`` training takes them like fp32. Each runs a whole layer in
+hand-written backward, the query blocks (relpos, the decoder) a hand-written backward;
+``--bf16`` training takes them like fp32. Each runs a whole layer in
 bf16 with padding, against the same layer in float64 on the explicit path: output, input
 gradient and every parameter gradient, norm-wise, each no worse than the explicit path in
 bf16 (bf16 keeps 8 bits of mantissa: about 1e-2 here). Both paths compute in float32 for
-bf16 inputs; in bf16 their gradients' error was about 3x the explicit path's.
+bf16 inputs (the one kernel family of attention/backends/distance.py); in bf16 their
+gradients' error was about 3x the explicit path's.
 """
 
 import pytest
@@ -13,14 +15,17 @@ import torch
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
 from fairseq_attn_core import backends
-from fairseq_attn_core.pieces import relpos
 
 #: norm-wise relative error allowed in bf16
 BF16_TOL = 3e-2
 
+# thresholds lowered, several query blocks (the region split's with far keys)
 CASES = {
-    "region split": (dict(pieces="relpos", relpos_k=3), "BLOCKED_MIN_LEN"),
-    "distance bias": (dict(pieces="t5bias", t5_buckets=8, t5_max_distance=6), "DISTANCE_BIAS_MIN_LEN"),
+    "region split": (dict(pieces="relpos", relpos_k=3), backends.Policy(blocked_min_len=8, region_block=8)),
+    "distance bias": (dict(pieces="t5bias", t5_buckets=8, t5_max_distance=6),
+                      backends.Policy(distance_bias_min_len=8, distance_block=8)),
+    "query blocks": (dict(pieces="relpos", relpos_k=3, side="decoder"),
+                     backends.Policy(blocked_min_len=8, query_block=8)),
 }
 
 
@@ -29,25 +34,30 @@ def relative_error(a, b):
 
 
 @pytest.mark.parametrize("path", list(CASES))
-def test_cpu_path_in_bf16_against_float64_explicit(monkeypatch, path):
-    flags, threshold = CASES[path]
-    monkeypatch.setattr(backends, threshold, 8)
-    monkeypatch.setattr(relpos, "REGION_BLOCK", 8)  # several query blocks with far keys
+def test_cpu_path_in_bf16_against_float64_explicit(path):
+    flags, policy = CASES[path]
     flags = dict(flags)
+    side = flags.pop("side", "encoder")
     args = make_args(flags.pop("pieces"), **flags)
     T = 40
-    x, kpm = padded_batch([T, T - 9, T - 23], embed_dim=32)
+    # decoders pad on the right (a left-padded causal row would have no key at all)
+    x, kpm = padded_batch([T, T - 9, T - 23], embed_dim=32, left_pad=side == "encoder")
+    mask = torch.triu(torch.full((T, T), float("-inf")), 1) if side == "decoder" else None
     runs = []
     for backend, dtype in (("auto", torch.bfloat16), ("explicit", torch.float64),
                            ("explicit", torch.bfloat16)):
-        attn = make_attention(args, backend=backend, embed_dim=32, num_heads=4, dtype=dtype)
+        attn = make_attention(args, side=side, backend=backend, embed_dim=32, num_heads=4, dtype=dtype,
+                              policy=policy)
         with torch.no_grad():  # the same weights in both, the piece's tables non-zero
             g = torch.Generator().manual_seed(5)
             for p in attn.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-        assert path_name(attn, tgt_len=T, src_len=T) == (path if backend == "auto" else "explicit")
+        assert path_name(attn, tgt_len=T, src_len=T, attn_mask=mask is not None) == (
+            path if backend == "auto" else "explicit")
         xi = x.to(dtype).requires_grad_(True)
-        y, _ = attn(xi, xi, xi, key_padding_mask=kpm, need_weights=False)
+        y, _ = attn(xi, xi, xi, key_padding_mask=kpm, need_weights=False,
+                    attn_mask=None if mask is None else mask.to(dtype))
+        assert attn.last_run[0] == (path if backend == "auto" else "explicit")
         y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3)).to(dtype))
         runs.append((y.detach(), xi.grad, {n: p.grad for n, p in attn.named_parameters()}))
     (y16, x16, g16), (y64, x64, g64), (ye, xe, ge) = runs

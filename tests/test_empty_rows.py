@@ -173,17 +173,16 @@ def test_chained_with_disan_matches_reference_without_test_mask():
 
 @pytest.mark.parametrize("left_pad", [True, False])
 @pytest.mark.parametrize("piece", ["csan1d", "csan2d"])
-def test_block_local_fused_path_agrees_on_emptied_rows(left_pad, piece, monkeypatch):
-    """csan1d and csan2d (its widened keys) from LOCAL_MIN_LEN take the block-local path
-    (attention/backends/local.py); emptied rows give the explicit result and the float64
+def test_block_local_fused_path_agrees_on_emptied_rows(left_pad, piece):
+    """csan1d and csan2d (its widened keys) from the policy's local_min_len take the block-local
+    path (attention/backends/local.py); emptied rows give the explicit result and the float64
     reference's (the threshold and the block lowered: 3 blocks of 8, the last cut short)."""
-    from fairseq_attn_core.backends import local
+    from fairseq_attn_core import backends
 
-    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
-    monkeypatch.setattr(local, "BLOCK", 8)
-    T = local.LOCAL_MIN_LEN + 5
+    policy = backends.Policy(local_min_len=16, local_block=8)
+    T = policy.local_min_len + 5
     args = make_args(piece, csan_layers="0", csan_window=3)
-    fused = make_attention(args, backend="fused").eval()
+    fused = make_attention(args, backend="fused", policy=policy).eval()
     fused.pieces.append(RowEmptier(fused.site))
     explicit = copy.deepcopy(fused)
     explicit.backend = "explicit"
@@ -195,6 +194,7 @@ def test_block_local_fused_path_agrees_on_emptied_rows(left_pad, piece, monkeypa
         out, _ = attn(xi, xi, xi, key_padding_mask=kpm, need_weights=False)
         out.pow(2).sum().backward()
         res.append((out, xi.grad))
+    assert fused.last_run == ("block-local", 3)  # the blocks the policy asked for, not one of 128
     assert torch.isfinite(res[0][0]).all()
     assert_close(res[0][0], res[1][0], rtol=1e-5, atol=1e-6)
     assert_close(res[0][1], res[1][1], rtol=1e-5, atol=1e-6)

@@ -1,4 +1,4 @@
-"""The flex_attention paths (attention/backends/flex.py, relpos.py, alibi.py) against the explicit path, float64 on CPU.
+"""The flex_attention paths (attention/backends/flex.py, distance_flex.py) against the explicit path, float64 on CPU.
 
 relpos kv/tied through flex (key term as score_mod, value term from the log-sum-exp) and
 block-sparse band masks (1D-/2D-CSAN) must equal the explicit reference forward and
@@ -10,8 +10,6 @@ computes it; the ``cpu_flex_backward`` fixture lifts that check for these tests 
 On CUDA the compiled kernel is checked by ``fairseq-attn-bench --mode numerics``.
 """
 
-import math
-
 import pytest
 import torch
 import torch.nn.attention.flex_attention as torch_flex
@@ -19,8 +17,8 @@ from torch.testing import assert_close
 
 from attn_helpers import build_model, make_args, make_attention, padded_batch, path_name, token_batch
 from fairseq_attn_core import backends
-from fairseq_attn_core.backends import flex
-from fairseq_attn_core.pieces import relpos
+from distance_refs import shaw64
+from fairseq_attn_core.backends import distance_flex, flex
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -55,7 +53,7 @@ def run(attn, x, kpm, attn_mask=None):
 
 # the explicit path takes its softmax in float32 (``dtype=torch.float32``) even for float64
 # inputs, so it agrees to ~1e-7 relative only (gradients ~1e-6); the flex algebra itself is checked to float64
-# precision against plain loops (test_relpos_attention_matches_loops).
+# precision against the float64 Shaw reference (test_relpos_attention_matches_the_reference).
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -84,33 +82,12 @@ def test_band_scores_match_loops():
                         j = start + i + d
                         if 0 <= j < S:
                             ref[b, h, i, c] = sum(q[b, h, i, x] * k[b, h, j, x] for x in range(4))
-        assert_close(relpos.band_scores(q, k, start, half, block), ref)
-
-
-def shaw_loops(q, k, v, wk, wv, kmax, start, kpm, causal, scale):
-    """Shaw et al.'s equations as loops (float64): the reference of relpos_attention."""
-    B, H, T, D = q.shape
-    S = k.size(2)
-    out = torch.zeros(B, H, T, D, dtype=torch.float64)
-    for b in range(B):
-        for h in range(H):
-            for i in range(T):
-                pos = start + i
-                keys = [j for j in range(S) if not (kpm is not None and kpm[b, j])
-                        and not (causal and j > pos)]
-                e = [float(q[b, h, i] @ (k[b, h, j] + wk[max(-kmax, min(kmax, j - pos)) + kmax])) * scale
-                     for j in keys]
-                m = max(e)
-                z = sum(math.exp(x - m) for x in e)
-                for j, x in zip(keys, e):
-                    val = v[b, h, j] + wv[max(-kmax, min(kmax, j - pos)) + kmax]
-                    out[b, h, i] += math.exp(x - m) / z * val
-    return out
+        assert_close(distance_flex.band_scores(q, k, start, half, block), ref)
 
 
 @pytest.mark.parametrize("kmax", [1, 3, 16])
 @pytest.mark.parametrize("case", ["left_pad", "right_pad", "causal", "step"])
-def test_relpos_attention_matches_loops(kmax, case):
+def test_relpos_attention_matches_the_reference(kmax, case):
     g = torch.Generator().manual_seed(kmax)
     B, H, D = 2, 2, 4
     T, S, start = (1, 8, 7) if case == "step" else (9, 9, 0)
@@ -126,8 +103,8 @@ def test_relpos_attention_matches_loops(kmax, case):
             kpm[1, 6:] = True
     causal = case == "causal"
     mask = torch.triu(torch.full((T, S), float("-inf"), dtype=torch.float64), 1) if causal else None
-    got = relpos.relpos_attention(q, k, v, wk, wv, kmax, start, kpm, mask, 0.5)
-    assert_close(got, shaw_loops(q, k, v, wk, wv, kmax, start, kpm, causal, 0.5))
+    got = distance_flex.clipped_tables_attention(q, k, v, wk, wv, kmax, start, kpm, mask, 0.5)
+    assert_close(got, shaw64(q, k, v, wk, wv, kmax, 0.5, kpm, start, causal)[0])
 
 
 # ---------------------------------------------------------------------------

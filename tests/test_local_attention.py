@@ -8,7 +8,11 @@ import torch
 import torch.nn.functional as F
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, path_name, projections64
+from fairseq_attn_core import backends
 from fairseq_attn_core.backends import local
+
+#: thresholds and block lowered for CPU tests: several query blocks of 8 rows
+SMALL = backends.Policy(local_min_len=16, local_block=8)
 
 
 def naive_window_attention(q, k, v, kpm, half, scale):
@@ -59,8 +63,9 @@ def _run(attn, x, kpm):
     return out * real, x.grad * real, grads
 
 
-def test_core_uses_local_path_with_identical_results(monkeypatch):
-    """csan1d layer, long enough for the local path (threshold lowered for a CPU test)."""
+def test_core_uses_local_path_with_identical_results():
+    """csan1d layer, long enough for the local path (threshold and block lowered by the
+    layer's policy: 5 blocks of 8 rows for 40 positions)."""
     args = make_args("csan1d", layers=3, csan_window=5)
     lengths = [40, 33, 7, 1]
     x, kpm = padded_batch(lengths, embed_dim=16)
@@ -70,19 +75,11 @@ def test_core_uses_local_path_with_identical_results(monkeypatch):
     assert attn.pieces[0].band_half == 2
     dense = _run(attn, x, kpm)
 
-    calls = []
-    real_local = local.local_sdpa
-
-    def spy(*a, **kw):
-        calls.append(a[0].shape)
-        return real_local(*a, **kw)
-
-    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
-    monkeypatch.setattr(local, "BLOCK", 8)
-    monkeypatch.setattr(local, "local_sdpa", spy)
+    assert attn.last_run == ("fused", None)
+    attn.policy = SMALL
     attn.zero_grad()
     blocked = _run(attn, x, kpm)
-    assert calls, "the block-local path was not taken"
+    assert attn.last_run == ("block-local", 5)
     explicit_attn = make_attention(args, embed_dim=16, num_heads=4, backend="explicit",
                                    dtype=torch.float64)
     explicit = _run(explicit_attn, x, kpm)
@@ -94,14 +91,13 @@ def test_core_uses_local_path_with_identical_results(monkeypatch):
             torch.testing.assert_close(got[2][name], want[2][name], msg=name, **tol)
 
 
-def test_local_path_not_used_for_short(monkeypatch):
-    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
+def test_local_path_not_used_for_short():
     args1d = make_args("csan1d", layers=3, csan_window=5)
-    attn1d = make_attention(args1d, embed_dim=16, num_heads=4, backend="fused")
+    attn1d = make_attention(args1d, embed_dim=16, num_heads=4, backend="fused", policy=SMALL)
     assert path_name(attn1d, tgt_len=40, src_len=40) == "block-local"
     assert path_name(attn1d, tgt_len=10, src_len=10) == "fused"  # short
     assert path_name(attn1d, tgt_len=1, src_len=40, incremental=True) == "fused"  # incremental decoding
-    base = make_attention(make_args(""), embed_dim=16, num_heads=4)
+    base = make_attention(make_args(""), embed_dim=16, num_heads=4, policy=SMALL)
     assert path_name(base, tgt_len=400, src_len=400) == "fused"  # no band
 
 
@@ -186,23 +182,19 @@ def csan2d_reference(attn, x, kpm, window, area, head_edge):
 
 @pytest.mark.parametrize("head_edge", ["cut", "wrap", "authors"])
 @pytest.mark.parametrize("left_pad", [True, False])
-def test_csan2d_on_block_local_path_matches_loop_reference(monkeypatch, head_edge, left_pad):
+def test_csan2d_on_block_local_path_matches_loop_reference(head_edge, left_pad):
     """csan2d on the block-local path (thresholds lowered): output and input gradients equal
     a float64 loop over the area's heads and the window, every position (padding ones too),
-    with rows a window in padding empties and T not a multiple of the block."""
-    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
-    monkeypatch.setattr(local, "BLOCK", 8)
-    calls = []
-    real_local = local.local_sdpa
-    monkeypatch.setattr(local, "local_sdpa", lambda *a, **kw: calls.append(kw["slots"]) or real_local(*a, **kw))
+    with rows a window in padding empties and T not a multiple of the block (3 blocks of 8)."""
     args = make_args("csan2d", csan_window=5, csan_heads=3, csan_head_edge=head_edge, csan_layers="0")
-    attn = make_attention(args, embed_dim=16, num_heads=4, backend="auto", dtype=torch.float64).train()
+    attn = make_attention(args, embed_dim=16, num_heads=4, backend="auto", dtype=torch.float64,
+                          policy=SMALL).train()
     assert path_name(attn, tgt_len=21, src_len=21) == "block-local"
     x, kpm = padded_batch([21, 17, 2], embed_dim=16, left_pad=left_pad, dtype=torch.float64)
     xl = x.clone().requires_grad_()
     out, _ = attn(xl, xl, xl, key_padding_mask=kpm, need_weights=False)
     out.square().sum().backward()
-    assert calls and set(calls) == {3}, "the block-local path did not run the 3 slots"
+    assert attn.last_run == ("block-local", 3)
     xr = x.clone().requires_grad_()
     ref = csan2d_reference(attn, xr, kpm, 5, 3, head_edge)
     ref.square().sum().backward()
@@ -211,11 +203,10 @@ def test_csan2d_on_block_local_path_matches_loop_reference(monkeypatch, head_edg
 
 
 def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
-    """From LOCAL_MIN_LEN positions on CPU, under auto and fused, as csan1d; CUDA inference
-    keeps flex block-sparse attention from FLEX_WINDOW_MIN_LEN, CUDA training the SDPA paths."""
-    from fairseq_attn_core.backends import flex
-
-    n = local.LOCAL_MIN_LEN
+    """From the policy's local_min_len positions on CPU, under auto and fused, as csan1d; CUDA
+    inference keeps flex block-sparse attention from flex_band_min_len, CUDA training the SDPA
+    paths."""
+    n = backends.DEFAULT.local_min_len
     assert n == 256
     for piece in ("csan1d", "csan2d"):
         for backend in ("auto", "fused"):
@@ -223,7 +214,7 @@ def test_auto_takes_block_local_for_csan2d_where_csan1d_does():
             assert path_name(attn, tgt_len=n, src_len=n) == "block-local", (piece, backend)
             assert path_name(attn, tgt_len=n - 1, src_len=n - 1) == "fused", (piece, backend)
         attn = make_attention(make_args(piece, csan_layers="0"), embed_dim=16, num_heads=4, backend="auto")
-        m = flex.FLEX_WINDOW_MIN_LEN
+        m = backends.DEFAULT.flex_band_min_len
         assert path_name(attn, tgt_len=m, src_len=m, on_cuda=True) == "flex band", piece
         assert path_name(attn, tgt_len=m - 1, src_len=m - 1, on_cuda=True) == "block-local", piece
         assert path_name(attn, tgt_len=m, src_len=m, on_cuda=True, backward=True) == "block-local", piece
@@ -235,11 +226,9 @@ def test_csan2d_block_local_recomputation_replays_attention_dropout(monkeypatch)
     recomputation), not of a new one."""
     from fairseq_attn_core.backends.base import HookPath
 
-    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
-    monkeypatch.setattr(local, "BLOCK", 8)
     args = make_args("csan2d", csan_window=5, csan_layers="0")
     attn = make_attention(args, embed_dim=16, num_heads=4, backend="fused", dropout=0.3,
-                          dtype=torch.float64).train()
+                          dtype=torch.float64, policy=SMALL).train()
     x, kpm = padded_batch([21, 13], embed_dim=16, dtype=torch.float64)
     res = []
     for recompute in (True, False):
@@ -254,7 +243,7 @@ def test_csan2d_block_local_recomputation_replays_attention_dropout(monkeypatch)
     assert not torch.allclose(_run(attn, x, kpm)[1], res[1][1])
 
 
-def test_csan2d_with_a_learned_bias_on_block_local_path_equals_dense(monkeypatch):
+def test_csan2d_with_a_learned_bias_on_block_local_path_equals_dense():
     """Another piece's bias (t5bias's learned table) repeated per slot: output and the
     gradients of the input and of every parameter (the table's too) equal the dense fused
     path, and the explicit path within its float32 softmax."""
@@ -266,11 +255,11 @@ def test_csan2d_with_a_learned_bias_on_block_local_path_equals_dense(monkeypatch
     x, kpm = padded_batch([21, 12], embed_dim=16, dtype=torch.float64)
     assert path_name(attn, tgt_len=21, src_len=21) == "fused"
     dense, explicit = _run(attn, x, kpm), _run(explicit_attn, x, kpm)
-    monkeypatch.setattr(local, "LOCAL_MIN_LEN", 16)
-    monkeypatch.setattr(local, "BLOCK", 8)
+    attn.policy = SMALL
     assert path_name(attn, tgt_len=21, src_len=21) == "block-local"
     attn.zero_grad()
     got = _run(attn, x, kpm)
+    assert attn.last_run == ("block-local", 3)
     assert dense[2]["pieces.1.bucket_bias"].abs().sum() > 0
     for want, tol in ((dense, {}), (explicit, dict(rtol=1e-5, atol=1e-6))):
         torch.testing.assert_close(got[0], want[0], **tol)

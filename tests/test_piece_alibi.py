@@ -5,19 +5,18 @@ the model. The shared registry tests (test_piece_registry.py, test_empty_rows.py
 padding on either side, fused == explicit, incremental == full and every combination."""
 
 
-import math
 
 import pytest
 import torch
 from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, output64, padded_batch, path_name, projections64
+from distance_refs import alibi64
 from piece_refs import incremental_outputs
 from position_helpers import (
     CASES,
     check_architectures_replace_token_positions_on_every_layer,
     check_model_padding_side_and_incremental_decoding,
-    reference,
     run,
 )
 
@@ -35,17 +34,14 @@ def test_alibi_slopes_follow_the_paper():
     assert alibi_slopes(6) == pytest.approx([2.0 ** -e for e in (2, 4, 6, 8)] + [2.0 ** -1, 2.0 ** -3])
 
 
-def alibi_bias(slopes):
-    return lambda b, h, i, j: -slopes[h] * abs(i - j)
-
-
 @pytest.mark.parametrize("backend", ["fused", "flex"])  # explicit == fused: the registry tests
 @pytest.mark.parametrize("side, causal, left_pad", CASES)
 def test_alibi_matches_linear_penalty(side, causal, left_pad, backend):
     attn = make_attention(make_args("alibi"), side=side, backend=backend).eval()  # 4 heads
     slopes = [2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]
     x, kpm = padded_batch([7, 4], left_pad=left_pad)
-    ref = reference(attn, x, kpm, causal, bias=alibi_bias(slopes))
+    q, k, v = projections64(attn, x)
+    ref = output64(attn, alibi64(q, k, v, slopes, attn.scaling, kpm, causal=causal)[0])
     assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
     assert (path_name(attn) == "flex piece") == (backend == "flex")
 
@@ -70,25 +66,6 @@ def test_model_padding_side_and_incremental_decoding():
 
 
 # ---------------------------------------------------------------------------
-def alibi_reference64(q, k, v, slopes, kpm, scale, start=0):
-    """softmax(scale q.k - m_h |i - j|) v with plain loops, float64."""
-    B, H, T, D = q.shape
-    S = k.size(2)
-    out = torch.zeros(B, H, T, D, dtype=torch.float64)
-    for b in range(B):
-        for h in range(H):
-            for i in range(T):
-                keys = [j for j in range(S) if not kpm[b, j]]
-                e = [scale * float(q[b, h, i] @ k[b, h, j]) - slopes[h] * abs(start + i - j)
-                     for j in keys]
-                top = max(e)
-                w = [math.exp(x - top) for x in e]
-                total = sum(w)
-                for wj, j in zip(w, keys):
-                    out[b, h, i] += wj / total * v[b, h, j]
-    return out
-
-
 def test_alibi_flex_float64_matches_plain_reference_at_twelve_heads():
     from fairseq_attn_core.pieces.alibi import alibi_slopes
 
@@ -100,7 +77,7 @@ def test_alibi_flex_float64_matches_plain_reference_at_twelve_heads():
     fused = make_attention(args, embed_dim=24, num_heads=heads, backend="fused",
                            dtype=torch.float64).eval()
     piece = flex.pieces[0]
-    slopes = piece.slope_tensor(torch.zeros(1, dtype=torch.float64))
+    slopes = -piece.distance_terms().bias(torch.tensor([1]), torch.float64)[:, 0]  # -m_h |1|
     assert slopes.dtype == torch.float64
     assert slopes.tolist() == alibi_slopes(heads)  # the float64 values themselves, not rounded
     x, kpm = padded_batch([5, 3], embed_dim=24, dtype=torch.float64)
@@ -108,7 +85,7 @@ def test_alibi_flex_float64_matches_plain_reference_at_twelve_heads():
         out_flex = flex(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
         out_fused = fused(x, x, x, key_padding_mask=kpm, need_weights=False)[0]
         q, k, v = projections64(flex, x)
-        ref = output64(flex, alibi_reference64(q, k, v, alibi_slopes(heads), kpm, flex.scaling))
+        ref = output64(flex, alibi64(q, k, v, alibi_slopes(heads), flex.scaling, kpm)[0])
     assert path_name(flex) == "flex piece"
     real = ~kpm.t()[:, :, None]
     assert_close(out_flex * real, ref * real, rtol=1e-12, atol=1e-12)
@@ -122,4 +99,4 @@ def test_alibi_flex_slopes_follow_the_model_dtype():
     piece = attn.pieces[0]
     for dtype, want in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32),
                         (torch.float32, torch.float32), (torch.float64, torch.float64)):
-        assert piece.slope_tensor(torch.zeros(1, dtype=dtype)).dtype == want
+        assert piece.distance_terms().bias(torch.tensor([1]), dtype).dtype == want

@@ -6,7 +6,11 @@ piece's ``settings`` and the CSAN paper's Table 1 (``TABLE1`` below).
   a layer past the model, a side that is none) in one line naming the flag and the value,
   and takes the values at its bounds;
 * the default layer list and sides of every piece are the layers that hold it;
-* parameter deltas at Transformer-base size of every row of ``TABLE1``.
+* parameter deltas at Transformer-base size of every row of ``TABLE1``;
+* every piece that declares distance terms (``distance_terms``): each CPU path its form opens
+  (region split, query blocks, distance bias: the kernels of backends/distance.py) equals the
+  explicit path forward and backward, in the number of query blocks the policy asks for, and
+  each path it does not open is refused naming the property; the flex path (forward) too.
 
 Looped over the registry elsewhere: incremental decoding refused by the core
 (``test_backend_chooser.py``); train and generate of every architecture and the resume of
@@ -18,9 +22,11 @@ import functools
 import math
 
 import pytest
+import torch
+from torch.testing import assert_close
 
-from attn_helpers import make_args
-from fairseq_attn_core import PIECES, AttentionSite, PieceConfigError, build_pieces
+from attn_helpers import make_args, make_attention, padded_batch
+from fairseq_attn_core import PIECES, AttentionPiece, AttentionSite, PieceConfigError, backends, build_pieces
 from fairseq_attn_core.settings import LAYERS, SIDES_ROLE, parse_layer_spec
 from locality_helpers import build
 
@@ -209,3 +215,84 @@ def test_parameter_delta_at_base_size_matches_the_formula(name, flags, formula, 
     print(f"\n{name} {flags}: {delta:,} parameters, ours {delta / 1e6:+.1f}M, paper {paper:+.1f}M")
     assert delta == formula
     assert (round(delta / 1e6, 1) == paper) == matches, delta
+
+
+# ---------------------------------------------------------------------------
+# distance terms: generated from each declaration
+# ---------------------------------------------------------------------------
+DISTANCE = [n for n in NAMES if PIECES[n].distance_terms is not AttentionPiece.distance_terms]
+#: the property of a form -> the CPU path it opens and the self-attention that reaches it
+FORM_PATHS = {"far_split": ("region split", "encoder"), "query_blocks": ("query blocks", "decoder"),
+              "bias_kernel": ("distance bias", "encoder")}
+#: thresholds and blocks lowered: 9 positions in 3 query blocks on every such path
+LOW = backends.Policy(blocked_min_len=4, distance_bias_min_len=4, region_block=4, query_block=4,
+                      distance_block=4)
+T_LOW = 9
+
+
+def distance_layer(name, side, backend):
+    attn = make_attention(make_args(name, **PIECES[name].test_flags), side=side, backend=backend,
+                          dtype=torch.float64, policy=LOW)
+    with torch.no_grad():  # the same non-zero tables in every twin
+        g = torch.Generator().manual_seed(4)
+        for n, p in attn.pieces.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return attn
+
+
+def run_distance_layer(attn, side, grad=True):
+    """Output and the input's and parameters' gradients of a padded batch (the decoder's
+    future mask, right padding)."""
+    x, kpm = padded_batch([T_LOW, 6, 8], left_pad=side == "encoder", dtype=torch.float64)
+    mask = torch.triu(torch.full((T_LOW, T_LOW), float("-inf"), dtype=torch.float64), 1) \
+        if side == "decoder" else None
+    x.requires_grad_(grad)
+    y, _ = attn(x, x, x, key_padding_mask=kpm, attn_mask=mask, need_weights=False)
+    if not grad:
+        return y.detach(), None, {}
+    y.backward(torch.randn(y.shape, generator=torch.Generator().manual_seed(3), dtype=y.dtype))
+    return y.detach(), x.grad, {n: p.grad for n, p in attn.named_parameters() if p.grad is not None}
+
+
+def test_the_position_methods_declare_distance_terms():
+    assert DISTANCE == ["alibi", "relpos", "t5bias"]
+
+
+@pytest.mark.parametrize("name", DISTANCE)
+@pytest.mark.parametrize("prop", list(FORM_PATHS))
+def test_each_path_a_distance_declaration_opens_equals_the_explicit_path(name, prop):
+    path, side = FORM_PATHS[prop]
+    auto = distance_layer(name, side, "auto")
+    form = auto.pieces[0].distance_terms().form
+    call = backends.Call(tgt_len=T_LOW, src_len=T_LOW, attn_mask=side == "decoder", backward=True)
+    if not getattr(form, prop):
+        assert prop in " ".join(backends.reasons(auto._layer, call)[path])
+        assert auto.path_for(call).name != path
+        return
+    assert auto.path_for(call).name == path
+    got = run_distance_layer(auto, side)
+    assert auto.last_run == (path, 3)
+    want = run_distance_layer(distance_layer(name, side, "explicit"), side)
+    tol = dict(rtol=1e-5, atol=1e-5)  # the explicit path's softmax is float32
+    assert_close(got[0], want[0], **tol)
+    assert_close(got[1], want[1], **tol)
+    assert set(got[2]) == set(want[2])
+    for n in want[2]:
+        assert_close(got[2][n], want[2][n], **tol, msg=lambda m: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("name", DISTANCE)
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+def test_the_flex_form_of_a_distance_declaration_equals_the_explicit_path(name, side):
+    """Inference on CPU (flex_attention has no CPU backward): the same output."""
+    flex = distance_layer(name, side, "auto")
+    if not flex.pieces[0].distance_terms().form.flex:
+        assert flex.path_for(backends.Call(on_cuda=True)).name != "flex piece"
+        return
+    flex.backend = "flex"
+    flex.eval()
+    with torch.no_grad():
+        got = run_distance_layer(flex, side, grad=False)[0]
+    assert flex.last_run == ("flex piece", None)
+    want = run_distance_layer(distance_layer(name, side, "explicit").eval(), side, grad=False)[0]
+    assert_close(got, want, rtol=1e-5, atol=1e-5)

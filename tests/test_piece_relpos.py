@@ -1,4 +1,4 @@
-"""relpos (Shaw et al. 2018): float64 loop reference, padding, neutral tables,
+"""relpos (Shaw et al. 2018): the float64 reference, padding, neutral tables,
 fused vs explicit, gradients, incremental decoding, combination with csan2d."""
 
 import math
@@ -16,6 +16,7 @@ from attn_helpers import (
     projections64,
     real_positions, path_name,
 )
+from distance_refs import shaw64
 from fairseq_attn_core import PieceConfigError
 
 
@@ -33,37 +34,13 @@ def randomize_tables(attn, seed=5):
 
 
 def reference(attn, x, kpm, mode, k, causal=False):
-    """Plain float64 loops over (b, h, i, j) of Shaw et al.'s equations, real tokens only.
-
-    Returns per-head outputs (B, H, T, D) and probabilities (B, H, T, T) (zeros on pads)."""
+    """The float64 Shaw reference (distance_refs.py) on the layer's projections and tables:
+    per-head outputs (B, H, T, D) and probabilities (B, H, T, T)."""
     q, kk, v = projections64(attn, x)
-    B, H, T, D = q.shape
     piece = relpos_piece(attn)
-    wk = piece.rel_keys.double()
     wv = {"kv": piece.rel_values, "tied": piece.rel_keys, "k": None}[mode]
-    wv = None if wv is None else wv.double()
-    out = torch.zeros(B, H, T, D, dtype=torch.float64)
-    probs = torch.zeros(B, H, T, T, dtype=torch.float64)
-    for b in range(B):
-        real = real_positions(kpm[b]) if kpm is not None else list(range(T))
-        for h in range(H):
-            for i in real:
-                keys = [j for j in real if not (causal and j > i)]
-                e = []
-                for j in keys:
-                    a = wk[max(-k, min(k, j - i)) + k]
-                    e.append(float(q[b, h, i] @ (kk[b, h, j] + a)) / math.sqrt(D))
-                m = max(e)
-                w = [math.exp(x_ - m) for x_ in e]
-                tot = sum(w)
-                for j, wj in zip(keys, w):
-                    alpha = wj / tot
-                    probs[b, h, i, j] = alpha
-                    val = v[b, h, j]
-                    if wv is not None:
-                        val = val + wv[max(-k, min(k, j - i)) + k]
-                    out[b, h, i] += alpha * val
-    return out, probs
+    return shaw64(q, kk, v, piece.rel_keys.double(), None if wv is None else wv.double(), k,
+                  attn.head_dim ** -0.5, kpm, causal=causal)
 
 
 def real_rows(y, kpm):

@@ -110,3 +110,31 @@ def test_architecture_replaces_token_positions_on_every_layer():
 
 def test_model_padding_side_and_incremental_decoding():
     check_model_padding_side_and_incremental_decoding("rope")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_rope_cached_tables_give_the_formula_bit_for_bit(dtype):
+    """The cos/sin tables are cached per rotation, length, device and dtype: a call at a longer
+    length grows them, a shorter one reads them, and every rotation equals the paper's pair
+    formula with angles in float64 cast to the compute dtype, bit for bit."""
+    from fairseq_attn_core.pieces.rope import rotate, rotation_tables
+
+    g = torch.Generator().manual_seed(2)
+    rot, base = 6, 500.0 + (dtype is torch.bfloat16)  # a key no other test fills
+    for length in (5, 40, 7):
+        x = torch.randn(2, 3, length, 8, generator=g).to(dtype)
+        pos = torch.arange(length)
+        got = rotate(x, pos, rot, base, length)
+        acc = torch.promote_types(dtype, torch.float32)
+        assert rotation_tables(length, rot, base, x.device, acc)[0].size(0) >= length
+        want = x.clone()
+        for m in range(length):
+            for i in range(rot // 2):
+                angle = m * base ** (-2 * i / rot)
+                c = torch.tensor(math.cos(angle), dtype=torch.float64).to(acc)
+                s = torch.tensor(math.sin(angle), dtype=torch.float64).to(acc)
+                x1, x2 = x[..., m, 2 * i].to(acc), x[..., m, 2 * i + 1].to(acc)
+                want[..., m, 2 * i] = (x1 * c - x2 * s).to(dtype)
+                want[..., m, 2 * i + 1] = (x1 * s + x2 * c).to(dtype)
+        assert torch.equal(got, want)
+    assert rotation_tables(7, rot, base, x.device, acc)[0].size(0) == 64  # grown once, to 2^6

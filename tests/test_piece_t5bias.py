@@ -10,6 +10,7 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import build_model, make_args, make_attention, output64, padded_batch, path_name, projections64
+from distance_refs import t5bias64
 from piece_refs import loop_apply64
 from fairseq_attn_core import PieceConfigError
 from fairseq_attn_core.pieces.t5bias import relative_position_bucket
@@ -17,7 +18,6 @@ from position_helpers import (
     CASES,
     check_architectures_replace_token_positions_on_every_layer,
     check_model_padding_side_and_incremental_decoding,
-    reference,
     run,
     t5_bucket,
 )
@@ -48,11 +48,10 @@ def test_t5_buckets_known_values():
 def test_t5bias_matches_bucket_table(side, causal, left_pad):
     args = make_args("t5bias", t5_buckets=8, t5_max_distance=6)
     attn = make_attention(args, side=side).eval()
-    table = attn.pieces[0].bucket_bias.detach().double().tolist()  # (N, H)
-    bidir = side == "encoder"
-    bias = lambda b, h, i, j: table[t5_bucket(j - i, bidir, 8, 6)][h]
+    table = attn.pieces[0].bucket_bias.detach().double()  # (N, H)
     x, kpm = padded_batch([7, 4], left_pad=left_pad)
-    ref = reference(attn, x, kpm, causal, bias=bias)
+    q, k, v = projections64(attn, x)
+    ref = output64(attn, t5bias64(q, k, v, table, 8, 6, attn.scaling, kpm, causal=causal)[0])
     assert_close(run(attn, x, kpm, causal), ref, rtol=1e-5, atol=1e-5)
     assert path_name(attn) == "fused"
 

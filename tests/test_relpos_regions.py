@@ -1,12 +1,11 @@
-"""relpos on the CPU region-split path (pieces/relpos.py ``region_relpos_attention``,
+"""relpos on the CPU region-split path (attention/backends/distance.py, mode ``far``;
 attention/backends/regions.py).
 
 Each query's keys split into the far left, the band and the far right; the far regions run
 torch's CPU flash kernel with a custom backward that also carries the log-sum-exp's
-gradient. Checked against a dense float64 softmax of Shaw et al.'s formula whose relative
-rows are picked by an explicit loop over (i, j) (output and the gradients of q, k, v and
-both tables, modes kv / k / tied), through a whole layer against the explicit path, and the
-chooser's choice of it.
+gradient. Checked against the float64 Shaw reference (distance_refs.py: output and the gradients of
+q, k, v and both tables, modes kv / k / tied), through a whole layer against the explicit
+path, and the chooser's choice of it.
 """
 
 import pytest
@@ -14,36 +13,18 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
+from distance_refs import shaw64
 from fairseq_attn_core import backends
-from fairseq_attn_core.backends import regions
-from fairseq_attn_core.pieces import relpos
-from fairseq_attn_core.pieces.relpos import RelativePositions, region_relpos_attention
+from fairseq_attn_core.backends.distance import KERNELS, DistanceTerms, distance_attention, far_backward, far_forward
 
 F64 = dict(rtol=1e-10, atol=1e-10)
 KMAX = 3
+CPU = KERNELS["cpu"]
 
 
-def dense_reference(q, k, v, wk, wv, kmax, kpm, scale):
-    """Shaw et al. (2018), eq. 3-4, float64: the table row of every (i, j) chosen by a loop,
-    a dense softmax over the keys that are not padding; a query without keys outputs 0."""
-    B, H, T, D = q.shape
-    row = torch.empty(T, T, dtype=torch.long)
-    for i in range(T):
-        for j in range(T):
-            row[i, j] = max(-kmax, min(kmax, j - i)) + kmax
-    ak = wk[row]  # (T, T, D)
-    scores = (torch.einsum("bhid,bhjd->bhij", q, k) + torch.einsum("bhid,ijd->bhij", q, ak)) * scale
-    allowed = torch.ones(B, 1, T, T, dtype=torch.bool)
-    if kpm is not None:
-        allowed = allowed & ~kpm[:, None, None, :]
-    has_key = allowed.any(-1, keepdim=True)
-    # a row without keys: softmax over zeros, then zeroed (no -inf - -inf in the reference)
-    scores = torch.where(allowed, scores, torch.where(has_key, float("-inf"), 0.0))
-    p = torch.softmax(scores, -1) * has_key
-    out = p @ v
-    if wv is not None:
-        out = out + torch.einsum("bhij,ijd->bhid", p, wv[row])
-    return out
+def region_relpos_attention(q, k, v, wk, wv, kmax, kpm, scale, block):
+    return distance_attention(DistanceTerms(key_table=wk, value_table=wv, clip=kmax), q, k, v, scale,
+                              "far", block, kpm)[0]
 
 
 def inputs(B, T, D=4, H=2, seed=0):
@@ -87,7 +68,7 @@ def test_region_split_matches_dense_reference(mode, T, pads, block):
         return region_relpos_attention(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale, block)
 
     def reference(q, k, v, wk, wv=None):
-        return dense_reference(q, k, v, wk, tables(mode, wk, wv), KMAX, kpm, scale)
+        return shaw64(q, k, v, wk, tables(mode, wk, wv), KMAX, scale, kpm)[0]
 
     got, got_grads = forward_and_grads(region, used, seed=T)
     ref, ref_grads = forward_and_grads(reference, used, seed=T)
@@ -112,10 +93,10 @@ def test_far_regions_forward_and_backward_match_a_dense_softmax(block):
     scale = 0.37
     g = torch.Generator().manual_seed(5)
     dout, out_given = (torch.randn(2, B, H, T, D, generator=g, dtype=torch.float64) for _ in range(2))
-    out, _, lse = regions.far_forward(q, k, v, kpm, block, dist, scale)
+    out, _, lse = far_forward(CPU, q, k, v, kpm, block, dist, scale)
     dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
-    _, kernel_lse, _ = regions.far_forward(q, k, v, kpm, block, dist, scale)
-    regions.far_backward(dout, q, k, v, out_given, kernel_lse, kpm, block, dist, scale, dq, dk, dv)
+    _, kernel_lse, _ = far_forward(CPU, q, k, v, kpm, block, dist, scale)
+    far_backward(CPU, dout, q, k, v, out_given, kernel_lse, kpm, block, dist, scale, dq, dk, dv)
 
     first = torch.tensor([i // block * block for i in range(T)])[:, None]  # each query's block
     last = (first + block).clamp(max=T)
@@ -139,24 +120,26 @@ def test_far_regions_forward_and_backward_match_a_dense_softmax(block):
 
 
 @pytest.mark.parametrize("mode", ["kv", "k", "tied"])
-def test_region_split_layer_equals_explicit_forward_and_backward(monkeypatch, mode):
-    """Through the core (the positions and masks it gives the path) against the explicit path."""
-    monkeypatch.setattr(backends, "BLOCKED_MIN_LEN", 4)
-    monkeypatch.setattr(relpos, "REGION_BLOCK", 4)  # far keys for every block of 9 positions
+def test_region_split_layer_equals_explicit_forward_and_backward(mode):
+    """Through the core (the positions and masks it gives the path) against the explicit path,
+    the threshold and the block lowered by the layer's policy: 3 blocks of 4 of 9 positions,
+    each with far keys."""
+    policy = backends.Policy(blocked_min_len=4, region_block=4)
 
     def tables(attn):
         for n, p in attn.named_parameters():
             if "rel_" in n:
                 p.normal_(0, 1)
 
-    grads = auto_matches_explicit(make_args("relpos", relpos_mode=mode, relpos_k=2), "region split", init=tables)
+    grads = auto_matches_explicit(make_args("relpos", relpos_mode=mode, relpos_k=2), "region split", init=tables,
+                                  policy=policy, blocks=3)
     assert any("rel_keys" in n for n in grads)
 
 
 @pytest.mark.parametrize("mode", ["kv", "k", "tied"])
 def test_auto_on_cpu_takes_the_region_split_for_long_encoder_self_attention(mode):
     attn = make_attention(make_args("relpos", relpos_k=2, relpos_mode=mode), backend="auto")
-    n = backends.BLOCKED_MIN_LEN
+    n = backends.DEFAULT.blocked_min_len
     long_ = dict(tgt_len=n, src_len=n)
     assert path_name(attn, **long_) == "region split"
     assert path_name(attn, tgt_len=4 * n, src_len=4 * n) == "region split"
@@ -182,8 +165,31 @@ def test_auto_on_cpu_takes_the_region_split_for_long_encoder_self_attention(mode
     assert any("attention dropout" in r for r in reasons["region split"])
 
 
-def test_a_piece_without_the_declaration_keeps_the_query_blocks(monkeypatch):
-    monkeypatch.setattr(RelativePositions, "region_path_ok", False)
-    attn = make_attention(make_args("relpos", relpos_k=2), backend="auto")
-    n = backends.BLOCKED_MIN_LEN
-    assert path_name(attn, tgt_len=n, src_len=n) == "query blocks"
+def test_the_clip_decides_the_region_split_and_the_value_table_the_query_blocks():
+    """The paths read the form of the declared terms: a clip opens the far split, a value table
+    the query blocks, a bias of the distance alone the distance-bias kernel."""
+    kv = backends.DistanceForm(clip=2, keys=True, values=True)
+    assert kv.far_split and kv.query_blocks and kv.flex and not kv.bias_kernel
+    keys_only = backends.DistanceForm(clip=2, keys=True)
+    assert keys_only.far_split and not keys_only.query_blocks and not keys_only.flex
+    layer = backends.Layer("auto", distance=backends.DistanceForm(keys=True, values=True))
+    n = backends.DEFAULT.blocked_min_len
+    call = backends.Call(tgt_len=n, src_len=n)
+    assert backends.choose(layer, call).name == "query blocks"  # no clip: no far split
+    assert "far_split" in " ".join(backends.reasons(layer, call)["region split"])
+
+
+def test_the_cuda_entry_gives_the_efficient_kernel_an_aligned_mask():
+    """The CUDA entries of the per-device table (prepared, unmeasured on a GPU) always give the
+    memory-efficient kernel a bias (its backward takes no None), (B, H, T, S) with rows
+    16-aligned as SDPA lays them out, equal to the mask given or zero; the layout checked on
+    CPU tensors."""
+    from fairseq_attn_core.backends.distance import _cuda_mask
+
+    q, k = torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 11, 4)
+    mask = torch.randn(2, 1, 1, 11)
+    for given, want in ((mask, mask.expand(2, 3, 5, 11)), (None, torch.zeros(2, 3, 5, 11))):
+        bias = _cuda_mask(q, k, given)
+        assert bias.shape == (2, 3, 5, 11) and bias.stride(-2) % 16 == 0 and bias.stride(-1) == 1
+        assert_close(bias, want, rtol=0, atol=0)
+    assert set(KERNELS) == {"cpu", "cuda"}

@@ -1,9 +1,10 @@
-"""t5bias on the CPU distance-bias path (attention/backends/distance_bias.py): torch's CPU
+"""t5bias on the CPU distance-bias path (attention/backends/distance_bias.py, the kernels of
+attention/backends/distance.py, mode ``kernel``): torch's CPU
 flash kernel with the bucket bias as its mask, and a hand-written backward that gives q, k, v
 and the bucket table their gradients without a (B, H, T, S) tensor.
 
-Checked against a dense float64 softmax whose bias is picked by an explicit loop over (i, j)
-through T5's bucketing written out (output and the gradients of q, k, v and the table; no
+Checked against the float64 T5 reference (distance_refs.py: the bias of every (i, j) picked
+by a loop through T5's bucketing written out; output and the gradients of q, k, v and the table; no
 padding, left and right padding, a sentence of padding only, T below and above the maximum
 distance), through a whole layer against the explicit path, and the chooser's choice of it.
 """
@@ -13,30 +14,13 @@ import torch
 from torch.testing import assert_close
 
 from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
+from distance_refs import t5bias64
 from fairseq_attn_core import AttentionSite, backends
-from fairseq_attn_core.backends.distance_bias import distance_bias_attention
+from fairseq_attn_core.backends.distance import distance_attention
 from fairseq_attn_core.pieces.t5bias import T5RelativeBias
-from position_helpers import t5_bucket
 
 F64 = dict(rtol=1e-10, atol=1e-10)
 BUCKETS, MAX_DISTANCE = 8, 6
-
-
-def dense_reference(q, k, v, table, kpm, scale):
-    """softmax(scale q k^T + b^h[bucket(j - i)]) v in float64, the bucket of every (i, j) by a
-    loop; padding keys removed; a query without keys outputs 0."""
-    B, H, T, D = q.shape
-    bucket = torch.empty(T, T, dtype=torch.long)
-    for i in range(T):
-        for j in range(T):
-            bucket[i, j] = t5_bucket(j - i, True, BUCKETS, MAX_DISTANCE)
-    scores = torch.einsum("bhid,bhjd->bhij", q, k) * scale + table[bucket].permute(2, 0, 1)
-    allowed = torch.ones(B, 1, T, T, dtype=torch.bool)
-    if kpm is not None:
-        allowed = allowed & ~kpm[:, None, None, :]
-    has_key = allowed.any(-1, keepdim=True)
-    scores = torch.where(allowed, scores, torch.where(has_key, float("-inf"), 0.0))
-    return torch.softmax(scores, -1) * has_key @ v
 
 
 def t5_piece(H):
@@ -72,10 +56,10 @@ def test_distance_bias_path_matches_dense_reference(T, pads, block):
     scale = D ** -0.5
 
     def path(q, k, v, table):
-        return distance_bias_attention(q, k, v, piece.distance_bias(T), kpm, scale, block)
+        return distance_attention(piece.distance_terms(), q, k, v, scale, "kernel", block, kpm)[0]
 
     def reference(q, k, v, table):
-        return dense_reference(q, k, v, table, kpm, scale)
+        return t5bias64(q, k, v, table, BUCKETS, MAX_DISTANCE, scale, kpm)[0]
 
     got, got_grads = forward_and_grads(path, [q, k, v, table], seed=T)
     ref, ref_grads = forward_and_grads(reference, [q, k, v, table], seed=T)
@@ -90,18 +74,19 @@ def test_distance_bias_path_matches_dense_reference(T, pads, block):
             assert_close(t, torch.zeros_like(t))
 
 
-def test_distance_bias_layer_equals_explicit_forward_and_backward(monkeypatch):
-    """Through the core (the positions and masks it gives the path) against the explicit path."""
-    monkeypatch.setattr(backends, "DISTANCE_BIAS_MIN_LEN", 4)
+def test_distance_bias_layer_equals_explicit_forward_and_backward():
+    """Through the core (the positions and masks it gives the path) against the explicit path,
+    the threshold and the backward's block lowered by the layer's policy: 3 blocks of 4 rows."""
     args = make_args("t5bias", t5_buckets=BUCKETS, t5_max_distance=MAX_DISTANCE)
+    policy = backends.Policy(distance_bias_min_len=4, distance_block=4)
     grads = auto_matches_explicit(args, "distance bias", init=lambda attn: attn.pieces[0].bucket_bias.normal_(
-        0, 1, generator=torch.Generator().manual_seed(2)))
+        0, 1, generator=torch.Generator().manual_seed(2)), policy=policy, blocks=3)
     assert "pieces.0.bucket_bias" in grads
 
 
 def test_auto_on_cpu_takes_the_distance_bias_path_for_long_encoder_self_attention():
     attn = make_attention(make_args("t5bias"), backend="auto")
-    n = backends.DISTANCE_BIAS_MIN_LEN
+    n = backends.DEFAULT.distance_bias_min_len
     long_ = dict(tgt_len=n, src_len=n)
     assert path_name(attn, **long_) == "distance bias"
     assert path_name(attn, tgt_len=4 * n, src_len=4 * n) == "distance bias"
@@ -126,13 +111,6 @@ def test_auto_on_cpu_takes_the_distance_bias_path_for_long_encoder_self_attentio
     assert any("attn_mask" in r for r in why)
     assert any("attention dropout" in r for r in why)
     assert any("incremental" in r for r in why)
-
-
-def test_a_piece_without_the_declaration_keeps_the_fused_path(monkeypatch):
-    monkeypatch.setattr(T5RelativeBias, "distance_bias_path_ok", False)
-    attn = make_attention(make_args("t5bias"), backend="auto")
-    n = backends.DISTANCE_BIAS_MIN_LEN
-    assert path_name(attn, tgt_len=n, src_len=n) == "fused"
 
 
 def test_the_length_sweep_measures_t5bias_auto():

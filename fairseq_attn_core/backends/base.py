@@ -5,8 +5,9 @@ A path declares what it supports as data (class attributes, as xformers'
 :meth:`Path.not_supported_reasons`, and computes a layer's attention in :meth:`Path.apply`:
 ``(out (B, H, T, D) per head, probabilities (B, H, T, S) or None)``. Two kinds:
 
-* :class:`PiecePath`: the layer's only piece computes the whole attention (it declares
-  ``own_piece``, e.g. ``flex_path_ok``, and implements the method the path calls);
+* :class:`PiecePath`: the kernels of :mod:`.distance` compute the whole attention from the
+  distance terms of the layer's only piece (``AttentionPiece.distance_terms``; the path
+  names, in ``takes``, the property of their form it runs: :class:`.distance.DistanceForm`);
 * :class:`HookPath`: the core's hooks (``transform_qkv``, :class:`~..scores.Scores`, the
   widening piece), then the path's own :meth:`HookPath.attend`.
 """
@@ -17,6 +18,8 @@ from typing import ClassVar, List, Optional, Sequence, Tuple
 from torch import Tensor
 
 from ..scores import Scores
+from .distance import DistanceForm
+from .policy import DEFAULT, Policy
 
 CPU, CUDA = ("cpu",), ("cuda",)
 
@@ -28,10 +31,12 @@ class Layer:
     backend: str
     #: pieces that need the probability matrix (no fused path)
     needs_probs: Tuple[str, ...] = ()
-    #: the declarations of the layer's only piece that hold (``flex_path_ok``, ...)
-    own_paths: Tuple[str, ...] = ()
+    #: the form of the distance terms of the layer's only piece (``None``: no such piece)
+    distance: Optional[DistanceForm] = None
     #: keys only within this many positions of the query (the narrowest declared band)
     band_half: Optional[int] = None
+    #: the thresholds and block sizes the chooser and the kernels read
+    policy: Policy = DEFAULT
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,9 @@ class Run:
     dropout_p: float
     flex_compile: str  # --attn-flex-compile
     band_half: Optional[int] = None
+    policy: Policy = DEFAULT
+    #: the query blocks the path's kernel ran (set by the blocked paths; ``None``: one call)
+    query_blocks: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,8 @@ class Path:
     gives_weights: ClassVar[bool] = False
     #: every piece of the layer must run without the probability matrix
     fused_pieces_only: ClassVar[bool] = False
-    #: the declaration of the layer's only piece that it runs (``flex_path_ok``)
-    own_piece: ClassVar[Optional[str]] = None
+    #: the property of the layer's distance form that it runs (``"flex"``, ``"far_split"``, ...)
+    takes: ClassVar[Optional[str]] = None
     #: needs a declared band (``band_half``)
     needs_band: ClassVar[bool] = False
     #: needs the queries to be the keys: no incremental decoding, as many queries as keys
@@ -111,8 +119,8 @@ class Path:
             reasons.append(f"on {device} (taken on {'/'.join(self.devices)} only)")
         if call.need_weights and not self.gives_weights:
             reasons.append("attention weights requested")
-        if self.own_piece and self.own_piece not in layer.own_paths:
-            reasons.append(f"no piece declaring {self.own_piece} is the layer's only piece")
+        if self.takes and not (layer.distance is not None and getattr(layer.distance, self.takes)):
+            reasons.append(f"the layer's only piece declares no distance terms it runs ({self.takes})")
         if self.needs_band and layer.band_half is None:
             reasons.append("no piece declares a band (band_half)")
         if self.queries_are_keys:

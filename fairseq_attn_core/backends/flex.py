@@ -15,10 +15,8 @@ the exactness tests use). This module holds what every flex computation shares:
   ``score_mod``; ``create_block_mask`` marks the key blocks outside the band, which the
   kernel skips: O(T * window) work instead of O(T^2).
 
-and the two flex paths: :class:`FlexPiece` (a piece's own flex math lives in its file and
-is reached through its ``flex_forward``: relpos keys and values with the value term
-rebuilt from the log-sum-exp; alibi its distance penalty as a ``score_mod``) and
-:class:`FlexBand`. flex_attention has no attention dropout: the chooser (:mod:`.`) takes
+and the band path :class:`FlexBand` (the flex piece path, distance terms as score_mods:
+:mod:`.distance_flex`). flex_attention has no attention dropout: the chooser (:mod:`.`) takes
 a flex path only with dropout 0. ``--attn-flex-compile`` decides
 how ``flex_attention`` is compiled (:func:`kernel`: inductor on CUDA by default); the
 calls keep one form per layer kind so that the number of compiled graphs stays bounded
@@ -35,7 +33,7 @@ from torch import Tensor
 from torch.fx.experimental import _config as _fx_config
 
 from ..settings import PieceConfigError
-from .base import HookPath, Path, PiecePath
+from .base import HookPath, Path
 
 try:  # torch >= 2.5 (AuxRequest: 2.9)
     import torch.nn.attention.flex_attention as _flex_mod
@@ -44,9 +42,6 @@ try:  # torch >= 2.5 (AuxRequest: 2.9)
     HAVE_FLEX = True
 except ImportError:  # pragma: no cover - older torch
     HAVE_FLEX = False
-
-#: on CUDA, ``--attn-backend auto`` sends band-masked layers to flex from this length
-FLEX_WINDOW_MIN_LEN = 512
 
 #: ``--attn-flex-compile``: how ``flex_attention`` is wrapped in ``torch.compile``
 COMPILE_MODES = ("auto", "inductor", "aot_eager", "none")
@@ -287,7 +282,9 @@ def layer_mask(kpm: Optional[Tensor], keep: Optional[Tensor], B: int, T: int, S:
     return mod, block_mask(mod, B, T, S, device, (key, given is None), (given, attn_mask))
 
 
-class _FlexPath(Path):
+class FlexPath(Path):
+    """What both flex paths share: torch's flex_attention, no dropout, no CPU backward."""
+
     unavailable = None if HAVE_FLEX else "torch has no torch.nn.attention.flex_attention (needs torch >= 2.9)"
     no_dropout = "flex_attention has none"
 
@@ -297,19 +294,7 @@ class _FlexPath(Path):
         return super().apply(q, k, v, ctx, run)
 
 
-class FlexPiece(_FlexPath, PiecePath):
-    """The layer's only piece computes the whole attention through flex_attention."""
-
-    name = "flex piece"
-    own_piece = "flex_path_ok"
-
-    def piece_attention(self, piece, q, k, v, ctx, run):
-        start = ctx.src_len - ctx.tgt_len  # positions decoded by earlier incremental steps
-        return piece.flex_forward(q, k, v, start, ctx.key_padding_mask, run.attn_mask, run.scale,
-                                  run.flex_compile)
-
-
-class FlexBand(_FlexPath, HookPath):
+class FlexBand(FlexPath, HookPath):
     """A band-masked layer through block-sparse flex_attention (:func:`masked_attention`)."""
 
     name = "flex band"

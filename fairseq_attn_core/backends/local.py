@@ -22,8 +22,9 @@ A mask per head (the 2D-CSAN edge) puts the query blocks with the heads, (B, H *
 so that one mask serves the whole batch; a mask shared by the heads puts them in the
 batch, (B * blocks, H).
 
-The **block-local path** (:class:`BlockLocal`): self-attention of length >= ``LOCAL_MIN_LEN``
-when a piece declares ``band_half`` (1D-/2D-CSAN) and every piece runs fused.
+The **block-local path** (:class:`BlockLocal`): self-attention from the policy's
+``local_min_len`` positions (:mod:`.policy`; blocks of its ``local_block`` rows) when a piece
+declares ``band_half`` (1D-/2D-CSAN) and every piece runs fused.
 """
 
 from typing import Optional
@@ -34,12 +35,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from .base import HookPath
+from .policy import DEFAULT
 from .sdpa import sdpa_backends, sdpa_mask
-
-#: shortest sequence for which the block-local path is used
-LOCAL_MIN_LEN = 256
-#: query block size
-BLOCK = 128
 
 
 def _band_blocks(mask: Tensor, half: int, block: int, nb: int) -> Tensor:
@@ -57,7 +54,7 @@ def _band_blocks(mask: Tensor, half: int, block: int, nb: int) -> Tensor:
 
 
 def local_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], half: int,
-               scale: float, dropout_p: float = 0.0, block: int = BLOCK, slots: int = 1) -> Tensor:
+               scale: float, dropout_p: float = 0.0, block: int = DEFAULT.local_block, slots: int = 1) -> Tensor:
     """Same result as ``F.scaled_dot_product_attention(q, k, v, mask)`` when ``mask``
     allows only keys with |i - j| <= half in each of the ``slots`` slots of the key axis.
     q: (B, H, T, D); k, v: (B, H, slots * T, D), slot ``s * T + j`` at key position j;
@@ -119,6 +116,8 @@ class BlockLocal(HookPath):
 
     def attend(self, q, k, v, scores, ctx, run):
         mask = sdpa_mask(scores.bias, scores.allowed, q.dtype)
+        block = run.policy.local_block
+        run.query_blocks = -(-q.size(2) // block)
         with sdpa_backends(q, mask, scores.piece_made):
-            return local_sdpa(q, k, v, mask, run.band_half, run.scale, run.dropout_p,
+            return local_sdpa(q, k, v, mask, run.band_half, run.scale, run.dropout_p, block=block,
                               slots=ctx.kv_factor), None

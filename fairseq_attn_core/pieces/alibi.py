@@ -32,24 +32,24 @@ drop`` (default) turns fairseq's sinusoidal token position embeddings off (the
 paper has none); see :mod:`..position_method_flags`. With 2D-CSAN's widened keys,
 each slot carries the penalty of its key's distance with the query head's slope.
 
-Backends: a float score bias (1, H, T, S) on the fused SDPA path (and the
-explicit path). On CUDA, when ALiBi is the layer's only piece and attention
-dropout is 0, ``--attn-backend auto`` computes the penalty inside a
-flex_attention ``score_mod`` (:func:`distance_bias_attention`, below): no bias
+Backends: the piece declares its slopes as data (:meth:`ALiBi.distance_terms`). A float
+score bias (1, H, T, S) on the fused SDPA path (and the explicit path). On CUDA, when ALiBi
+is the layer's only piece and attention dropout is 0, ``--attn-backend auto`` computes the
+penalty inside a flex_attention ``score_mod`` (:mod:`..backends.distance_flex`): no bias
 tensor in memory; ``--attn-backend flex`` forces that path on any device. On CUDA ``auto``
 takes it for inference only (its compiled backward is unproven there: benchmarks/RESULTS.md).
-On CPU, ``auto`` runs an encoder self-attention of at least 128 positions on the
-distance-bias path (:mod:`..backends.distance_bias`, :meth:`ALiBi.distance_bias`), whose
-backward keeps the far keys' negligible probabilities out of subnormal arithmetic.
+On CPU, ``auto`` runs an encoder self-attention from the policy's ``distance_bias_min_len``
+(128) positions on the distance-bias path (:mod:`..backends.distance_bias`), whose backward
+keeps the far keys' negligible probabilities out of subnormal arithmetic. The penalty is
+computed in float32 for fp16/bf16/fp32 models, in float64 for a float64 one, on every path.
 """
 
 import math
-from typing import List, Optional
+from typing import List
 
-import torch
 from torch import Tensor
 
-from ..backends import flex
+from ..backends.distance import DistanceTerms
 from ..piece import AttentionPiece, AttentionSite, register_piece
 from ..position_method_flags import placement_settings, position_conflicts, replace_token_positions
 
@@ -72,8 +72,6 @@ class ALiBi(AttentionPiece):
     name = "alibi"
     conflicts = position_conflicts("alibi")
     test_flags = {"alibi_layers": "0"}
-    flex_path_ok = True
-    distance_bias_path_ok = True
 
     settings = placement_settings("alibi", "ALiBi")
 
@@ -89,64 +87,14 @@ class ALiBi(AttentionPiece):
         super().__init__(site)
         self.slopes = alibi_slopes(site.num_heads)
 
-    def slope_tensor(self, q: Tensor) -> Tensor:
-        """(H,) slopes in the dtype the penalty is computed in on every path: float32 for
-        fp16/bf16/fp32 models, float64 for a float64 one."""
-        return torch.tensor(self.slopes, dtype=torch.promote_types(q.dtype, torch.float32),
-                            device=q.device)
+    def distance_terms(self) -> DistanceTerms:
+        """The fixed slopes: ``-m_h |j - i|`` (the encoder's symmetric form; the decoder's
+        future mask leaves the paper's ``-m_h (i - j)`` on the allowed keys)."""
+        return DistanceTerms(slopes=tuple(self.slopes))
 
     def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
-        m = self.slope_tensor(q)
-        dist = (ctx.q_pos[:, None] - ctx.k_pos[None, :]).abs().to(m.dtype)  # (T, S)
-        return (-m[:, None, None] * dist)[None].to(q.dtype)  # (1, H, T, S)
-
-    def distance_bias(self, length: int) -> Tensor:
-        """(H, 2 length - 1): the penalty ``-m_h |d|`` for the distances d = 1 - length .. length - 1
-        (the encoder's symmetric form; the decoder's future mask keeps it off that path)."""
-        m = torch.tensor(self.slopes, dtype=torch.float32)
-        return -m[:, None] * torch.arange(1 - length, length).abs().to(m.dtype)[None]
-
-    def flex_forward(self, q: Tensor, k: Tensor, v: Tensor, start: int, key_padding_mask,
-                     attn_mask, scale: float, compile: str = "none") -> Tensor:
-        """The layer's attention through flex_attention, the penalty as ``score_mod``."""
-        return distance_bias_attention(q, k, v, self.slope_tensor(q), start,
-                                       key_padding_mask, attn_mask, scale, compile)
+        """``-m_h |i - j|`` as (1, H, T, S)."""
+        return self.distance_terms().score_bias(q, ctx.q_pos, ctx.k_pos, 1.0)
 
     def extra_repr(self):
         return f"slopes={[round(m, 4) for m in self.slopes]}, {self.site.side} layer {self.site.layer_idx}"
-
-
-def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, start: int,
-                            key_padding_mask: Optional[Tensor], attn_mask: Optional[Tensor],
-                            scale: float, compile: str = "none") -> Tensor:
-    """``softmax(scale q k^T - slopes[h] |i - j|)`` v through flex_attention.
-
-    q: (B, H, T, D) at positions start..start+T-1; k, v: (B, H, S, D) at 0..S-1;
-    slopes (H,) from :meth:`ALiBi.slope_tensor`; key_padding_mask (B, S) True = pad;
-    attn_mask fairseq's (T, S) float (0 / -inf) or bool (True = masked); compile:
-    ``--attn-flex-compile``. Returns (B, H, T, D)."""
-    B, H, T, D = q.shape
-    S = k.size(2)
-    add, keep = flex.split_attn_mask(attn_mask)
-    offset = torch.tensor(start, device=q.device)  # a tensor: no recompilation per decoding step
-    score_mod = (alibi_score_mod(slopes, offset) if add is None
-                 else alibi_add_score_mod(slopes, add, offset))
-    _, mask = flex.layer_mask(key_padding_mask, keep, B, T, S, q.device, "distance_bias", attn_mask)
-    return flex.call(q, k, v, score_mod, mask, scale, compile=compile)
-
-
-# module-level score_mod forms, every captured value a tensor (one compiled form per layer kind)
-def alibi_score_mod(slopes: Tensor, offset: Tensor):
-    """``score - slopes[h] |i + offset - j|``."""
-    def score_mod(score, b, h, i, j):
-        return score - slopes[h] * (i + offset - j).abs()
-
-    return score_mod
-
-
-def alibi_add_score_mod(slopes: Tensor, add: Tensor, offset: Tensor):
-    """:func:`alibi_score_mod` plus fairseq's additive mask ``add[i, j]``."""
-    def score_mod(score, b, h, i, j):
-        return score - slopes[h] * (i + offset - j).abs() + add[i, j]
-
-    return score_mod

@@ -59,7 +59,7 @@ from torch import Tensor, nn
 from ..piece import AttentionPiece, AttentionSite, Int, Layers, register_piece
 from ..sentence_positions import sentence_positions
 
-MAX_BLOCK = 1024
+MAX_BLOCK_SIZE = 1024
 
 
 def _linear(n_in: int, n_out: int, bias: bool = True) -> nn.Linear:
@@ -84,8 +84,8 @@ class BlockSelfAttention(AttentionPiece):
     test_flags = {"block_layers": "0", "block_size": 2}
     sides = ("encoder",)
     settings = (
-        Int("block_size", 4, hi=MAX_BLOCK, metavar="B",
-            help=f"tokens per block, 1..{MAX_BLOCK} (default 4)"),
+        Int("block_size", 4, hi=MAX_BLOCK_SIZE, metavar="B",
+            help=f"tokens per block, 1..{MAX_BLOCK_SIZE} (default 4)"),
         Layers("block_layers", "all", "encoder layers with block self-attention",
                note="as in the authors' code"),
     )

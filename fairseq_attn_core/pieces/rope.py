@@ -23,8 +23,11 @@ permutation; CTranslate2's ``rotary_interleave=True`` is our pairing).
 
 Positions are the key indices of the padded batch (``q_pos``/``k_pos``): the
 score depends on ``n - m`` only, so left or right padding gives the same
-output (up to float rounding of the angles). Angles and the rotation are
-computed in float32 (float64 for a float64 model) and cast back.
+output (up to float rounding of the angles). Angles are computed in float64, their cosines
+and sines cached per rotation, length, device and dtype (:func:`rotation_tables`: a call
+gathers its positions' rows, no trigonometry per call), and the rotation is computed in
+float32 (float64 for a float64 model) and cast back, in one elementwise pass of few kernels
+(the pairs swapped once, two products and a sum; the same roundings as the paper's formula).
 
 Placement: ``--rope-sides`` (default encoder,decoder), ``--rope-layers``
 (default all): every self-attention layer, the paper's setting.
@@ -41,6 +44,8 @@ neighbouring heads are widened after the rotation, so every slot's key carries
 its own position's rotation and the score still depends on n - m only.
 """
 
+from typing import Dict, Optional, Tuple
+
 import torch
 from torch import Tensor
 
@@ -53,16 +58,40 @@ def rotated_dims(head_dim: int, fraction: float) -> int:
     return 2 * int(fraction * head_dim // 2)
 
 
-def rotate(x: Tensor, pos: Tensor, rot: int, base: float) -> Tensor:
-    """Rotate the first ``rot`` dimensions of x (..., L, D) by positions ``pos`` (L,)."""
+#: (rot, base, device, dtype) -> (cos, signed sin) tables (n, rot) for the positions 0..n-1
+_TABLES: Dict[Tuple[int, float, str, torch.dtype], Tuple[Tensor, Tensor]] = {}
+
+
+def rotation_tables(length: int, rot: int, base: float, device, dtype) -> Tuple[Tensor, Tensor]:
+    """(cos, sin) of the angles ``m theta_i`` for the positions m < ``length`` (at least), each
+    (n, rot) with every pair's value twice, laid out for :func:`rotate`: ``cos`` as
+    ``(cos, cos)``, ``sin`` signed as ``(-sin, sin)``. The angles in float64, as the paper's
+    formula, then cast to ``dtype``; cached, grown to the next power of two."""
+    key = (rot, float(base), str(device), dtype)
+    tables = _TABLES.get(key)
+    if tables is None or tables[0].size(0) < length:
+        n = 1 << max(0, length - 1).bit_length()
+        inv_freq = base ** (-torch.arange(0, rot, 2, device=device, dtype=torch.float64) / rot)
+        angle = torch.arange(n, device=device, dtype=torch.float64)[:, None] * inv_freq[None, :]  # (n, rot/2)
+        cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
+        tables = _TABLES[key] = (torch.stack((cos, cos), -1).flatten(-2),
+                                 torch.stack((-sin, sin), -1).flatten(-2))
+    return tables
+
+
+def rotate(x: Tensor, pos: Tensor, rot: int, base: float, length: Optional[int] = None) -> Tensor:
+    """Rotate the first ``rot`` dimensions of x (..., L, D) by positions ``pos`` (L,), all below
+    ``length`` (default: read from ``pos``). Pair (x1, x2) becomes
+    ``(x1 cos - x2 sin, x2 cos + x1 sin)``: x times ``(cos, cos)`` plus the swapped pair
+    ``(x2, x1)`` times ``(-sin, sin)``."""
     acc = torch.promote_types(x.dtype, torch.float32)
-    inv_freq = base ** (-torch.arange(0, rot, 2, device=x.device, dtype=torch.float64) / rot)
-    angle = pos.to(torch.float64)[:, None] * inv_freq[None, :]  # (L, rot/2)
-    cos, sin = angle.cos().to(acc), angle.sin().to(acc)
+    if length is None:
+        length = int(pos.max()) + 1 if pos.numel() else 0
+    cos, sin = (t.index_select(0, pos) for t in rotation_tables(length, rot, base, x.device, acc))
     xr = x[..., :rot].to(acc)
-    x1, x2 = xr[..., 0::2], xr[..., 1::2]
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-    return torch.cat((out.to(x.dtype), x[..., rot:]), dim=-1)
+    swapped = xr.unflatten(-1, (rot // 2, 2)).flip(-1).flatten(-2)  # (x2, x1) per pair: a copy
+    out = (xr * cos).add_(swapped.mul_(sin)).to(x.dtype)
+    return out if rot == x.size(-1) else torch.cat((out, x[..., rot:]), dim=-1)
 
 
 @register_piece
@@ -100,8 +129,9 @@ class RotaryPositions(AttentionPiece):
                 f"head; allowed: at least 2 / {site.head_dim}")
 
     def transform_qkv(self, q: Tensor, k: Tensor, v: Tensor, ctx):
-        return (rotate(q, ctx.q_pos, self.rot, self.theta),
-                rotate(k, ctx.k_pos, self.rot, self.theta), v)
+        n = ctx.k_pos.numel()  # the keys are at 0..S-1, the queries among them: all below S
+        return (rotate(q, ctx.q_pos, self.rot, self.theta, n),
+                rotate(k, ctx.k_pos, self.rot, self.theta, n), v)
 
     def extra_repr(self):
         return (f"theta={self.theta:g}, rotated={self.rot}/{self.site.head_dim}, "

@@ -42,12 +42,13 @@ right padding gives the same output; incremental decoding reads the distances
 from ``q_pos``/``k_pos``, exact. With 2D-CSAN's widened keys each slot carries
 the bias of its key's distance for the query's head.
 
-Backends: an additive float bias (1, H, T, S) on the fused SDPA path and the explicit one;
-on CPU, ``auto`` runs an encoder self-attention (no attention dropout) of at least
-``backends.DISTANCE_BIAS_MIN_LEN`` (128) positions on the distance-bias path
-(:mod:`..backends.distance_bias`: ``distance_bias`` gives the bias per distance, torch's CPU
-flash kernel takes it as its mask, a blocked backward gives the table its gradient), which
-keeps no (B, H, T, S) tensor; SDPA with a bias that needs a gradient leaves the flash kernel.
+Backends: the piece declares its table by bucket as data (:meth:`T5RelativeBias.distance_terms`).
+An additive float bias (1, H, T, S) on the fused SDPA path and the explicit one; on CPU,
+``auto`` runs an encoder self-attention (no attention dropout) from the policy's
+``distance_bias_min_len`` (128) positions on the distance-bias path
+(:mod:`..backends.distance_bias`: the bias per distance as torch's CPU flash kernel's mask, a
+blocked backward gives the table its gradient), which keeps no (B, H, T, S) tensor; SDPA with
+a bias that needs a gradient leaves the flash kernel.
 """
 
 import math
@@ -57,6 +58,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from ..backends.distance import DistanceTerms
 from ..piece import AttentionPiece, AttentionSite, Choice, Int, PieceConfigError, parse_layer_spec, register_piece
 from ..position_method_flags import placement_settings, position_conflicts, replace_token_positions
 
@@ -93,7 +95,6 @@ class T5RelativeBias(AttentionPiece):
     """T5 (Raffel et al. 2020): learned per-head bias over log-spaced distance buckets."""
 
     name = "t5bias"
-    distance_bias_path_ok = True
     conflicts = position_conflicts("t5bias")
     test_flags = {"t5_layers": "0", "t5_buckets": 8, "t5_max_distance": 6}
 
@@ -161,19 +162,17 @@ class T5RelativeBias(AttentionPiece):
         """(N, H) the bias of each bucket and head (the stack's shared one, or this layer's)."""
         return self.bucket_bias if self._owner is None else self._owner.bucket_bias
 
-    def buckets(self, ctx) -> Tensor:
-        rel = ctx.k_pos[None, :] - ctx.q_pos[:, None]  # (T, S) key - query
+    def bucket(self, rel: Tensor) -> Tensor:
+        """T5's bucket of each key - query distance ``rel`` (long tensor)."""
         return relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
 
-    def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
-        bias = self.table()[self.buckets(ctx)]  # (T, S, H)
-        return bias.permute(2, 0, 1)[None].to(q.dtype)  # (1, H, T, S)
+    def distance_terms(self) -> DistanceTerms:
+        """The bias table (N, H) read by bucket."""
+        return DistanceTerms(bias_table=self.table(), bucket=self.bucket)
 
-    def distance_bias(self, length: int) -> Tensor:
-        """(H, 2 length - 1): the bias of each head for the distances ``1 - length .. length - 1``."""
-        table = self.table()
-        rel = torch.arange(1 - length, length, device=table.device)
-        return table[relative_position_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)].t()
+    def score_bias(self, q: Tensor, k: Tensor, ctx) -> Tensor:
+        """``b^h[bucket(j - i)]`` as (1, H, T, S)."""
+        return self.distance_terms().score_bias(q, ctx.q_pos, ctx.k_pos, 1.0)
 
     def extra_repr(self):
         shared = "own table" if self._owner is None else f"table of layer {self._owner.site.layer_idx}"

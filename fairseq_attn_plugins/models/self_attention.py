@@ -16,6 +16,7 @@ from fairseq.modules.multihead_attention import MultiheadAttention
 from fairseq.modules.quant_noise import quant_noise
 
 from fairseq_attn_core import AttentionPiece, AttentionSite, SelfAttention
+from fairseq_attn_core.backends import DEFAULT, Policy
 
 
 class PluginSelfAttention(SelfAttention):
@@ -32,9 +33,10 @@ class PluginSelfAttention(SelfAttention):
         flex_compile: str = "auto",
         q_noise: float = 0.0,
         qn_block_size: int = 8,
+        policy: Policy = DEFAULT,
     ):
         super().__init__(embed_dim, num_heads, site, pieces=pieces, dropout=dropout, backend=backend,
-                         flex_compile=flex_compile)
+                         flex_compile=flex_compile, policy=policy)
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         for proj in (self.k_proj, self.v_proj, self.q_proj, self.out_proj):
             quant_noise(proj, q_noise, qn_block_size)  # a forward hook when q_noise > 0; no draws

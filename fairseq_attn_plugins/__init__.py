@@ -11,18 +11,23 @@ that imports it), prints the plugin's refusals and mistyped flags as one line (:
 :mod:`.integration`, :mod:`.models.finetune`).
 """
 
-from . import checkpoint_safety
-from .integration import fairseq_fixes, refusals
+from .integration import quiet_imports
+
+quiet_imports.install()  # before fairseq is imported
+
+from . import checkpoint_safety  # noqa: E402
+from .integration import fairseq_fixes, refusals  # noqa: E402
 
 checkpoint_safety.install()
 fairseq_fixes.install()
 refusals.install()
 
 from . import attention, models  # noqa: E402,F401
-from .integration import model_overrides  # noqa: E402
+from .integration import model_overrides, trainer_checks  # noqa: E402
 from .models import finetune  # noqa: E402
 
 model_overrides.install()
 finetune.install()
+trainer_checks.install()
 
 __version__ = "0.1.0"

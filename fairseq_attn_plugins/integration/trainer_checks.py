@@ -1,0 +1,43 @@
+"""A model that cannot train on the trainer's device, refused before the trainer starts.
+
+fairseq builds a model the same way for training and for generation, so the model build cannot
+tell whether a backward will run. fairseq's ``Trainer`` is made only by the training commands
+(fairseq-train, fairseq-hydra-train, the recipes' training step), after the model is built and
+before anything is trained or saved: there, a model with a layer on ``--attn-backend flex`` on
+CPU, where torch has no flex_attention backward, is refused in one line
+(:func:`..attention.backends.flex.check_training_device`) instead of failing at its first
+training step with a ``crash.pt`` left behind. Generation on CPU keeps the flex paths.
+"""
+
+import torch
+
+from ..attention.backends import flex
+
+_installed = False
+
+
+def check_model(model, cpu: bool) -> None:
+    """Refuse training ``model`` on the device ``cpu`` says, for the backend its layers run."""
+    from ..attention.core import PluginSelfAttention
+
+    for backend in sorted({m.backend for m in model.modules() if isinstance(m, PluginSelfAttention)}):
+        flex.check_training_device(backend, cpu)
+
+
+def _checked_init(original):
+    def __init__(self, cfg, task, model, criterion, *args, **kwargs):
+        check_model(model, cpu=bool(cfg.common.cpu) or not torch.cuda.is_available())
+        original(self, cfg, task, model, criterion, *args, **kwargs)
+
+    __init__.__wrapped__ = original
+    return __init__
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    from fairseq import trainer
+
+    trainer.Trainer.__init__ = _checked_init(trainer.Trainer.__init__)
+    _installed = True

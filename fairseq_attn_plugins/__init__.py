@@ -12,10 +12,14 @@ fairseq's commands and this distribution's (never in a script or notebook that i
 the plugin's refusals and mistyped flags print as one line.
 """
 
-import fairseq_attn_core  # noqa: F401  (registers every piece)
+from .integration import quiet_imports
 
-from . import models  # noqa: F401  (registers the model and its architectures)
-from .integration import fixes
+quiet_imports.install()  # before fairseq is imported
+
+import fairseq_attn_core  # noqa: E402,F401  (registers every piece)
+
+from . import models  # noqa: E402,F401  (registers the model and its architectures)
+from .integration import fixes  # noqa: E402
 
 fixes.install()
 

@@ -15,15 +15,20 @@ the folders no run record (nor ``data-bin``) names, with their sizes and why, an
 with ``--yes``.
 
 A run may lie outside WORK (``SAVE_DIR=/elsewhere``): train.sh registers every run folder in the
-WORK whose data it trains on (``WORK/runs.index``, one absolute path per line, ``register-run``),
-and list and prune read the runs registered there beside those found under WORK; a registered
-folder that no longer exists is listed as gone.
+WORK whose data it trains on, with that data (``WORK/runs.index``, one JSON object a line,
+``register-run``), and list and prune read the runs registered there beside those found under
+WORK. A registered folder that no longer exists is listed as gone and still keeps the data it
+named: a moved or renamed run is not a removed one. ``data-register`` records a run's new place,
+``data-forget`` (or ``data-prune --yes --forget-gone``) says that a gone run was removed.
 """
 
+import argparse
 import fcntl
 import json
 import os
+import shlex
 import shutil
+import sys
 
 from fairseq_attn_records.output_files import write_lines
 
@@ -182,31 +187,144 @@ def cmd_run_data(args):
 
 
 # ---------------------------------------------------------------- list and prune
-def registered_runs(work: str):
-    """The run folders registered in WORK/runs.index (absolute paths, in registration order)."""
+def registrations(work: str):
+    """The runs registered in WORK/runs.index, in registration order: ``{"run": absolute folder,
+    "data_id": the data it trains on, "data": that data's folder}``, one JSON object a line. A
+    line of an older train.sh is the folder's path alone (its data unknown: ``data_id`` None)."""
     path = os.path.join(work, RUN_INDEX)
     if not os.path.isfile(path):
         return []
+    out = []
     with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line) if line.startswith("{") else None
+            except json.JSONDecodeError:
+                entry = None
+            if not isinstance(entry, dict) or not entry.get("run"):
+                entry = {"run": line}
+            out.append({"run": entry["run"], "data_id": entry.get("data_id"), "data": entry.get("data")})
+    return out
 
 
-def register_run(work: str, run_dir: str) -> bool:
-    """Add ``run_dir`` to WORK/runs.index (under a lock, written aside then renamed); False when it
-    was registered before."""
-    os.makedirs(work, exist_ok=True)
+def registered_runs(work: str):
+    """The run folders registered in WORK/runs.index (absolute paths, in registration order)."""
+    return [r["run"] for r in registrations(work)]
+
+
+def _write_registrations(work: str, regs) -> None:
+    write_lines(os.path.join(work, RUN_INDEX),
+                [json.dumps({k: r[k] for k in ("run", "data_id", "data") if r.get(k)}) for r in regs])
+
+
+class _IndexLock:
+    """WORK/runs.index.lock held exclusively while the index is read and rewritten."""
+
+    def __init__(self, work: str):
+        os.makedirs(work, exist_ok=True)
+        self.path = os.path.join(work, RUN_INDEX + ".lock")
+
+    def __enter__(self):
+        self.file = open(self.path, "w")
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+
+def register_run(work: str, run_dir: str, data: str = None) -> bool:
+    """Add ``run_dir`` to WORK/runs.index with the data it trains on (``data``: its folder, whose
+    prepare.json gives the data_id; without it, the run's own record), under a lock, written aside
+    then renamed; a registration without its data gets it. False when nothing changed."""
     run_dir = os.path.realpath(run_dir)
-    with open(os.path.join(work, RUN_INDEX + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        runs = registered_runs(work)
-        if run_dir in runs:
-            return False
-        write_lines(os.path.join(work, RUN_INDEX), runs + [run_dir])
+    data_id, data_path = (_data_id(data), os.path.realpath(data)) if data else (None, None)
+    if not data_id:
+        found = run_data(run_dir) if os.path.isdir(run_dir) else None
+        data_path, data_id = (found[0], found[1]) if found else (None, None)
+    with _IndexLock(work):
+        regs = registrations(work)
+        for r in regs:
+            if r["run"] == run_dir:
+                if r["data_id"] == data_id or not data_id:
+                    return False
+                r["data_id"], r["data"] = data_id, data_path
+                break
+        else:
+            regs.append({"run": run_dir, "data_id": data_id, "data": data_path})
+        _write_registrations(work, regs)
     return True
 
 
+def owning_work(data: str):
+    """The WORK whose ``data`` folder this is (``WORK/data/<first 12 hex of its data_id>``), or None."""
+    folder = os.path.realpath(data)
+    data_id = _data_id(folder)
+    parent = os.path.dirname(folder)
+    if data_id and os.path.basename(parent) == "data" and os.path.basename(folder) == data_id[:ID_LEN]:
+        return os.path.dirname(parent)
+    return None
+
+
 def cmd_register_run(args):
-    register_run(args.work, args.run_dir)
+    """The run registered in WORK and, when its data lies in another WORK's data folder, in that
+    WORK too (whose prune would otherwise see no run naming it)."""
+    register_run(args.work, args.run_dir, args.data)
+    owner = owning_work(args.data) if args.data else None
+    if owner and not _same_folder(owner, args.work):
+        if register_run(owner, args.run_dir, args.data):
+            print(f"{os.path.realpath(args.run_dir)}: registered in {os.path.join(owner, RUN_INDEX)} too "
+                  f"(the WORK holding its data {os.path.realpath(args.data)})", file=sys.stderr)
+
+
+def _names_folder(ref_path, ref_id, folder, folder_id) -> bool:
+    return _same_folder(ref_path, folder) or bool(folder_id and ref_id == folder_id)
+
+
+def cmd_register(args):
+    """``data.sh register DIR``: a run folder (a moved run's new place) registered in WORK, so that
+    list and prune see it; its data must be one of WORK/data's."""
+    run_dir = os.path.realpath(args.run_dir)
+    if not os.path.isdir(run_dir):
+        die(f"data.sh register {args.run_dir}: no such folder; give the run folder (SAVE_DIR) where it lies now")
+    found = run_data(run_dir)
+    if found is None:
+        die(f"data.sh register {args.run_dir}: no run record there (run.json or data.json naming its data): "
+            f"give a folder train.sh trained")
+    path, data_id, _ = found
+    ours = [folder for _, folder, rec, _ in data_folders(args.work) if _names_folder(path, data_id, folder, (rec or {}).get("data_id"))]
+    if not ours:
+        die(f"data.sh register {args.run_dir}: its data ({path}, data_id {data_id[:ID_LEN]}) is not in "
+            f"{os.path.join(args.work, 'data')}: register it in the WORK that holds its data")
+    changed = register_run(args.work, run_dir, ours[0])
+    said = "registered" if changed else "registered before"
+    print(f"{run_dir}: {said} in {os.path.join(args.work, RUN_INDEX)}; it names {ours[0]}")
+    gone = [r["run"] for r in registrations(args.work) if not os.path.isdir(r["run"]) and r["data_id"] == data_id]
+    for run in gone:
+        print(f"registered run {run} (the same data) is gone: if {run_dir} is its new place, "
+              f"'data.sh forget {shlex.quote(run)}' drops the old registration")
+
+
+def cmd_forget(args):
+    """``data.sh forget DIR``: the registration of a run folder that no longer exists dropped from
+    WORK/runs.index, so that its data no longer protects the data it named (prune then shows it)."""
+    want = os.path.realpath(args.run_dir)
+    if os.path.isdir(want):
+        die(f"data.sh forget {args.run_dir}: the folder exists, so a run there still names its data; "
+            f"forget is for a registered run folder that no longer exists")
+    with _IndexLock(args.work):
+        regs = registrations(args.work)
+        hit = [r for r in regs if r["run"] in (want, args.run_dir)]
+        if not hit:
+            gone = [r["run"] for r in regs if not os.path.isdir(r["run"])]
+            die(f"data.sh forget {args.run_dir}: not registered in {os.path.join(args.work, RUN_INDEX)} "
+                f"(registered and gone: {', '.join(gone) if gone else 'none'})")
+        _write_registrations(args.work, [r for r in regs if r not in hit])
+    print(f"forgot registered run {hit[0]['run']} ({os.path.join(args.work, RUN_INDEX)}): the data it named "
+          f"is kept only where another run or {LINK} names it ('data.sh prune' shows what it would remove)")
 
 
 def references(work: str):
@@ -231,9 +349,14 @@ def references(work: str):
     return refs
 
 
+def gone_registrations(work: str):
+    """The registrations whose run folder no longer exists (moved, renamed or removed)."""
+    return [r for r in registrations(work) if not os.path.isdir(r["run"])]
+
+
 def gone_runs(work: str):
     """The registered run folders that no longer exist."""
-    return [run for run in registered_runs(work) if not os.path.isdir(run)]
+    return [r["run"] for r in gone_registrations(work)]
 
 
 def _run_name(work: str, run: str) -> str:
@@ -252,13 +375,19 @@ def _size(folder: str) -> int:
     return total
 
 
-def data_folders(work: str):
+GONE = " (gone)"
+
+
+def data_folders(work: str, forgetting=()):
     """[(name, folder, prepare.json or None, referencing runs)] for each folder in WORK/data,
-    symlinks and *.tmp left out; ``data-bin`` counts as a reference."""
+    symlinks and *.tmp left out; ``data-bin`` counts as a reference, and so does a registered run
+    that is gone (named ``RUN (gone)``; one of an older train.sh, whose data is unknown, names every
+    folder) unless it is among ``forgetting``."""
     root = os.path.join(work, "data")
     if not os.path.isdir(root):
         return []
     refs = references(work)
+    gone = [r for r in gone_registrations(work) if r["run"] not in forgetting]
     link = os.path.join(work, LINK)
     latest = os.path.realpath(link) if os.path.islink(link) else None
     out = []
@@ -269,7 +398,9 @@ def data_folders(work: str):
         rec = read_prepare(folder)
         data_id = (rec or {}).get("data_id")
         by = sorted(_run_name(work, run) for run, (path, rid) in refs.items()
-                    if _same_folder(path, folder) or (data_id and rid == data_id))
+                    if _names_folder(path, rid, folder, data_id))
+        by += [r["run"] + GONE for r in gone
+               if not r["data_id"] or _names_folder(r["data"], r["data_id"], folder, data_id)]
         if latest and os.path.realpath(folder) == latest:
             by.insert(0, LINK)
         out.append((name, folder, rec, by))
@@ -302,9 +433,21 @@ def _describe(name, folder, rec, by, size=None) -> str:
             f"{inputs_summary(rec)}  referenced by: {', '.join(by) if by else 'nothing'}")
 
 
-def _gone_lines(work: str):
-    return [f"registered run {run}: gone (the folder no longer exists; {os.path.join(work, RUN_INDEX)})"
-            for run in gone_runs(work)]
+def _gone_lines(work: str, forgetting=()):
+    """One line per gone registration: what it keeps and how to say where the run lies now or that
+    it was removed."""
+    lines = []
+    for r in gone_registrations(work):
+        run, quoted = r["run"], shlex.quote(r["run"])
+        if run in forgetting:
+            continue
+        keeps = (f"its data {r['data']} (data_id {r['data_id'][:ID_LEN]}) is kept" if r["data_id"]
+                 else "registered by an older train.sh without its data, so every data folder is kept")
+        lines.append(f"registered run {run}: gone (the folder no longer exists; {os.path.join(work, RUN_INDEX)}); "
+                     f"{keeps}. Moved? 'data.sh register NEW_PLACE' (or train.sh with SAVE_DIR=NEW_PLACE) records "
+                     f"where it lies now; removed? 'data.sh forget {quoted}' (or 'data.sh prune --yes --forget-gone') "
+                     f"lets prune remove its data")
+    return lines
 
 
 def cmd_data_list(args):
@@ -323,17 +466,24 @@ def _why_unreferenced(work: str, rec: dict, n_runs: int) -> str:
 
 
 def cmd_data_prune(args):
-    """The folders of WORK/data that no run record and not data-bin name: shown with their sizes and
-    why (the default, as --dry-run), removed only with --yes."""
+    """The folders of WORK/data that no run record, no gone registration and not data-bin name:
+    shown with their sizes and why (the default, as --dry-run), removed only with --yes. With
+    --forget-gone, the gone registrations are forgotten first (with --yes; shown without)."""
+    forgetting = tuple(gone_runs(args.work)) if args.forget_gone else ()
+    for run in forgetting:
+        if args.yes:
+            cmd_forget(argparse.Namespace(work=args.work, run_dir=run))
+        else:
+            print(f"would forget registered run {run}: gone (the folder no longer exists)")
     doomed, total = [], 0
-    for name, folder, rec, by in data_folders(args.work):
+    for name, folder, rec, by in data_folders(args.work, () if args.yes else forgetting):
         if by or rec is None:
             print(f"kept {_describe(name, folder, rec, by)}")
             continue
         size = _size(folder)
         doomed.append((folder, rec, size))
         total += size
-    for line in _gone_lines(args.work):
+    for line in _gone_lines(args.work, forgetting):
         print(line)
     n_runs = len(references(args.work))
     for folder, rec, size in doomed:
@@ -342,11 +492,12 @@ def cmd_data_prune(args):
             shutil.rmtree(folder)  # a real folder directly in WORK/data (symlinks were left out)
         print(f"{verb} {folder} ({_human(size)}; {settings_summary(rec.get('settings', {}))}; "
               f"{_why_unreferenced(args.work, rec, n_runs)})")
+    again = " --forget-gone" if args.forget_gone else ""
     if args.yes:
         print(f"{len(doomed)} unreferenced data folder(s) removed ({_human(total)})")
     else:
         print(f"{len(doomed)} unreferenced data folder(s), {_human(total)}, would be removed; nothing was removed: "
-              f"'data.sh prune --yes' removes them")
+              f"'data.sh prune --yes{again}' removes them")
 
 
 def add_parsers(sub) -> None:
@@ -360,6 +511,14 @@ def add_parsers(sub) -> None:
     p.add_argument("work"); p.set_defaults(fn=cmd_data_list)
     p = sub.add_parser("data-prune", help="show the folders of WORK/data no run record names (removed with --yes)")
     p.add_argument("work"); p.add_argument("--yes", action="store_true", help="remove them (without: only shown)")
+    p.add_argument("--forget-gone", action="store_true",
+                   help="forget the registered runs that are gone first (with --yes; without, only shown)")
     p.set_defaults(fn=cmd_data_prune)
     p = sub.add_parser("register-run", help="record a run folder in WORK/runs.index (list and prune see it)")
-    p.add_argument("--work", required=True); p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_register_run)
+    p.add_argument("--work", required=True); p.add_argument("--run-dir", required=True)
+    p.add_argument("--data", help="the data folder it trains on (its data_id is recorded beside it)")
+    p.set_defaults(fn=cmd_register_run)
+    p = sub.add_parser("data-register", help="register a run folder (a moved run's new place) in WORK/runs.index")
+    p.add_argument("work"); p.add_argument("run_dir"); p.set_defaults(fn=cmd_register)
+    p = sub.add_parser("data-forget", help="drop a gone run folder's registration from WORK/runs.index")
+    p.add_argument("work"); p.add_argument("run_dir"); p.set_defaults(fn=cmd_forget)

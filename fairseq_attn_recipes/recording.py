@@ -131,8 +131,15 @@ def check_model_flags(cfg) -> None:
     arch = vars(cfg.model).get("arch") if isinstance(cfg.model, argparse.Namespace) else None
     if not is_attn_arch(arch):
         return  # fairseq's own models: checked when fairseq builds them
+    import torch
+
+    from fairseq_attn_core.backends import flex
+
     try:
         ARCH_MODEL_REGISTRY[arch].check_args(cfg.model)
+        # training on CPU with --attn-backend flex: refused here, before the record is written
+        cpu = bool(cfg.common.cpu) or not torch.cuda.is_available()
+        flex.check_training_device(vars(cfg.model).get("attn_backend") or "auto", cpu)
     except PieceConfigError as e:
         raise RecordError(str(e)) from None
 

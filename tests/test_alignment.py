@@ -314,6 +314,21 @@ def test_bible_corpus_step_writes_gold_that_fits_its_lines(tmp_path, bible):
         gold = A.read_pharaoh(str(tmp_path / f"{subset}.align"), src, tgt)  # line count and indices fit
         assert sum(1 for g in gold if g) > 0.95 * len(gold)
     assert not (tmp_path / "train.align").exists()
+    # the numbers docs/alignment.md gives of the gold are those of the gold the step writes
+    import re
+
+    verses = {s: len((tmp_path / f"{s}.ids").read_text().splitlines()) for s in ("valid", "test")}
+    links = {s: sum(len(line.split()) for line in (tmp_path / f"{s}.align").read_text().splitlines())
+             for s in ("valid", "test")}
+    chapters = len({v[:5] for v in (tmp_path / "test.ids").read_text().splitlines()})
+    doc = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "alignment.md"),
+               encoding="utf-8").read()
+    said = [int(n.replace(",", "")) for n in re.findall(r"(\d[\d,]*)\s+(?:gold\s+)?links", doc)]
+    assert said and set(said) <= set(links.values()), (said, links)
+    flat = " ".join(doc.split())
+    assert f"the gold has {links['test']:,} links for {verses['test']:,} verses" in flat
+    assert (f"Test set: {verses['test']:,} verses of {chapters} whole chapters, {links['test']:,} gold links; "
+            f"valid: {verses['valid']:,} verses, {links['valid']:,} links") in flat
 
 
 def test_a_run_is_aligned_with_the_checkpoint_its_test_evaluation_translated_with(tmp_path):

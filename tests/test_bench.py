@@ -120,6 +120,10 @@ def test_inference_and_sweep(tiny_report):
     for e in inf.values():
         assert e["mean_output_len"] == pytest.approx(expected)
     ref = inf["fairseq"]["sentences_per_s"]["runs"]
+    # every measurement runs the preset's rounds and records them
+    rounds = B.PRESETS["tiny"]["repeats"]
+    assert report["infer"]["rounds"] == report["train"]["rounds"] == report["sweep"]["rounds"] == rounds
+    assert len(ref) == rounds
     for e in inf.values():
         assert e["ratio"]["runs"] == pytest.approx([a / b for a, b in zip(e["sentences_per_s"]["runs"], ref)])
     for L, entry in report["sweep"]["lengths"].items():
@@ -288,10 +292,13 @@ def test_position_sweep_lengths(tmp_path):
     length, ``--lengths 8``, instead of 32 ... 1024 to keep the test short)."""
     js = tmp_path / "sweep.json"
     rc = bench.main(["--device", "cpu", "--preset", "tiny", "--sweep", "lengths", "--threads", "1",
-                     "--lengths", "8", "--systems", "relpos_kv/*,rope/*", "--repeats", "2",
+                     "--lengths", "8", "--systems", "relpos_kv/*,rope/*", "--repeats", "3",
                      "--json", str(js)])
     assert rc == 0
     report = json.loads(js.read_text())
+    # --repeats N: N rounds, recorded
+    assert report["sweep"]["rounds"] == 3
+    assert {len(e["tokens_per_s"]["runs"]) for e in report["sweep"]["lengths"]["8"]["systems"].values()} == {3}
     names = [s["name"] for s in report["systems"]]
     assert names == ["fairseq", "relpos_kv/explicit", "relpos_kv/auto", "rope/explicit", "rope/fused"]
     paths = {s["name"]: s["attention_paths"] for s in report["systems"]}
@@ -373,3 +380,51 @@ def test_layer_paths_name_the_length_dependent_paths():
     c2 = B.build_model("transformer_csan2d_wmt_en_de", d, cfg["sizes"], 1, max_source_positions=1024,
                        max_target_positions=1024, csan_layers="0-1")
     assert B.systems.layer_paths(c2.encoder, 512) == {"block-local": 2, "fused": 1}
+
+
+ROUNDS_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+
+
+def rounds_held(report) -> set:
+    """The numbers of rounds a fairseq-attn-bench report holds: the runs of each measured system."""
+    held = set()
+    for section in ("train", "infer"):
+        for e in (report.get(section) or {}).get("systems", {}).values():
+            held.add(len(e["ratio"]["runs"]))
+    for entry in (report.get("sweep") or {}).get("lengths", {}).values():
+        for e in entry.get("systems", {}).values():
+            held.add(len(e["tokens_per_s"]["runs"]))
+    return held
+
+
+def test_every_sentence_about_rounds_in_results_matches_its_json():
+    """Each section of benchmarks/RESULTS.md that names committed fairseq-attn-bench reports says
+    only numbers of rounds those reports hold (read from their runs, not from their flags)."""
+    import os
+    import re
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+    results = os.path.join(root, "results")
+    reports = {}
+    for name in os.listdir(results):
+        if name.endswith(".json"):
+            with open(os.path.join(results, name)) as f:
+                report = json.load(f)
+            if isinstance(report, dict) and "meta" in report and "systems" in report:
+                reports[name] = rounds_held(report)
+    assert reports["cpu_position_sweep_small_fp32.json"] == {2}
+    text = open(os.path.join(root, "RESULTS.md"), encoding="utf-8").read()
+    sections = re.split(r"\n(?=## )", text)
+    claim = re.compile(r"\b(\d+|" + "|".join(ROUNDS_WORDS) + r")\*{0,2}\s+(?:interleaved\s+)?rounds\b", re.I)
+    checked = 0
+    for section in sections:
+        named = {n for n in reports if re.search(r"(?<![\w.])" + re.escape(n), section)}
+        if not named:
+            continue
+        held = set().union(*(reports[n] for n in named))
+        for m in claim.finditer(section):
+            said = m.group(1).lower()
+            said = ROUNDS_WORDS.get(said) or int(said)
+            assert said in held, (section.splitlines()[0], m.group(0), sorted(named), sorted(held))
+            checked += 1
+    assert checked >= 8

@@ -145,3 +145,29 @@ def test_compiled_call_refuses_captured_python_numbers(graph_count):
         for j in range(8):
             scores[..., i, j] += max(-clip, min(clip, j - i))
     assert_close(out.double(), scores.softmax(-1) @ q.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_training_on_flex_is_refused_before_anything_is_written(tmp_path, capsys):
+    """fairseq-train on CPU with --attn-backend flex: refused when its trainer is made (after the
+    model build, before any step: no crash.pt, no checkpoint); the recipes' training step refuses
+    it before its run record."""
+    if flex.cpu_backward_ok():
+        pytest.skip("this torch runs flex_attention's backward on CPU")
+    import os
+    import re
+
+    import trained_models
+    from cli_helpers import PLUGIN_DIR, TINY, TRAIN, train_in_process
+    from fairseq_attn_recipes import train as recipes_train
+
+    argv = [trained_models.data_dir(), "--user-dir", PLUGIN_DIR, "--task", "translation",
+            "--arch", "transformer_relpos_wmt_en_de", "--attn-backend", "flex", *TINY, *TRAIN,
+            "--max-update", "2", "--share-all-embeddings"]
+    save = tmp_path / "fairseq-train"
+    with pytest.raises(PieceConfigError, match=re.escape(flex.CPU_TRAINING)):
+        train_in_process([*argv, "--save-dir", str(save)])
+    assert not save.exists() or os.listdir(save) == []
+    save = tmp_path / "recipe"
+    assert recipes_train.main([*argv, "--save-dir", str(save)]) == 2
+    assert f"error: {flex.CPU_TRAINING}" in capsys.readouterr().err
+    assert not save.exists()

@@ -4,6 +4,7 @@ bible-alignments package, and the position limits checked against the longest se
 import csv
 import hashlib
 import os
+import re
 import subprocess
 import sys
 
@@ -65,12 +66,35 @@ def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
             assert chapter_split.setdefault(d, split) == split  # every chapter whole in one split
             seen[v] = split
     assert sorted(seen) == sorted(both) and len(seen) == 7936  # every verse with both sides, once
+    # the split's numbers in the docs are the step's: every "train / valid / test" triple
+    counts = [sum(1 for s in seen.values() if s == split) for split in ("train", "valid", "test")]
+    chapters = len({d for d, s in chapter_split.items() if s == "test"})
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for doc in (os.path.join(root, "docs", "lengths.md"), os.path.join(root, "recipes", "bible_grc_en", "README.md")):
+        text = open(doc, encoding="utf-8").read()
+        triples = re.findall(r"(\d[\d,]*) / (\d[\d,]*) / (\d[\d,]*)", text)
+        assert triples and all([int(n.replace(",", "")) for n in t] == counts for t in triples), (doc, triples, counts)
+        assert f"({chapters} test chapters)" in text, doc
     assert read(tmp_path / "train.ids") == [v for v in greek if seen.get(v) == "train"]  # canonical order
     # the script check knows Greek: the sides as given pass, swapped they are refused
     ok = steps("check-script", "grc", str(tmp_path / "test.grc"), "en", str(tmp_path / "test.en"))
     assert ok.returncode == 0, ok.stderr
     bad = steps("check-script", "en", str(tmp_path / "test.grc"))
     assert bad.returncode == 2 and "Greek, expected Latin (en)" in bad.stderr
+
+
+def test_the_joined_inputs_in_the_docs_are_those_of_the_committed_study():
+    """docs/lengths.md's counts of the bible's joined test inputs are docs/results/lengths_bible.json's."""
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    concat = json.load(open(os.path.join(root, "docs", "results", "lengths_bible.json")))["concat"]
+    ks = sorted(concat["k"], key=int)
+    n = [concat["k"][k]["n"] for k in ks]
+    flat = " ".join(open(os.path.join(root, "docs", "lengths.md"), encoding="utf-8").read().split())
+    assert f"With the bible's {n[0]} test verses in {concat['n_documents']} chapters:" in flat
+    assert f"k = {', '.join(ks)} give {', '.join(map(str, n))} inputs" in flat
+    assert f"on the {n[0]} test verses" in flat
 
 
 def test_bible_recipe_refuses_another_pair(tmp_path):
@@ -197,6 +221,7 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
 
     p = lengths_sh(env)
     assert "no document has 200 segments" in p.stderr and "k = 200 skipped" in p.stderr
+    hints = [line.split("compare runs: ", 1)[1] for line in p.stderr.splitlines() if "compare runs: " in line]
     study = work / "lengths" / "max7"
     corpus = work / "quick-corpus"
     test_src, test_ref = read(corpus / "test.src"), read(corpus / "test.tgt")
@@ -205,6 +230,9 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     data = {r["data"]["path"] for r in runs.values()}
     assert len(data) == 1 and os.path.isdir(data.pop())
     data_dir = runs["baseline"]["data"]["path"]
+    # after each evaluation, the hint to compare runs names that test set's reference (k = 2: the joined one)
+    assert sorted(set(hints)) == [f"fairseq-attn-results --ref {data_dir}/raw/{sub}.tgt RUN_DIRS..."
+                                  for sub in ("concat/k2.test", "test")], hints
     # the capped data: the pairs a plain count of source words keeps, then cleaned
     train_src = read(corpus / "train.src")
     kept = sum(1 for s in train_src if len(s.split()) <= 7)

@@ -73,6 +73,12 @@ def test_the_command_lists_pieces_flags_and_arch_layers(capsys):
         assert catalogue.summary(cls).endswith("."), cls.name
     assert pieces_main(["nosuchpiece"]) == 2
     assert "unknown piece" in capsys.readouterr().err
+    # an unknown architecture: the nearest three names, not every one
+    assert pieces_main(["--arch", "transformer_csan2_wmt_en_de"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "transformer_relpos_wmt_en_de" not in err, err
+    nearest = err.split("the nearest: ", 1)[1].split(" (", 1)[0].split(", ")
+    assert len(nearest) == 3 and "transformer_csan2d_wmt_en_de" in nearest and "transformer_csan1d_wmt_en_de" in nearest, err
 
 
 def test_update_docs_rewrites_a_stale_table(tmp_path):

@@ -192,3 +192,60 @@ def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path
             assert json.loads(p.stdout)["prepare_settings"]["CLEAN"] == clean
         else:
             assert "CLEAN='1-250' there, CLEAN='1-200' here" in p.stderr
+
+
+def test_a_gone_registration_keeps_its_data_until_forgotten(tmp_path):
+    """data-list / data-prune / data-register / data-forget on made-up folders: a registered run
+    that is gone keeps the data it named (a registration of an older train.sh, without its data,
+    keeps every folder); forgetting it lets prune show the data; a moved run registered again
+    keeps it."""
+    from test_recipes import steps
+
+    work = tmp_path / "work"
+    folders = {}
+    for name in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        folder = work / "data" / name
+        os.makedirs(folder)
+        (folder / "prepare.json").write_text(json.dumps({"data_id": name + "0" * 52, "settings": {"SRC": "en"}}))
+        folders[name] = str(folder)
+
+    def run_on(run, name):
+        os.makedirs(run)
+        (run / "run.json").write_text(json.dumps({"data": {"path": folders[name], "data_id": name + "0" * 52}}))
+        return os.path.realpath(run)
+
+    old = run_on(tmp_path / "x" / "run", "aaaaaaaaaaaa")
+    legacy = str(tmp_path / "x" / "legacy")  # a plain line, as an older train.sh wrote it
+    assert steps("register-run", "--work", str(work), "--run-dir", old).returncode == 0
+    with open(work / "runs.index", "a") as f:
+        f.write(legacy + "\n")
+    assert json.loads((work / "runs.index").read_text().splitlines()[0]) == {
+        "run": old, "data_id": "aaaaaaaaaaaa" + "0" * 52, "data": folders["aaaaaaaaaaaa"]}  # its data, from its record
+
+    def prune(*extra):
+        p = steps("data-prune", str(work), *extra)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    new = str(tmp_path / "x" / "moved")
+    os.rename(old, new)
+    out = prune("--yes")  # the legacy registration is gone too: its data unknown, every folder kept
+    assert "0 unreferenced data folder(s) removed" in out and all(os.path.isdir(f) for f in folders.values()), out
+    assert f"registered run {old}: gone" in out and f"its data {folders['aaaaaaaaaaaa']} (data_id aaaaaaaaaaaa) is kept" in out
+    assert f"registered run {legacy}: gone" in out and "every data folder is kept" in out
+    assert steps("data-forget", str(work), legacy).returncode == 0
+    out = prune()
+    assert f"would remove {folders['bbbbbbbbbbbb']} (" in out and f"would remove {folders['aaaaaaaaaaaa']}" not in out, out
+    assert "kept aaaaaaaaaaaa " in out and out.splitlines()[0].endswith(f"referenced by: {old} (gone)"), out
+    p = steps("data-register", str(work), new)
+    assert p.returncode == 0 and f"'data.sh forget {old}'" in p.stdout, p.stderr
+    out = prune("--yes", "--forget-gone")
+    assert f"forgot registered run {old}" in out and f"removed {folders['bbbbbbbbbbbb']} (" in out, out
+    assert os.path.isdir(folders["aaaaaaaaaaaa"]) and not os.path.exists(folders["bbbbbbbbbbbb"])
+    assert [json.loads(line)["run"] for line in (work / "runs.index").read_text().splitlines()] == [os.path.realpath(new)]
+    # a run whose data is not in this WORK is not registered here
+    elsewhere = tmp_path / "elsewhere"
+    os.makedirs(elsewhere)
+    (elsewhere / "run.json").write_text(json.dumps({"data": {"path": "/nowhere", "data_id": "c" * 64}}))
+    p = steps("data-register", str(work), str(elsewhere))
+    assert p.returncode == 2 and "is not in" in p.stderr and "register it in the WORK that holds its data" in p.stderr

@@ -15,9 +15,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_recipes import RECIPES, TINY_MODEL, prepared_ende, run  # noqa: E402
 
-SCRIPTS = {"wmt14_en_de": ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh", "table1.sh", "figure2.sh",
-                           "figure3.sh", "data.sh"),
-           "bible_grc_en": ("prepare.sh", "train.sh", "evaluate.sh", "lengths.sh", "data.sh")}
+#: every script of every recipe (env.sh is sourced by the others)
+SCRIPTS = {recipe: tuple(sorted(n for n in os.listdir(os.path.join(RECIPES, recipe)) if n.endswith(".sh") and n != "env.sh"))
+           for recipe in sorted(os.listdir(RECIPES)) if os.path.isfile(os.path.join(RECIPES, recipe, "env.sh"))}
 
 
 def script(recipe, name, *args, env=None, check=True):
@@ -40,6 +40,7 @@ def sha256(path):
 
 
 def test_every_script_refuses_an_unknown_argument_before_doing_anything(tmp_path):
+    assert "sweep.sh" in SCRIPTS["bible_grc_en"] and "figure3.sh" in SCRIPTS["wmt14_en_de"] and len(SCRIPTS) == 4
     for recipe, names in SCRIPTS.items():
         for name in names:
             work = tmp_path / recipe / name
@@ -123,8 +124,9 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     run("wmt14_en_de", "prepare.sh", dict(env, BPE_MERGES="40"))
     second = os.path.realpath(os.path.join(work, "data-bin"))
     assert second != first
-    index = open(os.path.join(work, "runs.index")).read().split()
-    assert index == [os.path.realpath(outside), os.path.realpath(elsewhere2)]
+    index = [json.loads(line) for line in open(os.path.join(work, "runs.index")).read().splitlines()]
+    assert index == [{"run": os.path.realpath(run_dir), "data_id": rec["data_id"], "data": first}
+                     for run_dir in (outside, elsewhere2)]  # each with the data it trains on
     # an unreferenced folder: a copy of the second data under another id
     stray = os.path.join(work, "data", "0123456789ab")
     shutil.copytree(second, stray)
@@ -154,12 +156,105 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     assert f"TRAIN_SRC={given['TRAIN_SRC']['path']}" in error_lines(p)[0], p.stderr
     os.rename(first + ".aside", first)
 
-    # registered runs removed: listed as gone, and their data no longer kept
+    # registered runs removed: listed as gone, their data kept until the user says they were removed
     shutil.rmtree(tmp_path / "elsewhere")
     listing = script("wmt14_en_de", "data.sh", "list", env=env).stdout
     assert f"registered run {os.path.realpath(outside)}: gone" in listing
-    p = script("wmt14_en_de", "data.sh", "prune", env=env)
-    assert f"would remove {first} (" in p.stdout and os.path.isdir(first)
+    p = script("wmt14_en_de", "data.sh", "prune", "--yes", env=env)
+    assert f"kept {os.path.basename(first)} " in p.stdout and os.path.isdir(first), p.stdout
+    p = script("wmt14_en_de", "data.sh", "prune", "--forget-gone", env=env)
+    assert f"would forget registered run {os.path.realpath(outside)}: gone" in p.stdout
+    assert f"would remove {first} (" in p.stdout and os.path.isdir(first), p.stdout
+    assert "'data.sh prune --yes --forget-gone' removes them" in p.stdout
+    assert len(open(os.path.join(work, "runs.index")).read().splitlines()) == 2  # a dry run forgets nothing
+    p = script("wmt14_en_de", "data.sh", "prune", "--yes", "--forget-gone", env=env)
+    assert f"forgot registered run {os.path.realpath(outside)}" in p.stdout and f"removed {first} (" in p.stdout
+    assert not os.path.exists(first) and open(os.path.join(work, "runs.index")).read() == ""
+
+
+def data_sh(*args, env):
+    return script("wmt14_en_de", "data.sh", *args, env=env, check=False)
+
+
+@pytest.mark.e2e
+def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    work = env["WORK"]
+    first = os.path.realpath(os.path.join(work, "data-bin"))
+    old = str(tmp_path / "x" / "runA")
+    run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=old, MAX_UPDATE="2"))
+    run("wmt14_en_de", "prepare.sh", dict(env, BPE_MERGES="40"))  # data-bin names other data now
+    old = os.path.realpath(old)
+    new = os.path.join(os.path.dirname(old), "runA-2")
+    os.rename(old, new)  # housekeeping: the run renamed
+
+    listing = data_sh("list", env=env).stdout
+    gone = [line for line in listing.splitlines() if line.startswith(f"registered run {old}: gone")]
+    assert len(gone) == 1 and f"its data {first} (data_id {os.path.basename(first)}) is kept" in gone[0], listing
+    assert "'data.sh register NEW_PLACE' (or train.sh with SAVE_DIR=NEW_PLACE)" in gone[0]
+    assert f"'data.sh forget {old}'" in gone[0]
+    row = [line for line in listing.splitlines() if line.startswith(os.path.basename(first))][0]
+    assert row.endswith(f"referenced by: {old} (gone)"), row
+    p = data_sh("prune", "--yes", env=env)
+    assert p.returncode == 0 and "0 unreferenced data folder(s) removed" in p.stdout and os.path.isdir(first), p.stdout
+
+    # the moved run evaluates on its own data at its new place
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new))
+    assert f"data: {first} (the run's own" in p.stderr
+    assert json.load(open(os.path.join(new, "run.json")))["evaluations"]["test"]["ref"] == os.path.join(first, "raw", "test.de")
+
+    # re-running train.sh with SAVE_DIR=<new place>: nothing trained, the new place registered
+    p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="2", DATA=first))
+    assert "trained before to MAX_UPDATE=2" in p.stdout + p.stderr, p.stderr[-2000:]
+    assert [json.loads(line)["run"] for line in open(os.path.join(work, "runs.index")).read().splitlines()] == [old, new]
+    os.rename(new, new + "b")  # moved once more: registered by data.sh register
+    new += "b"
+
+    # its new place registered, the old registrations forgotten: the new place keeps the data
+    for args, said in ((("register", str(tmp_path / "nowhere")), "no such folder"),
+                       (("register", str(tmp_path)), "no run record there"),
+                       (("forget", new), "the folder exists"), (("forget", str(tmp_path / "y")), "not registered"),
+                       (("forget",), "give one run folder"), (("register", new, new), "give one run folder")):
+        p = data_sh(*args, env=env)
+        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and said in p.stderr, (args, p.stderr)
+    p = data_sh("register", new, env=env)
+    assert p.returncode == 0 and f"{new}: registered in" in p.stdout and f"'data.sh forget {old}'" in p.stdout, p.stderr
+    for gone in (old, new[:-1]):
+        p = data_sh("forget", gone, env=env)
+        assert p.returncode == 0 and f"forgot registered run {gone}" in p.stdout, p.stderr
+    index = [json.loads(line)["run"] for line in open(os.path.join(work, "runs.index")).read().splitlines()]
+    assert index == [new]
+    listing = data_sh("list", env=env).stdout
+    assert "gone" not in listing and f"referenced by: {new}" in listing, listing
+
+    # moved into WORK: found there without a registration; removed: its data pruned
+    inside = os.path.join(work, "runs", "runA")
+    os.makedirs(os.path.dirname(inside))
+    os.rename(new, inside)
+    p = data_sh("prune", "--yes", "--forget-gone", env=env)
+    assert f"forgot registered run {new}" in p.stdout and os.path.isdir(first), p.stdout
+    assert [line for line in p.stdout.splitlines() if line.startswith(f"kept {os.path.basename(first)} ")][0].endswith(
+        "referenced by: runs/runA")
+    shutil.rmtree(inside)
+    p = data_sh("prune", "--yes", env=env)
+    assert f"removed {first} (" in p.stdout and not os.path.exists(first), p.stdout
+
+
+@pytest.mark.e2e
+def test_a_data_folder_of_another_work_trains_and_that_work_keeps_it(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    work = env["WORK"]
+    first = os.path.realpath(os.path.join(work, "data-bin"))
+    save = os.path.realpath(str(tmp_path / "run"))
+    other = str(tmp_path / "other work")  # never prepared: the data carries its own record
+    p = run("wmt14_en_de", "train.sh", dict(env, WORK=other, DATA=first, SAVE_DIR=save, MAX_UPDATE="2"))
+    assert f"{save}: registered in {os.path.join(work, 'runs.index')} too" in p.stderr, p.stderr
+    assert json.load(open(os.path.join(save, "run.json")))["data"]["path"] == first
+    os.remove(os.path.join(work, "data-bin"))  # nothing but the run names the data now
+    listing = script("wmt14_en_de", "data.sh", "list", env=env).stdout
+    assert f"referenced by: {save}" in listing, listing
+    p = script("wmt14_en_de", "data.sh", "prune", "--yes", env=env)
+    assert "0 unreferenced data folder(s) removed" in p.stdout and os.path.isdir(first), p.stdout
 
 
 @pytest.mark.e2e
@@ -173,6 +268,7 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
             if not line.startswith("[wmt14_en_de ") and not line.startswith("$ ")]
     assert len(said) <= 3, said
     assert "--csan-windw" in said[0] and "did you mean --csan-window?" in said[0], said
+    assert "(fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags)" in said[0], said
     assert "usage:" not in p.stdout + p.stderr
     assert not os.path.exists(os.path.join(save, "run.json"))
     # fairseq-train itself, with the plugin as --user-dir: the same line
@@ -183,6 +279,7 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
                         "--task", "translation", "--save-dir", str(tmp_path / "ft")], capture_output=True, text=True)
     said = [line for line in q.stderr.splitlines() if "tensorboardX" not in line]
     assert q.returncode == 2 and len(said) == 1 and "did you mean --csan-window?" in said[0], q.stderr
+    assert "(fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags)" in said[0], said
 
 
 def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_path):

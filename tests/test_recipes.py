@@ -258,8 +258,11 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
 
     # the validation set: its own outputs; the test outputs are untouched
     test_hyp = read(os.path.join(save, "test", "hyp.txt"))
-    run("wmt14_en_de", "evaluate.sh", dict(ende, EVAL_SUBSET="valid"))
+    p = run("wmt14_en_de", "evaluate.sh", dict(ende, EVAL_SUBSET="valid"))
     assert read(os.path.join(save, "test", "hyp.txt")) == test_hyp
+    # the hint to compare runs names the reference of the subset evaluated
+    data = os.path.realpath(os.path.join(work, "data-bin"))
+    assert f"compare runs: fairseq-attn-results --ref {data}/raw/valid.de RUN_DIRS" in p.stderr, p.stderr[-2000:]
     assert len(read(os.path.join(save, "valid", "hyp.txt"))) == len(read(os.path.join(work, "raw", "valid.de")))
     evals = record()["evaluations"]
     # scored against the raw reference kept in the run's own data folder (WORK/data/<id>/raw)

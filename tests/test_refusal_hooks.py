@@ -44,13 +44,18 @@ def test_an_unknown_flag_names_the_nearest(capsys):
     parser = argparse.ArgumentParser(prog="fairseq-train")
     for flag in ("--csan-window", "--csan-layers", "--relpos-k"):
         parser.add_argument(flag)
-    try:
-        refusals.parser_error(parser, "unrecognized arguments: --csan-windw 3")
-    except SystemExit as e:
-        assert e.code == 2
-    err = capsys.readouterr().err
-    assert err == ("error: unrecognized arguments: --csan-windw 3 (did you mean --csan-window?) "
-                   "(fairseq-train --help lists the flags)\n")
+    # where the model's flags are listed: fairseq-attn-pieces (fairseq-train --help shows none of them)
+    for argv, listed in ((["data", "--arch", "transformer_csan2d_wmt_en_de", "--csan-windw", "3"],
+                          "fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags"),
+                         (["data", "--arch=transformer_csan_wmt_en_de"], "fairseq-attn-pieces --arch transformer_csan_wmt_en_de"),
+                         (["data", "-a", "transformer_relpos_wmt_en_de"], "fairseq-attn-pieces --arch transformer_relpos_wmt_en_de"),
+                         (["data", "--path", "x.pt"], "fairseq-attn-pieces --arch ARCH lists an architecture's flags")):
+        with pytest.raises(SystemExit) as e:
+            refusals.parser_error(parser, "unrecognized arguments: --csan-windw 3", argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: unrecognized arguments: --csan-windw 3 (did you mean --csan-window?) ("), err
+        assert listed in err and "--help" not in err and err.count("\n") == 1, err
 
 
 @pytest.mark.e2e
@@ -67,3 +72,19 @@ def test_fairseq_generate_still_prints_a_refusal_in_one_line(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     assert p.stderr.splitlines()[-1].startswith(f"error: checkpoint '{bad}' (16 bytes) is corrupt"), p.stderr[-2000:]
+
+
+def test_commands_do_not_start_with_fairseqs_tensorboardx_notice():
+    """fairseq's import-time "Please install tensorboardX" (its speech task's) is not printed by
+    this distribution's commands; a script importing the package keeps fairseq's logging."""
+    pieces = os.path.join(os.path.dirname(sys.executable), "fairseq-attn-pieces")
+    for argv, first in (([pieces, "--arch", "transformer_csan2d_wmt_en_de"], "--attn-pieces 'csan2d': "),
+                        ([sys.executable, "-m", "fairseq_attn_recipes", "check-arch", "transformer_attn_wmt_en_de"], None)):
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0 and "tensorboardX" not in p.stdout + p.stderr, p.stdout + p.stderr
+        if first:
+            assert p.stdout.startswith(first), p.stdout
+    from fairseq_attn_plugins.integration import quiet_imports
+    p = subprocess.run([sys.executable, "-c", "import logging, fairseq_attn_plugins; "
+                        f"print(logging.getLogger({quiet_imports.LOGGER!r}).filters)"], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr

@@ -233,3 +233,19 @@ def test_refusals_print_one_line(relpos, stock_two_updates, tmp_path):
 @pytest.fixture(scope="module")
 def stock_two_updates():
     return trained_models.trained("stock", updates=2)
+
+
+def test_a_model_flag_given_to_fairseq_generate_names_the_override_that_sets_it(relpos):
+    """fairseq-generate has no model flag (it builds the model from the checkpoint): a model flag
+    given there is refused in one line naming the --model-overrides that sets it, and that
+    override, copied from the line, generates."""
+    p = subprocess.run([sys.executable, "-m", "fairseq_cli.generate", trained_models.data_dir(), "--user-dir",
+                        PLUGIN_DIR, "--path", relpos, "--cpu", "--batch-size", "4", "--attn-flex-compile", "none"],
+                       capture_output=True, text=True, timeout=600)
+    said = [line for line in p.stderr.splitlines() if "tensorboardX" not in line]
+    assert p.returncode == 2 and len(said) == 1, p.stderr[-3000:]
+    route = "--model-overrides \"{'attn_flex_compile': 'none'}\""
+    assert said[0].startswith("error: unrecognized arguments: --attn-flex-compile none (") and route in said[0], said
+    assert "--attn-type" not in said[0]
+    overrides = said[0].split("--model-overrides \"", 1)[1].split("\"", 1)[0]
+    assert hypotheses(generate(relpos, "--model-overrides", overrides)) == hypotheses(generate(relpos))

@@ -99,6 +99,14 @@ def cpu_backward_ok() -> bool:
     return _backward_probe[check]
 
 
+def check_training_device(backend: str, cpu: bool) -> None:
+    """Refuse training ``--attn-backend backend`` on CPU where torch has no flex_attention
+    backward (:data:`CPU_TRAINING`): called by the training commands before anything is
+    trained or written (the model build cannot tell training from generation)."""
+    if backend == "flex" and cpu and not cpu_backward_ok():
+        raise PieceConfigError(CPU_TRAINING)
+
+
 _MASK_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
 _MASK_CACHE_SIZE = 8
 

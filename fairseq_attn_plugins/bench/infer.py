@@ -40,8 +40,8 @@ def bench_infer(models, d, cfg, device, seed, log):
         return nsent / timer.stop()
 
     log(f"inference: {nsent} sentences, beam 4")
-    runs = interleaved(list(models), max(2, cfg["repeats"] // 2 + 1), measure, log)
-    out = {"sentences": nsent, "beam": 4, "systems": {}}
+    runs = interleaved(list(models), cfg["repeats"], measure, log)
+    out = {"sentences": nsent, "beam": 4, "rounds": cfg["repeats"], "systems": {}}
     for name in models:
         out["systems"][name] = {"sentences_per_s": summarize(runs[name]),
                                 "ratio": paired_ratios(runs[name], runs[STOCK]),

@@ -7,9 +7,10 @@ from .timing import (PeakMemory, TensorPeak, Timer, interleaved, paired_ratios, 
                      sync_device)
 
 def bench_sweep(models, cfg, device, seed, log):
-    """Encoder alone, forward + backward, fixed tokens per batch, no padding."""
+    """Encoder alone, forward + backward, fixed tokens per batch, no padding; ``cfg["repeats"]``
+    interleaved rounds at each length (recorded as ``rounds``)."""
     g = torch.Generator().manual_seed(seed + 2)
-    out = {"tokens_per_batch": cfg["sweep_tokens"], "steps": cfg["sweep_steps"], "lengths": {},
+    out = {"tokens_per_batch": cfg["sweep_tokens"], "steps": cfg["sweep_steps"], "rounds": cfg["repeats"], "lengths": {},
            "memory": ("peak bytes of live tensors in one forward + backward, from torch.profiler's "
                       "allocation records" if device.type == "cpu" else
                       "CUDA max allocated over the timed steps")}
@@ -53,7 +54,7 @@ def bench_sweep(models, cfg, device, seed, log):
             return bsz * L * cfg["sweep_steps"] / dt
 
         log(f"sweep: length {L}, batch {bsz}")
-        runs = interleaved(alive, max(2, cfg["repeats"] // 2 + 1), measure, lambda *_: None)
+        runs = interleaved(alive, cfg["repeats"], measure, lambda *_: None)
         if cpu:  # allocation records, one untimed step each (RSS misses short peaks on CPU)
             for name in alive:
                 with TensorPeak() as mem:

@@ -107,7 +107,7 @@ def bench_train(models, d, cfg, device, seed, log):
     runs = interleaved(list(models), cfg["repeats"], measure, log)
     out = {"batches": len(batches), "tokens_per_pass": ntokens, "passes": cfg["passes"],
            "update_freq": uf, "timer": "cuda events" if device.type == "cuda" else "perf_counter",
-           "repeats": cfg["repeats"], "systems": {}}
+           "repeats": cfg["repeats"], "rounds": cfg["repeats"], "systems": {}}
     ref = runs[STOCK]
     for name in models:
         static = opts[name].state_bytes()
@@ -174,4 +174,4 @@ def bench_scaling(models, sizes, d, cfg, device, seed, log):
     return {"seconds": {name: summarize(runs[name]) for name in models},
             "time_ratio": paired_ratios(runs["big"], runs["base"]),
             "flop_ratio": flops["big"] / flops["base"],
-            "flops_per_pass": flops, "passes": cfg["passes"], "update_freq": uf}
+            "flops_per_pass": flops, "passes": cfg["passes"], "update_freq": uf, "rounds": cfg["repeats"]}

@@ -60,7 +60,7 @@ def build_parser():
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")
-    p.add_argument("--repeats", type=_positive, help="interleaved rounds (default from preset)")
+    p.add_argument("--repeats", type=_positive, help="interleaved rounds of every measurement: training, inference, the length sweep (default from preset)")
     p.add_argument("--no-infer", action="store_true", help="skip the inference measurement")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=_positive, help="CPU threads for torch (default: torch's)")

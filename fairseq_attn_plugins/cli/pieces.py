@@ -13,6 +13,7 @@ Everything is generated from the pieces' declarations (:mod:`fairseq_attn_core.c
 """
 
 import argparse
+import difflib
 import glob
 import os
 import sys
@@ -59,8 +60,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         from ..models import attn_architectures, is_attn_arch
 
         if not is_attn_arch(args.arch):
+            known = attn_architectures()
+            nearest = difflib.get_close_matches(args.arch, known, n=3, cutoff=0.0)
             print(f"fairseq-attn-pieces: --arch {args.arch!r} is not a transformer_attn architecture; "
-                  f"expected one of {attn_architectures()}", file=sys.stderr)
+                  f"the nearest: {', '.join(nearest)} ({len(known)} in all: transformer_<piece>_wmt_en_de "
+                  f"and its presets, for every piece fairseq-attn-pieces lists)", file=sys.stderr)
             return 2
         from fairseq.models import ARCH_CONFIG_REGISTRY
 

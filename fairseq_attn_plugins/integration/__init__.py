@@ -3,7 +3,10 @@
 * :mod:`.fixes` -- every function the plugin replaces, in one table, installed once by one function;
 * :mod:`.fairseq_fixes` -- fairseq's ``batch_by_size`` keeps the last batch, torchrun on CPU;
 * :mod:`.model_overrides` -- ``--model-overrides`` checked like training flags;
-* :mod:`.refusals` -- the plugin's refusals as one line in fairseq's commands (no traceback).
+* :mod:`.refusals` -- the plugin's refusals as one line in fairseq's commands (no traceback);
+* :mod:`.trainer_checks` -- a model the trainer's device cannot train (flex on CPU) refused when
+  fairseq's ``Trainer`` is made, before any step;
+* :mod:`.quiet_imports` -- fairseq's import-time tensorboardX notice dropped in the commands.
 
 Beside them, public modules of the package: :mod:`fairseq_attn_plugins.checkpoint_safety`
 (fairseq checkpoints load under torch's ``weights_only=True`` with fairseq's own classes

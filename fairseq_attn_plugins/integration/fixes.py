@@ -17,7 +17,7 @@ from typing import Callable, Tuple
 
 from .. import checkpoint_safety
 from ..models import finetune
-from . import fairseq_fixes, model_overrides, refusals
+from . import fairseq_fixes, model_overrides, refusals, trainer_checks
 
 MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
 
@@ -97,6 +97,10 @@ FIXES: Tuple[Fix, ...] = (
         "marks fairseq-train's restores, where `--attn-init-new-params` may keep new pieces' "
         "parameters at their initialisation, and shows the plugin's reason instead of fairseq's "
         "'please ensure that the architectures match'"),
+    Fix("untrainable model refused", "fairseq.trainer:Trainer.__init__", trainer_checks.checked_init,
+        "a model the trainer's device cannot train (`--attn-backend flex` on CPU: torch has no "
+        "flex_attention backward there) is refused in one line before any step, instead of failing "
+        "at its first training step with a `crash.pt` left behind"),
     Fix("one-line refusals", "sys:excepthook", _refusals_hook,
         "in fairseq's commands and ours, a refused flag, override or checkpoint prints `error: "
         "MESSAGE` (no 20-line traceback through fairseq); scripts, notebooks and pytest keep "
@@ -113,7 +117,11 @@ def markdown_table() -> str:
             "| checkpoint classes allowlisted | nothing: `torch.serialization.add_safe_globals` | always | "
             "torch >= 2.6 loads with `weights_only=True`, which refuses the `argparse.Namespace` (and "
             "omegaconf, numpy and meter classes) every fairseq checkpoint holds; exactly those classes "
-            "are allowed instead of `weights_only=False` (`checkpoint_safety.py`) |"]
+            "are allowed instead of `weights_only=False` (`checkpoint_safety.py`) |",
+            "| tensorboardX notice dropped | nothing: a filter on `fairseq.tasks.text_to_speech`'s logger, "
+            "added before fairseq is imported (`quiet_imports.py`) | in fairseq's commands and ours | "
+            "every command's first line was fairseq's advice to install tensorboardX, which only that "
+            "speech task uses; every other message passes |"]
     for fix in FIXES:
         when = ("always" if fix.when is _always else
                 "in fairseq's commands and ours" if fix.when is refusals.running_command else

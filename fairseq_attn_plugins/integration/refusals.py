@@ -11,7 +11,10 @@ usage. When the running program is one of fairseq's commands or one of this dist
   status 1, Python's for an uncaught error; any other exception keeps its traceback);
 * in the programs parsing fairseq's command line (:func:`fairseq_parser_command`), an argparse
   error print one line without the usage, and an unknown flag the nearest known one
-  (``--csan-windw``: ``did you mean --csan-window?``), exit status 2 as argparse's.
+  (``--csan-windw``: ``did you mean --csan-window?``) and where the model's flags are listed
+  (``fairseq-attn-pieces --arch A``); a model flag given to a command that builds the model from
+  a checkpoint (``fairseq-generate --attn-flex-compile none``) the ``--model-overrides`` that sets
+  it; exit status 2 as argparse's.
 
 Any other program importing the package (a script, a notebook, pytest) keeps its interpreter as
 it was: ``sys.excepthook`` and argparse are left alone and the exceptions propagate with their
@@ -78,15 +81,75 @@ def nearest_flag(unknown: str, known) -> str:
     return close[0] if close else ""
 
 
-def parser_error(parser: argparse.ArgumentParser, message: str):
+def arch_of(argv) -> str:
+    """The architecture named on a fairseq command line (``--arch A``, ``--arch=A``, ``-a A``), or ''."""
+    for i, a in enumerate(argv):
+        if a.startswith("--arch="):
+            return a.split("=", 1)[1]
+        if a in ("--arch", "-a") and i + 1 < len(argv):
+            return argv[i + 1]
+    return ""
+
+
+def where_flags_are_listed(argv) -> str:
+    """Where the model's flags are listed: ``fairseq-train --help`` shows no model or piece flag
+    (fairseq 0.12 adds them only once the architecture is parsed), ``fairseq-attn-pieces --arch A``
+    lists them with their values."""
+    arch = arch_of(argv)
+    if arch:
+        return f"fairseq-attn-pieces --arch {arch} lists its flags"
+    return "fairseq-attn-pieces --arch ARCH lists an architecture's flags"
+
+
+def _flag_value(flag: str, argv):
+    """The value given to ``flag`` on ``argv`` as a Python literal's value (True for none)."""
+    if "=" in flag:
+        text = flag.split("=", 1)[1]
+    else:
+        i = argv.index(flag) if flag in argv else -1
+        text = argv[i + 1] if 0 <= i < len(argv) - 1 and not argv[i + 1].startswith("--") else None
+    if text is None:
+        return True
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def model_override(flag: str, argv) -> str:
+    """For a model flag of the plugin given to a command that builds the model from a checkpoint
+    (fairseq-generate, -interactive, -validate: their parser has no model flag), the route that
+    sets it: ``--model-overrides "{'attn_flex_compile': 'none'}"``; '' for any other flag."""
+    from fairseq_attn_core.flags import piece_flags
+    from .model_overrides import SHARED_FLAGS
+
+    dest = flag.split("=", 1)[0].lstrip("-").replace("-", "_")
+    if dest not in set(piece_flags()) | set(SHARED_FLAGS):
+        return ""
+    return f"--model-overrides \"{{{dest!r}: {_flag_value(flag, argv)!r}}}\""
+
+
+def parser_error(parser: argparse.ArgumentParser, message: str, argv=None):
     """argparse's error without the usage (fairseq's runs to 190 lines): one line, the nearest
-    known flag of each unknown one; exit status 2 as argparse's."""
+    known flag of each unknown one, and where the model's flags are listed
+    (:func:`where_flags_are_listed`; ``argv``: the command line, default ``sys.argv``); exit
+    status 2 as argparse's."""
+    argv = sys.argv[1:] if argv is None else argv
     hint = ""
     prefix = "unrecognized arguments: "
     if message.startswith(prefix):
         flags = [a for a in message[len(prefix):].split() if a.startswith("-")]
-        near = [(f, nearest_flag(f, parser._option_string_actions)) for f in flags]
-        hint = "; ".join(f"did you mean {n} (for {f})?" if len(flags) > 1 else f"did you mean {n}?"
-                         for f, n in near if n)
-    parser.exit(2, f"error: {message}" + (f" ({hint})" if hint else "") + f" ({parser.prog} --help lists the flags)\n")
+        hints = []
+        for f in flags:
+            override = "" if arch_of(argv) else model_override(f, argv)
+            near = nearest_flag(f, parser._option_string_actions)
+            if override:
+                hints.append(f"{f.split('=', 1)[0]} is a model flag: {parser.prog} takes it as {override}")
+            elif near:
+                hints.append(f"did you mean {near} (for {f})?" if len(flags) > 1 else f"did you mean {near}?")
+        hint = "; ".join(hints)
+    listed = where_flags_are_listed(argv)
+    parser.exit(2, f"error: {message}" + (f" ({hint})" if hint else "") + f" ({listed})\n")
 

@@ -5,9 +5,9 @@
 # with an AER column (WORK/align.md). A run aligned before is kept (ALIGN_REDO=1 redoes it); PER_HEAD=1:
 # every head too. Needs a corpus whose data folders hold gold alignments (raw/{valid,test}.align).
 align_main() {
+  no_args "$@"  # settings: RUNS, ALIGN_REDO, PER_HEAD, BS_SAMPLES, AR_TRIALS
   recipe_defaults
   local d run data yes extra runs
-  (( $# == 0 )) || die "align.sh takes no arguments (settings: RUNS, ALIGN_REDO, PER_HEAD, BS_SAMPLES, AR_TRIALS)"
   if [[ -z ${RUNS:-} ]]; then
     RUNS=""
     for d in "$WORK"/runs/*/; do [[ -f $d/test/scores.json ]] && RUNS+=" ${d%/}"; done

@@ -385,27 +385,34 @@ binarise() {
 # before data folders held them: $WORK/raw)
 data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw"; fi; }
 
-# data_main list | prune [--dry-run | --yes]: the prepared data folders of WORK/data (id, settings,
-# inputs, training pairs, size, the runs naming them: those under WORK and those registered in
-# WORK/runs.index wherever they lie), or those no run record (nor WORK/data-bin) names: shown with
-# their sizes and why, removed only with --yes
+# data_main list | prune [--dry-run | --yes] [--forget-gone] | register DIR | forget DIR: the prepared
+# data folders of WORK/data (id, settings, inputs, training pairs, size, the runs naming them: those
+# under WORK and those registered in WORK/runs.index wherever they lie), or those no run record (nor
+# WORK/data-bin, nor a registered run that is gone) names: shown with their sizes and why, removed
+# only with --yes. A moved run: 'register NEW_PLACE'; a removed one: 'forget OLD_PLACE'.
 data_main() {
-  local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them) or 'prune' (show the unreferenced ones; 'prune --yes' removes them)"
+  local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them), 'prune' (show the unreferenced ones; 'prune --yes' removes them), 'register DIR' (a moved run's new place) or 'forget DIR' (a registered run that was removed)"
   case ${1:-} in
     list) shift; no_args "$@"; recipe_defaults; "${STEPS[@]}" data-list "$WORK";;
     prune)
       shift
-      local yes=() a
+      local yes=() forget=() a
       for a in "$@"; do
         case $a in
           --yes) yes=(--yes);;
           --dry-run) ;;
-          *) die "data.sh prune: unknown argument '$a': give --dry-run (the default: show what would be removed) or --yes (remove it)";;
+          --forget-gone) forget=(--forget-gone);;
+          *) die "data.sh prune: unknown argument '$a': give --dry-run (the default: show what would be removed), --yes (remove it) and/or --forget-gone (forget the registered runs that are gone)";;
         esac
       done
       [[ " $* " != *" --yes "* || " $* " != *" --dry-run "* ]] || die "data.sh prune: --dry-run and --yes contradict each other: give one"
       recipe_defaults
-      "${STEPS[@]}" data-prune "$WORK" "${yes[@]}";;
+      "${STEPS[@]}" data-prune "$WORK" "${yes[@]}" "${forget[@]}";;
+    register|forget)
+      local action=$1; shift
+      (( $# == 1 )) && [[ $1 != -* ]] || die "data.sh $action: give one run folder (data.sh $action DIR)${1:+, not '$*'}"
+      recipe_defaults
+      "${STEPS[@]}" "data-$action" "$WORK" "$1" || exit $?;;
     *) die "data.sh${1:+ $1}: unknown action; $usage";;
   esac
 }
@@ -443,7 +450,9 @@ train_main() {
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
   # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
   DATA=$(cd "$DATA" && pwd -P)
-  [[ -e "$WORK/.done/binarise" && -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA: run prepare.sh first"
+  # a data folder carries its own record (checked above): one prepared in another WORK is taken as
+  # it is, and the run registered in that WORK too (its data.sh prune then keeps the data)
+  [[ -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA (no dict.$SRC.txt beside its prepare.json): run prepare.sh first"
   log "data: $DATA"
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
@@ -502,13 +511,14 @@ train_main() {
     args+=(--distributed-world-size "$NGPUS")
     launch=("$PYTHON" -m fairseq_attn_recipes.train)
   fi
-  # finished before with these very arguments (run record): nothing is started, nothing written
+  # registered in the WORK whose data it trains on: data.sh list/prune see it wherever SAVE_DIR lies
+  # (a run moved to SAVE_DIR is registered there by re-running train.sh, even when nothing is left to train)
+  "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR" --data "$DATA"
+  # finished before with these very arguments (run record): nothing is started, nothing else written
   if "${STEPS[@]}" finished-before --save-dir "$SAVE_DIR" -- "${args[@]}"; then
     log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0
   fi
   # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
-  # registered in the WORK whose data it trains on: data.sh list/prune see it wherever SAVE_DIR lies
-  "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR"
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
   local rc=0 r pids=()
@@ -619,7 +629,7 @@ evaluate_main() {
     --text "paper_table_metric=${PAPER_METRIC:-}" \
     --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"
-  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $refs/test.$TGT RUN_DIRS..."
+  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $refs/$EVAL_SUBSET.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

@@ -32,6 +32,7 @@ sweep_lines() {  # the checked lines of SWEEP, tabs kept
 }
 
 sweep_main() {
+  no_args "$@"
   local lines; lines=$(sweep_lines) || exit 2
   recipe_defaults
   SWEEP_DIR=${SWEEP_DIR:-$WORK/sweep}

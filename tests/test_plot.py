@@ -166,7 +166,7 @@ def test_collected_probabilities_respect_windows_and_padding(tmp_path):
 def test_plot_command_on_tiny_checkpoint(tmp_path, capsys):
     arch = _windowed_arch()
     flags = arch_test_flags(arch)
-    data = shared_data(100, 10, 10)
+    data = shared_data(120)  # the toy corpus of the pair tests
     extra = ["--max-update", "3", "--seed", "1"]
     for k, v in flags.items():
         extra += ["--" + k.replace("_", "-"), str(v)]
@@ -200,7 +200,7 @@ def test_plot_command_on_stock_fairseq_transformer(tmp_path, capsys):
     ends with a one-line error."""
     from fairseq import checkpoint_utils
 
-    data = shared_data(100, 10, 10)
+    data = shared_data(120)  # the toy corpus of the pair tests
     train_in_process(train_cmd(data, str(tmp_path / "ck"), "transformer", ["--max-update", "2", "--seed", "1"])[1:])
     ck = str(tmp_path / "ck" / "checkpoint_last.pt")
     out_dir, stats_json = tmp_path / "plots", tmp_path / "stats.json"

@@ -185,6 +185,7 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
     assert q.returncode == 2 and len(said) == 1 and "did you mean --csan-window?" in said[0], q.stderr
 
 
+@pytest.mark.e2e  # prepare.sh runs fairseq-preprocess (the copied WORK is prepared again at its own path)
 def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_path):
     """raw/, tok/ and bpe/ serve every preparation of a WORK: a prepare.sh started while another
     runs there is refused in one line and touches nothing; once the first ends, it runs."""

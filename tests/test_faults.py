@@ -297,7 +297,7 @@ def test_safe_load_accepts_the_numpy_values_fairseq_keeps(tmp_path):
 # ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def data_bin():
-    return shared_data(300, 30, 20)
+    return shared_data(300)  # the corpus of trained_models (its validation and test sets unused: no validation)
 
 
 def _losses(text):

@@ -12,7 +12,7 @@ from fairseq_attn_reports.cli import plot
 from fairseq_attn_plugins.reporting.attention_maps import collect_attention, plot_layer
 from fairseq_attn_plugins.reporting.attention_stats import head_disagreement, head_div, head_entropy, head_stats
 
-from cli_helpers import make_data
+from cli_helpers import shared_data, train_in_process
 from reliability_helpers import (
     arch_test_flags,
     batch,
@@ -20,7 +20,6 @@ from reliability_helpers import (
     dictionary,
     plugin_archs,
     train_cmd,
-    run,
 )
 
 
@@ -167,11 +166,11 @@ def test_collected_probabilities_respect_windows_and_padding(tmp_path):
 def test_plot_command_on_tiny_checkpoint(tmp_path, capsys):
     arch = _windowed_arch()
     flags = arch_test_flags(arch)
-    data = make_data(str(tmp_path), 100, 10, 10)
+    data = shared_data(120)  # the toy corpus of the pair tests
     extra = ["--max-update", "3", "--seed", "1"]
     for k, v in flags.items():
         extra += ["--" + k.replace("_", "-"), str(v)]
-    run(train_cmd(data, str(tmp_path / "ck"), arch, extra))
+    train_in_process(train_cmd(data, str(tmp_path / "ck"), arch, extra)[1:])  # fairseq-train's main, here
     out_dir, stats_json = tmp_path / "plots", tmp_path / "stats.json"
     rc = plot.main([data, "--path", str(tmp_path / "ck" / "checkpoint_last.pt"),
                     "--sentence", "rot kat_pl hund sieht", "--target", "tak hund sieht",
@@ -201,8 +200,8 @@ def test_plot_command_on_stock_fairseq_transformer(tmp_path, capsys):
     ends with a one-line error."""
     from fairseq import checkpoint_utils
 
-    data = make_data(str(tmp_path), 100, 10, 10)
-    run(train_cmd(data, str(tmp_path / "ck"), "transformer", ["--max-update", "2", "--seed", "1"]))
+    data = shared_data(120)  # the toy corpus of the pair tests
+    train_in_process(train_cmd(data, str(tmp_path / "ck"), "transformer", ["--max-update", "2", "--seed", "1"])[1:])
     ck = str(tmp_path / "ck" / "checkpoint_last.pt")
     out_dir, stats_json = tmp_path / "plots", tmp_path / "stats.json"
     rc = plot.main([data, "--path", ck, "--sentence", "rot kat_pl hund sieht", "--target", "tak hund sieht",

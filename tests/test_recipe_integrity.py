@@ -15,7 +15,7 @@ import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint class
 
 sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
-from test_recipes import RECIPES, read, run, steps  # noqa: E402
+from test_recipes import RECIPES, prepared_ende, read, run, steps, steps_in_process  # noqa: E402
 
 LIB = os.path.join(RECIPES, "lib", "common.sh")
 
@@ -264,7 +264,7 @@ def test_averaging_is_fairseqs_fp32_newest_first_and_refuses_too_few(tmp_path):
         ckpts[update] = params
     _checkpoint(tmp_path / "checkpoint_last.pt", ckpts[8], 8)
     out = tmp_path / "avg.pt"
-    p = steps("average", str(tmp_path), "--n", "3", "--output", str(out), "--record", str(tmp_path / "avg.json"))
+    p = steps_in_process("average", str(tmp_path), "--n", "3", "--output", str(out), "--record", str(tmp_path / "avg.json"))
     assert p.returncode == 0, p.stderr
     avg = torch.load(out)["model"]
     # fairseq's average_checkpoints.py: newest first, fp16 summed in fp32, result kept in fp32
@@ -283,7 +283,7 @@ def test_averaging_is_fairseqs_fp32_newest_first_and_refuses_too_few(tmp_path):
     assert rec["averaged_checkpoints"] == ["checkpoint_1_8.pt", "checkpoint_1_6.pt", "checkpoint_1_4.pt"]
     assert rec["num_updates"] == 8  # the other entries come from the newest checkpoint
     # fewer checkpoints than asked: refused, nothing written
-    p = steps("average", str(tmp_path), "--n", "5", "--output", str(tmp_path / "avg5.pt"))
+    p = steps_in_process("average", str(tmp_path), "--n", "5", "--output", str(tmp_path / "avg5.pt"))
     assert p.returncode == 2 and "4 saved checkpoints (updates 2, 4, 6, 8) but N_AVG=5" in p.stderr
     assert not (tmp_path / "avg5.pt").exists()
 
@@ -355,9 +355,7 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
 
 @pytest.mark.e2e
 def test_big_averages_twenty_checkpoints_and_refuses_fewer(tmp_path):
-    env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de")
-    env.update(WORK=str(tmp_path / "work"), MAX_UPDATE="6")
-    run("wmt14_en_de", "prepare.sh", env)
+    env = dict(prepared_ende(tmp_path / "work"), MAX_UPDATE="6")  # recipe_data's en-de pair, prepared
     big = dict(env, ARCH="transformer_attn_vaswani_wmt_en_de_big", N_AVG="")  # empty: the default
     run("wmt14_en_de", "train.sh", big)
     p = run("wmt14_en_de", "evaluate.sh", big, check=False)

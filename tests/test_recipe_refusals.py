@@ -282,6 +282,7 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
     assert "(fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags)" in said[0], said
 
 
+@pytest.mark.e2e  # prepare.sh runs fairseq-preprocess (the copied WORK is prepared again at its own path)
 def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_path):
     """raw/, tok/ and bpe/ serve every preparation of a WORK: a prepare.sh started while another
     runs there is refused in one line and touches nothing; once the first ends, it runs."""

@@ -44,6 +44,24 @@ def steps(*args):
                           capture_output=True, text=True)
 
 
+def steps_in_process(*args):
+    """:func:`steps` run by the same ``main`` in this process, for a step that loads torch and
+    fairseq (``average``): this process has them loaded, a new one would spend seconds starting
+    them. The same argument parsing, output and exit status (``die``'s ``sys.exit``)."""
+    import contextlib
+    import io
+
+    from fairseq_attn_recipes.__main__ import main
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+    return subprocess.CompletedProcess(["fairseq_attn_recipes", *args], code, out.getvalue(), err.getvalue())
+
+
 # ------------------------------------------------------------------ fast checks
 def test_every_recipe_has_thin_scripts():
     for recipe in ("wmt14_en_de", "wmt17_zh_en", "wat17_ja_en", "bible_grc_en"):
@@ -89,7 +107,7 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
         torch.save(st, tmp_path / name)
         states.append(st)
     out = tmp_path / "avg.pt"
-    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out))
+    p = steps_in_process("average", str(tmp_path), "--n", "2", "--output", str(out))
     assert p.returncode == 0, p.stderr
     avg = torch.load(out)["model"]
     # the last two epoch checkpoints (2 and 3), averaged in float64 by hand
@@ -102,18 +120,18 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
 
     # the same files again: the average is reused, not made again (the file untouched)
     made = out.stat().st_mtime_ns
-    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out), "--record", str(tmp_path / "r.json"))
+    p = steps_in_process("average", str(tmp_path), "--n", "2", "--output", str(out), "--record", str(tmp_path / "r.json"))
     assert p.returncode == 0 and "made before from the same files, reused" in p.stdout, p.stdout + p.stderr
     assert out.stat().st_mtime_ns == made and json.load(open(tmp_path / "r.json"))["num_updates"] == 2
     # a source rewritten (another training in the folder): averaged again, from the new weights
     states[2]["model"]["w"] = states[2]["model"]["w"] + 1
     torch.save(states[2], tmp_path / "checkpoint3.pt")
-    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out))
+    p = steps_in_process("average", str(tmp_path), "--n", "2", "--output", str(out))
     assert p.returncode == 0 and "reused" not in p.stdout
     torch.testing.assert_close(torch.load(out)["model"]["w"].double(), expected + 0.5, rtol=1e-6, atol=1e-6)
     # the average itself changed since it was made: not trusted, made again
     torch.save({"model": {}}, out)
-    p = steps("average", str(tmp_path), "--n", "2", "--output", str(out))
+    p = steps_in_process("average", str(tmp_path), "--n", "2", "--output", str(out))
     assert p.returncode == 0 and "reused" not in p.stdout
     torch.testing.assert_close(torch.load(out)["model"]["w"].double(), expected + 0.5, rtol=1e-6, atol=1e-6)
 

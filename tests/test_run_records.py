@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from run_records import write_record  # noqa: E402
 from test_demo import TRAIN_LOG  # noqa: E402
-from test_recipes import steps  # noqa: E402
+from test_recipes import steps_in_process  # noqa: E402
 
 from fairseq_attn_reports.cli import results as results_cli  # noqa: E402
 from fairseq_attn_reports import results, seeds  # noqa: E402
@@ -55,7 +55,7 @@ def test_averaging_takes_the_last_save_points_by_the_update_they_hold(tmp_path, 
     assert sorted(os.listdir(tmp_path)) == ["checkpoint1.pt", "checkpoint2.pt", "checkpoint_1_18.pt", "checkpoint_1_9.pt",
                                             "checkpoint_2_36.pt", "checkpoint_2_45.pt", "checkpoint_last.pt"]
     out = tmp_path / "avg.pt"
-    p = steps("average", str(tmp_path), "--n", "3", "--output", str(out), "--record", str(tmp_path / "avg.json"))
+    p = steps_in_process("average", str(tmp_path), "--n", "3", "--output", str(out), "--record", str(tmp_path / "avg.json"))
     assert p.returncode == 0, p.stderr
     rec = json.loads((tmp_path / "avg.json").read_text())
     assert [(a["file"], a["num_updates"], a["epoch"]) for a in rec["averaged"]] == [

@@ -175,7 +175,7 @@ def cmd_concat_train(args):
     write_lines(args.record, [json.dumps(record, indent=1)])
     how = "consecutive pairs of one document" if docs is not None else f"random pairs (seed {args.seed})"
     print(f"concat-train: {len(src)} pairs and {len(out_src) - len(src)} joined ones ({how}: "
-          + ", ".join(f"{c['n']} of {k}" for k, c in record["k"].items()) + ")")
+          + ", ".join(f"k = {k}: {c['n']}" for k, c in record["k"].items()) + ")")
 
 
 def add_parsers(sub) -> None:

@@ -218,11 +218,12 @@ lengths_train_evaluate() {  # lengths_train_evaluate K...: train SAVE_DIR, evalu
 # each of SEEDS): 4. by source length (the first seed), 5. per k (every seed; the segment-by-segment rows)
 lengths_report() {
   local dir=$1 data=$2; shift 2
-  local ks=("$@") runs=() first=() run_names=() name s k
+  local ks=("$@") runs=() first=() run_names=() name s k first_seed=
+  read -r first_seed _ <<< "${SEEDS:-}"
   for name in "${names[@]}"; do
-    if [[ -z ${SEEDS:-} ]]; then runs+=("$dir/$name"); first+=("$dir/$name"); run_names+=("$name"); continue; fi
+    if [[ -z $first_seed ]]; then runs+=("$dir/$name"); first+=("$dir/$name"); run_names+=("$name"); continue; fi
     for s in $SEEDS; do runs+=("$dir/${name}_seed$s"); run_names+=("$name"); done
-    first+=("$dir/${name}_seed${SEEDS%% *}")
+    first+=("$dir/${name}_seed$first_seed")
   done
   mkdir -p "$dir/concat"
   # 4. the by-length table and plot, buckets beyond the training length marked
@@ -236,14 +237,14 @@ lengths_report() {
     --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
     --md "$dir/lengths.md" --json "$dir/lengths.json" --plot "$dir/lengths.png" \
     "${first[@]}" > "$dir/results.out" || { cat "$dir/results.out" >&2; die "fairseq-attn-results failed"; }
-  [[ -z ${SEEDS:-} ]] || echo "(by source length: seed ${SEEDS%% *} of each system; per k below: seeds $SEEDS)" >> "$dir/results.out"
+  [[ -z $first_seed ]] || echo "(by source length: seed $first_seed of each system; per k below: seeds $SEEDS)" >> "$dir/results.out"
   # 5. per k: the runs' evaluations of the joined test set, the same table and tests, and lengths.json's "concat"
   local per_k=()
   for k in "${ks[@]}"; do
     local sub="concat/k$k.test" ref="$data/raw/concat/k$k.test.$TGT"
     src_words="$data/raw/$sub.$SRC"
     if (( k == 1 )); then
-      if [[ -z ${SEEDS:-} ]]; then per_k+=(--k "1=$dir/lengths.json"); continue; fi  # the table above
+      if [[ -z $first_seed ]]; then per_k+=(--k "1=$dir/lengths.json"); continue; fi  # the table above
       sub=test; ref="$data/raw/test.$TGT"; src_words="$data/raw/test.$SRC"
     fi
     if [[ $(words_counted_on "$SRC") == tokenised ]]; then

@@ -8,7 +8,7 @@ that looks finished. Each module declares its steps' parsers beside the steps (`
 Steps: check-tools, check-arch, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
-check-positions, concat-test, profile, language-facts, fairseq-args, parts-record. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 

@@ -16,10 +16,23 @@ Writes, for every other k, ``OUT/k<k>.<src>``, ``OUT/k<k>.<tgt>`` and ``OUT/k<k>
 document id of each group), then ``OUT/concat.json`` (per k: groups, documents, mean and largest
 source length in words, the first line of each group), each file written aside then renamed;
 prints the k that have groups, one per line.
+
+``concat-train`` (``TRAIN_CONCAT`` of the data step, e.g. ``2`` or ``2,4``): concatenation
+training (Nguyen et al. 2021; Kondo et al. 2021; Varis & Bojar 2021), the standard remedy for
+outputs that stop early on long inputs. Every training pair kept by the cap and the cleaning
+(the cap applies to these original pairs) is also joined with its next k - 1 kept pairs of the
+same document (source with source, target with target, one space between), for each k given;
+the joined pairs follow the original pairs in the training set. A pair whose document has
+fewer than k - 1 kept pairs after it starts no group of k. Without document ids (``--docs``),
+each pair is joined with k - 1 other pairs drawn at random (``random.Random(seed)``, without
+the pair itself; Nguyen et al. found random pairs about as good as consecutive ones). The
+groups (1-based lines of the kept pairs) are written beside (``--groups-out``) and counted in
+``--record``.
 """
 
 import json
 import os
+import random
 import sys
 from typing import List, Optional, Sequence
 
@@ -109,6 +122,62 @@ def cmd_concat_test(args):
         print(k)
 
 
+def parse_train_ks(spec: str) -> List[int]:
+    """``TRAIN_CONCAT``: ``"2,4"`` -> [2, 4]; integers >= 2, none repeated; else a one-line error."""
+    parts = [s.strip() for s in (spec or "").split(",")]
+    if not spec or any(not (p.isascii() and p.isdigit()) or int(p) < 2 for p in parts):
+        die(f"TRAIN_CONCAT={spec}: give how many training pairs are joined into one, integers of at least 2 "
+            f"separated by commas (e.g. 2 or 2,4)")
+    ks = [int(p) for p in parts]
+    if len(set(ks)) != len(ks):
+        die(f"TRAIN_CONCAT={spec}: {','.join(str(k) for k in sorted(set(ks)) if ks.count(k) > 1)} given twice")
+    return ks
+
+
+def training_groups(n: int, k: int, docs: Optional[Sequence[str]], rng: random.Random) -> List[List[int]]:
+    """The groups of k pairs (0-based lines) joined for TRAIN_CONCAT: each pair with its next k - 1
+    pairs of the same document, or with k - 1 other pairs drawn by ``rng`` without documents."""
+    if docs is not None:
+        return [run[i:i + k] for run in document_runs(docs) for i in range(len(run) - k + 1)]
+    if n < k:
+        return []
+    return [[i] + [j + (j >= i) for j in rng.sample(range(n - 1), k - 1)] for i in range(n)]
+
+
+def cmd_concat_train(args):
+    ks = parse_train_ks(args.ks)
+    src, tgt = read_lines(args.src), read_lines(args.tgt)
+    if len(src) != len(tgt):
+        die(f"{args.src} has {len(src)} lines but {args.tgt} has {len(tgt)}")
+    docs = None
+    if args.docs:
+        docs = read_lines(args.docs)
+        if len(docs) != len(src):
+            die(f"{args.docs}: {len(docs)} document ids, but {args.src} has {len(src)} training pairs: "
+                f"give one document id per training line")
+    rng = random.Random(args.seed)
+    out_src, out_tgt, groups = list(src), list(tgt), []
+    record = {"ks": ks, "original": len(src), "documents": os.path.abspath(args.docs) if args.docs else None,
+              "seed": None if docs is not None else args.seed, "k": {}}
+    for k in ks:
+        got = training_groups(len(src), k, docs, rng)
+        out_src += [" ".join(src[i] for i in g) for g in got]
+        out_tgt += [" ".join(tgt[i] for i in g) for g in got]
+        groups += [" ".join(str(i + 1) for i in g) for g in got]
+        record["k"][str(k)] = {"n": len(got)}
+        if not got:
+            print(f"TRAIN_CONCAT: no pair has {k - 1} kept pairs after it in its document: no joined pairs of {k}",
+                  file=sys.stderr)
+    record["total"] = len(out_src)
+    write_lines(args.src_out, out_src)
+    write_lines(args.tgt_out, out_tgt)
+    write_lines(args.groups_out, groups)
+    write_lines(args.record, [json.dumps(record, indent=1)])
+    how = "consecutive pairs of one document" if docs is not None else f"random pairs (seed {args.seed})"
+    print(f"concat-train: {len(src)} pairs and {len(out_src) - len(src)} joined ones ({how}: "
+          + ", ".join(f"k = {k}: {c['n']}" for k, c in record["k"].items()) + ")")
+
+
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("concat-test", help="the test set as groups of k consecutive segments of one document "
@@ -118,3 +187,12 @@ def add_parsers(sub) -> None:
     p.add_argument("--ks", required=True, help="CONCAT, e.g. 1,2,4,8"); p.add_argument("--out", required=True)
     p.add_argument("--src-lang", required=True); p.add_argument("--tgt-lang", required=True)
     p.set_defaults(fn=cmd_concat_test)
+    p = sub.add_parser("concat-train", help="the training pairs and their joins of k (TRAIN_CONCAT of the data step)")
+    p.add_argument("--src", required=True); p.add_argument("--tgt", required=True)
+    p.add_argument("--docs", help="one document id per training pair (default: random pairs)")
+    p.add_argument("--ks", required=True, help="TRAIN_CONCAT, e.g. 2,4")
+    p.add_argument("--seed", type=int, default=1, help="the draw of random pairs (without --docs)")
+    p.add_argument("--src-out", required=True); p.add_argument("--tgt-out", required=True)
+    p.add_argument("--groups-out", required=True, help="the 1-based lines of each joined pair")
+    p.add_argument("--record", required=True, help="JSON: the joined pairs counted")
+    p.set_defaults(fn=cmd_concat_train)

@@ -212,10 +212,14 @@ def cmd_clean(args):
     """As Moses' clean-corpus-n.perl: keep pairs with min <= len <= max tokens and length ratio <= ratio.
     With --max-src-words N --src-raw FILE, also drop the pairs whose line in FILE (aligned with the
     inputs) has more than N whitespace-separated words; --record writes what the cap kept and dropped,
-    --full-src-out/--full-tgt-out the cleaned pairs without the cap (the dictionary's input)."""
+    --full-src-out/--full-tgt-out the cleaned pairs without the cap (the dictionary's input);
+    --docs-in/--docs-out the document id of each kept pair (TRAIN_CONCAT joins pairs of one document)."""
     src, tgt = read_lines(args.src_in), read_lines(args.tgt_in)
     if len(src) != len(tgt):
         die(f"{args.src_in} has {len(src)} lines but {args.tgt_in} has {len(tgt)}")
+    docs = read_lines(args.docs_in) if args.docs_in else [""] * len(src)
+    if len(docs) != len(src):
+        die(f"{args.docs_in} has {len(docs)} document ids but {args.src_in} has {len(src)} lines: not aligned")
     capped = [True] * len(src)
     cap = None
     if args.max_src_words is not None:
@@ -228,8 +232,8 @@ def cmd_clean(args):
         cap = {"max_src_words": args.max_src_words, "words_of": args.words_of, "counted_in": os.path.abspath(args.src_raw),
                "kept": sum(capped), "dropped": len(capped) - sum(capped),
                "shared_with_uncapped": "BPE codes, dictionary (made from the cleaned pairs without the cap)"}
-    keep_s, keep_t, full_s, full_t = [], [], [], []
-    for s, t, in_cap in zip(src, tgt, capped):
+    keep_s, keep_t, full_s, full_t, keep_d = [], [], [], [], []
+    for s, t, in_cap, d in zip(src, tgt, capped, docs):
         ls, lt = len(s.split()), len(t.split())
         if not (args.min <= ls <= args.max and args.min <= lt <= args.max):
             continue
@@ -240,10 +244,13 @@ def cmd_clean(args):
         if in_cap:
             keep_s.append(s)
             keep_t.append(t)
+            keep_d.append(d)
     if not keep_s:
         die("cleaning removed every sentence pair; check the corpus files and the language order")
     write_lines(args.src_out, keep_s)
     write_lines(args.tgt_out, keep_t)
+    if args.docs_out:
+        write_lines(args.docs_out, keep_d)
     if args.full_src_out:  # the cleaned pairs without the cap: what the dictionary is made from
         write_lines(args.full_src_out, full_s)
         write_lines(args.full_tgt_out, full_t)
@@ -282,6 +289,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--src-raw", help="source lines the cap counts words of (aligned with --src-in)")
     p.add_argument("--words-of", default="raw", choices=["raw", "tokenised"], help="what --src-raw is (recorded)")
     p.add_argument("--full-src-out"); p.add_argument("--full-tgt-out")
+    p.add_argument("--docs-in", help="one document id per input pair"); p.add_argument("--docs-out")
     p.add_argument("--record", help="JSON: what the cap kept and dropped"); p.set_defaults(fn=cmd_clean)
     p = sub.add_parser("cap-check"); p.add_argument("--max-src-words", type=int, required=True)
     p.add_argument("--src-raw", required=True); p.set_defaults(fn=cmd_cap_check)

@@ -148,6 +148,10 @@ def cmd_prepare_record(args):
     if args.clean_record and os.path.isfile(args.clean_record):
         with open(args.clean_record, encoding="utf-8") as f:
             cap = json.load(f).get("cap")
+    joined = None  # TRAIN_CONCAT: the joined pairs added to the training set (concat-train's record)
+    if getattr(args, "concat_record", None):
+        with open(args.concat_record, encoding="utf-8") as f:
+            joined = json.load(f)
     data = data_digest(args.data)
     record = {
         "settings": dict(sorted(key_values(args.set).items())),
@@ -159,6 +163,8 @@ def cmd_prepare_record(args):
         "data_id": _data_id(data),
         "data_bin": data,
     }
+    if joined is not None:
+        record["train_pairs"]["concat"] = joined
     write_lines(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
 
 
@@ -231,6 +237,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
     p.add_argument("--test-ref", required=True); p.add_argument("--parts")
     p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)")
+    p.add_argument("--concat-record", help="concat-train's record (the joined pairs of TRAIN_CONCAT)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=PATH", help="a file the prepare was given (TRAIN_SRC=...)")
     p.add_argument("--raw-record", help="the raw step's marker (the digests of the files it read)")
     p.add_argument("--downloads", help="WORK/downloads.sha256 (the archives downloaded)"); p.set_defaults(fn=cmd_prepare_record)

@@ -129,6 +129,20 @@ class CometScorer:
                                      num_workers=None, length_batching=True)
         return [float(s) for s in out.scores]
 
+    def window(self) -> int:
+        """The most model tokens (its two special tokens included) COMET reads of one source,
+        output or reference: its encoder's ``prepare_sample`` truncates each at ``max_positions -
+        2`` (510 for XLM-R's 512 positions), without a word."""
+        return int(self.model.encoder.max_positions) - 2
+
+    def over_window(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` (stripped, as scored) are longer than :meth:`window`, so that
+        COMET scores only their beginning."""
+        if not texts:
+            return 0
+        ids = self.model.encoder.tokenizer([t.strip() for t in texts], truncation=False)["input_ids"]
+        return sum(1 for x in ids if len(x) > self.window())
+
     def score_systems(self, sources: Sequence[str], refs: Sequence[str],
                       systems: Sequence[Sequence[str]]) -> List[List[float]]:
         """Segment scores of every system (lines stripped, as comet-score reads them)."""

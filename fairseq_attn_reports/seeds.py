@@ -182,6 +182,7 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
         ratio_mean, ratio_std = mean_std(ratios) if None not in ratios else (None, None)
         rows.append({
             "system": name, "n_seeds": len(rs), "seeds": [s for s, _ in rs], "run_dirs": [d for _, d in rs],
+            "hyps": [outputs[d][0] for _, d in rs],  # the translations scored, per seed
             # the seeds' records agree but for the seed (group_runs): the first recorded one says it
             "trained_model": next((m for m in (infos[d].trained_model() for _, d in rs) if m), None),
             "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,

@@ -149,3 +149,21 @@ def test_comet_by_source_length(tiny_comet, tmp_path, monkeypatch):
         else:
             assert good["p_bootstrap"] is None and bucket["systems"][1]["marks"]["comet"] == ""
     assert data["buckets"][0]["tested"]
+
+
+def test_inputs_over_comets_window_are_those_its_encoder_cuts(tiny_comet):
+    """Joined inputs grow past COMET's encoder window: the count is that of the texts COMET's own
+    prepare_sample truncates."""
+    paths, ckpt = tiny_comet
+    scorer = comet_metric.load(ckpt, gpus=0)
+    refs = paths["ref"].read_text(encoding="utf-8").splitlines()
+    texts = [" ".join(refs[i:i + k]) for k in (1, 4, 16) for i in range(0, len(refs) - k + 1, k)]
+    encoder = scorer.model.encoder
+    cut = 0
+    for t in texts:
+        whole = encoder.tokenizer(t)["input_ids"]
+        read = encoder.prepare_sample([t])["input_ids"][0]
+        cut += int(len(read) < len(whole))
+    assert 0 < cut < len(texts)
+    assert scorer.over_window(texts) == cut
+    assert scorer.window() == max(len(encoder.prepare_sample([t])["input_ids"][0]) for t in texts)

@@ -135,24 +135,69 @@ def test_aspec_test_lines_give_their_document_ids(tmp_path):
     assert bad.returncode == 2 and "expected a document ID and a sentence ID" in bad.stderr
 
 
-def test_a_test_docs_file_without_its_final_newline_is_read_as_text_lines(tmp_path):
-    """TEST_DOCS checked by lengths.sh before any work, then read by concat-test: its last line
-    counts with or without the newline that ends it, as any text line."""
-    import os
+# ------------------------------------------------------------------ concatenation training (TRAIN_CONCAT)
+def concat_train(files, ks, out, docs=True, seed=None):
+    args = ["concat-train", "--src", files["src"], "--tgt", files["ref"], "--ks", ks,
+            "--src-out", str(out / "train.src"), "--tgt-out", str(out / "train.tgt"),
+            "--groups-out", str(out / "groups"), "--record", str(out / "record.json")]
+    return steps(*(args + (["--docs", files["docs"]] if docs else []) + (["--seed", str(seed)] if seed else [])))
 
-    docs, _, _, files = corpus(tmp_path, n=20)
-    bare = tmp_path / "bare.docs"
-    bare.write_text("\n".join(docs), encoding="utf-8")  # no final newline
-    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "lib")
-    env = dict(os.environ, PYTHON=sys.executable, TEST_SRC=files["src"], CONCAT="1,2")
-    check = f'. "{lib}/common.sh"; . "{lib}/lengths.sh"; lengths_check_concat'
-    for given, ok in ((str(bare), True), (files["docs"], True), (write(tmp_path / "short.docs", docs[:-1]), False)):
-        p = subprocess.run(["bash", "-c", check], env=dict(env, TEST_DOCS=given), capture_output=True, text=True)
-        assert (p.returncode == 0) == ok and (p.stderr == "") == ok, (given, p.stderr)
-        if not ok:
-            assert p.stderr == (f"error: TEST_DOCS={given}: 19 lines, but the test source {files['src']} has 20: "
-                                f"give one document id per test line\n")
+
+def plain_windows(docs, k):
+    """Each line with its next k - 1 lines, where all k are of its document (a run of equal ids)."""
+    out = []
+    for i in range(len(docs) - k + 1):
+        if all(docs[j] == docs[i] for j in range(i, i + k)):
+            out.append(list(range(i, i + k)))
+    return out
+
+
+def test_training_pairs_joined_with_their_next_pairs_of_one_document(tmp_path):
+    docs, src, tgt, files = corpus(tmp_path)
     out = tmp_path / "out"
-    p = concat(dict(files, docs=str(bare)), "2", out)
+    out.mkdir()
+    p = concat_train(files, "2,4", out)
     assert p.returncode == 0, p.stderr
-    assert read(out / "k2.docs") == [docs[g[0]] for g in plain_groups(docs, 2)]
+    want_groups = plain_windows(docs, 2) + plain_windows(docs, 4)
+    # the original pairs first, then each window joined by one space, source with source, target with target
+    assert read(out / "train.src") == src + [" ".join(src[i] for i in g) for g in want_groups]
+    assert read(out / "train.tgt") == tgt + [" ".join(tgt[i] for i in g) for g in want_groups]
+    assert read(out / "groups") == [" ".join(str(i + 1) for i in g) for g in want_groups]
+    rec = json.loads((out / "record.json").read_text())
+    assert rec["original"] == len(src) and rec["seed"] is None and rec["documents"].endswith("test.docs")
+    assert rec["k"] == {"2": {"n": len(plain_windows(docs, 2))}, "4": {"n": len(plain_windows(docs, 4))}}
+    assert rec["total"] == len(src) + len(want_groups)
+    # no window spans two documents: the second "doc0" run is a document of its own
+    assert all(len({docs[i] for i in g}) == 1 and g == list(range(g[0], g[-1] + 1)) for g in want_groups)
+
+
+def test_training_pairs_without_documents_are_joined_with_seeded_random_pairs(tmp_path):
+    _, src, tgt, files = corpus(tmp_path, n=40)
+    outs = []
+    for name, seed in (("a", 5), ("b", 5), ("c", 6)):
+        out = tmp_path / name
+        out.mkdir()
+        p = concat_train(files, "3", out, docs=False, seed=seed)
+        assert p.returncode == 0, p.stderr
+        groups = [[int(x) - 1 for x in line.split()] for line in read(out / "groups")]
+        # every pair starts one group, with 2 other pairs (never itself, never twice)
+        assert [g[0] for g in groups] == list(range(len(src)))
+        assert all(len(set(g)) == 3 for g in groups)
+        assert read(out / "train.src") == src + [" ".join(src[i] for i in g) for g in groups]
+        assert read(out / "train.tgt") == tgt + [" ".join(tgt[i] for i in g) for g in groups]
+        rec = json.loads((out / "record.json").read_text())
+        assert rec["documents"] is None and rec["seed"] == seed
+        outs.append(groups)
+    assert outs[0] == outs[1] != outs[2]  # the seed decides the draw
+
+
+def test_bad_train_concat_is_refused_in_one_line_with_nothing_written(tmp_path):
+    _, _, _, files = corpus(tmp_path, n=20)
+    for ks, message in (("1", "integers of at least 2"), ("2,2", "2 given twice"), ("2,x", "integers of at least 2"),
+                        ("", "integers of at least 2")):
+        out = tmp_path / f"out_{ks.replace(',', '_') or 'empty'}"
+        out.mkdir()
+        p = concat_train(files, ks, out)
+        errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+        assert p.returncode == 2 and len(errors) == 1 and f"TRAIN_CONCAT={ks}" in errors[0] and message in errors[0]
+        assert list(out.iterdir()) == []

@@ -216,6 +216,8 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert f"TEST_DOCS={docs}: 7 lines, but the test source" in one_error(
         lengths_sh(dict(env, TEST_DOCS=str(docs)), check=False))
     assert "give at least two" in one_error(lengths_sh(dict(env, ARCHS="baseline"), check=False))
+    assert "TRAIN_CONCAT=1: give how many" in one_error(lengths_sh(dict(env, TRAIN_CONCAT="1"), check=False))
+    assert "seed 2 is given twice" in one_error(lengths_sh(dict(env, SEEDS="2 2"), check=False))
     assert "transformer_nope_wmt_en_de" in one_error(lengths_sh(dict(env, ARCHS="baseline,nope"), check=False))
     assert not (work / "lengths").exists()
 
@@ -295,6 +297,24 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
             else:
                 assert set(got["p_bootstrap"]) == set(got["p_ar"]) == {"bleu", "chrf"}
                 assert all(0 < p <= 1 for p in list(got["p_bootstrap"].values()) + list(got["p_ar"].values()))
+
+    # the segment-by-segment row: each system's k = 1 outputs, two consecutive lines joined (one
+    # document), scored by sacreBLEU against the joined references; its paired test per seed
+    k1_hyps = {name: read(study / name / "test" / "hyp.txt") for name in runs}
+    for name in runs:
+        seg = concat["k"]["2"]["systems"][name]["segmentwise"]
+        plain = [k1_hyps[name][2 * i] + " " + k1_hyps[name][2 * i + 1] for i in range(pairs)]
+        assert read(seg["hyps"][0]) == plain
+        refs2 = read(two["ref"])
+        bleu = sacrebleu.corpus_bleu(plain, [refs2])
+        assert abs(seg["scores"]["bleu"] - bleu.score) < 1e-9
+        assert abs(seg["scores"]["chrf"] - sacrebleu.corpus_chrf(plain, [refs2], word_order=2).score) < 1e-9
+        assert abs(seg["length_ratio"] - bleu.sys_len / bleu.ref_len) < 1e-12
+        joined = concat["k"]["2"]["systems"][name]["scores"]["bleu"]
+        assert abs(seg["delta"]["bleu"] - (joined - bleu.score)) < 1e-9
+        assert 0 < seg["tests"]["bleu"][0]["p_bootstrap"] <= 1 and 0 < seg["tests"]["bleu"][0]["p_ar"] <= 1
+    assert "| 2, segment by segment |" in (study / "lengths.md").read_text()
+    assert "Training pairs: the original pairs of at most 7 source words" in (study / "lengths.md").read_text()
 
     # re-run: every run trained and evaluated before with the same settings is skipped, nothing is
     # decoded again (a PYTHON that refuses fairseq-generate), and the table is the same

@@ -156,6 +156,42 @@ def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
     # train.sh without the cap refuses the capped data, naming it
     p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="1"), check=False)
     assert f"TRAIN_MAX_LEN='{cap}' there, TRAIN_MAX_LEN=None here" in one_error(p)
+
+    # TRAIN_CONCAT: the capped, cleaned pairs and their joins of 2 consecutive pairs of one document
+    # (TRAIN_DOCS), a data folder of its own beside the capped one, with its dictionary
+    docs = [f"doc{i // 4}" for i in range(len(raw))]
+    (tmp_path / "train.docs").write_text("".join(d + "\n" for d in docs))
+    for bad, says in (("1", "TRAIN_CONCAT=1: give how many training pairs are joined into one"),):
+        p = run("wmt14_en_de", "prepare.sh", dict(env, TRAIN_MAX_LEN=str(cap), TRAIN_CONCAT=bad), check=False)
+        assert one_error(p).startswith("error: " + says) and "] raw" not in p.stderr and latest(work) == capped
+    run("wmt14_en_de", "prepare.sh", dict(env, TRAIN_MAX_LEN=str(cap), TRAIN_CONCAT="2",
+                                          TRAIN_DOCS=str(tmp_path / "train.docs")))
+    joined = latest(work)
+    assert joined not in (capped, full) and os.path.isdir(capped)
+    kept_docs = [docs[i] for i in kept]
+    windows = [[i, i + 1] for i in range(len(kept) - 1) if kept_docs[i] == kept_docs[i + 1]]
+    assert 0 < len(windows) < len(kept) - 1  # some neighbours are of another document
+    clean_src, clean_tgt = [bpe_src[i] for i in kept], [bpe_tgt[i] for i in kept]
+    assert read(os.path.join(work, "bpe", "train.concat.en")) == clean_src + [
+        clean_src[i] + " " + clean_src[j] for i, j in windows]
+    assert read(os.path.join(work, "bpe", "train.concat.de")) == clean_tgt + [
+        clean_tgt[i] + " " + clean_tgt[j] for i, j in windows]
+    assert read(os.path.join(joined, "raw", "train.concat.groups")) == [f"{i + 1} {j + 1}" for i, j in windows]
+    rec = json.load(open(os.path.join(joined, "prepare.json")))
+    assert rec["settings"]["TRAIN_CONCAT"] == "2" and rec["settings"]["TRAIN_MAX_LEN"] == str(cap)
+    assert rec["train_pairs"]["cap"]["kept"] == len(keep) and rec["train_pairs"]["clean"] == len(kept)
+    assert rec["train_pairs"]["concat"]["k"] == {"2": {"n": len(windows)}}
+    assert rec["train_pairs"]["concat"]["seed"] is None
+    binarised = indexed_dataset.make_dataset(os.path.join(joined, "train.en-de.en"), impl="mmap")
+    assert len(binarised) == len(kept) + len(windows)
+    for name in ("dict.en.txt", "dict.de.txt", "valid.en-de.en.bin", "test.en-de.de.bin"):
+        assert open(os.path.join(joined, name), "rb").read() == open(os.path.join(capped, name), "rb").read(), name
+    from fairseq_attn_reports.by_concat import training_note
+    note = training_note(rec)
+    assert f"at most {cap} source words" in note and "TRAIN_CONCAT=2" in note and "consecutive pairs of one document" in note
+    # train.sh without TRAIN_CONCAT refuses it, naming it
+    p = run("wmt14_en_de", "train.sh", dict(env, TRAIN_MAX_LEN=str(cap), MAX_UPDATE="1"), check=False)
+    assert "TRAIN_CONCAT='2' there, TRAIN_CONCAT=None here" in one_error(p)
     assert "give 'list'" in one_error(data_sh(env, "nonsense", check=False))
 
 

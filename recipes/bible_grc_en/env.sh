@@ -19,9 +19,11 @@ corpus_settings() {  # the package version (its data is what the corpus is made 
   echo --set; echo "SPLIT=by chapter"
 }
 
+RECIPE_TRAIN_DOCS=1  # fetch_train writes raw/train.docs
 fetch_train() {
   "${STEPS[@]}" bible-corpus --out "$WORK/downloads/bible" --src-lang "$SRC" --tgt-lang "$TGT" >/dev/null
   cp "$WORK/downloads/bible/train.$SRC" "$WORK/raw/train.$SRC"; cp "$WORK/downloads/bible/train.$TGT" "$WORK/raw/train.$TGT"
+  cp "$WORK/downloads/bible/train.docs" "$WORK/raw/train.docs"  # the chapter of each verse (TRAIN_CONCAT joins verses of one chapter)
   "${STEPS[@]}" parts-record --part "sblgnt-bsb=$WORK/raw/train.$SRC" --record "$WORK/raw/train.parts.json"
 }
 

@@ -184,6 +184,33 @@ prepare_settings() {
             --set "PREPROCESS_ARGS=${PREPROCESS_ARGS:-}")
   # the training-length cap (set only when given: data prepared without it keeps its record)
   if [[ -n ${TRAIN_MAX_LEN:-} ]]; then PREP_SET+=(--set "TRAIN_MAX_LEN=$TRAIN_MAX_LEN"); fi
+  # concatenation training (set only when given, as the cap): the joined pairs and their draw
+  if [[ -n ${TRAIN_CONCAT:-} ]]; then
+    PREP_SET+=(--set "TRAIN_CONCAT=$TRAIN_CONCAT" --set "TRAIN_CONCAT_SEED=${TRAIN_CONCAT_SEED:-1}")
+  fi
+}
+
+# TRAIN_CONCAT=2 or 2,4 (integers >= 2, none twice) and TRAIN_CONCAT_SEED, checked before any work
+check_train_concat() {
+  [[ -n ${TRAIN_CONCAT:-} ]] || return 0
+  local ks=() k seen=" "
+  IFS=, read -r -a ks <<< "$TRAIN_CONCAT"
+  [[ $TRAIN_CONCAT =~ ^[0-9]+(,[0-9]+)*$ ]] || ks=(x)
+  for k in "${ks[@]}"; do
+    [[ $k =~ ^[0-9]+$ ]] && (( 10#$k >= 2 )) || die "TRAIN_CONCAT=$TRAIN_CONCAT: give how many training pairs are joined into one, integers of at least 2 separated by commas (e.g. 2 or 2,4; empty: no joined pairs)"
+    [[ $seen != *" $((10#$k)) "* ]] || die "TRAIN_CONCAT=$TRAIN_CONCAT: $((10#$k)) is given twice"
+    seen+="$((10#$k)) "
+  done
+  [[ ${TRAIN_CONCAT_SEED:-1} =~ ^[0-9]+$ ]] || die "TRAIN_CONCAT_SEED=$TRAIN_CONCAT_SEED: give a non-negative integer (the draw of random pairs)"
+  if [[ -n ${TRAIN_DOCS:-} ]]; then
+    [[ -f $TRAIN_DOCS ]] || die "TRAIN_DOCS=$TRAIN_DOCS: no such file (one document id per training line)"
+  fi
+}
+
+# the document id of each raw training line (TRAIN_CONCAT joins pairs of one document): TRAIN_DOCS,
+# else the recipe's raw/train.docs, else none (random pairs)
+train_docs_file() {
+  if [[ -n ${TRAIN_DOCS:-} ]]; then echo "$TRAIN_DOCS"; elif [[ -f $WORK/raw/train.docs ]]; then echo "$WORK/raw/train.docs"; fi
 }
 
 # TRAIN_MAX_LEN counts the words of the raw training source, or of the tokenised source for a
@@ -229,6 +256,7 @@ prepare_main() {
   if [[ -n ${TRAIN_MAX_LEN:-} ]] && ! [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ && $(( 10#$TRAIN_MAX_LEN )) -ge 1 ]]; then
     die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the most source words a training pair may have, a positive integer (empty: no cap)"
   fi
+  check_train_concat
   local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
     local s="${split^^}_SRC" t="${split^^}_TGT"
@@ -253,6 +281,8 @@ prepare_main() {
     raw_fp+=("${extra[@]}")
   fi
   # 2. raw corpora: local files where given, the official ones otherwise; checked aligned
+  # (a recipe whose raw step writes the training documents, made before it did: made again)
+  if [[ -n ${TRAIN_CONCAT:-} && ${RECIPE_TRAIN_DOCS:-0} == 1 && ! -f $WORK/raw/train.docs ]]; then rm -f "$WORK/.done/raw"; fi
   stage raw "${raw_fp[@]}" -- make_raw
   [[ $(words_counted_on "$SRC") == tokenised ]] || cap_check "$WORK/raw/train.$SRC"
   # 3. tokenise, 4. (joint) BPE, 5. clean by length and ratio, 6. binarise
@@ -294,21 +324,43 @@ prepare_main() {
     cap_args=(--max-src-words "$TRAIN_MAX_LEN" --src-raw "$counted" --words-of "$words_of"
               --full-src-out "$WORK/bpe/train.full.$SRC" --full-tgt-out "$WORK/bpe/train.full.$TGT")
   fi
+  # the training documents, where known, follow the kept pairs (TRAIN_CONCAT joins pairs of one document)
+  local train_docs; train_docs=$(train_docs_file)
+  if [[ -n $train_docs ]]; then
+    [[ $(wc -l < "$train_docs") == "$(wc -l < "$WORK/raw/train.$SRC")" ]] \
+      || die "TRAIN_DOCS=$train_docs: $(wc -l < "$train_docs") lines, but the training source has $(wc -l < "$WORK/raw/train.$SRC"): give one document id per training line"
+    cap_fp+=(--in "$train_docs"); cap_args+=(--docs-in "$train_docs" --docs-out "$WORK/bpe/train.clean.docs")
+  fi
   stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" "${cap_fp[@]}" \
     --in "$WORK/bpe/train.$SRC" --in "$WORK/bpe/train.$TGT" -- \
     "${STEPS[@]}" clean --min "$CLEAN_MIN" --max "$CLEAN_MAX" --ratio "$CLEAN_RATIO" "${cap_args[@]}" \
     --src-in "$WORK/bpe/train.$SRC" --tgt-in "$WORK/bpe/train.$TGT" --record "$WORK/bpe/train.clean.json" \
     --src-out "$WORK/bpe/train.clean.$SRC" --tgt-out "$WORK/bpe/train.clean.$TGT"
+  # TRAIN_CONCAT: each kept pair also joined with its next pairs of one document (or random ones),
+  # the joined pairs after the original ones (concat-train, fairseq_attn_recipes/concat.py)
+  local train_pref="$WORK/bpe/train.clean"
+  if [[ -n ${TRAIN_CONCAT:-} ]]; then
+    train_pref="$WORK/bpe/train.concat"
+    local docs_arg=()
+    [[ -z $train_docs ]] || docs_arg=(--docs "$WORK/bpe/train.clean.docs")
+    [[ -n $train_docs ]] || log "TRAIN_CONCAT=$TRAIN_CONCAT: no training document ids (TRAIN_DOCS): random pairs, seed ${TRAIN_CONCAT_SEED:-1}"
+    stage concat-train --set "ks=$TRAIN_CONCAT" --set "seed=${TRAIN_CONCAT_SEED:-1}" --set "documents=${train_docs:+yes}" \
+      --in "$WORK/bpe/train.clean.$SRC" --in "$WORK/bpe/train.clean.$TGT" ${train_docs:+--in "$WORK/bpe/train.clean.docs"} -- \
+      "${STEPS[@]}" concat-train --src "$WORK/bpe/train.clean.$SRC" --tgt "$WORK/bpe/train.clean.$TGT" "${docs_arg[@]}" \
+      --ks "$TRAIN_CONCAT" --seed "${TRAIN_CONCAT_SEED:-1}" --src-out "$train_pref.$SRC" --tgt-out "$train_pref.$TGT" \
+      --groups-out "$train_pref.groups" --record "$train_pref.json"
+  fi
   local bin_in=() f
   for f in train.clean valid test; do bin_in+=(--in "$WORK/bpe/$f.$SRC" --in "$WORK/bpe/$f.$TGT"); done
+  [[ -z ${TRAIN_CONCAT:-} ]] || bin_in+=(--in "$train_pref.$SRC" --in "$train_pref.$TGT" --in "$train_pref.groups")
   for f in valid test; do bin_in+=(--in "$WORK/raw/$f.$SRC" --in "$WORK/raw/$f.$TGT"); done
   for f in valid.docs valid.ids test.docs test.ids; do [[ ! -f $WORK/raw/$f ]] || bin_in+=(--in "$WORK/raw/$f"); done
   [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
   # the latest prepared folder removed by hand (or pruned): binarised again
   if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
-  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise
+  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
   local where=$DATA; [[ $DATA_KEYED == 0 ]] || where="$DATA -> $(readlink "$DATA")"
-  log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning)"
+  log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning${TRAIN_CONCAT:+, $(wc -l < "$train_pref.$SRC") with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT})"
   exec {PREPARE_LOCK}>&-  # released: a study that trains after preparing holds no lock
 }
 
@@ -340,20 +392,23 @@ make_raw() {
 # (raw/, what evaluate.sh scores against) and its record (prepare.json, data_id); then moved to
 # WORK/data/<first 12 hex of data_id> (kept if that folder holds the same data) with WORK/data-bin
 # repointed at it, or to an explicit DATA
-binarise() {
+binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, or train.concat with TRAIN_CONCAT)
+  local train_pref=${1:-$WORK/bpe/train.clean}
   local tmp="$DATA.tmp" split l; [[ $DATA_KEYED == 0 ]] || tmp="$WORK/data/binarise.tmp"
   rm -rf "$tmp" "$tmp.dict"; mkdir -p "$(dirname "$tmp")"
   local dicts=() pargs=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
   : > "$WORK/preprocess.log"
-  if [[ -n ${TRAIN_MAX_LEN:-} ]]; then
-    # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's)
-    fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$WORK/bpe/train.full" \
+  if [[ -n ${TRAIN_MAX_LEN:-} || -n ${TRAIN_CONCAT:-} ]]; then
+    # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's); with
+    # TRAIN_CONCAT that of the pairs without the joined ones (the same as the data-bin without them)
+    local dict_pref="$WORK/bpe/train.clean"; [[ -z ${TRAIN_MAX_LEN:-} ]] || dict_pref="$WORK/bpe/train.full"
+    fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
       --set dict_only=1 --set "joint=$JOINT"
     "$PYTHON" -m fairseq_cli.preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
       || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
     dicts=(--set "srcdict=$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--set "tgtdict=$tmp.dict/dict.$TGT.txt")
   fi
-  fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$WORK/bpe/train.clean" \
+  fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$train_pref" \
     --set "validpref=$WORK/bpe/valid" --set "testpref=$WORK/bpe/test" --set "joint=$JOINT" "${dicts[@]}"
   "$PYTHON" -m fairseq_cli.preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
@@ -366,6 +421,8 @@ binarise() {
   for split in valid test; do for l in docs ids align; do
     [[ ! -f "$WORK/raw/$split.$l" ]] || cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"
   done; done
+  # TRAIN_CONCAT: the groups of training lines joined (1-based lines of the kept pairs), the draw recorded
+  [[ -z ${TRAIN_CONCAT:-} ]] || cp "$train_pref.groups" "$tmp/raw/train.concat.groups"
   local given=()  # the files the user gave (the official data: the archives downloaded into WORK)
   for split in train valid test; do
     if local_split "$split"; then local s="${split^^}_SRC" t="${split^^}_TGT"; given+=(--input "$s=${!s}" --input "$t=${!t}"); fi
@@ -373,7 +430,7 @@ binarise() {
   "${STEPS[@]}" prepare-record --data "$tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
     "${given[@]}" --raw-record "$WORK/.done/raw" --downloads "$WORK/downloads.sha256" \
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
-    --clean-record "$WORK/bpe/train.clean.json"
+    --clean-record "$WORK/bpe/train.clean.json" ${TRAIN_CONCAT:+--concat-record "$train_pref.json"}
   if [[ $DATA_KEYED == 1 ]]; then
     "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" >&2
   else

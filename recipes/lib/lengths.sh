@@ -17,7 +17,14 @@
 # DATA/raw/test.docs, or TEST_DOCS=FILE with one id per test line, else the test file in order as one
 # document), each k its own binarised subset concat/k<k>.test of the data folder (DATA/concat/ and
 # DATA/raw/concat/: derived test sets, outside the data's identity), evaluated by evaluate.sh's step with
-# its own record (EVAL_SUBSET=concat/k<k>.test), and reported per k in lengths.json ("concat").
+# its own record (EVAL_SUBSET=concat/k<k>.test), and reported per k in lengths.json ("concat"), with the
+# segment-by-segment row of every system (its k = 1 outputs joined per group).
+# TRAIN_CONCAT=2 or 2,4: a second condition, every system also trained on the capped pairs plus their joins
+# of k consecutive pairs of one document (random pairs without documents; the data step, its own data
+# folder), in LENGTHS_DIR/trainconcat<ks>/ with its own tables, and the difference per system and k
+# (train_concat.md). SEEDS="1 2 3": every system and condition trained per seed (<name>_seed<N>), the per-k
+# tables as mean ± sample std with the seeds table's marks; the by-source-length table on the first seed.
+. "$(dirname "${BASH_SOURCE[0]}")/seeds.sh"
 
 LENGTHS_ARCHS_DEFAULT=baseline,relpos,rope,alibi,t5bias,csan2d
 
@@ -44,9 +51,6 @@ lengths_quick_settings() {  # the demo's corpus and toy sizes (the profile toy-s
   export VALID_TGT="$corpus/valid.$TGT" TEST_SRC="$corpus/test.$SRC" TEST_TGT="$corpus/test.$TGT"
 }
 
-# text_lines FILE: its lines as text (a last line without its newline counts, as the Python steps read it)
-text_lines() { awk 'END { print NR }' "$1"; }
-
 lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line count again once the test set is known)
   CONCAT=${CONCAT:-1,2,4,8}
   local ks=() k seen=" "
@@ -59,8 +63,8 @@ lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line coun
   done
   if [[ -n ${TEST_DOCS:-} ]]; then
     [[ -f $TEST_DOCS ]] || die "TEST_DOCS=$TEST_DOCS: no such file (one document id per test line)"
-    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]] && [[ $(text_lines "$TEST_DOCS") != "$(text_lines "$TEST_SRC")" ]]; then
-      die "TEST_DOCS=$TEST_DOCS: $(text_lines "$TEST_DOCS") lines, but the test source $TEST_SRC has $(text_lines "$TEST_SRC"): give one document id per test line"
+    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]] && [[ $(wc -l < "$TEST_DOCS") != "$(wc -l < "$TEST_SRC")" ]]; then
+      die "TEST_DOCS=$TEST_DOCS: $(wc -l < "$TEST_DOCS") lines, but the test source $TEST_SRC has $(wc -l < "$TEST_SRC"): give one document id per test line"
     fi
   fi
 }
@@ -117,6 +121,8 @@ lengths_main() {
   [[ ${QUICK:-0} =~ ^[01]$ ]] || die "QUICK=$QUICK: give 1 (the demo's corpus, toy sizes) or 0"
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_settings; fi
   lengths_check_concat
+  check_train_concat
+  check_seeds
   TRAIN_MAX_LEN=${TRAIN_MAX_LEN:-${STUDY_TRAIN_MAX_LEN:-30}}
   [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ ]] && (( TRAIN_MAX_LEN >= 1 )) \
     || die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the longest training source in words, a positive integer"
@@ -138,77 +144,122 @@ lengths_main() {
   GEN_ARGS=${GEN_ARGS:---max-len-a 2 --max-len-b 10}
   local len_a len_b
   len_a=$(sed -nE 's/.*--max-len-a[ =]([0-9.]+).*/\1/p' <<< "$GEN_ARGS"); len_b=$(sed -nE 's/.*--max-len-b[ =]([0-9]+).*/\1/p' <<< "$GEN_ARGS")
+  # the conditions: the capped pairs alone, and with TRAIN_CONCAT their joined pairs too
+  local conds=("") cond_dirs=() datas=() c
+  [[ -z ${TRAIN_CONCAT:-} ]] || conds+=("$TRAIN_CONCAT")
 
-  # 1. the capped training set (its own data folder; the test set stays whole)
-  prepare_main
+  # 1. the capped training set of each condition (its own data folder; the test set stays whole)
+  for c in "${conds[@]}"; do
+    local d
+    d=$(TRAIN_CONCAT=$c; prepare_main >&2; readlink -f "$DATA") || exit 2
+    datas+=("$d")
+  done
   recipe_defaults
-  local data; data=$(readlink -f "$DATA")
-  export DATA="$data"
   LENGTHS_DIR=${LENGTHS_DIR:-$WORK/lengths/max$TRAIN_MAX_LEN}
   mkdir -p "$LENGTHS_DIR"
-  log "study: $LENGTHS_DIR (training pairs up to $TRAIN_MAX_LEN source words, data $data)"
+  for c in "${conds[@]}"; do
+    if [[ -z $c ]]; then cond_dirs+=("$LENGTHS_DIR"); else cond_dirs+=("$LENGTHS_DIR/trainconcat${c//,/_}"); fi
+  done
+  log "study: $LENGTHS_DIR (training pairs up to $TRAIN_MAX_LEN source words, data ${datas[0]})"
+  [[ -z ${TRAIN_CONCAT:-} ]] || log "and trained with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT: ${cond_dirs[1]} (data ${datas[1]})"
 
-  # 1b. the test set joined k segments at a time within each document (CONCAT), each k a subset of the data
-  local ks=() k splits=(valid test)
-  mapfile -t ks < <(lengths_concat; echo "rc=$?")
-  (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 2
-  unset 'ks[-1]'
+  # 1b. the test set joined k segments at a time within each document (CONCAT), each k a subset of each data
+  local ks=() k splits=(valid test) i
+  for i in "${!datas[@]}"; do
+    mapfile -t ks < <(DATA=${datas[$i]}; lengths_concat; echo "rc=$?")
+    (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 2
+    unset 'ks[-1]'
+  done
   for k in "${ks[@]}"; do (( k == 1 )) || splits+=("concat/k$k.test"); done
 
   # 2. position limits of every architecture (the longest joined input included), before any training
   local lines
-  lines=$("${STEPS[@]}" check-positions --data "$data" --src "$SRC" --tgt "$TGT" --arch "${archs[@]}" \
+  lines=$("${STEPS[@]}" check-positions --data "${datas[0]}" --src "$SRC" --tgt "$TGT" --arch "${archs[@]}" \
           --splits "${splits[@]}" --max-len-a "${len_a:-0}" --max-len-b "${len_b:-200}" \
           --model-args "${MODEL_ARGS:-}") || exit 2
 
-  # 3. train and evaluate each (a re-run skips what is done; a killed one resumes)
-  local i runs=()
-  for i in "${!names[@]}"; do
-    name=${names[$i]}
-    local extra; extra=$(awk -F'\t' -v a="${archs[$i]}" '$1 == a {print $2}' <<< "$lines")
-    (
-      ARCH=${archs[$i]}; SAVE_DIR="$LENGTHS_DIR/$name"
-      if [[ -n $extra ]]; then
-        log "$name: $extra (the longest valid/test sentence and output need them)"
-        MODEL_ARGS="${MODEL_ARGS:-} $extra"
-      fi
-      train_main
-      EVAL_SUBSET=test evaluate_main
-      for k in "${ks[@]}"; do (( k == 1 )) || EVAL_SUBSET="concat/k$k.test" evaluate_main; done
-    )
-    runs+=("$LENGTHS_DIR/$name")
+  # 3. train and evaluate each architecture, condition and seed (a re-run skips what is done; a killed one resumes)
+  local ci
+  for ci in "${!conds[@]}"; do
+    for i in "${!names[@]}"; do
+      name=${names[$i]}
+      local extra; extra=$(awk -F'\t' -v a="${archs[$i]}" '$1 == a {print $2}' <<< "$lines")
+      (
+        ARCH=${archs[$i]}; SAVE_DIR="${cond_dirs[$ci]}/$name"; DATA=${datas[$ci]}; TRAIN_CONCAT=${conds[$ci]}
+        if [[ -n $extra ]]; then
+          log "$name: $extra (the longest valid/test sentence and output need them)"
+          MODEL_ARGS="${MODEL_ARGS:-} $extra"
+        fi
+        for_each_seed lengths_train_evaluate "${ks[@]}"
+      )
+    done
   done
 
+  # 4-5. the tables of each condition, then their difference
+  for ci in "${!conds[@]}"; do
+    lengths_report "${cond_dirs[$ci]}" "${datas[$ci]}" "${ks[@]}"
+  done
+  if [[ -n ${TRAIN_CONCAT:-} ]]; then
+    "$PYTHON" -m fairseq_attn_reports.cli.train_conditions --without "${cond_dirs[0]}/lengths.json" \
+      --with "${cond_dirs[1]}/lengths.json" --train-concat "$TRAIN_CONCAT" \
+      --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
+    log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
+  fi
+}
+
+lengths_train_evaluate() {  # lengths_train_evaluate K...: train SAVE_DIR, evaluate it on the test set and each joined test set
+  train_main
+  EVAL_SUBSET=test evaluate_main
+  local k
+  for k in "$@"; do (( k == 1 )) || EVAL_SUBSET="concat/k$k.test" evaluate_main; done
+}
+
+# lengths_report DIR DATA K...: the tables of one condition, its runs in DIR (<name>, or <name>_seed<N> for
+# each of SEEDS): 4. by source length (the first seed), 5. per k (every seed; the segment-by-segment rows)
+lengths_report() {
+  local dir=$1 data=$2; shift 2
+  local ks=("$@") runs=() first=() run_names=() name s k first_seed=
+  read -r first_seed _ <<< "${SEEDS:-}"
+  for name in "${names[@]}"; do
+    if [[ -z $first_seed ]]; then runs+=("$dir/$name"); first+=("$dir/$name"); run_names+=("$name"); continue; fi
+    for s in $SEEDS; do runs+=("$dir/${name}_seed$s"); run_names+=("$name"); done
+    first+=("$dir/${name}_seed$first_seed")
+  done
+  mkdir -p "$dir/concat"
   # 4. the by-length table and plot, buckets beyond the training length marked
   local src_words="$data/raw/test.$SRC"
   if [[ $(words_counted_on "$SRC") == tokenised ]]; then  # no spaces between words: count the tokeniser's words
-    src_words="$LENGTHS_DIR/test.words.$SRC"
+    src_words="$dir/test.words.$SRC"
     "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/test.$SRC" "$src_words"
   fi
   "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/test.$TGT" --src "$src_words" \
     --by-length "${LENGTH_EDGES:-auto}" --train-max-len "$TRAIN_MAX_LEN" --names "${names[@]}" \
     --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
-    --md "$LENGTHS_DIR/lengths.md" --json "$LENGTHS_DIR/lengths.json" --plot "$LENGTHS_DIR/lengths.png" \
-    "${runs[@]}" > "$LENGTHS_DIR/results.out" || { cat "$LENGTHS_DIR/results.out" >&2; die "fairseq-attn-results failed"; }
+    --md "$dir/lengths.md" --json "$dir/lengths.json" --plot "$dir/lengths.png" \
+    "${first[@]}" > "$dir/results.out" || { cat "$dir/results.out" >&2; die "fairseq-attn-results failed"; }
+  [[ -z $first_seed ]] || echo "(by source length: seed $first_seed of each system; per k below: seeds $SEEDS)" >> "$dir/results.out"
   # 5. per k: the runs' evaluations of the joined test set, the same table and tests, and lengths.json's "concat"
   local per_k=()
   for k in "${ks[@]}"; do
-    if (( k == 1 )); then per_k+=(--k "1=$LENGTHS_DIR/lengths.json"); continue; fi  # the table above
-    local sub="concat/k$k.test"
+    local sub="concat/k$k.test" ref="$data/raw/concat/k$k.test.$TGT"
     src_words="$data/raw/$sub.$SRC"
+    if (( k == 1 )); then
+      if [[ -z $first_seed ]]; then per_k+=(--k "1=$dir/lengths.json"); continue; fi  # the table above
+      sub=test; ref="$data/raw/test.$TGT"; src_words="$data/raw/test.$SRC"
+    fi
     if [[ $(words_counted_on "$SRC") == tokenised ]]; then
-      src_words="$LENGTHS_DIR/concat/k$k.words.$SRC"
+      src_words="$dir/concat/k$k.words.$SRC"
       "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/$sub.$SRC" "$src_words"
     fi
-    "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/$sub.$TGT" --src "$src_words" --names "${names[@]}" \
-      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --json "$LENGTHS_DIR/concat/k$k.json" \
-      "${runs[@]}" > "$LENGTHS_DIR/concat/k$k.out" || { cat "$LENGTHS_DIR/concat/k$k.out" >&2; die "fairseq-attn-results failed on k = $k"; }
-    per_k+=(--k "$k=$LENGTHS_DIR/concat/k$k.json")
+    "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$ref" --src "$src_words" --names "${run_names[@]}" \
+      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --json "$dir/concat/k$k.json" \
+      "${runs[@]}" > "$dir/concat/k$k.out" || { cat "$dir/concat/k$k.out" >&2; die "fairseq-attn-results failed on k = $k"; }
+    per_k+=(--k "$k=$dir/concat/k$k.json")
   done
-  "$PYTHON" -m fairseq_attn_reports.cli.by_concat --study-json "$LENGTHS_DIR/lengths.json" \
-    --study-md "$LENGTHS_DIR/lengths.md" --info "$LENGTHS_DIR/concat/concat.json" "${per_k[@]}" \
-    --plot "$LENGTHS_DIR/lengths_concat.png" \
-    >> "$LENGTHS_DIR/results.out" || die "the per-k table failed"
-  cat "$LENGTHS_DIR/results.out"
-  log "tables: $LENGTHS_DIR/lengths.md, plots: $LENGTHS_DIR/lengths.png (by source length), $LENGTHS_DIR/lengths_concat.png (by k)"
+  "$PYTHON" -m fairseq_attn_reports.cli.by_concat --study-json "$dir/lengths.json" \
+    --study-md "$dir/lengths.md" --info "$LENGTHS_DIR/concat/concat.json" "${per_k[@]}" \
+    --segmentwise "$dir/concat/segmentwise" --prepare "$data/prepare.json" --plot "$dir/lengths_concat.png" \
+    >> "$dir/results.out" || die "the per-k table failed"
+  cat "$dir/results.out"
+  log "tables: $dir/lengths.md, plots: $dir/lengths.png (by source length), $dir/lengths_concat.png (by k)"
 }

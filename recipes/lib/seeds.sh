@@ -6,9 +6,8 @@
 # when SAVE_DIR is given): every seed resumes from its own checkpoint_last.pt, and a failing
 # seed stops the loop (re-run to resume; the seeds done before are resumed/skipped by fairseq).
 
-for_each_seed() {
-  local main=$1; shift
-  if [[ -z "${SEEDS:-}" ]]; then "$main" "$@"; return; fi
+check_seeds() {  # SEEDS (and SEED beside it), refused in one line
+  [[ -n "${SEEDS:-}" ]] || return 0
   [[ -z "${SEED:-}" ]] || die "SEED=$SEED and SEEDS=\"$SEEDS\": set one of them (SEEDS runs one training per seed)"
   local s seen=" "
   for s in $SEEDS; do
@@ -16,6 +15,13 @@ for_each_seed() {
     [[ $seen != *" $s "* ]] || die "SEEDS=\"$SEEDS\": seed $s is given twice"
     seen+="$s "
   done
+}
+
+for_each_seed() {
+  local main=$1; shift
+  if [[ -z "${SEEDS:-}" ]]; then "$main" "$@"; return; fi
+  check_seeds
+  local s
   for s in $SEEDS; do
     log "seed $s of: $SEEDS"
     # a subshell per seed (the defaults MAIN derives stay per seed); no '|| ...' after it,

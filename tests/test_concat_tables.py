@@ -1,0 +1,212 @@
+"""The per-k tables of the long-input study over seeds: the segment-by-segment rows against
+sacreBLEU on the k = 1 outputs grouped plainly, the mean ± sample std over three seeds and the
+all-seeds marks by hand, and the difference between two training conditions."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import sacrebleu
+import torch
+
+from fairseq_attn_plugins.cli import by_concat as by_concat_cli
+from fairseq_attn_plugins.cli import results
+from fairseq_attn_plugins.cli import train_conditions as conditions_cli
+from fairseq_attn_reports.significance import paired_tests, significance_mark
+from fairseq_attn_records.toy_corpus import make_corpus
+
+LOG = os.path.join(os.path.dirname(__file__), "data", "fairseq_json_resumed.train.log")
+BS, AR = 100, 100
+SEEDS = (1, 2, 3)
+
+
+def plain_mean_std(values):
+    n = len(values)
+    mean = 0.0
+    for v in values:
+        mean += float(v)
+    mean /= n
+    ss = 0.0
+    for v in values:
+        ss += (float(v) - mean) ** 2
+    return mean, math.sqrt(ss / (n - 1))
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def scramble(refs, keep, salt):
+    return [r if ((i * 7919 + salt * 104729) % 1000) / 1000 < keep else " ".join(r.split()[::-1])
+            for i, r in enumerate(refs)]
+
+
+def plain_groups(docs, k):
+    groups, current = [], []
+    for i, d in enumerate(docs):
+        if current and docs[current[0]] != d:
+            current = []
+        current.append(i)
+        if len(current) == k:
+            groups.append(current)
+            current = []
+    return groups
+
+
+def run_dir(root, name, hyps):
+    d = root / name
+    d.mkdir(parents=True)
+    shutil.copy(LOG, d / "train.log")
+    write(d / "hyp.txt", hyps)
+    return str(d)
+
+
+def study(tmp_path, tag, quality, joined_of, segmentwise=True):
+    """One condition's study on fake runs of three seeds: k = 1 outputs (``quality``: share kept in
+    order per system and seed), k = 2 outputs ``joined_of(system, seed, segment-wise outputs)``;
+    the tables of fairseq-attn-results, then the per-k table. Returns (lengths.json, groups, files)."""
+    pairs = make_corpus(120, seed=11)
+    src, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    docs = [f"d{i // 7}" for i in range(len(refs))]  # documents of 7 lines: a line of each left over at k = 2
+    root = tmp_path / tag
+    files = {"src": write(root / "test.src", src), "ref": write(root / "test.tgt", refs),
+             "docs": write(root / "test.docs", docs)}
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "concat-test", "--src", files["src"],
+                        "--ref", files["ref"], "--docs", files["docs"], "--ks", "1,2", "--out", str(root / "concat"),
+                        "--src-lang", "src", "--tgt-lang", "tgt"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    groups = plain_groups(docs, 2)
+    runs = {1: [], 2: []}
+    for name, per_seed in quality.items():
+        for seed in SEEDS:
+            k1 = scramble(refs, per_seed[seed], seed + len(name))
+            runs[1].append(run_dir(root / "k1", f"{name}_seed{seed}", k1))
+            seg = [" ".join(k1[i] for i in g) for g in groups]
+            runs[2].append(run_dir(root / "k2", f"{name}_seed{seed}", joined_of(name, seed, seg)))
+    refs2 = str(root / "concat" / "k2.tgt")
+    for k, ref, source in ((1, files["ref"], files["src"]), (2, refs2, str(root / "concat" / "k2.src"))):
+        assert results.main(["--ref", ref, "--src", source, *runs[k], "--json", str(root / f"k{k}.json"),
+                             "--bs-samples", str(BS), "--ar-trials", str(AR)]) == 0
+    lengths = root / "lengths.json"
+    lengths.write_text("{}")
+    assert by_concat_cli.main(["--study-json", str(lengths), "--study-md", str(root / "lengths.md"),
+                               "--info", str(root / "concat" / "concat.json"), "--k", f"1={root / 'k1.json'}",
+                               "--k", f"2={root / 'k2.json'}"]
+                              + (["--segmentwise", str(root / "seg")] if segmentwise else [])) == 0
+    return lengths, groups, {"refs": refs, "refs2": read(refs2), "root": root}
+
+
+QUALITY = {"base": {1: 0.45, 2: 0.5, 3: 0.48}, "good": {1: 0.9, 2: 0.92, 3: 0.88}}
+
+
+def stops_early(name, seed, seg):
+    """The joined input's translation stops halfway: for 'good' on every seed, for 'base' on seeds
+    1 and 2 (its seed 3 translates it as segment by segment)."""
+    if name == "base" and seed == 3:
+        return seg
+    return [" ".join(s.split()[:len(s.split()) // 2]) for s in seg]
+
+
+@pytest.fixture(scope="module")
+def without(tmp_path_factory):
+    return study(tmp_path_factory.mktemp("concat_tables"), "without", QUALITY, stops_early)
+
+
+def test_segmentwise_rows_and_seed_aggregation_against_plain_computations(without):
+    lengths, groups, files = without
+    concat = json.loads(lengths.read_text())["concat"]
+    refs2 = files["refs2"]
+    assert refs2 == [" ".join(files["refs"][i] for i in g) for g in groups]
+    for name in QUALITY:
+        cell = concat["k"]["2"]["systems"][name]
+        seg = cell["segmentwise"]
+        bleus, chrfs, ratios, joined_bleus = [], [], [], []
+        for i, seed in enumerate(SEEDS):
+            # the segment-wise outputs: the k = 1 outputs of the same seed, grouped plainly
+            k1 = read(files["root"] / "k1" / f"{name}_seed{seed}" / "hyp.txt")
+            plain = [" ".join(k1[j] for j in g) for g in groups]
+            assert read(seg["hyps"][i]) == plain and seg["seeds"][i] == seed
+            b = sacrebleu.corpus_bleu(plain, [refs2])
+            bleus.append(b.score)
+            chrfs.append(sacrebleu.corpus_chrf(plain, [refs2], word_order=2).score)
+            ratios.append(b.sys_len / b.ref_len)
+            joined = read(files["root"] / "k2" / f"{name}_seed{seed}" / "hyp.txt")
+            joined_bleus.append(sacrebleu.corpus_bleu(joined, [refs2]).score)
+            # each seed's test: the paired tests of the joined outputs against the segment-wise ones
+            p = paired_tests(refs2, [("seg", plain), ("joined", joined)], bs_samples=BS, ar_trials=AR)["systems"][1]
+            t = seg["tests"]["bleu"][i]
+            assert (t["p_bootstrap"], t["p_ar"]) == (p["p_bootstrap"], p["p_ar"])
+            assert t["mark"] == ("" if plain == joined else significance_mark([p["p_bootstrap"], p["p_ar"]]))
+            assert abs(t["delta"] - (joined_bleus[-1] - bleus[-1])) < 1e-9
+        got = torch.tensor([seg["scores"]["bleu"], seg["std"]["bleu"], seg["scores"]["chrf"], seg["std"]["chrf"],
+                            seg["length_ratio"], seg["length_ratio_std"], seg["delta"]["bleu"]], dtype=torch.float64)
+        want = [*plain_mean_std(bleus), *plain_mean_std(chrfs), *plain_mean_std(ratios),
+                plain_mean_std(joined_bleus)[0] - plain_mean_std(bleus)[0]]
+        torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64))
+        # the joined input's own cell: mean ± sample std over the three seeds, by hand
+        torch.testing.assert_close(torch.tensor([cell["scores"]["bleu"], cell["std"]["bleu"]], dtype=torch.float64),
+                                   torch.tensor(plain_mean_std(joined_bleus), dtype=torch.float64))
+    # marks over seeds: 'good' stops early on every seed: segment by segment is better, on every seed;
+    # 'base' translates it as segment by segment on seed 3 (identical outputs): no mark
+    base, good = (concat["k"]["2"]["systems"][n]["segmentwise"] for n in ("base", "good"))
+    marks = [t["mark"] for t in good["tests"]["bleu"]]
+    assert all(marks) and all(t["delta"] < 0 for t in good["tests"]["bleu"])
+    assert good["marks"]["bleu"] == min(marks, key=len) and good["better"]["bleu"] == "segment-wise"
+    assert [bool(t["mark"]) for t in base["tests"]["bleu"]] == [True, True, False]
+    assert base["marks"]["bleu"] == "" and base["better"]["bleu"] is None
+    # the k tables' own marks against the baseline hold on every seed pair: 'good' beats 'base' at k = 1
+    one = concat["k"]["1"]["systems"]["good"]
+    assert one["marks"]["bleu"] == "**" and len(one["pairs"]["bleu"]) == 9
+    md = (files["root"] / "lengths.md").read_text()
+    assert md.count("| 2, segment by segment |") == 1
+    assert f"{good['scores']['bleu']:.2f} ± {good['std']['bleu']:.2f} |" in md
+    assert f"{good['delta']['bleu']:+.2f}{good['marks']['bleu']} |" in md
+    assert "Joined input minus segment by segment" in md and "mean ± sample standard deviation" in md
+
+
+def test_training_conditions_difference_tests_every_seed_pair(tmp_path, without):
+    without, _, _ = without
+    better = {"base": {1: 0.8, 2: 0.82, 3: 0.85}, "good": {1: 0.9, 2: 0.92, 3: 0.88}}  # 'good' unchanged
+    with_, _, files = study(tmp_path, "with", better, stops_early, segmentwise=False)
+    out_md, out_json = tmp_path / "d.md", tmp_path / "d.json"
+    assert conditions_cli.main(["--without", str(without), "--with", str(with_), "--train-concat", "2",
+                                "--md", str(out_md), "--json", str(out_json)]) == 0
+    diff = json.loads(out_json.read_text())
+    a = json.loads(without.read_text())["concat"]["k"]
+    b = json.loads(with_.read_text())["concat"]["k"]
+    for k in ("1", "2"):
+        base = diff["k"][k]["base"]
+        assert abs(base["delta"]["bleu"] - (b[k]["systems"]["base"]["scores"]["bleu"]
+                                            - a[k]["systems"]["base"]["scores"]["bleu"])) < 1e-9
+        pairs = base["pairs"]["bleu"]
+        assert len(pairs) == 9 and sorted((q["seed"], q["seed_without"]) for q in pairs) == [
+            (x, y) for x in SEEDS for y in SEEDS]
+        # the all-pairs rule, plainly: every pair significant, every delta of one sign
+        ups = all(q["mark"] and q["delta"] > 0 for q in pairs)
+        downs = all(q["mark"] and q["delta"] < 0 for q in pairs)
+        weakest = "*" if any(q["mark"] == "*" for q in pairs) else "**"
+        assert base["marks"]["bleu"] == (weakest if ups or downs else "")
+        assert base["better"]["bleu"] == ("with" if ups else "without" if downs else None)
+        if k == "1":  # every seed with the joined pairs beats every seed without them
+            assert base["marks"]["bleu"] == "**" and base["better"]["bleu"] == "with"
+        good = diff["k"][k]["good"]  # the same outputs in both conditions: no difference, no mark
+        assert good["delta"]["bleu"] == 0 or abs(good["delta"]["bleu"]) < 1e-9
+        assert good["marks"]["bleu"] == ""
+    pair = diff["k"]["2"]["base"]["pairs"]["bleu"][0]
+    refs2 = files["refs2"]
+    p = paired_tests(refs2, [("a", read(a["2"]["seed_hyps"]["base"][str(pair["seed_without"])])),
+                             ("b", read(b["2"]["seed_hyps"]["base"][str(pair["seed"])]))],
+                     bs_samples=BS, ar_trials=AR)["systems"][1]
+    assert (pair["p_bootstrap"], pair["p_ar"]) == (p["p_bootstrap"], p["p_ar"])
+    assert "Concatenation training minus" in out_md.read_text() and "TRAIN_CONCAT=2" in out_md.read_text()

@@ -135,6 +135,29 @@ def test_aspec_test_lines_give_their_document_ids(tmp_path):
     assert bad.returncode == 2 and "expected a document ID and a sentence ID" in bad.stderr
 
 
+def test_a_test_docs_file_without_its_final_newline_is_read_as_text_lines(tmp_path):
+    """TEST_DOCS checked by lengths.sh before any work, then read by concat-test: its last line
+    counts with or without the newline that ends it, as any text line."""
+    import os
+
+    docs, _, _, files = corpus(tmp_path, n=20)
+    bare = tmp_path / "bare.docs"
+    bare.write_text("\n".join(docs), encoding="utf-8")  # no final newline
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "lib")
+    env = dict(os.environ, PYTHON=sys.executable, TEST_SRC=files["src"], CONCAT="1,2")
+    check = f'. "{lib}/common.sh"; . "{lib}/lengths.sh"; lengths_check_concat'
+    for given, ok in ((str(bare), True), (files["docs"], True), (write(tmp_path / "short.docs", docs[:-1]), False)):
+        p = subprocess.run(["bash", "-c", check], env=dict(env, TEST_DOCS=given), capture_output=True, text=True)
+        assert (p.returncode == 0) == ok and (p.stderr == "") == ok, (given, p.stderr)
+        if not ok:
+            assert p.stderr == (f"error: TEST_DOCS={given}: 19 lines, but the test source {files['src']} has 20: "
+                                f"give one document id per test line\n")
+    out = tmp_path / "out"
+    p = concat(dict(files, docs=str(bare)), "2", out)
+    assert p.returncode == 0, p.stderr
+    assert read(out / "k2.docs") == [docs[g[0]] for g in plain_groups(docs, 2)]
+
+
 # ------------------------------------------------------------------ concatenation training (TRAIN_CONCAT)
 def concat_train(files, ks, out, docs=True, seed=None):
     args = ["concat-train", "--src", files["src"], "--tgt", files["ref"], "--ks", ks,

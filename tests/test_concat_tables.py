@@ -13,9 +13,9 @@ import pytest
 import sacrebleu
 import torch
 
-from fairseq_attn_plugins.cli import by_concat as by_concat_cli
-from fairseq_attn_plugins.cli import results
-from fairseq_attn_plugins.cli import train_conditions as conditions_cli
+from fairseq_attn_reports.cli import by_concat as by_concat_cli
+from fairseq_attn_reports.cli import results
+from fairseq_attn_reports.cli import train_conditions as conditions_cli
 from fairseq_attn_reports.significance import paired_tests, significance_mark
 from fairseq_attn_records.toy_corpus import make_corpus
 

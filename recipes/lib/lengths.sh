@@ -51,6 +51,9 @@ lengths_quick_settings() {  # the demo's corpus and toy sizes (the profile toy-s
   export VALID_TGT="$corpus/valid.$TGT" TEST_SRC="$corpus/test.$SRC" TEST_TGT="$corpus/test.$TGT"
 }
 
+# text_lines FILE: its lines as text (a last line without its newline counts, as the Python steps read it)
+text_lines() { awk 'END { print NR }' "$1"; }
+
 lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line count again once the test set is known)
   CONCAT=${CONCAT:-1,2,4,8}
   local ks=() k seen=" "
@@ -63,8 +66,8 @@ lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line coun
   done
   if [[ -n ${TEST_DOCS:-} ]]; then
     [[ -f $TEST_DOCS ]] || die "TEST_DOCS=$TEST_DOCS: no such file (one document id per test line)"
-    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]] && [[ $(wc -l < "$TEST_DOCS") != "$(wc -l < "$TEST_SRC")" ]]; then
-      die "TEST_DOCS=$TEST_DOCS: $(wc -l < "$TEST_DOCS") lines, but the test source $TEST_SRC has $(wc -l < "$TEST_SRC"): give one document id per test line"
+    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]] && [[ $(text_lines "$TEST_DOCS") != "$(text_lines "$TEST_SRC")" ]]; then
+      die "TEST_DOCS=$TEST_DOCS: $(text_lines "$TEST_DOCS") lines, but the test source $TEST_SRC has $(text_lines "$TEST_SRC"): give one document id per test line"
     fi
   fi
 }
@@ -200,7 +203,7 @@ lengths_main() {
     lengths_report "${cond_dirs[$ci]}" "${datas[$ci]}" "${ks[@]}"
   done
   if [[ -n ${TRAIN_CONCAT:-} ]]; then
-    "$PYTHON" -m fairseq_attn_reports.cli.train_conditions --without "${cond_dirs[0]}/lengths.json" \
+    "$PYTHON" -m fairseq_attn_plugins.cli.train_conditions --without "${cond_dirs[0]}/lengths.json" \
       --with "${cond_dirs[1]}/lengths.json" --train-concat "$TRAIN_CONCAT" \
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"

@@ -203,7 +203,7 @@ lengths_main() {
     lengths_report "${cond_dirs[$ci]}" "${datas[$ci]}" "${ks[@]}"
   done
   if [[ -n ${TRAIN_CONCAT:-} ]]; then
-    "$PYTHON" -m fairseq_attn_plugins.cli.train_conditions --without "${cond_dirs[0]}/lengths.json" \
+    "$PYTHON" -m fairseq_attn_reports.cli.train_conditions --without "${cond_dirs[0]}/lengths.json" \
       --with "${cond_dirs[1]}/lengths.json" --train-concat "$TRAIN_CONCAT" \
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"

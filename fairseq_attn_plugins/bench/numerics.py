@@ -3,6 +3,7 @@
 import torch
 
 from .data import make_train_batches
+from .report import provenance
 from .systems import DTYPES, build_model, discover_systems, make_dictionary
 
 # ---------------------------------------------------------------------------
@@ -26,7 +27,10 @@ def run_numerics(device="cuda", dtype="fp16", seed=3, tol=2e-2, systems=None, lo
     batch = make_train_batches(d, 256, 1, 40, seed, device)[0]
     # make sure the batch has padding on both sides
     assert (batch["net_input"]["src_tokens"] == d.pad()).any()
-    out = {"device": str(device), "dtype": dtype, "tolerance": tol, "archs": {}}
+    out = {"device": str(device), "dtype": dtype, "tolerance": tol, "torch": torch.__version__,
+           **provenance(), "archs": {}}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
 
     def run(model):
         model.train()

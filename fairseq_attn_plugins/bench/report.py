@@ -1,7 +1,10 @@
 """Verdicts (PASS / MISS / unmeasured) and Markdown rendering."""
 
 import datetime
+import hashlib
+import os
 import platform
+import subprocess
 
 import torch
 
@@ -57,6 +60,46 @@ def meta(device, preset, dtype, mode, cfg) -> dict:
     return m
 
 
+#: the repository root (the folder holding the packages)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: the folders of the repository whose sources the hash covers (those present)
+SOURCE_FOLDERS = ("fairseq_attn_core", "fairseq_attn_plugins", "fairseq_attn_recipes",
+                  "fairseq_attn_records", "fairseq_attn_reports", "benchmarks", "scripts", "tests")
+
+
+def sources_hash(root: str = ROOT) -> str:
+    """sha256 (16 hex digits) over the path and bytes of every ``.py`` / ``.sh`` file in the
+    :data:`SOURCE_FOLDERS` of ``root`` (hidden folders skipped): names the code measured
+    where ``.git`` is absent (the device tool copies the working tree)."""
+    h = hashlib.sha256()
+    walks = (os.walk(os.path.join(root, top)) for top in SOURCE_FOLDERS)
+    for folder, dirs, files in (item for walk in walks for item in walk):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for f in sorted(files):
+            if f.endswith((".py", ".sh")):
+                path = os.path.join(folder, f)
+                h.update(os.path.relpath(path, root).encode() + b"\0")
+                with open(path, "rb") as fh:
+                    h.update(fh.read() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def provenance(root: str = ROOT) -> dict:
+    """The code measured: the git commit (``None`` without ``.git``), whether tracked files
+    differ from it, and the sources hash (always)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+
+    commit, dirty = None, None
+    try:
+        r = git("rev-parse", "HEAD")
+        if r.returncode == 0:
+            commit = r.stdout.strip()
+            dirty = bool(git("status", "--porcelain", "--untracked-files=no").stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"commit": commit, "commit_dirty": dirty, "sources_sha256": sources_hash(root)}
+
 
 # ---------------------------------------------------------------------------
 # Rendering
@@ -71,10 +114,15 @@ def render(report: dict) -> str:
     if "scaling" in report:
         return render_scaling(report)
     lines = [f"### {m['preset']} preset, {m['dtype']} on {m.get('gpu', m['device'])} "
-             f"(torch {m['torch']}, fairseq {m['fairseq']}, {m['date']})", ""]
+             f"(torch {m['torch']}, fairseq {m['fairseq']}, {m['date']}, "
+             f"commit {(m.get('commit') or 'none')[:10]}, sources {m.get('sources_sha256')})", ""]
     errs = [s for s in report["systems"] if "error" in s]
     for s in errs:
         lines.append(f"- **{s['name']}** could not be built: {s['error']}")
+    for s in report["systems"]:
+        if "same_paths_as" in s:
+            lines.append(f"- {s['name']}: its layers take the same paths as {s['same_paths_as']}'s "
+                         f"at every measured shape; measured once")
     v = report.get("verdicts", {})
     tr, inf = report.get("train"), report.get("infer")
     if tr:

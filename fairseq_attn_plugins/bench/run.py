@@ -5,10 +5,12 @@ import gc
 import torch
 
 from .infer import bench_infer
-from .report import meta, verdicts
+from .data import make_train_batches
+from .report import meta, provenance, verdicts
 from .sweep import bench_sweep
-from .systems import (DTYPES, PRESETS, STOCK, attention_paths, build_model, discover_systems,
-                      make_dictionary, position_sweep_systems, scaling_sizes)
+from .systems import (DTYPES, PRESETS, STOCK, apply_distance_devices, attention_paths, build_model,
+                      discover_systems, layer_paths, make_dictionary, position_sweep_systems,
+                      scaling_sizes, with_distance_devices)
 from .train import bench_scaling, bench_train
 
 MODES = ("train", "sweep", "all", "scaling")
@@ -17,9 +19,17 @@ SWEEP_LENGTHS = (32, 64, 128, 256, 512, 1024)
 
 
 def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=None,
-                  repeats=None, seed=1, infer=True, log=print, sweep=None, lengths=None) -> dict:
+                  repeats=None, seed=1, infer=True, log=print, sweep=None, lengths=None,
+                  distance_devices=None) -> dict:
     """``sweep="lengths"``: the position-method length sweep (mode sweep, each position
-    method on each training path of the device, ``lengths`` or 32 ... 1024)."""
+    method on each training path of the device, ``lengths`` or 32 ... 1024).
+
+    ``distance_devices``: a list of ``Policy.distance_devices`` values (e.g. ``[("cpu",),
+    ("cpu", "cuda")]``). One: every layer is built with it. Several: each system runs under
+    each, in the same interleaved rounds (the first keeps its name, the others are
+    ``name@cpu+cuda``); a system whose layers take the same paths under a later policy at
+    every measured shape as under the first is not measured twice (``same_paths_as``).
+    Every system records the paths its layers take at each measured shape."""
     device = torch.device(device)
     preset = preset or ("small" if device.type == "cpu" else "base")
     dtype = dtype or ("fp32" if device.type == "cpu" else "fp16")
@@ -30,6 +40,9 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     report = {"meta": meta(device, preset, dtype, mode, cfg)}
+    report["meta"].update(provenance())
+    report["meta"]["distance_devices"] = ([list(d) for d in distance_devices] if distance_devices
+                                          else "the layers' default policy")
     if mode == "scaling":
         report["scaling"] = run_scaling(cfg, device, dtype, seed, log)
         return report
@@ -40,10 +53,13 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
         sys_list = position_sweep_systems(systems, device.type)
     else:
         sys_list = discover_systems(cfg.get("big", False), systems)
+    sys_list = with_distance_devices(sys_list, distance_devices)
     dictionary = make_dictionary(cfg["vocab"])
+    sweep_shapes = [(L, None) for L in cfg["sweep_lengths"]]
     models, entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
                                  max(256, cfg["max_src"] + 1) if mode != "sweep" else
-                                 max(256, max(cfg["sweep_lengths"])), log)
+                                 max(256, max(cfg["sweep_lengths"])), log,
+                                 sweep_shapes if mode == "sweep" else train_shapes(dictionary, cfg, seed))
     report["systems"] = entries
     log(f"systems: {', '.join(models)} | preset {preset}, {dtype} on {device}")
     if mode in ("train", "all"):
@@ -56,7 +72,7 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
         if device.type == "cuda":
             torch.cuda.empty_cache()
         models, sweep_entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
-                                           max(256, max(cfg["sweep_lengths"])), log)
+                                           max(256, max(cfg["sweep_lengths"])), log, sweep_shapes)
     if mode in ("sweep", "all"):
         report["sweep"] = bench_sweep(models, cfg, device, seed, log)
         if mode == "all":
@@ -67,19 +83,51 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     return report
 
 
-def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, log):
-    """Build every system (a broken variant is reported, the others still run)."""
+def train_shapes(dictionary, cfg, seed):
+    """(source, target) lengths of the training batches (the batches of :func:`.train.bench_train`)."""
+    batches = make_train_batches(dictionary, cfg["max_tokens"], cfg["n_batches"], cfg["max_src"], seed, "cpu")
+    return sorted({(b["net_input"]["src_tokens"].shape[1], b["net_input"]["prev_output_tokens"].shape[1])
+                   for b in batches})
+
+
+def shape_paths(model, shapes) -> dict:
+    """Shape -> side -> path name -> number of self-attention layers taking it in training:
+    ``"S"`` (the encoder alone at S positions, as the sweep runs it) or ``"SxT"`` (encoder at S,
+    decoder at T)."""
+    out = {}
+    for S, T in shapes:
+        key = str(S) if T is None else f"{S}x{T}"
+        out[key] = {"encoder": layer_paths(model.encoder, S)}
+        if T is not None:
+            out[key]["decoder"] = layer_paths(model.decoder, T)
+    return out
+
+
+def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, log, shapes=()):
+    """Build every system (a broken variant is reported, the others still run); a system
+    under a later distance policy whose layers take the same paths at every shape in
+    ``shapes`` as under the first is dropped (``same_paths_as``)."""
     models, entries = {}, []
     for s in sys_list:
         entry = {"name": s.name, "arch": s.arch, "target": s.target}
+        if s.distance_devices is not None:
+            entry["distance_devices"] = list(s.distance_devices)
         try:
             m = build_model(s.arch, dictionary, cfg["sizes"], seed, max_source_positions=max_positions,
                             max_target_positions=max_positions, **s.flags)
+            apply_distance_devices(m, s.distance_devices)
             m = m.to(device=device, dtype=DTYPES[dtype])
             entry["params"] = sum(p.numel() for p in m.parameters())
             entry["param_tensors"] = sum(1 for _ in m.parameters())
             entry["attention_paths"] = attention_paths(m)
-            models[s.name] = m
+            entry["paths_by_shape"] = shape_paths(m, shapes)
+            first = next((e for e in entries if e["name"] == s.same_model_as), None)
+            if first is not None and first.get("paths_by_shape") == entry["paths_by_shape"]:
+                entry["same_paths_as"] = s.same_model_as
+                log(f"{s.name}: the same paths as {s.same_model_as} at every shape, not measured twice")
+                del m
+            else:
+                models[s.name] = m
         except Exception as e:
             entry["error"] = f"{type(e).__name__}: {e}"
             log(f"! {s.name}: cannot build (max positions {max_positions}): {entry['error']}")

@@ -3,8 +3,8 @@
 
 import argparse
 import fnmatch
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field, replace
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -94,6 +94,11 @@ class System:
     target: Optional[float]
     #: extra model flags (attribute -> value), e.g. ``{"attn_backend": "explicit"}``
     flags: dict = field(default_factory=dict)
+    #: the devices on which its layers' ``auto`` takes the distance kernels
+    #: (``Policy.distance_devices``); ``None``: the layers' default policy
+    distance_devices: Optional[Tuple[str, ...]] = None
+    #: the system this one is measured next to: the same model under the first policy
+    same_model_as: Optional[str] = None
 
 
 #: the position methods of the CPU length sweep (``--sweep lengths``): name, arch, flags
@@ -201,6 +206,32 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
     ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(seed)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, _FakeTask(dictionary))
+
+
+def with_distance_devices(systems: List[System], choices: Sequence[Tuple[str, ...]]) -> List[System]:
+    """Each system but stock under each ``Policy.distance_devices`` of ``choices`` (one choice:
+    every system under it, names kept; several: the first keeps the names, the others are
+    added as ``name@cpu+cuda``, to be measured next to it in the same rounds)."""
+    if not choices:
+        return systems
+    out = [systems[0]]
+    for s in systems[1:]:
+        for i, devices in enumerate(choices):
+            other = dict(name=f"{s.name}@{'+'.join(devices)}", same_model_as=s.name) if i else {}
+            out.append(replace(s, distance_devices=tuple(devices), **other))
+    return out
+
+
+def apply_distance_devices(model, devices: Optional[Tuple[str, ...]]) -> None:
+    """Give every self-attention layer of ``model`` a policy whose ``distance_devices`` is
+    ``devices`` (its other fields kept); ``None`` leaves the layers as built."""
+    if devices is None:
+        return
+    from fairseq_attn_core import SelfAttention
+
+    for m in model.modules():
+        if isinstance(m, SelfAttention):
+            m.policy = replace(m.policy, distance_devices=tuple(devices))
 
 
 def layer_paths(module, length: int) -> Dict[str, int]:

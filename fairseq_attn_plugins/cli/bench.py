@@ -60,6 +60,14 @@ def build_parser():
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")
+    p.add_argument("--distance-devices", type=_devices, action="append", metavar="DEV[,DEV]",
+                   help="build every layer with a policy whose distance_devices (the devices on "
+                        "which auto takes the distance kernels: region split, query blocks, "
+                        "distance bias) is this comma list of cpu / cuda; given more than once, "
+                        "every system runs under each in the same interleaved rounds (the first "
+                        "keeps its name, the others are NAME@cpu+cuda; one whose layers take the "
+                        "same paths at every measured shape is measured once). Default: the "
+                        "layers' own policy (distance kernels on cpu only)")
     p.add_argument("--repeats", type=_positive, help="interleaved rounds of every measurement: training, inference, the length sweep (default from preset)")
     p.add_argument("--no-infer", action="store_true", help="skip the inference measurement")
     p.add_argument("--seed", type=int, default=1)
@@ -78,6 +86,14 @@ def _lengths(text):
     if not values or min(values) < 1 or values != sorted(set(values)):
         raise argparse.ArgumentTypeError(f"expected positive integers in increasing order, "
                                          f"e.g. 256,512,1024 (got {text!r})")
+    return values
+
+
+def _devices(text):
+    """``--distance-devices``: a comma list of cpu / cuda, each once."""
+    values = tuple(x.strip() for x in text.split(","))
+    if not values or not set(values) <= {"cpu", "cuda"} or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cpu,cuda (got {text!r})")
     return values
 
 
@@ -115,6 +131,9 @@ def main(argv=None):
         raise SystemExit("fairseq-attn-bench: --lengths belongs to --sweep lengths")
     if args.sweep and args.mode not in ("train", "sweep"):
         raise SystemExit(f"fairseq-attn-bench: --sweep {args.sweep} is a sweep; drop --mode {args.mode}")
+    if args.distance_devices and args.mode in ("numerics", "scaling"):
+        raise SystemExit(f"fairseq-attn-bench: --distance-devices belongs to the train and sweep "
+                         f"modes; drop it or --mode {args.mode}")
     if args.mode == "numerics":
         try:
             report = B.run_numerics(args.device,
@@ -128,7 +147,8 @@ def main(argv=None):
         try:
             report = B.run_benchmark(args.device, args.preset, args.dtype, args.mode, patterns,
                                      args.repeats, args.seed, not args.no_infer, log,
-                                     sweep=args.sweep, lengths=args.lengths)
+                                     sweep=args.sweep, lengths=args.lengths,
+                                     distance_devices=args.distance_devices)
         except ValueError as e:
             raise SystemExit(f"fairseq-attn-bench: {e}")
         text = B.render(report)

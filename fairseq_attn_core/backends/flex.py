@@ -21,6 +21,11 @@ a flex path only with dropout 0. ``--attn-flex-compile`` decides
 how ``flex_attention`` is compiled (:func:`kernel`: inductor on CUDA by default); the
 calls keep one form per layer kind so that the number of compiled graphs stays bounded
 over batch shapes (docs/architecture.md, tests/test_flex_compile.py).
+
+``torch._dynamo`` (about a second to import, with inductor and sympy) is imported by the
+first compiled call (:func:`_run_compiled`, ``torch.compile``), not with this module: every
+process importing the plugin would pay for it otherwise. ``torch.nn.attention.flex_attention``
+itself is cheap to import and does not import dynamo (tests/test_import_cost.py).
 """
 
 import weakref
@@ -28,7 +33,6 @@ from collections import OrderedDict
 from typing import Optional
 
 import torch
-import torch._dynamo
 from torch import Tensor
 from torch.fx.experimental import _config as _fx_config
 
@@ -158,6 +162,8 @@ def _run_compiled(run, q, k, v, score_mod, mask, kw):
         raise TypeError(f"flex_attention: the score_mod / mask_mod captures the Python number(s) "
                         f"{numbers}; a compiled call needs every captured value a tensor "
                         f"(torch.tensor(x, device=q.device))")
+    import torch._dynamo  # here, not at module import (module docstring)
+
     q, k, v = _dense(q), _dense(k), _dense(v)
     for t in (q, k, v):  # batch and length
         torch._dynamo.maybe_mark_dynamic(t, [0, 2])

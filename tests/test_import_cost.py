@@ -1,0 +1,82 @@
+"""Every process that imports the plugin is spared torch's compiler stack: importing the
+plugin, the core and the recipe steps (every module of them) loads neither ``torch._dynamo``
+nor ``torch._inductor`` (about a second per process, with sympy); the first compiled
+flex_attention call imports dynamo itself and computes the same attention. Subprocesses,
+so that what other tests imported does not count."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fairseq_attn_core.backends import flex
+
+COMPILER = ("torch._dynamo", "torch._inductor")
+
+
+def run(script: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def loaded(names) -> str:
+    return f"sorted(m for m in sys.modules if m in {tuple(names)!r} or m.startswith('torch._dynamo.'))"
+
+
+def test_importing_the_plugin_loads_no_dynamo():
+    out = run("import json, sys\nimport fairseq_attn_plugins\n"
+              f"print(json.dumps({{'compiler': {loaded(COMPILER)}, 'torch': 'torch' in sys.modules}}))\n")
+    assert out["torch"]  # the plugin did import torch: the check below is not vacuous
+    assert out["compiler"] == []
+
+
+def test_importing_every_module_of_the_core_plugin_and_recipes_loads_no_dynamo():
+    out = run(
+        "import importlib, json, pkgutil, sys\n"
+        "names = []\n"
+        "for top in ('fairseq_attn_core', 'fairseq_attn_plugins', 'fairseq_attn_recipes'):\n"
+        "    pkg = importlib.import_module(top)\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, top + '.'):\n"
+        "        if not m.name.endswith('__main__'):\n"
+        "            importlib.import_module(m.name)\n"
+        "            names.append(m.name)\n"
+        f"print(json.dumps({{'modules': names, 'compiler': {loaded(COMPILER)}}}))\n")
+    assert {"fairseq_attn_core.backends.flex", "fairseq_attn_core.backends.distance_flex",
+            "fairseq_attn_plugins.integration.trainer_checks", "fairseq_attn_recipes.recording"} \
+        <= set(out["modules"])
+    assert out["compiler"] == []
+
+
+@pytest.mark.skipif(not flex.HAVE_FLEX, reason="torch has no flex_attention")
+def test_the_first_compiled_flex_call_imports_dynamo_and_computes_attention():
+    out = run(
+        "import json, sys\nimport torch\n"
+        "from fairseq_attn_core.backends import flex\n"
+        "before = 'torch._dynamo' in sys.modules\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "q, k, v = (torch.randn(2, 2, 5, 16, generator=g) for _ in range(3))\n"
+        "bias = torch.tensor(0.5)\n"
+        "def score_mod(score, b, h, i, j):\n"
+        "    return score - bias * (i - j).abs()\n"
+        "out = flex.call(q, k, v, score_mod, None, 0.25, compile='aot_eager')\n"
+        "print(json.dumps({'before': before, 'after': 'torch._dynamo' in sys.modules,\n"
+        "                  'q': q.tolist(), 'k': k.tolist(), 'v': v.tolist(), 'out': out.tolist()}))\n")
+    assert not out["before"] and out["after"]
+    q, k, v = (torch.tensor(out[n], dtype=torch.float64) for n in ("q", "k", "v"))
+    B, H, T, D = q.shape
+    expected = torch.zeros(B, H, T, D, dtype=torch.float64)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                scores = [0.25 * float(q[b, h, i] @ k[b, h, j]) - 0.5 * abs(i - j) for j in range(T)]
+                top = max(scores)
+                weights = [math.exp(s - top) for s in scores]
+                total = sum(weights)
+                for j in range(T):
+                    expected[b, h, i] += weights[j] / total * v[b, h, j]
+    torch.testing.assert_close(torch.tensor(out["out"], dtype=torch.float64), expected,
+                               rtol=1e-4, atol=1e-5)

@@ -1,6 +1,6 @@
 """Shared helpers of the reliability tests (numerics, faults, plot).
 
-Everything loops over the registries, so a new piece in attention/pieces/ is
+Everything loops over the registries, so a new piece in fairseq_attn_core/pieces/ is
 covered without touching the tests: ``PIECES`` for module-level checks and the
 ``transformer_attn`` architectures for model-level ones. A piece makes itself
 active on layer 0 of the tiny 2-layer model with the class attribute

@@ -1,4 +1,4 @@
-"""The chooser between attention paths (attention/backends/) and the piece contract it reads.
+"""The chooser between attention paths (fairseq_attn_core/backends/) and the piece contract it reads.
 
 A loop over the registry: every piece's declared capabilities decide the path, a forced
 ``--attn-backend`` that cannot run a piece is refused in one line naming the flag with each

@@ -175,7 +175,7 @@ def test_chained_with_disan_matches_reference_without_test_mask():
 @pytest.mark.parametrize("piece", ["csan1d", "csan2d"])
 def test_block_local_fused_path_agrees_on_emptied_rows(left_pad, piece):
     """csan1d and csan2d (its widened keys) from the policy's local_min_len take the block-local
-    path (attention/backends/local.py); emptied rows give the explicit result and the float64
+    path (fairseq_attn_core/backends/local.py); emptied rows give the explicit result and the float64
     reference's (the threshold and the block lowered: 3 blocks of 8, the last cut short)."""
     from fairseq_attn_core import backends
 

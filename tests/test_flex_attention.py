@@ -1,4 +1,4 @@
-"""The flex_attention paths (attention/backends/flex.py, distance_flex.py) against the explicit path, float64 on CPU.
+"""The flex_attention paths (fairseq_attn_core/backends/flex.py, distance_flex.py) against the explicit path, float64 on CPU.
 
 relpos kv/tied through flex (key term as score_mod, value term from the log-sum-exp) and
 block-sparse band masks (1D-/2D-CSAN) must equal the explicit reference forward and

@@ -1,4 +1,4 @@
-"""Block-local fused attention (attention/backends/local.py) used for long 1D- and 2D-CSAN
+"""Block-local fused attention (fairseq_attn_core/backends/local.py) used for long 1D- and 2D-CSAN
 sequences: same outputs and gradients as the dense fused path, the explicit path and plain loops."""
 
 import math

@@ -1,5 +1,5 @@
 """Shared invariance tests, run for EVERY registered piece (xformers style):
-a new piece in attention/pieces/ is covered automatically through its
+a new piece in fairseq_attn_core/pieces/ is covered automatically through its
 ``test_flags``."""
 
 import itertools

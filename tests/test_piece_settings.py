@@ -1,4 +1,4 @@
-"""Piece settings declared once, as data (``attention/settings.py``): the flags, the
+"""Piece settings declared once, as data (``fairseq_attn_core/settings.py``): the flags, the
 defaults the architectures fill in, the validation, the layers a piece covers and the
 architecture presets all come from a piece's ``settings``. Loops over the registry, plus
 one toy piece declared here to check the derivation itself."""

@@ -1,5 +1,5 @@
-"""relpos on the CPU region-split path (attention/backends/distance.py, mode ``far``;
-attention/backends/regions.py).
+"""relpos on the CPU region-split path (fairseq_attn_core/backends/distance.py, mode ``far``;
+fairseq_attn_core/backends/regions.py).
 
 Each query's keys split into the far left, the band and the far right; the far regions run
 torch's CPU flash kernel with a custom backward that also carries the log-sum-exp's

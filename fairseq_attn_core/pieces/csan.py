@@ -30,11 +30,11 @@ the decoder is unchanged. No new parameters (the paper's "+0.0M").
 Backends: both run on the fused path (scaled_dot_product_attention with a
 boolean mask; 2D-CSAN widens the key axis with the neighbouring heads' keys
 and values) and on the explicit path. Long sequences: both take the block-local
-SDPA path (attention/backends/local.py) from 256 positions (the policy's ``local_min_len``; 2D-CSAN: each query
+SDPA path (fairseq_attn_core/backends/local.py) from 256 positions (the policy's ``local_min_len``; 2D-CSAN: each query
 block over the window of every head of its area, side by side, one softmax; its
 blocks recomputed in the backward); on CUDA, inference from 512 positions
 (the policy's ``flex_band_min_len``) takes block-sparse flex_attention instead
-(attention/backends/flex.py: blocks outside the window are skipped);
+(fairseq_attn_core/backends/flex.py: blocks outside the window are skipped);
 ``--attn-backend flex`` forces the latter at any length (exactness tests).
 """
 

@@ -3,7 +3,6 @@ sacreBLEU on the k = 1 outputs grouped plainly, the mean ± sample std over thre
 all-seeds marks by hand, and the difference between two training conditions."""
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -18,22 +17,11 @@ from fairseq_attn_reports.cli import results
 from fairseq_attn_reports.cli import train_conditions as conditions_cli
 from fairseq_attn_reports.significance import paired_tests, significance_mark
 from fairseq_attn_records.toy_corpus import make_corpus
+from plain_stats import plain_mean_std
 
 LOG = os.path.join(os.path.dirname(__file__), "data", "fairseq_json_resumed.train.log")
 BS, AR = 100, 100
 SEEDS = (1, 2, 3)
-
-
-def plain_mean_std(values):
-    n = len(values)
-    mean = 0.0
-    for v in values:
-        mean += float(v)
-    mean /= n
-    ss = 0.0
-    for v in values:
-        ss += (float(v) - mean) ** 2
-    return mean, math.sqrt(ss / (n - 1))
 
 
 def write(path, lines):

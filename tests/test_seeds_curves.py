@@ -8,7 +8,6 @@ model on the toy corpus): ``fairseq_json_bleu.train.log`` with --eval-bleu,
 a 3+2-layer model, 4 epochs of 5 updates; paths replaced by placeholders)."""
 
 import json
-import math
 import os
 import shutil
 
@@ -20,6 +19,7 @@ from fairseq_attn_reports.cli import results
 from fairseq_attn_reports import curves, seeds
 from fairseq_attn_reports.significance import paired_tests, significance_mark
 from fairseq_attn_records.toy_corpus import make_corpus
+from plain_stats import plain_mean_std
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 BLEU_LOG = os.path.join(DATA, "fairseq_json_bleu.train.log")
@@ -28,18 +28,6 @@ MID_EPOCH_LOG = os.path.join(DATA, "fairseq_json_mid_epoch_valid.train.log")
 
 
 # ------------------------------------------------------------------ plain references
-def plain_mean_std(values):
-    n = len(values)
-    mean = 0.0
-    for v in values:
-        mean += float(v)
-    mean /= n
-    ss = 0.0
-    for v in values:
-        ss += (float(v) - mean) ** 2
-    return mean, (math.sqrt(ss / (n - 1)) if n > 1 else 0.0)
-
-
 def plain_records(path, kind):
     """Every json record of one kind, with the wall offset of the process that wrote it."""
     out, offset, last = [], 0.0, 0.0

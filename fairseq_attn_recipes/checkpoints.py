@@ -4,10 +4,11 @@ import json
 import os
 
 from .step_inputs import die
+from fairseq_attn_records import run_record
 from fairseq_attn_records.run_record import RecordError, newest_checkpoint
 from fairseq_attn_records.output_files import staged, write_json, write_lines
 
-from .recording import last_save_points
+from .recording import last_save_points, scan_checkpoints
 
 
 def checkpoints_to_average(run_dir: str, n: int):
@@ -16,9 +17,17 @@ def checkpoints_to_average(run_dir: str, n: int):
     interval one where a save point falls on an epoch end) and ``checkpoint_last.pt`` for a final
     update no other file holds, each placed by the update number in its own state, not by its
     name. Fewer than ``n`` is an error, not a smaller average. Returns [{"file", "num_updates",
-    "epoch"}] with ``file`` a path."""
+    "epoch"}] with ``file`` a path.
+
+    The update numbers of the files the run record lists unchanged (size and mtime) are taken from
+    it, as ``evaluated-before`` does, so that reusing an average made before starts neither torch
+    nor fairseq; the others are read from the files (a run without a readable record: all)."""
     try:
-        points = last_save_points(run_dir, n)
+        rec = run_record.load(run_dir) or {}
+    except RecordError:
+        rec = {}  # averaging never depended on the record: its files are read instead
+    try:
+        points = last_save_points(run_dir, n, scan_checkpoints(run_dir, rec.get("checkpoints")))
     except RecordError as e:
         die(str(e))
     return [dict(p, file=os.path.join(run_dir, p["file"])) for p in points]

@@ -1,7 +1,9 @@
 """Recipe steps that start neither torch nor fairseq where they need no model: the average a
 run's evaluation made before, reused for the next subset (the length study evaluates each run
-once per k), reads the update numbers from the run record, not from the checkpoints. Proven in
-a process where torch and fairseq cannot be imported. Subprocesses, so that other tests keep torch."""
+once per k), reads the update numbers from the run record, not from the checkpoints; Table 1's
+rows (``fairseq-attn-paper rows``, table1.sh's first step) are checked against the architecture
+names kept while the code is unchanged. Proven in a process where torch and fairseq cannot be
+imported. Subprocesses, so that other tests keep torch."""
 
 import json
 import os
@@ -15,13 +17,18 @@ from test_run_records import _fairseq_save_points  # noqa: E402
 from fairseq_attn_records import run_record  # noqa: E402
 from fairseq_attn_recipes.recording import scan_checkpoints  # noqa: E402
 
-BLOCK = "import sys\nfor name in ('torch', 'fairseq'):\n    sys.modules[name] = None\n"
 
 
-def steps_without_torch(*args) -> subprocess.CompletedProcess:
-    """``python -m fairseq_attn_recipes ARGS`` in a process where torch and fairseq cannot be imported."""
-    script = BLOCK + "from fairseq_attn_recipes.__main__ import main\n" + f"main({list(args)!r})\n"
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+def block(*names) -> str:
+    return f"import sys\nfor name in {names!r}:\n    sys.modules[name] = None\n"
+
+
+def steps_without_torch(*args, module="fairseq_attn_recipes.__main__", blocked=("torch", "fairseq"),
+                        env=None) -> subprocess.CompletedProcess:
+    """``main(ARGS)`` of ``module`` (by default ``python -m fairseq_attn_recipes ARGS``) in a process
+    where ``blocked`` cannot be imported."""
+    script = block(*blocked) + f"from {module} import main\n" + f"sys.exit(main({list(args)!r}))\n"
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
 
 
 def _run_with_record(tmp_path):
@@ -62,3 +69,17 @@ def test_a_checkpoint_changed_since_the_record_is_read_from_its_file(tmp_path):
     # the record cannot say it without reading the changed file: refused where torch cannot be imported
     blocked = steps_without_torch("average", run, "--n", "2", "--output", str(tmp_path / "avg2.pt"))
     assert blocked.returncode != 0
+
+
+def test_table1_rows_are_checked_without_torch_once_the_names_are_kept(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))  # a cache of its own: the first run reads the registry
+    rows = [sys.executable, "-m", "fairseq_attn_reports.cli.paper", "rows", "--rows", "csan2d,baseline"]
+    first = subprocess.run(rows, capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines() == ["baseline transformer_attn_wmt_en_de", "csan2d transformer_csan2d_wmt_en_de"]
+    # torch blocked (fairseq imports it, so fairseq cannot start either); fairseq itself stays findable:
+    # the names are kept under a key made from its installed files
+    again = steps_without_torch("rows", "--rows", "csan2d,baseline", module="fairseq_attn_reports.cli.paper",
+                                blocked=("torch",), env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout

@@ -76,14 +76,20 @@ lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line coun
 # subwords as the data was, binarised with the data's dictionaries into DATA/concat/kK.test.*, with its
 # raw source and reference in DATA/raw/concat/kK.test.* (written last: evaluate.sh reads them)
 lengths_concat_subset() {
-  local k=$1 dir="$LENGTHS_DIR/concat" sub="concat/k$1.test" l ext codes
+  local k=$1 dir="$LENGTHS_DIR/concat" sub="concat/k$1.test" l ext
   local tmp="$dir/k$k.build.tmp"
   rm -rf "$tmp"; mkdir -p "$tmp"
   for l in "$SRC" "$TGT"; do
-    codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$l"
     "${STEPS[@]}" tokenize --lang "$l" --tool "$(tokenizer_tool "$l")" "$dir/k$k.$l" "$tmp/tok.$l"
-    "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$codes" "$tmp/tok.$l" "$tmp/bpe.$l"
   done
+  # joint BPE: both sides in one step (one set of codes); else each side with its own codes
+  if [[ $JOINT == 1 ]]; then
+    "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$WORK/bpe/codes" "$tmp/tok.$SRC" "$tmp/bpe.$SRC" "$tmp/tok.$TGT" "$tmp/bpe.$TGT"
+  else
+    for l in "$SRC" "$TGT"; do
+      "${STEPS[@]}" bpe-apply --tool "$BPE_TOOL" --codes "$WORK/bpe/codes.$l" "$tmp/tok.$l" "$tmp/bpe.$l"
+    done
+  fi
   local pargs=()
   fairseq_args pargs preprocess --destdir "$tmp/bin" --set "src=$SRC" --set "tgt=$TGT" --set "testpref=$tmp/bpe" \
     --set "srcdict=$DATA/dict.$SRC.txt" --set "tgtdict=$DATA/dict.$TGT.txt" --set "preprocess_args=${PREPROCESS_ARGS:-}"

@@ -4,10 +4,11 @@ import json
 import os
 
 from .step_inputs import die
+from fairseq_attn_records import run_record
 from fairseq_attn_records.run_record import RecordError, newest_checkpoint
 from fairseq_attn_records.output_files import staged, write_json, write_lines
 
-from .recording import last_save_points
+from .recording import last_save_points, scan_checkpoints
 
 
 def checkpoints_to_average(run_dir: str, n: int):
@@ -16,9 +17,12 @@ def checkpoints_to_average(run_dir: str, n: int):
     interval one where a save point falls on an epoch end) and ``checkpoint_last.pt`` for a final
     update no other file holds, each placed by the update number in its own state, not by its
     name. Fewer than ``n`` is an error, not a smaller average. Returns [{"file", "num_updates",
-    "epoch"}] with ``file`` a path."""
+    "epoch"}] with ``file`` a path. The update numbers the run record holds for files unchanged
+    since (size and mtime) are taken from it, as the evaluation key does: reusing an average
+    then loads no checkpoint (and imports no torch)."""
     try:
-        points = last_save_points(run_dir, n)
+        rec = run_record.load(run_dir) or {}
+        points = last_save_points(run_dir, n, scan_checkpoints(run_dir, rec.get("checkpoints")))
     except RecordError as e:
         die(str(e))
     return [dict(p, file=os.path.join(run_dir, p["file"])) for p in points]

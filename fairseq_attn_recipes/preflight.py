@@ -40,7 +40,7 @@ def cmd_check_tools(args):
 def cmd_check_arch(args):
     import difflib
 
-    from .arch_names import registered_arch_names
+    from fairseq_attn_reports.arch_names import registered_arch_names
     names = registered_arch_names()
     unknown = [a for a in args.arch if a not in names]
     if unknown:

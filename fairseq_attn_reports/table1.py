@@ -81,9 +81,10 @@ class Table1Error(ValueError):
 
 
 def registered_archs() -> List[str]:
-    import fairseq_attn_plugins  # noqa: F401  registers the architectures
-    from fairseq.models import ARCH_MODEL_REGISTRY
-    return sorted(ARCH_MODEL_REGISTRY)
+    """fairseq's registry with the plugin's architectures, read through the names' cache
+    (:mod:`fairseq_attn_reports.arch_names`: no torch when the code has not changed)."""
+    from .arch_names import registered_arch_names
+    return registered_arch_names()
 
 
 def missing_rows(rows: Sequence[Row], registered: Optional[Sequence[str]] = None) -> List[Row]:

@@ -7,7 +7,7 @@ import os
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
-from fairseq_attn_recipes import arch_names
+from fairseq_attn_reports import arch_names
 
 
 def test_the_names_are_the_registry_and_the_cache_is_read_back(tmp_path, monkeypatch):

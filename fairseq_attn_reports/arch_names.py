@@ -1,8 +1,8 @@
 """The names of the registered fairseq architectures, without importing torch and fairseq when
 the installed code has not changed since they were last read.
 
-Reading the registry imports fairseq and this package (seconds); every ``train.sh`` checks its
-architecture before any work, so the names are kept in a small cache file keyed by what decides
+Reading the registry imports fairseq and the plugin (seconds); every ``train.sh`` checks its
+architecture before any work, and ``table1.sh`` its rows', so the names are kept in a small cache file keyed by what decides
 them: the Python version, fairseq's installed models (path, version, file names) and the sha256 of
 every source file of ``fairseq_attn_plugins``. Any change of code gives another key, hence a fresh
 read; a cache that cannot be read, written or parsed is ignored (the registry is read instead).

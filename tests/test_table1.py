@@ -28,6 +28,9 @@ RECIPE = os.path.join(ROOT, "recipes", "wmt14_en_de")
 # a table of some of the rows (the end-to-end test renders it from the runs of every row)
 CI_ROWS = "baseline,rel_pos,csan1d,csan2d"
 PNG = b"\x89PNG\r\n\x1a\n"
+# the runs of the recipe tests: QUICK=1's sizes, trained 8 updates with a save point every 4 (the two
+# averaged), not the profile's 40: what they check needs trained runs, not good ones
+UPDATES = 8
 
 
 def read(path):
@@ -273,7 +276,8 @@ def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys):
 
 # ------------------------------------------------------------------ the recipe, end to end
 def recipe(script, env, check=True):
-    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", BPE_MERGES="60")
+    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", BPE_MERGES="60",
+                MAX_UPDATE=str(UPDATES), SAVE_INTERVAL_UPDATES=str(UPDATES // 2))
     full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
     full.update(env)
     p = subprocess.run(["bash", os.path.join(RECIPE, script)], env=full, capture_output=True, text=True)
@@ -330,7 +334,7 @@ def check_table1(work, keys):
         count = real_param_count(r["run_dir"])
         assert r["params"] == count
         log = results.parse_train_log(os.path.join(r["run_dir"], "train.log"))
-        assert r["train_ups"] == pytest.approx(log["train_ups"]) and log["num_updates"] == 40
+        assert r["train_ups"] == pytest.approx(log["train_ups"]) and log["num_updates"] == UPDATES
         line = md[2 + i]
         assert line.startswith(f"| {table1.ROW_BY_KEY[r['key']].label} |"), line
         if i == 0:
@@ -377,7 +381,7 @@ def test_table1_recipe_end_to_end(toy_work):
     some = check_table1(work, some_keys)
     assert [r["bleu"] for r in some["rows"]] == [rows[k]["bleu"] for k in some_keys]
     # other settings in the same folder are refused
-    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE="41"), check=False)
+    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE=str(UPDATES + 1)), check=False)
     assert p.returncode == 2 and "other settings" in p.stderr
 
     # Figure 3 from the Table 1 runs: sacreBLEU's statistics, checked by plain counting

@@ -28,6 +28,9 @@ RECIPE = os.path.join(ROOT, "recipes", "wmt14_en_de")
 # a table of some of the rows (the end-to-end test renders it from the runs of every row)
 CI_ROWS = "baseline,rel_pos,csan1d,csan2d"
 PNG = b"\x89PNG\r\n\x1a\n"
+# the runs of the recipe tests: QUICK=1's sizes, trained 8 updates with a save point every 4 (the two
+# averaged), not the profile's 40: what they check needs trained runs, not good ones
+UPDATES = 8
 
 
 def read(path):
@@ -84,6 +87,21 @@ def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys, tmp_pa
     assert paper.main(["rows", "--rows", "csan2d,baseline"]) == 0
     assert capsys.readouterr().out.splitlines() == ["baseline transformer_attn_wmt_en_de",
                                                     "csan2d transformer_csan2d_wmt_en_de"]
+
+
+def test_rows_command_reads_the_architecture_names_cache_without_torch(tmp_path, monkeypatch):
+    """table1.sh's first step answers from the names' cache (fairseq_attn_reports.arch_names) while
+    the code is unchanged: a process that imports neither torch nor fairseq."""
+    from fairseq_attn_reports import arch_names
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert arch_names.registered_arch_names() == sorted(ARCH_MODEL_REGISTRY)  # the cache written
+    script = ("import sys\nfrom fairseq_attn_reports.cli import paper\ncode = paper.main(['rows', '--rows', 'csan2d,baseline'])\n"
+              "print(sorted(m for m in ('torch', 'fairseq') if m in sys.modules))\nsys.exit(code)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["baseline transformer_attn_wmt_en_de", "csan2d transformer_csan2d_wmt_en_de", "[]"]
 
 
 # ------------------------------------------------------------------ Figure 3: n-gram accuracy
@@ -258,7 +276,8 @@ def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys):
 
 # ------------------------------------------------------------------ the recipe, end to end
 def recipe(script, env, check=True):
-    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", BPE_MERGES="60")
+    full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", BPE_MERGES="60",
+                MAX_UPDATE=str(UPDATES), SAVE_INTERVAL_UPDATES=str(UPDATES // 2))
     full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
     full.update(env)
     p = subprocess.run(["bash", os.path.join(RECIPE, script)], env=full, capture_output=True, text=True)
@@ -315,7 +334,7 @@ def check_table1(work, keys):
         count = real_param_count(r["run_dir"])
         assert r["params"] == count
         log = results.parse_train_log(os.path.join(r["run_dir"], "train.log"))
-        assert r["train_ups"] == pytest.approx(log["train_ups"]) and log["num_updates"] == 40
+        assert r["train_ups"] == pytest.approx(log["train_ups"]) and log["num_updates"] == UPDATES
         line = md[2 + i]
         assert line.startswith(f"| {table1.ROW_BY_KEY[r['key']].label} |"), line
         if i == 0:
@@ -362,7 +381,7 @@ def test_table1_recipe_end_to_end(toy_work):
     some = check_table1(work, some_keys)
     assert [r["bleu"] for r in some["rows"]] == [rows[k]["bleu"] for k in some_keys]
     # other settings in the same folder are refused
-    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE="41"), check=False)
+    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE=str(UPDATES + 1)), check=False)
     assert p.returncode == 2 and "other settings" in p.stderr
 
     # Figure 3 from the Table 1 runs: sacreBLEU's statistics, checked by plain counting

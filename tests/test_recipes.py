@@ -136,48 +136,6 @@ def test_checkpoint_averaging_is_the_mean(tmp_path):
     torch.testing.assert_close(torch.load(out)["model"]["w"].double(), expected + 0.5, rtol=1e-6, atol=1e-6)
 
 
-def test_averaging_takes_update_numbers_from_the_run_record_for_unchanged_files(tmp_path):
-    """The run record's update number of a checkpoint unchanged since (size, mtime) is taken, one
-    changed since is read from the file; an average reused loads no checkpoint (no torch)."""
-    from fairseq_attn_records import run_record
-
-    run = tmp_path / "run"
-    run.mkdir()
-    for u, name in ((2, "checkpoint1.pt"), (4, "checkpoint2.pt"), (4, "checkpoint_last.pt")):
-        torch.save({"model": {"w": torch.full((2,), float(u))}, "args": None, "cfg": None,
-                    "extra_state": {"train_iterator": {"epoch": u // 2 + 1, "iterations_in_epoch": 0}},
-                    "optimizer_history": [{"criterion_name": "x", "optimizer_name": "adam",
-                                           "lr_scheduler_state": {"best": 1.0}, "num_updates": u}],
-                    "last_optimizer_state": {}}, run / name)
-    known = {}
-    for name in ("checkpoint1.pt", "checkpoint2.pt", "checkpoint_last.pt"):
-        st = (run / name).stat()
-        known[name] = {"num_updates": 4 if name != "checkpoint1.pt" else 2, "epoch": 2,
-                       "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
-    # the record says checkpoint1.pt holds update 3 (not what the file holds): taken, the file unchanged
-    known["checkpoint1.pt"]["num_updates"] = 3
-    run_record.save(str(run), {"format": run_record.FORMAT, "checkpoints": known})
-    out = run / "avg.pt"
-    p = steps_in_process("average", str(run), "--n", "2", "--output", str(out), "--record", str(run / "a.json"))
-    assert p.returncode == 0, p.stderr
-    assert [(a["file"], a["num_updates"]) for a in json.load(open(run / "a.json"))["averaged"]] == [
-        ("checkpoint2.pt", 4), ("checkpoint1.pt", 3)]
-    # the same files again, in a new process: reused, and torch never imported
-    code = ("import sys; from fairseq_attn_recipes.__main__ import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-            "print('torch imported' if 'torch' in sys.modules else 'torch not imported')")
-    p = subprocess.run([sys.executable, "-c", code, "average", str(run), "--n", "2", "--output", str(out)],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    assert "made before from the same files, reused" in p.stdout and "torch not imported" in p.stdout
-    # checkpoint1.pt rewritten since: its update number read from the file (2)
-    os.utime(run / "checkpoint1.pt", ns=(known["checkpoint1.pt"]["mtime_ns"] + 10**9,) * 2)
-    p = steps_in_process("average", str(run), "--n", "2", "--output", str(out), "--record", str(run / "a.json"))
-    assert p.returncode == 0, p.stderr
-    assert [(a["file"], a["num_updates"]) for a in json.load(open(run / "a.json"))["averaged"]] == [
-        ("checkpoint2.pt", 4), ("checkpoint1.pt", 2)]
-
-
 def test_missing_corpus_file_fails_fast(tmp_path):
     env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de")
     env["VALID_TGT"] = str(tmp_path / "nope.de")

@@ -89,22 +89,6 @@ def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys, tmp_pa
                                                     "csan2d transformer_csan2d_wmt_en_de"]
 
 
-def test_rows_command_reads_the_architecture_names_cache_without_torch(tmp_path, monkeypatch):
-    """table1.sh's first step answers from the names' cache (fairseq_attn_reports.arch_names) while
-    the code is unchanged: a process that imports neither torch nor fairseq."""
-    from fairseq_attn_reports import arch_names
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert arch_names.registered_arch_names() == sorted(ARCH_MODEL_REGISTRY)  # the cache written
-    script = ("import sys\nfrom fairseq_attn_reports.cli import paper\ncode = paper.main(['rows', '--rows', 'csan2d,baseline'])\n"
-              "print(sorted(m for m in ('torch', 'fairseq') if m in sys.modules))\nsys.exit(code)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=dict(os.environ, XDG_CACHE_HOME=str(tmp_path)))
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == ["baseline transformer_attn_wmt_en_de", "csan2d transformer_csan2d_wmt_en_de", "[]"]
-
-
-# ------------------------------------------------------------------ Figure 3: n-gram accuracy
 def plain_ngram_stats(hyps, refs):
     """Clipped n-gram matches and hypothesis n-grams (n = 1..4), counted by hand on whitespace tokens."""
     counts, totals = [0] * 4, [0] * 4

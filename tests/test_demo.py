@@ -161,13 +161,24 @@ def _kill_mid_epoch(cmd, out, first, epoch_ends):
         proc.wait()
 
 
+def _demo_in_process(argv, capsys):
+    """``fairseq-attn-demo ARGV`` run by the same ``main`` in this process, which has torch and
+    fairseq loaded (a new process spends seconds starting them): its exit status and output."""
+    capsys.readouterr()
+    rc = demo.main(argv)
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["fairseq-attn-demo", *argv], rc, out, err)
+
+
 @pytest.mark.e2e
-def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
+def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
     """One uninterrupted ``--quick`` demo is the reference for everything here: its table and
     files; a second demo killed during training (SIGKILL, mid-epoch) and run again gives exactly
     its weights, translations and table (it resumes from a mid-epoch checkpoint, fairseq's
     --save-interval-updates, at the saved iterator position); re-running it reuses every
-    finished step and redoes a lost one alone; other settings in its folder are refused."""
+    finished step and redoes a lost one alone; other settings in its folder are refused. The
+    command line is run as a new process where that matters (the reference run, the killed one);
+    the runs after it by the same ``main`` in this process."""
     import re
 
     exe = os.path.join(os.path.dirname(sys.executable), "fairseq-attn-demo")
@@ -207,7 +218,7 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
     killed_cmd = [exe, "--quick", "--out-dir", str(killed)]
     _kill_mid_epoch(killed_cmd, killed, first, epoch_ends)
     assert not (killed / ".done" / f"train.{first}").exists()
-    p = subprocess.run(killed_cmd, capture_output=True, text=True)
+    p = _demo_in_process(killed_cmd[1:], capsys)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch (\d+) @ (\d+) updates\)",
                          (killed / "runs" / first / "train.log").read_text())
@@ -228,7 +239,7 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
     sizes = {a: os.path.getsize(out / "runs" / a / "train.log") for a in demo.DEFAULT_ARCHS.split(",")}
     os.remove(out / ".done" / "generate.transformer_csan2d_wmt_en_de")
     os.remove(out / "runs" / "transformer_csan2d_wmt_en_de" / "hyp.txt")
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = _demo_in_process(cmd[1:], capsys)
     assert p.returncode == 0, p.stderr[-3000:]
     for step in ("corpus", "bpe", "binarise", "train.transformer_attn_wmt_en_de",
                  "train.transformer_csan2d_wmt_en_de", "generate.transformer_attn_wmt_en_de"):
@@ -238,5 +249,5 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path):
     assert json.loads((out / "results.json").read_text())["rows"] == table["rows"]
 
     # other settings in the same folder are refused instead of mixed
-    p = subprocess.run(cmd[:-3] + ["--out-dir", str(out)], capture_output=True, text=True)
+    p = _demo_in_process(["--out-dir", str(out)], capsys)
     assert p.returncode == 2 and "other settings" in p.stderr

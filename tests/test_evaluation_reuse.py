@@ -1,7 +1,8 @@
 """An evaluation is done once: evaluate.sh (and lengths.sh, which runs it for every run) skips the
 evaluation its run folder holds for the same settings, files and checkpoints averaged, and redoes
-a changed one naming the change. The skip is proven by a PYTHON that refuses to run
-fairseq-generate: a re-run that decoded would fail."""
+a changed one naming the change. The skip is proven by a PYTHON that refuses the evaluation's
+own steps (checkpoint averaging, which comes first, and fairseq-generate): a re-run that averaged
+or decoded would fail, and a changed evaluation fails at its first step, its change named."""
 
 import json
 import os
@@ -15,10 +16,11 @@ from test_recipes import prepared_ende, run  # noqa: E402
 
 
 def no_generate(tmp_path):
-    """A PYTHON for the recipe that fails (exit 97) when asked to run fairseq-generate."""
+    """A PYTHON for the recipe that fails (exit 97) when asked to average checkpoints or run
+    fairseq-generate, the steps a redone evaluation runs after deciding to redo it."""
     path = tmp_path / "python_without_generate"
-    path.write_text('#!/usr/bin/env bash\nif [[ " $* " == *" fairseq_cli.generate "* ]]; then echo "generate called" >&2; '
-                    f'exit 97; fi\nexec {sys.executable} "$@"\n')
+    path.write_text('#!/usr/bin/env bash\nif [[ " $* " == *" fairseq_cli.generate "* || " $* " == *" fairseq_attn_recipes average "* ]]; '
+                    f'then echo "averaging or generate called" >&2; exit 97; fi\nexec {sys.executable} "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return str(path)
 
@@ -48,14 +50,16 @@ def test_the_same_evaluation_is_skipped_and_a_changed_one_redone(tmp_path):
     for key, named in (("LENPEN", "LENPEN: '0.6' -> '1.0'"), ("GEN_ARGS", "GEN_ARGS: "), ("N_AVG", "N_AVG: '2' -> '1'")):
         p = run("wmt14_en_de", "evaluate.sh", dict(env, PYTHON=no_generate(tmp_path), **{key: changes[key]}), check=False)
         assert p.returncode == 2 and "generate called" in p.stderr and named in p.stderr, p.stderr[-2000:]
-    # and is redone (all three changes in one evaluation), recorded with its settings
+    # trained on: the checkpoints averaged changed, alone (the settings as before): redone too
+    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="6"))
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, PYTHON=no_generate(tmp_path)), check=False)
+    assert p.returncode == 2 and "generate called" in p.stderr, p.stderr[-2000:]
+    assert "checkpoints averaged: " in p.stderr and "(update 6)" in p.stderr and "LENPEN" not in p.stderr
+    # and is redone (the three settings changed and the checkpoints in one evaluation), recorded with them
     p = run("wmt14_en_de", "evaluate.sh", dict(env, **changes))
     assert "LENPEN: '0.6' -> '1.0'" in p.stderr and "N_AVG: '2' -> '1'" in p.stderr
-    assert all(record()["evaluated_with"]["settings"][k] == v for k, v in changes.items())
-    # trained on: the checkpoints averaged changed
-    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="6"))
-    p = run("wmt14_en_de", "evaluate.sh", dict(env, **changes))
     assert "checkpoints averaged: " in p.stderr and "(update 6)" in p.stderr
+    assert all(record()["evaluated_with"]["settings"][k] == v for k, v in changes.items())
     assert record()["evaluated_with"]["checkpoints"][0]["num_updates"] == 6
     p = run("wmt14_en_de", "evaluate.sh", dict(env, PYTHON=no_generate(tmp_path), **changes))
     assert "skipped" in p.stderr

@@ -35,32 +35,32 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
     assert sorted(os.listdir(runs)) == ["transformer_attn_wmt_en_de_seed1", "transformer_attn_wmt_en_de_seed2"]
     dirs = [runs / f"transformer_attn_wmt_en_de_seed{s}" for s in (1, 2)]
 
-    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="4"))  # each seed resumes from its own checkpoint
-    for s, d in zip((1, 2), dirs):
-        assert f"resuming from {d}/checkpoint_last.pt" in p.stdout  # the training step says it (train.log too)
-        log = (d / "train.log").read_text()
-        assert re.search(rf"Loaded checkpoint {d}/checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
-        assert f"--seed {s}" in log and f"'seed': {s}," in log and '"train_num_updates": "4"' in log
-    losses = [[p[2] for p in curves.run_curves(str(d / "train.log"))["train_loss"]] for d in dirs]
-    assert len(losses[0]) == len(losses[1]) == 4 and losses[0] != losses[1]  # two different trainings
-
-    # a third seed whose training fails (a broken checkpoint): the finished seeds are skipped
-    # (a fairseq re-run would add an update to them), the loop stops at the failing seed
-    before = {d: ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) for d in dirs}
+    # each seed resumes from its own checkpoint; a third seed whose training fails (a broken
+    # checkpoint) stops the loop there, after the seeds before it
     seed3 = runs / "transformer_attn_wmt_en_de_seed3"
     seed3.mkdir()
     (seed3 / "checkpoint_last.pt").write_bytes(b"not a checkpoint")
     p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"), check=False)
     assert p.returncode == 2 and f"{seed3}: not trained" in p.stderr
     assert f"checkpoint '{seed3 / 'checkpoint_last.pt'}' (16 bytes) is corrupt" in p.stdout
-    assert p.stderr.count("trained before to MAX_UPDATE=4 with the same settings: skipped") == 2
+    for seed, d in zip((1, 2), dirs):
+        assert f"resuming from {d}/checkpoint_last.pt" in p.stdout  # said by the training step (and in train.log)
+        log = (d / "train.log").read_text()
+        assert re.search(rf"Loaded checkpoint {d}/checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
+        assert f"--seed {seed}" in log and f"'seed': {seed}," in log and '"train_num_updates": "4"' in log
+    losses = [[p[2] for p in curves.run_curves(str(d / "train.log"))["train_loss"]] for d in dirs]
+    assert len(losses[0]) == len(losses[1]) == 4 and losses[0] != losses[1]  # two different trainings
+
+    # run again once the checkpoint is gone: the finished seeds are skipped (a fairseq re-run
+    # would add an update to them), the third one trained
+    finished = {d: ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) for d in dirs}
     os.remove(seed3 / "checkpoint_last.pt")
     p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"))
     assert p.stderr.count("trained before to MAX_UPDATE=4 with the same settings: skipped") == 2
     assert f"trained: {seed3}" in p.stderr
     assert '"train_num_updates": "4"' in (seed3 / "train.log").read_text()
     for d in dirs:
-        assert ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) == before[d]
+        assert ((d / "checkpoint_last.pt").read_bytes(), (d / "train.log").read_text()) == finished[d]
 
     run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1"))
     n_test = len(read(tmp_path / "work" / "raw" / "test.de"))

@@ -303,10 +303,12 @@ def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_p
                                   f"{work}/.prepare.lock); wait for it to end, or give this one another WORK"]
         assert files() == before
     run("wmt14_en_de", "prepare.sh", env)  # the lock released: the same command runs
-    # a study prepares, then trains in the same process: the lock ends with the preparation
+    # a study prepares, then trains in the same process: the lock ends with the preparation (the
+    # settings of the run above: every step done before, the lock taken and released all the same)
     study = tmp_path / "study.sh"
     study.write_text(f'. "{RECIPES}/wmt14_en_de/env.sh"\nprepare_main\n'
                      f'flock -n "$WORK/.prepare.lock" true && echo "lock free"\n')
-    p = subprocess.run(["bash", str(study)], env=dict(os.environ, PYTHON=sys.executable, **env),
-                       capture_output=True, text=True)
+    p = subprocess.run(["bash", str(study)], env=dict(os.environ, PYTHON=sys.executable, BPE_MERGES="60", WORKERS="1",
+                                                      **env), capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip().endswith("lock free"), p.stdout + p.stderr
+    assert "binarise: done before, skipped" in p.stderr, p.stderr

@@ -271,10 +271,9 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
     assert "(fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags)" in said[0], said
     assert "usage:" not in p.stdout + p.stderr
     assert not os.path.exists(os.path.join(save, "run.json"))
-    # fairseq-train itself, with the plugin as --user-dir: the same line
-    import trained_models
+    # fairseq-train itself, with the plugin as --user-dir, on the same data: the same line
     plugin = os.path.join(os.path.dirname(RECIPES), "fairseq_attn_plugins")
-    q = subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-train"), trained_models.data_dir(),
+    q = subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-train"), os.path.join(env["WORK"], "data-bin"),
                         "--user-dir", plugin, "--arch", "transformer_csan2d_wmt_en_de", "--csan-windw", "3",
                         "--task", "translation", "--save-dir", str(tmp_path / "ft")], capture_output=True, text=True)
     said = [line for line in q.stderr.splitlines() if "tensorboardX" not in line]

@@ -32,14 +32,21 @@ def _aligned(name: str, run_dir: str, ref_sha: str) -> Dict:
             "file": os.path.join(run_dir, "align", "test", f"alignments.{chosen['name']}.txt")}
 
 
-def add_aer_column(table: Dict, runs: Sequence[str], ref_path: str) -> List[str]:
-    """Adds the ``aer`` metric to the table (scores, deltas, marks of every row); returns the note."""
+def aligned_runs(names: Sequence[str], runs: Sequence[str], ref_path: str) -> List[Dict]:
+    """What each run's ``align/aer.json`` chose, checked (one line on a refusal): read before the
+    table is scored, so a run that cannot have the column is refused before the long work."""
     ref_sha = run_record.file_sha256(ref_path)
-    infos = [_aligned(r["system"], d, ref_sha) for r, d in zip(table["rows"], runs)]
+    infos = [_aligned(name, d, ref_sha) for name, d in zip(names, runs)]
     golds = {i["gold"]["sha256"] for i in infos}
     if len(golds) != 1:
         raise ValueError("--align: the runs were aligned against different gold files: "
                          + ", ".join(f"{i['aer_json']} ({i['gold']['path']})" for i in infos))
+    return infos
+
+
+def add_aer_column(table: Dict, infos: Sequence[Dict], ref_path: str) -> List[str]:
+    """Adds the ``aer`` metric to the table (scores, deltas, marks of every row) from the runs'
+    :func:`aligned_runs`, in the rows' order; returns the note."""
     with open(ref_path, encoding="utf-8") as f:
         tgt = f.read().splitlines()
     src_path = infos[0]["gold"]["source"]

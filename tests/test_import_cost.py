@@ -1,7 +1,7 @@
 """Every process that imports the plugin is spared torch's compiler stack: importing the
 plugin, the core and the recipe steps (every module of them) loads neither ``torch._dynamo``
 nor ``torch._inductor`` (about a second per process, with sympy); the first compiled
-flex_attention call imports dynamo itself and computes the same attention. Subprocesses,
+flex_attention call imports dynamo itself and computes the same attention. In a fresh interpreter,
 so that what other tests imported does not count."""
 
 import json
@@ -17,34 +17,68 @@ from fairseq_attn_core.backends import flex
 COMPILER = ("torch._dynamo", "torch._inductor")
 
 
-def run(script: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def loaded(names) -> str:
     return f"sorted(m for m in sys.modules if m in {tuple(names)!r} or m.startswith('torch._dynamo.'))"
 
 
-def test_importing_the_plugin_loads_no_dynamo():
-    out = run("import json, sys\nimport fairseq_attn_plugins\n"
-              f"print(json.dumps({{'compiler': {loaded(COMPILER)}, 'torch': 'torch' in sys.modules}}))\n")
+# One interpreter (one start of torch and fairseq) for the three checks, each a stage that
+# prints its own line as it ends: the plugin imported alone, then every module of the core, the
+# plugin and the recipe steps, then the first compiled flex_attention call. Each stage sees what
+# a fresh process importing the same modules would: the first imports a subset of the second's
+# modules, and the third starts from a process the second found free of the compiler stack.
+STAGES = (
+    "import importlib, json, pkgutil, sys\n"
+    "import fairseq_attn_plugins\n"
+    f"print(json.dumps({{'stage': 'plugin', 'compiler': {loaded(COMPILER)}, 'torch': 'torch' in sys.modules}}),"
+    " flush=True)\n"
+    "names = []\n"
+    "for top in ('fairseq_attn_core', 'fairseq_attn_plugins', 'fairseq_attn_recipes'):\n"
+    "    pkg = importlib.import_module(top)\n"
+    "    for m in pkgutil.walk_packages(pkg.__path__, top + '.'):\n"
+    "        if not m.name.endswith('__main__'):\n"
+    "            importlib.import_module(m.name)\n"
+    "            names.append(m.name)\n"
+    f"print(json.dumps({{'stage': 'every', 'modules': names, 'compiler': {loaded(COMPILER)}}}), flush=True)\n"
+    "import torch\n"
+    "from fairseq_attn_core.backends import flex\n"
+    "if flex.HAVE_FLEX:\n"
+    "    before = 'torch._dynamo' in sys.modules\n"
+    "    g = torch.Generator().manual_seed(0)\n"
+    "    q, k, v = (torch.randn(2, 2, 5, 16, generator=g) for _ in range(3))\n"
+    "    bias = torch.tensor(0.5)\n"
+    "    def score_mod(score, b, h, i, j):\n"
+    "        return score - bias * (i - j).abs()\n"
+    "    out = flex.call(q, k, v, score_mod, None, 0.25, compile='aot_eager')\n"
+    "    print(json.dumps({'stage': 'flex', 'before': before, 'after': 'torch._dynamo' in sys.modules,\n"
+    "                      'q': q.tolist(), 'k': k.tolist(), 'v': v.tolist(), 'out': out.tolist()}), flush=True)\n")
+
+
+@pytest.fixture(scope="module")
+def stages():
+    """stage name -> its printed line, and the process's stderr (a stage that failed prints none)."""
+    done = subprocess.run([sys.executable, "-c", STAGES], capture_output=True, text=True)
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {line.pop("stage"): line for line in lines}, done.stderr
+
+
+def stage(stages, name) -> dict:
+    printed, stderr = stages
+    assert name in printed, stderr
+    return printed[name]
+
+
+# one worker runs the three (pytest-xdist --dist loadgroup): one interpreter for all of them
+pytestmark = pytest.mark.xdist_group("import_cost")
+
+
+def test_importing_the_plugin_loads_no_dynamo(stages):
+    out = stage(stages, "plugin")
     assert out["torch"]  # the plugin did import torch: the check below is not vacuous
     assert out["compiler"] == []
 
 
-def test_importing_every_module_of_the_core_plugin_and_recipes_loads_no_dynamo():
-    out = run(
-        "import importlib, json, pkgutil, sys\n"
-        "names = []\n"
-        "for top in ('fairseq_attn_core', 'fairseq_attn_plugins', 'fairseq_attn_recipes'):\n"
-        "    pkg = importlib.import_module(top)\n"
-        "    for m in pkgutil.walk_packages(pkg.__path__, top + '.'):\n"
-        "        if not m.name.endswith('__main__'):\n"
-        "            importlib.import_module(m.name)\n"
-        "            names.append(m.name)\n"
-        f"print(json.dumps({{'modules': names, 'compiler': {loaded(COMPILER)}}}))\n")
+def test_importing_every_module_of_the_core_plugin_and_recipes_loads_no_dynamo(stages):
+    out = stage(stages, "every")
     assert {"fairseq_attn_core.backends.flex", "fairseq_attn_core.backends.distance_flex",
             "fairseq_attn_plugins.integration.trainer_checks", "fairseq_attn_recipes.recording"} \
         <= set(out["modules"])
@@ -52,19 +86,8 @@ def test_importing_every_module_of_the_core_plugin_and_recipes_loads_no_dynamo()
 
 
 @pytest.mark.skipif(not flex.HAVE_FLEX, reason="torch has no flex_attention")
-def test_the_first_compiled_flex_call_imports_dynamo_and_computes_attention():
-    out = run(
-        "import json, sys\nimport torch\n"
-        "from fairseq_attn_core.backends import flex\n"
-        "before = 'torch._dynamo' in sys.modules\n"
-        "g = torch.Generator().manual_seed(0)\n"
-        "q, k, v = (torch.randn(2, 2, 5, 16, generator=g) for _ in range(3))\n"
-        "bias = torch.tensor(0.5)\n"
-        "def score_mod(score, b, h, i, j):\n"
-        "    return score - bias * (i - j).abs()\n"
-        "out = flex.call(q, k, v, score_mod, None, 0.25, compile='aot_eager')\n"
-        "print(json.dumps({'before': before, 'after': 'torch._dynamo' in sys.modules,\n"
-        "                  'q': q.tolist(), 'k': k.tolist(), 'v': v.tolist(), 'out': out.tolist()}))\n")
+def test_the_first_compiled_flex_call_imports_dynamo_and_computes_attention(stages):
+    out = stage(stages, "flex")
     assert not out["before"] and out["after"]
     q, k, v = (torch.tensor(out[n], dtype=torch.float64) for n in ("q", "k", "v"))
     B, H, T, D = q.shape

@@ -271,10 +271,9 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
     assert "(fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags)" in said[0], said
     assert "usage:" not in p.stdout + p.stderr
     assert not os.path.exists(os.path.join(save, "run.json"))
-    # fairseq-train itself, with the plugin as --user-dir: the same line
-    import trained_models
+    # fairseq-train itself, with the plugin as --user-dir, on the same data: the same line
     plugin = os.path.join(os.path.dirname(RECIPES), "fairseq_attn_plugins")
-    q = subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-train"), trained_models.data_dir(),
+    q = subprocess.run([os.path.join(os.path.dirname(sys.executable), "fairseq-train"), os.path.join(env["WORK"], "data-bin"),
                         "--user-dir", plugin, "--arch", "transformer_csan2d_wmt_en_de", "--csan-windw", "3",
                         "--task", "translation", "--save-dir", str(tmp_path / "ft")], capture_output=True, text=True)
     said = [line for line in q.stderr.splitlines() if "tensorboardX" not in line]
@@ -303,10 +302,12 @@ def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_p
                                   f"{work}/.prepare.lock); wait for it to end, or give this one another WORK"]
         assert files() == before
     run("wmt14_en_de", "prepare.sh", env)  # the lock released: the same command runs
-    # a study prepares, then trains in the same process: the lock ends with the preparation
+    # a study prepares, then trains in the same process: the lock ends with the preparation (the
+    # settings of the run above: every step done before, the lock taken and released all the same)
     study = tmp_path / "study.sh"
     study.write_text(f'. "{RECIPES}/wmt14_en_de/env.sh"\nprepare_main\n'
                      f'flock -n "$WORK/.prepare.lock" true && echo "lock free"\n')
-    p = subprocess.run(["bash", str(study)], env=dict(os.environ, PYTHON=sys.executable, **env),
-                       capture_output=True, text=True)
+    p = subprocess.run(["bash", str(study)], env=dict(os.environ, PYTHON=sys.executable, BPE_MERGES="60", WORKERS="1",
+                                                      **env), capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip().endswith("lock free"), p.stdout + p.stderr
+    assert "binarise: done before, skipped" in p.stderr, p.stderr

@@ -14,16 +14,25 @@ from fairseq_attn_plugins.integration import refusals
 PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_attn_plugins")
 
 
-def test_importing_the_plugin_leaves_the_interpreter_alone():
-    # one interpreter (one start of torch and fairseq): the hooks checked right after the import,
-    # printing "untouched", then a script's own error raised by the plugin, which keeps its traceback
-    code = ("import argparse, sys; h = sys.excepthook; e = argparse.ArgumentParser.error; "
+@pytest.fixture(scope="module")
+def a_script():
+    """One script's interpreter (one start of torch and fairseq): the hooks checked right after the
+    import, printing "untouched"; the filters of fairseq's logger quieted in the commands, printed;
+    then a script's own error raised by the plugin, which keeps its traceback."""
+    from fairseq_attn_plugins.integration import quiet_imports
+    code = ("import argparse, logging, sys; h = sys.excepthook; e = argparse.ArgumentParser.error; "
             "import fairseq_attn_plugins; assert sys.excepthook is h; assert argparse.ArgumentParser.error is e; "
             "print('untouched', flush=True); "
+            f"print(logging.getLogger({quiet_imports.LOGGER!r}).filters, flush=True); "
             "from fairseq_attn_core.flags import validate_attention_args; "
             "validate_attention_args(argparse.Namespace(attn_pieces='nosuch', attn_backend='auto'))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert p.stdout == "untouched\n", p.stderr
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_importing_the_plugin_leaves_the_interpreter_alone(a_script):
+    p = a_script
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2 and lines[0] == "untouched", p.stdout + p.stderr  # the second: the logger's filters
     assert p.returncode == 1 and "Traceback" in p.stderr and "unknown piece(s) ['nosuch']" in p.stderr
 
 
@@ -75,7 +84,7 @@ def test_fairseq_generate_still_prints_a_refusal_in_one_line(tmp_path):
     assert p.stderr.splitlines()[-1].startswith(f"error: checkpoint '{bad}' (16 bytes) is corrupt"), p.stderr[-2000:]
 
 
-def test_commands_do_not_start_with_fairseqs_tensorboardx_notice():
+def test_commands_do_not_start_with_fairseqs_tensorboardx_notice(a_script):
     """fairseq's import-time "Please install tensorboardX" (its speech task's) is not printed by
     this distribution's commands; a script importing the package keeps fairseq's logging."""
     pieces = os.path.join(os.path.dirname(sys.executable), "fairseq-attn-pieces")
@@ -85,7 +94,6 @@ def test_commands_do_not_start_with_fairseqs_tensorboardx_notice():
         assert p.returncode == 0 and "tensorboardX" not in p.stdout + p.stderr, p.stdout + p.stderr
         if first:
             assert p.stdout.startswith(first), p.stdout
-    from fairseq_attn_plugins.integration import quiet_imports
-    p = subprocess.run([sys.executable, "-c", "import logging, fairseq_attn_plugins; "
-                        f"print(logging.getLogger({quiet_imports.LOGGER!r}).filters)"], capture_output=True, text=True)
-    assert p.returncode == 0 and p.stdout.strip() == "[]", p.stdout + p.stderr
+    # a script importing the package (the fixture's): fairseq's logger without the commands' filter
+    lines = a_script.stdout.splitlines()
+    assert len(lines) == 2 and lines[1] == "[]", a_script.stdout + a_script.stderr

@@ -34,7 +34,7 @@ from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
 from .. import seeds
-from ..alignment_column import add_aer_column
+from ..alignment_column import add_aer_column, aligned_runs
 from ..curves import plot_curves
 from fairseq_attn_records.output_files import check_output_paths, write_json, write_text
 from ..results import collect, format_markdown
@@ -86,6 +86,10 @@ def main(argv=None) -> int:
         if edges is not None and len(groups) < len(args.runs):
             raise ValueError("--by-length needs one run per system (several seeds given: "
                              + ", ".join(f"{n} x{len(rs)}" for n, rs in groups.items() if len(rs) > 1) + ")")
+        aligned = None
+        if args.align and args.ref:  # the runs' alignments checked before the table is scored
+            read_text_lines(args.ref, "reference")  # (a missing reference named as the table names it)
+            aligned = aligned_runs(names, args.runs, args.ref)
         comet = load_comet(args, "fairseq-attn-results") if args.ref else None
         if args.curves:
             plot_curves([(n, [d for _, d in rs]) for n, rs in groups.items()], args.curves)
@@ -100,7 +104,7 @@ def main(argv=None) -> int:
             table = collect(list(zip(names, args.runs)), args.ref, args.tokenize, args.bs_samples, args.ar_trials,
                             metrics=metrics, comet=comet, src_path=args.src)
             if args.align:
-                table["notes"] = list(table.get("notes") or []) + add_aer_column(table, args.runs, args.ref)
+                table["notes"] = list(table.get("notes") or []) + add_aer_column(table, aligned, args.ref)
             md = format_markdown(table)
             if edges is not None:
                 table["by_length"] = buckets_of_runs(args, edges, train_max_len, table, metrics, comet)

@@ -163,6 +163,63 @@ def corpus_scores(refs: Sequence[str], hyps: Sequence[str], metrics: Sequence[st
     return out
 
 
+class SentenceStats:
+    """sacreBLEU's per-sentence sufficient statistics on one reference set, each extracted once.
+
+    The references' n-grams are extracted once per metric, and each system's statistics once per
+    metric, however many paired tests (every seed pair of a table) read them; the numbers are the
+    ones sacreBLEU computes from the same text (its own extraction, only not repeated). A table
+    makes one and passes it to every :func:`sacrebleu_paired_tests` call on these references.
+    """
+
+    def __init__(self, refs: Sequence[str], tokenize: str = "13a"):
+        check_tokenize(tokenize)
+        self.refs, self.tokenize = list(refs), tokenize
+        self._metrics: Dict[str, object] = {}
+        self._stats: Dict[Tuple[str, Tuple[str, ...]], list] = {}
+
+    def metric(self, key: str):
+        """The metric object of ``key`` with the references' information cached in it."""
+        if key not in self._metrics:
+            m = make_metric(key, self.tokenize)
+            m._ref_cache = m._cache_references([self.refs])  # sets its nrefs, as a call with references does
+            self._metrics[key] = m
+        return self._metrics[key]
+
+    def stats(self, key: str, hyps: Sequence[str]) -> list:
+        """The per-sentence statistics of ``hyps`` on ``key`` (sacreBLEU's ``_extract_corpus_statistics``)."""
+        k = (key, tuple(hyps))
+        if k not in self._stats:
+            if len(hyps) != len(self.refs):
+                raise ValueError(f"{len(hyps)} output lines but the reference has {len(self.refs)}")
+            self._stats[k] = self.metric(key)._extract_corpus_statistics(list(hyps), None)
+        return self._stats[k]
+
+    def for_paired_test(self, key: str) -> "_StatsFromCache":
+        """A metric object for :class:`sacrebleu.significance.PairedTest` that reads the statistics here."""
+        return _StatsFromCache(self, key)
+
+    def length_ratio(self, hyps: Sequence[str]) -> Dict:
+        """:func:`length_ratio` from the BLEU statistics held here."""
+        b = self.metric("bleu")._aggregate_and_compute(self.stats("bleu", hyps))
+        return {"sys_len": int(b.sys_len), "ref_len": int(b.ref_len),
+                "ratio": float(b.sys_len) / float(b.ref_len) if b.ref_len else None}
+
+
+class _StatsFromCache:
+    """sacreBLEU's metric object, its statistics served by a :class:`SentenceStats` (PairedTest calls
+    ``_extract_corpus_statistics`` for the baseline and for every system; the rest is the metric's own)."""
+
+    def __init__(self, cache: SentenceStats, key: str):
+        self._cache, self._key, self._metric = cache, key, cache.metric(key)
+
+    def __getattr__(self, name):
+        return getattr(self._metric, name)
+
+    def _extract_corpus_statistics(self, hypotheses, references):
+        return self._cache.stats(self._key, hypotheses)
+
+
 def length_ratio(refs: Sequence[str], hyps: Sequence[str], tokenize: str = "13a") -> Dict:
     """The output/reference length ratio sacreBLEU's BLEU prints (``ratio = sys_len / ref_len``,
     tokens of its tokeniser, the brevity penalty's input): ``{"sys_len", "ref_len", "ratio"}``
@@ -183,9 +240,11 @@ def _float(v) -> Optional[float]:
 
 def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]]],
                            metrics: Sequence[str] = DEFAULT_METRICS, tokenize: str = "13a",
-                           bs_samples: int = 1000, ar_trials: int = 10000) -> Dict:
+                           bs_samples: int = 1000, ar_trials: int = 10000,
+                           stats: Optional[SentenceStats] = None) -> Dict:
     """Paired bootstrap and approximate randomisation of every sacreBLEU metric at once;
-    ``systems[0]`` is the baseline.
+    ``systems[0]`` is the baseline. ``stats``: the per-sentence statistics on these references
+    (:class:`SentenceStats`), shared by the calls of one table; a new one when None.
 
     Returns ``{"metrics": [keys], "signature": {key: {"bs": str, "ar": str}},
     "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci", "p_bootstrap",
@@ -203,16 +262,18 @@ def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Seq
     for name, hyps in systems:
         if len(hyps) != len(refs):
             raise ValueError(f"{name}: {len(hyps)} lines but the reference has {len(refs)}")
+    stats = SentenceStats(refs, tokenize) if stats is None else stats
+    if stats.refs != list(refs) or stats.tokenize != tokenize:
+        raise ValueError("the statistics given were extracted on other references or with another tokeniser")
     named = [(name, list(hyps)) for name, hyps in systems]
     out = {"metrics": list(metrics), "signature": {k: {} for k in metrics},
            "systems": [{"name": name, "scores": {k: {} for k in metrics}} for name, _ in named]}
     for key in metrics:  # identical per-sentence statistics: no difference to test
-        stats = [make_metric(key, tokenize)._extract_corpus_statistics(hyps, [list(refs)]) for _, hyps in named]
-        for row, st in zip(out["systems"][1:], stats[1:]):
-            row["scores"][key]["same_as_baseline"] = st == stats[0]
+        per_system = [stats.stats(key, hyps) for _, hyps in named]
+        for row, st in zip(out["systems"][1:], per_system[1:]):
+            row["scores"][key]["same_as_baseline"] = st == per_system[0]
     for test, n in (("bs", bs_samples), ("ar", ar_trials)):
-        objs = {key: make_metric(key, tokenize) for key in metrics}
-        ps = PairedTest(named, {key: objs[key] for key in metrics}, references=[list(refs)],
+        ps = PairedTest(named, {key: stats.for_paired_test(key) for key in metrics}, references=None,
                         test_type=test, n_samples=n, n_jobs=1)
         sigs, scores = ps()
         # PairedTest keys its results by the score's own name (BLEU, chrF2++, TER), in our order

@@ -134,10 +134,11 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     ratio: Dict[str, Optional[float]] = {}  # run -> sacreBLEU's sys_len / ref_len
     pairs: Dict[str, Dict[str, List[Dict]]] = {name: {} for name in groups}
     res = None
+    stats = M.SentenceStats(refs, tokenize)  # each run's statistics extracted once, read by every seed's call
     for _, b_seed, b_dir in base_runs:  # one call per baseline seed tests every other run against it
         res = paired_tests(refs, [(b_dir, hyps[b_dir])] + [(d, hyps[d]) for _, _, d in others],
                            tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources,
-                           scorers=scorers)
+                           scorers=scorers, stats=stats)
         base_cells = res["systems"][0]["scores"]
         score[b_dir] = {k: c["score"] for k, c in base_cells.items()}
         ratio[b_dir] = res["systems"][0]["length_ratio"]

@@ -72,6 +72,7 @@ def segmentwise_cell(refs: Sequence[str], sources: Optional[Sequence[str]], k: i
     deltas: Dict[str, List[float]] = {}
     tests: Dict[str, List[Dict]] = {}
     ratios, paths, keys, labels = [], [], None, None
+    stats = M.SentenceStats(refs, tokenize)  # the references' n-grams extracted once for every seed
     for seed, k1_path, joined_path in runs:
         seg = joined_outputs(read_text_lines(k1_path, "system output"), first_lines, k)
         joined = read_text_lines(joined_path, "system output")
@@ -82,7 +83,7 @@ def segmentwise_cell(refs: Sequence[str], sources: Optional[Sequence[str]], k: i
         write_lines(path, seg)
         paths.append(path)
         res = paired_tests(refs, [("segment by segment", seg), ("joined input", joined)], tokenize, bs_samples,
-                           ar_trials, metrics=metrics, comet=comet, sources=sources)
+                           ar_trials, metrics=metrics, comet=comet, sources=sources, stats=stats)
         keys, labels = res["metrics"], res["labels"]
         base, cell = res["systems"]
         ratios.append(base["length_ratio"])

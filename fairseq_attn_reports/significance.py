@@ -38,13 +38,16 @@ def check_counts(bs_samples: int, ar_trials: int) -> None:
 def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]]],
                  tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
                  metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None,
-                 sources: Optional[Sequence[str]] = None, scorers: Optional[Mapping] = None) -> Dict:
+                 sources: Optional[Sequence[str]] = None, scorers: Optional[Mapping] = None,
+                 stats: Optional[M.SentenceStats] = None) -> Dict:
     """Run paired bootstrap and approximate randomisation on every metric; ``systems[0]``
     is the baseline. ``metrics``: corpus metrics of the registry (:mod:`fairseq_attn_records.metrics`);
     ``scorers``: ``{key: scorer}`` of segment metrics of the registry (a scorer has
     ``score_systems(sources, refs, systems)`` and ``signature(bs_samples=, ar_trials=, seed=)``);
     ``comet``: a loaded :class:`fairseq_attn_records.comet.CometScorer`, the scorer of ``comet``.
-    A metric that reads the source (COMET) needs ``sources``.
+    A metric that reads the source (COMET) needs ``sources``. ``stats``: sacreBLEU's per-sentence
+    statistics on ``refs`` (:class:`fairseq_attn_records.metrics.SentenceStats`); a table that runs
+    several tests on one reference set passes one, so each system's statistics are extracted once.
 
     Returns ``{"metrics": [keys], "labels": {key: label}, "signature": {"bs"|"ar": {label:
     signature}}, "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci",
@@ -72,7 +75,8 @@ def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]
         if metric.needs_source and (sources is None or len(sources) != len(refs)):
             raise ValueError(f"{metric.label} needs the source sentences (one per reference line): "
                              f"give the source file")
-    res = M.sacrebleu_paired_tests(refs, systems, metrics, tokenize, bs_samples, ar_trials)
+    stats = M.SentenceStats(refs, tokenize) if stats is None else stats
+    res = M.sacrebleu_paired_tests(refs, systems, metrics, tokenize, bs_samples, ar_trials, stats=stats)
     labels = {k: M.label(k) for k in metrics}
     signature = {"bs": {}, "ar": {}}
     for key in metrics:
@@ -91,7 +95,7 @@ def paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[str]
         signature["bs"][labels[key]] = scorer.signature(bs_samples=bs_samples, seed=seed)
         signature["ar"][labels[key]] = scorer.signature(ar_trials=ar_trials, seed=seed)
     for row, (_, hyps) in zip(out_rows, systems):  # the output/reference length ratio (sacreBLEU's)
-        lr = M.length_ratio(refs, hyps, tokenize)
+        lr = stats.length_ratio(hyps)
         row.update(length_ratio=lr["ratio"], sys_len=lr["sys_len"], ref_len=lr["ref_len"])
     for row in out_rows:  # BLEU's cell flattened, as every table reads it
         b = row["scores"]["bleu"]

@@ -37,6 +37,7 @@ def condition_difference(without: Dict, with_: Dict, tokenize: str = "13a", come
         sources = read_text_lines(a["src"], "source") if comet is not None else None
         keys = [m for m in a["metrics"] if m in b["metrics"] and (M.get(m).level == "corpus" or comet is not None)]
         out["k"][k] = {}
+        stats = M.SentenceStats(refs, tokenize)  # each output's statistics extracted once for all its pairs
         for name in [n for n in a["systems"] if n in b["systems"]]:
             A, B = a["systems"][name], b["systems"][name]
             pairs: Dict[str, List[Dict]] = {}
@@ -45,7 +46,8 @@ def condition_difference(without: Dict, with_: Dict, tokenize: str = "13a", come
                                    + [(f"with, seed {s}", read_text_lines(h, "system output"))
                                       for s, h in zip(B["seeds"], B["hyps"])],
                                    tokenize, a["bs_samples"], a["ar_trials"], metrics=[m for m in keys if m != "comet"],
-                                   comet=comet if "comet" in keys else None, sources=sources)
+                                   comet=comet if "comet" in keys else None, sources=sources,
+                                   stats=stats)
                 out["metrics"], out["labels"] = res["metrics"], res["labels"]
                 base = res["systems"][0]["scores"]
                 for seed_b, cell in zip(B["seeds"], res["systems"][1:]):

@@ -81,6 +81,30 @@ def test_every_metric_equals_sacrebleu_cli(files, tmp_path, test, n, metrics):
         assert "tok:13a" in ours["signature"][test_]["BLEU"]
 
 
+def test_statistics_shared_by_a_tables_tests_change_no_number(files):
+    """One table's calls on the same references read each system's statistics once: every
+    number (scores, p-values, CIs, signatures, length ratios) equals a call that extracts its own;
+    statistics of other references or another tokeniser are refused."""
+    from fairseq_attn_reports.significance import paired_tests
+
+    refs = files["ref"].read_text(encoding="utf-8").splitlines()
+    hyps = {n: files[n].read_text(encoding="utf-8").splitlines() for n in ("base", "good", "close")}
+    shared = M.SentenceStats(refs)
+    for order in (("base", "good", "close"), ("good", "base"), ("close", "good", "base")):
+        named = [(n, hyps[n]) for n in order]
+        got = paired_tests(refs, named, bs_samples=100, ar_trials=100, metrics=["bleu", "chrf", "ter"],
+                           stats=shared)
+        alone = paired_tests(refs, named, bs_samples=100, ar_trials=100, metrics=["bleu", "chrf", "ter"])
+        assert got == alone
+        for row, (_, h) in zip(got["systems"], named):  # the length ratio: sacreBLEU's corpus BLEU's
+            b = M.make_metric("bleu").corpus_score(h, [refs])
+            assert (row["sys_len"], row["ref_len"]) == (b.sys_len, b.ref_len)
+    with pytest.raises(ValueError, match="other references or with another tokeniser"):
+        paired_tests(refs[:-1], [(n, hyps[n][:-1]) for n in ("base", "good")], stats=shared)
+    with pytest.raises(ValueError, match="other references or with another tokeniser"):
+        paired_tests(refs, [(n, hyps[n]) for n in ("base", "good")], tokenize="intl", stats=shared)
+
+
 class _MeanMetric:
     """A segment-mean metric handed to sacreBLEU's own PairedTest: its sufficient
     statistics are (segment score, 1), so sacreBLEU resamples and tests the mean."""

@@ -122,11 +122,17 @@ def test_bible_gold_against_a_plain_reading_of_the_package(bible):
 
 # -- cross-attention on a real checkpoint ----------------------------------------------------
 
+# the stock model is the one the fine-tuning tests start from (2 updates): the maps and links are
+# checked against fairseq's own path and a plain loop, whatever the training
+UPDATES = {"stock": 2, "relpos": 80}
+
+
 def _load(name):
     from fairseq import checkpoint_utils
 
     import fairseq_attn_plugins  # noqa: F401
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([trained(name)], arg_overrides={"data": data_dir()})
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([trained(name, UPDATES[name])],
+                                                                    arg_overrides={"data": data_dir()})
     return models[0].eval(), task
 
 
@@ -270,7 +276,7 @@ def _refusal(argv):
 
 def test_bad_inputs_are_refused_in_one_line(tmp_path):
     data, gold_dir = _toy_folder(tmp_path, n_gold_lines=5)
-    ck = trained("stock")
+    ck = trained("stock", UPDATES["stock"])
     base = ["--checkpoint", ck, "--data", str(data)]
     out = tmp_path / "out"
     msg = _refusal(base + ["--gold", "bible", "--out", str(out)])
@@ -291,7 +297,7 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path):
 def test_a_model_without_cross_attention_is_refused(tmp_path):
     from fairseq import checkpoint_utils
     from omegaconf import OmegaConf
-    state = checkpoint_utils.load_checkpoint_to_cpu(trained("stock"))
+    state = checkpoint_utils.load_checkpoint_to_cpu(trained("stock", UPDATES["stock"]))
     state["cfg"]["model"].no_cross_attention = True
     state["cfg"] = OmegaConf.to_container(state["cfg"], resolve=True, enum_to_str=True)  # saved as fairseq saves it
     state["model"] = {k: v for k, v in state["model"].items() if ".encoder_attn" not in k}

@@ -34,7 +34,7 @@ TRAINED = [a for a in ARCHS if not a.endswith("_big")] + ["transformer_csan2d_va
 
 @pytest.fixture(scope="module")
 def data():
-    return shared_data(24, 4, 4)
+    return shared_data(300)  # the corpus trained_models binarises: one fairseq-preprocess for both
 
 
 def _model_flags(arch):

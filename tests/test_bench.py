@@ -35,7 +35,13 @@ def heap_frozen():
     """The benchmark collects garbage before each of its measurements (about 190 in the tiny
     report): in a test process each full collection walks every object pytest and the earlier
     tests hold (~0.2 s, three quarters of the report's time). Frozen (``gc.freeze``), those
-    objects are left out of the collections; the benchmark's own garbage is still collected."""
+    objects are left out of the collections; the benchmark's own garbage is still collected.
+    The modules torch imports on first use inside the benchmark (its optimizer's first
+    ``add_param_group`` imports torch._dynamo, with sympy: ~110,000 objects; the CPU sweep's
+    memory pass imports torch.profiler) are imported first, so they are frozen with the rest."""
+    import torch._dynamo  # noqa: F401
+    import torch.profiler  # noqa: F401
+
     gc.collect()  # what the earlier tests left is freed now, not frozen
     gc.freeze()
     try:

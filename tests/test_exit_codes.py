@@ -94,3 +94,20 @@ def test_every_console_command_exits_2_for_an_unknown_flag_and_1_for_a_refused_i
     said = [line for line in p.stderr.splitlines() if "tensorboardX" not in line]
     assert p.returncode == 1 and len(said) == 1 and says in said[0], (command, p.stderr[-2000:])
     assert os.listdir(tmp_path) == [], (command, os.listdir(tmp_path))  # nothing written
+
+
+def test_the_documented_rule_is_the_one_the_code_follows():
+    from fairseq_attn_recipes import train
+    from fairseq_attn_recipes.fingerprints import CHANGED, NOT_DONE, SAME
+
+    with open(os.path.join(ROOT, "docs", "recipes.md"), encoding="utf-8") as f:
+        doc = f.read().split("### Exit status\n", 1)[1].split("\n### ", 1)[0]
+    with open(os.path.join(ROOT, "recipes", "lib", "common.sh"), encoding="utf-8") as f:
+        lib = f.read().splitlines()
+    assert 'usage_error() { echo "error: $*" >&2; exit 2; }' in lib and 'die() { echo "error: $*" >&2; exit 1; }' in lib
+    assert "`usage_error` (2) and `die`\n(1)" in doc
+    assert [line.split(" | ")[0] for line in doc.splitlines() if line.startswith("| ") and line[2].isdigit()] == [
+        "| 0", "| 2", "| 1"]
+    assert (f"exit {SAME} (done\nbefore with the same settings and inputs), {CHANGED} (changed since, printed) or "
+            f"{NOT_DONE} (never done)") in doc
+    assert f"exits {train.SKIPPED} for a run\ntrained to `--max-update` before" in doc

@@ -52,7 +52,7 @@ def test_every_script_refuses_an_unknown_argument_before_doing_anything(tmp_path
     for args, said in ((("prune", "-y"), "unknown argument '-y'"), (("prune", "--yes", "--dry-run"), "contradict"),
                        (("purge",), "unknown action")):
         p = script("wmt14_en_de", "data.sh", *args, env={"WORK": str(tmp_path / "w")}, check=False)
-        assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and said in p.stderr, p.stderr
+        assert p.returncode == (1 if said == "contradict" else 2) and len(p.stderr.splitlines()) == 1 and said in p.stderr, p.stderr
 
 
 def test_an_interpreter_without_torch_is_refused_in_one_line_before_any_step(tmp_path):

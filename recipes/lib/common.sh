@@ -25,8 +25,9 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
 # the exit status of every recipe script (docs/recipes.md, "Exit status"): 2 for a usage error (an
-# argument, action or option combination the script does not take: usage_error), 1 for a refused
-# input (a setting, file, data folder or run that is not what is allowed) or a failed step (die)
+# argument or action the script does not take, or one missing: usage_error), 1 for a refused input
+# (a setting, file, data folder or run that is not what is allowed, flags that do not go together)
+# or a failed step (die)
 usage_error() { echo "error: $*" >&2; exit 2; }
 die() { echo "error: $*" >&2; exit 1; }
 # every recipe needs torch, fairseq and this package importable by PYTHON: said in one line
@@ -467,7 +468,7 @@ data_main() {
           *) usage_error "data.sh prune: unknown argument '$a': give --dry-run (the default: show what would be removed), --yes (remove it) and/or --forget-gone (forget the registered runs that are gone)";;
         esac
       done
-      [[ " $* " != *" --yes "* || " $* " != *" --dry-run "* ]] || usage_error "data.sh prune: --dry-run and --yes contradict each other: give one"
+      [[ " $* " != *" --yes "* || " $* " != *" --dry-run "* ]] || die "data.sh prune: --dry-run and --yes contradict each other: give one"
       recipe_defaults
       "${STEPS[@]}" data-prune "$WORK" "${yes[@]}" "${forget[@]}";;
     register|forget)

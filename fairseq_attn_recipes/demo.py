@@ -27,7 +27,7 @@ from fairseq_attn_records import comet as comet_metric
 
 from .demo_archs import DemoError, registered_archs, resolve_archs  # noqa: F401  (the demo's API)
 from .fairseq_args import generate_args, preprocess_args, train_args
-from .fingerprints import fingerprint, stage_state
+from .fingerprints import CHANGED, SAME, fingerprint, stage_state
 from .profiles import profile
 from .step_runs import StepFailed, run_module
 from .train_progress import EpochProgress
@@ -58,9 +58,9 @@ class Pipeline:
         """Run ``fn(*args)`` unless done before from these settings and inputs (the recipes' rule)."""
         marker, record = self.path(".done", name), fingerprint({k: str(v) for k, v in (settings or {}).items()}, inputs)
         state, changes = stage_state(marker, record)
-        if state == 0:
+        if state == SAME:
             return log(f"{name}: done before, reused")
-        log(f"{name}: running" + (f" again, its settings or inputs changed: {changes}" if state == 3 else ""))
+        log(f"{name}: running" + (f" again, its settings or inputs changed: {changes}" if state == CHANGED else ""))
         t0 = time.time()
         fn(*args)
         write_json(marker, record)
@@ -76,7 +76,7 @@ class Pipeline:
         os.replace(tmp, final)
 
     def _run(self, module: str, args: List[str], logfile: str, echo=None, ok=(0,)) -> None:
-        run_module(module, args, logfile, self.threads, echo, ok)  # StepFailed: one line, exit 2
+        run_module(module, args, logfile, self.threads, echo, ok)  # StepFailed: one line, exit 1
 
     def _step(self, args: List[str], logfile: str) -> None:  # as recipes/lib/common.sh runs a step
         self._run("fairseq_attn_recipes", args, logfile)
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         pipeline.run_all()
     except (DemoError, StepFailed, comet_metric.CometError) as e:
         print(f"fairseq-attn-demo: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     for name, title in (("results.md", "\n"), ("table1.md", "Table 1 layout (table1.md):\n\n")):
         if os.path.exists(os.path.join(args.out_dir, name)):
             print(title + open(os.path.join(args.out_dir, name), encoding="utf-8").read())

@@ -18,7 +18,7 @@ from fairseq_attn_records import run_record
 from fairseq_attn_records.output_files import write_lines
 
 from .step_inputs import die, key_values
-from .fingerprints import describe_changes, file_digest
+from .fingerprints import CHANGED, NOT_DONE, SAME, describe_changes, file_digest
 
 KEY = "evaluated_with"
 
@@ -74,25 +74,25 @@ def recorded_key(final: str, run_dir: str, subset: str):
 
 def cmd_evaluated_before(args):
     """Write the key of this evaluation to --out ({"evaluated_with": key}). Exit 0: evaluated before
-    with this very key, its outputs intact (skip); 1: not evaluated before; 3: redo (why printed)."""
+    with this very key, its outputs intact (skip); 4: not evaluated before; 3: redo (why printed)."""
     key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs)
     write_lines(args.out, [json.dumps({KEY: key}, indent=2)])
     old, why = recorded_key(args.final, args.run_dir, args.subset)
     if old is None:
         if why:
             print(why)
-            sys.exit(3)
-        sys.exit(1)
+            sys.exit(CHANGED)
+        sys.exit(NOT_DONE)
     if old == json.loads(json.dumps(key)):
-        sys.exit(0)
+        sys.exit(SAME)
     print("; ".join(changes(old, key)))
-    sys.exit(3)
+    sys.exit(CHANGED)
 
 
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("evaluated-before", help="the key of an evaluation (settings, files, checkpoints averaged): "
-                       "exit 0 when the folder it publishes to holds this very evaluation, 1 none, 3 another (printed)")
+                       "exit 0 when the folder it publishes to holds this very evaluation, 4 none, 3 another (printed)")
     p.add_argument("--run-dir", required=True); p.add_argument("--n-avg", type=int, required=True)
     p.add_argument("--subset", required=True); p.add_argument("--final", required=True, help="the folder it is published to")
     p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.add_argument("--in", dest="inputs", action="append", default=[])

@@ -52,28 +52,35 @@ def describe_changes(old: dict, new: dict) -> list:
     return out
 
 
+#: the answers of ``fingerprint`` and ``evaluated-before`` (their exit status): done before from the
+#: same settings and inputs, changed since, never done. 1 and 2 stay what they are for every command
+#: (a refused input or failed step; a usage error), so an error is never read as an answer.
+SAME, CHANGED, NOT_DONE = 0, 3, 4
+
+
 def stage_state(record_path, new: dict):
-    """The resume rule of the recipes and the demo: ``(0, "")`` when the stage's record says it
-    was done from these very settings and inputs (skipped), ``(1, "")`` when there is no record
-    (done), ``(3, changes)`` when they changed (redone). A stage is recorded only once complete."""
+    """The resume rule of the recipes and the demo: ``(SAME, "")`` when the stage's record says it
+    was done from these very settings and inputs (skipped), ``(NOT_DONE, "")`` when there is no
+    record (done), ``(CHANGED, changes)`` when they changed (redone). A stage is recorded only once
+    complete."""
     if not record_path or not os.path.isfile(record_path):
-        return 1, ""
+        return NOT_DONE, ""
     with open(record_path, encoding="utf-8") as f:
         try:
             old = json.load(f)
         except json.JSONDecodeError:
             old = {}
     if old == json.loads(json.dumps(new)):
-        return 0, ""
-    return 3, "; ".join(describe_changes(old, new) if isinstance(old, dict) else []) or "record unreadable"
+        return SAME, ""
+    return CHANGED, "; ".join(describe_changes(old, new) if isinstance(old, dict) else []) or "record unreadable"
 
 
 def cmd_fingerprint(args):
-    """What a stage is made from. Exit 0: same as --against; 1: no record; 3: changed (printed)."""
+    """What a stage is made from. Exit 0: same as --against; 4: no record; 3: changed (printed)."""
     new = fingerprint(key_values(args.set), args.inputs)
     write_lines(args.out, [json.dumps(new, sort_keys=True)])
     state, changes = stage_state(args.against, new)
-    if state == 3:
+    if state == CHANGED:
         print(changes)
     sys.exit(state)
 

@@ -1,12 +1,13 @@
 """A recipe step's inputs and arguments: whole files read, lines counted, ``KEY=VALUE`` and
-``IN OUT`` pairs parsed, and the one-line error (exit 2) naming the file or argument. Outputs
+``IN OUT`` pairs parsed, and the one-line error (exit 1: a refused input; argparse's usage errors
+are 2) naming the file or argument. Outputs
 are written by :mod:`fairseq_attn_records.output_files` (aside, then renamed)."""
 
 import os
 import sys
 
 
-def die(msg: str, code: int = 2):
+def die(msg: str, code: int = 1):
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(code)
 

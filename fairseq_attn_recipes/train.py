@@ -4,12 +4,13 @@ under torchrun and for every gloo rank alike).
 
 Before training, fairseq's own resolution of ARGS (architecture defaults, ``--user-dir``) is
 compared with the run record of ``--save-dir`` (:func:`.recording.start_run`): another run is
-refused with the differences named (exit 2), a run trained to ``--max-update`` before is not
+refused with the differences named (exit 1), a run trained to ``--max-update`` before is not
 trained again (exit 10: fairseq 0.12 would make one more update and rewrite its last
 checkpoint), the same run with a larger ``--max-update`` continues and the training is
 recorded. The model's flags are checked first (a refused flag writes no record); a record of a
 start that saved no checkpoint and finished no training is replaced, saying so. Every refusal,
-the record's and the plugin's, is one line and exit status 2. After training, the checkpoints saved are recorded with the update number each
+the record's and the plugin's, is one line ``error: ...`` and exit status 1 (a mistyped flag:
+fairseq-train's usage error, exit 2). After training, the checkpoints saved are recorded with the update number each
 holds. Every rank checks; only rank 0 writes the record. Done in the training process itself,
 on the configuration fairseq-train then trains with, so the record costs no second start of
 torch and fairseq and cannot describe another configuration than the one trained.
@@ -66,7 +67,7 @@ def main(argv=None) -> int:
             return SKIPPED
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 1
     if rank0 and cfg.common.cpu:
         import torch
         print(f"CPU: torch computes with {torch.get_num_threads()} threads per process "
@@ -87,14 +88,14 @@ def main(argv=None) -> int:
             distributed_utils.call_main(cfg, fairseq_train.main)
     except refusal_kinds() as e:  # refused by the plugin (a checkpoint, a validation set): one line
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return 1
     release_data_workers()
     if rank0:
         try:
             recording.finish_run(cfg.checkpoint.save_dir)
         except RecordError as e:
             print(f"error: {e}", file=sys.stderr)
-            return 2
+            return 1
     return 0
 
 

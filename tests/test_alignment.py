@@ -1,6 +1,8 @@
 """Attention as alignment: AER, the bible gold, cross-attention links, eflomal, fairseq-attn-align."""
 
+import contextlib
 import csv
+import io
 import json
 import os
 import sys
@@ -291,7 +293,10 @@ def test_bad_inputs_are_refused_in_one_line(tmp_path):
                     "--layers", "0,7", "--out", str(out)])
     assert "--layers 0,7: the model has 2 decoder layers (0-1)" in msg
     assert not out.exists() and not os.path.exists(str(out) + ".tmp")
-    assert "unknown argument --bogus" in _refusal(base + ["--bogus"])
+    err = io.StringIO()  # an unknown argument is a usage error: exit 2, one line
+    with pytest.raises(SystemExit) as e, contextlib.redirect_stderr(err):
+        align_cli.main(base + ["--bogus"])
+    assert e.value.code == 2 and err.getvalue() == "fairseq-attn-align: error: unknown argument --bogus\n", err.getvalue()
 
 
 def test_a_model_without_cross_attention_is_refused(tmp_path):

@@ -274,11 +274,11 @@ def test_results_refuses_by_length_with_seeds(files, tmp_path, capsys):
     rc = results_cli.main(["--ref", str(files["ref"]), "--src", str(files["src"]), "--by-length", "auto",
                            "--json", str(out_json)] + runs)
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and not out_json.exists()
+    assert rc == 1 and len(err) == 1 and not out_json.exists()
     assert err[0] == "fairseq-attn-results: error: --by-length needs one run per system (several seeds given: x x2)"
 
 
-# ---- bad input: one line, exit 2, nothing written ----------------------------------------------------
+# ---- bad input: one line, exit 1, nothing written ----------------------------------------------------
 
 BAD = [
     (["--by-length", "auto"], "--by-length needs --src"),
@@ -311,7 +311,7 @@ def test_bad_input_is_one_line(files, tmp_path, capsys, command, flags, expect):
         rc = results_cli.main(["--ref", str(files["ref"])] + flags + runs)
     err = capsys.readouterr().err.strip().splitlines()
     err = [line for line in err if "COMET left out" not in line]
-    assert rc == 2 and len(err) == 1, err
+    assert rc == 1 and len(err) == 1, err
     prog = "fairseq-attn-significance" if command == "significance" else "fairseq-attn-results"
     assert err[0].startswith(f"{prog}: error: ")
     expect = expect.replace("SHORT", str(short)).replace("REF", str(files["ref"]))
@@ -415,5 +415,5 @@ def test_by_length_of_refusals(files, tmp_path, capsys, extra, message):
                        (results_cli.main, ["--ref", str(files["ref"]), str(tmp_path / "a"), str(tmp_path / "b")])):
         rc = main(args + ["--src", str(files["src"]), "--json", str(out)] + extra)
         err = capsys.readouterr().err
-        assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+        assert rc == 1 and message in err and len(err.strip().splitlines()) == 1, err
         assert not out.exists()

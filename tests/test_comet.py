@@ -109,7 +109,7 @@ def test_recipe_score_step_records_chrf_and_comet(tiny_comet, tmp_path, monkeypa
     monkeypatch.setenv("COMET_MODEL", str(tmp_path / "gone" / "model.ckpt"))
     with pytest.raises(SystemExit) as e:
         steps(["check-comet"])
-    assert e.value.code == 2
+    assert e.value.code == 1
     assert f"COMET_MODEL={tmp_path / 'gone' / 'model.ckpt'}: no such file" in capsys.readouterr().err
 
 

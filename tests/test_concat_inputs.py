@@ -112,12 +112,12 @@ def test_bad_concat_and_test_docs_are_refused_in_one_line_with_nothing_written(t
         out = tmp_path / f"out{len(message)}{ks.replace(',', '_')}"
         p = concat(files, ks, out)
         errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
-        assert p.returncode == 2 and len(errors) == 1 and f"CONCAT={ks}" in errors[0] and message in errors[0]
+        assert p.returncode == 1 and len(errors) == 1 and f"CONCAT={ks}" in errors[0] and message in errors[0]
         assert not out.exists()
     files["docs"] = write(tmp_path / "short.docs", ["a"] * 19)
     out = tmp_path / "out_docs"
     p = concat(files, "1,2", out)
-    assert p.returncode == 2 and f"TEST_DOCS={files['docs']}: 19 lines, but the test source" in p.stderr
+    assert p.returncode == 1 and f"TEST_DOCS={files['docs']}: 19 lines, but the test source" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not out.exists()
 
 
@@ -132,7 +132,7 @@ def test_aspec_test_lines_give_their_document_ids(tmp_path):
     assert read(tmp_path / "ja") == [r[2] for r in rows] and read(tmp_path / "en") == [r[3] for r in rows]
     bad = steps("extract", write(tmp_path / "two.txt", ["ja ||| en"]), "--src-out", str(tmp_path / "x"),
                 "--tgt-out", str(tmp_path / "y"), "--docs-out", str(tmp_path / "z"))
-    assert bad.returncode == 2 and "expected a document ID and a sentence ID" in bad.stderr
+    assert bad.returncode == 1 and "expected a document ID and a sentence ID" in bad.stderr
 
 
 def test_a_test_docs_file_without_its_final_newline_is_read_as_text_lines(tmp_path):
@@ -222,5 +222,5 @@ def test_bad_train_concat_is_refused_in_one_line_with_nothing_written(tmp_path):
         out.mkdir()
         p = concat_train(files, ks, out)
         errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
-        assert p.returncode == 2 and len(errors) == 1 and f"TRAIN_CONCAT={ks}" in errors[0] and message in errors[0]
+        assert p.returncode == 1 and len(errors) == 1 and f"TRAIN_CONCAT={ks}" in errors[0] and message in errors[0]
         assert list(out.iterdir()) == []

@@ -79,7 +79,7 @@ def test_results_table(tmp_path, capsys):
     # a run without translations: clear error, nothing written
     os.remove(tmp_path / "better" / "hyp.txt")
     os.remove(out_json)
-    assert results.main(["--ref", str(ref), *runs, "--json", str(out_json)]) == 2
+    assert results.main(["--ref", str(ref), *runs, "--json", str(out_json)]) == 1
     assert "hyp.txt is missing" in capsys.readouterr().err and not out_json.exists()
 
 
@@ -129,7 +129,7 @@ def test_archs_come_from_fairseq_registry():
 
 def test_demo_bad_archs_fail_before_work(tmp_path, capsys):
     out = tmp_path / "d"
-    assert demo.main(["--quick", "--out-dir", str(out), "--archs", "transformer_nope"]) == 2
+    assert demo.main(["--quick", "--out-dir", str(out), "--archs", "transformer_nope"]) == 1
     assert "transformer_nope" in capsys.readouterr().err and not out.exists()
 
 
@@ -250,4 +250,4 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
 
     # other settings in the same folder are refused instead of mixed
     p = _demo_in_process(["--out-dir", str(out)], capsys)
-    assert p.returncode == 2 and "other settings" in p.stderr
+    assert p.returncode == 1 and "other settings" in p.stderr

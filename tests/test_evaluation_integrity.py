@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import sys
 import types
@@ -111,11 +112,11 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     before = files(os.path.join(save, "test"))
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=save, PYTHON=killer(tmp_path, "fairseq_cli.generate")),
             check=False)
-    assert p.returncode != 0 and "generating" in p.stderr
+    assert p.returncode == -signal.SIGKILL and "generating" in p.stderr
     assert files(os.path.join(save, "test")) == before and record()["evaluations"]["test"] == ev
     # killed after the new translations are written, before scoring: the same
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=save, PYTHON=killer(tmp_path, "score")), check=False)
-    assert p.returncode != 0
+    assert p.returncode == -signal.SIGKILL
     staged = os.path.join(save, "test.tmp")
     assert os.path.isfile(os.path.join(staged, "hyp.txt")) and os.path.isfile(os.path.join(staged, "averaged.json"))
     assert files(os.path.join(save, "test")) == before and record()["evaluations"]["test"] == ev
@@ -134,14 +135,14 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     got = hashlib.sha256((tmp_path / "new_hyp.txt").read_bytes()).hexdigest()
     for p in (results()[0], cli("paper", "table1", "--ref", ref, "--runs-dir", str(runs), "--rows",
                                 "baseline,csan2d", "--no-base-size")):
-        assert p.returncode == 2 and len(p.err_lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+        assert p.returncode == 1 and len(p.err_lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
         assert (f"{os.path.realpath(save)}/test/hyp.txt (sha256 {got[:12]}) is not the file "
                 f"{os.path.realpath(save)}/run.json scored for test (sha256 {ev['hyp_sha256'][:12]})") in p.stderr
         assert "re-run evaluate.sh (EVAL_SUBSET=test)" in p.stderr
     # between the two renames: no outputs at all
     shutil.rmtree(os.path.join(save, "test"))
     p = results()[0]
-    assert p.returncode == 2 and len(p.err_lines) == 1
+    assert p.returncode == 1 and len(p.err_lines) == 1
     assert f"{os.path.realpath(save)}/test/hyp.txt is missing, but " in p.stderr and "run.json records" in p.stderr
 
     # evaluated again: whole, named, not stale; no leftovers
@@ -170,13 +171,13 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     json.dump(edited, open(os.path.join(edited_dir, "run.json"), "w"))
     table1 = ("paper", "table1", "--ref", ref, "--runs-dir", str(runs2), "--rows", "baseline,csan2d", "--no-base-size")
     for p in (cli(*table1), cli("results", "--ref", ref, str(runs2 / "baseline"), edited_dir)):
-        assert p.returncode == 2 and len(p.err_lines) == 1, p.stderr[-2000:]
+        assert p.returncode == 1 and len(p.err_lines) == 1, p.stderr[-2000:]
         assert (f"{os.path.realpath(edited_dir)}/run.json: arch 'transformer_csan2d_wmt_en_de' contradicts "
                 f"model.arch 'transformer_attn_wmt_en_de' in the same record") in p.stderr
     edited["model"] = dict(rec["model"], arch="transformer_csan2d_wmt_en_de", attn_pieces="csan2d")
     json.dump(edited, open(os.path.join(edited_dir, "run.json"), "w"))
     p = cli(*table1)
-    assert p.returncode == 2 and len(p.err_lines) == 1, p.stderr[-2000:]
+    assert p.returncode == 1 and len(p.err_lines) == 1, p.stderr[-2000:]
     real = os.path.realpath(edited_dir)
     assert (f"{real}/run.json contradicts the configuration of its checkpoint {real}/checkpoint3.pt: "
             f"arch: 'transformer_csan2d_wmt_en_de' in run.json, 'transformer_attn_wmt_en_de' in checkpoint3.pt; "

@@ -80,7 +80,7 @@ def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
     ok = steps("check-script", "grc", str(tmp_path / "test.grc"), "en", str(tmp_path / "test.en"))
     assert ok.returncode == 0, ok.stderr
     bad = steps("check-script", "en", str(tmp_path / "test.grc"))
-    assert bad.returncode == 2 and "Greek, expected Latin (en)" in bad.stderr
+    assert bad.returncode == 1 and "Greek, expected Latin (en)" in bad.stderr
 
 
 def test_the_joined_inputs_in_the_docs_are_those_of_the_committed_study():
@@ -102,7 +102,7 @@ def test_bible_recipe_refuses_another_pair(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = subprocess.run(["bash", os.path.join(root, "recipes", "bible_grc_en", "prepare.sh")], env=env,
                        capture_output=True, text=True)
-    assert p.returncode == 2 and "the bible corpus is Greek-English: SRC=grc TGT=en" in p.stderr
+    assert p.returncode == 1 and "the bible corpus is Greek-English: SRC=grc TGT=en" in p.stderr
 
 
 # ------------------------------------------------------------------ position limits
@@ -161,7 +161,7 @@ def test_position_limits_refused_for_learned_tables_and_limits_the_user_set(mode
     data = shared_data()
     src, tgt = longest_plain(os.path.dirname(data))
     p = check(data, "transformer_attn_wmt_en_de", model_args, a, b)
-    assert p.returncode == 2 and p.stdout == ""
+    assert p.returncode == 1 and p.stdout == ""
     assert message.format(src=src, big=max(tgt, int(a * src + b) + 1)) in p.stderr
     assert len([line for line in p.stderr.splitlines() if line.startswith("error:")]) == 1
 
@@ -171,7 +171,7 @@ def test_position_limits_refused_when_a_piece_caps_them():
     data = shared_data()
     src, _ = longest_plain(os.path.dirname(data))
     p = check(data, "transformer_convattn1d_wmt_en_de", f"--convattn-max-len={src - 1}")
-    assert p.returncode == 2
+    assert p.returncode == 1
     assert f"the model still reads only {src - 1} source" in p.stderr and "--convattn-max-len" in p.stderr
 
 
@@ -194,7 +194,7 @@ def lengths_sh(env, check=True):
 
 def one_error(p):
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
-    assert p.returncode == 2 and len(errors) == 1, p.stderr[-2000:]
+    assert p.returncode == 1 and len(errors) == 1, p.stderr[-2000:]
     return errors[0]
 
 

@@ -180,7 +180,7 @@ def test_crlf_and_empty_lines(files, tmp_path, capsys):
 def _error(capsys, argv):
     rc = significance.main([str(a) for a in argv])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2
+    assert rc == 1
     return err[-1]
 
 

@@ -71,10 +71,10 @@ def test_the_command_lists_pieces_flags_and_arch_layers(capsys):
     assert "--t5-max-distance (default 128; integer >= 3, > --t5-buckets / 2)" in out
     for cls in PIECES.values():
         assert catalogue.summary(cls).endswith("."), cls.name
-    assert pieces_main(["nosuchpiece"]) == 2
+    assert pieces_main(["nosuchpiece"]) == 1
     assert "unknown piece" in capsys.readouterr().err
     # an unknown architecture: the nearest three names, not every one
-    assert pieces_main(["--arch", "transformer_csan2_wmt_en_de"]) == 2
+    assert pieces_main(["--arch", "transformer_csan2_wmt_en_de"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "transformer_relpos_wmt_en_de" not in err, err
     nearest = err.split("the nearest: ", 1)[1].split(" (", 1)[0].split(", ")

@@ -56,7 +56,7 @@ def test_base_and_big_follow_the_architecture():
 
 def test_an_unknown_profile_is_one_line():
     p = subprocess.run(STEPS + ["profile", "bigger"], capture_output=True, text=True)
-    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "bigger" in p.stderr and "base, big" in p.stderr
+    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "bigger" in p.stderr and "base, big" in p.stderr
 
 
 @pytest.mark.parametrize("lang, tool, counted", [("zh", "jieba", "tokenised"), ("ja", "mecab", "tokenised"),
@@ -198,9 +198,9 @@ def test_training_logs_are_asked_for_and_need_their_packages():
     if importlib.util.find_spec("tensorboard"):
         assert on.returncode == 0 and "--tensorboard-logdir\nS/tb" in on.stdout
     else:
-        assert on.returncode == 2 and "pip install tensorboard" in on.stderr
+        assert on.returncode == 1 and "pip install tensorboard" in on.stderr
     wandb = subprocess.run(base + ["--set", "tensorboard=0", "--set", "wandb_project=p"], capture_output=True, text=True)
     if importlib.util.find_spec("wandb"):
         assert wandb.returncode == 0 and "--wandb-project\np" in wandb.stdout
     else:
-        assert wandb.returncode == 2 and wandb.stderr.strip() == "error: WANDB_PROJECT=p needs wandb (pip install wandb; wandb login)"
+        assert wandb.returncode == 1 and wandb.stderr.strip() == "error: WANDB_PROJECT=p needs wandb (pip install wandb; wandb login)"

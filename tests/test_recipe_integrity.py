@@ -30,7 +30,7 @@ def bash_lib(script, work, env=None):
 def test_a_failing_command_inside_a_stage_stops_it_and_nothing_is_marked_done(tmp_path):
     body = 'f() { false; echo ran-on > "$WORK/after"; }\nstage s --set a=1 -- f\necho not-reached'
     p = bash_lib(body, tmp_path)
-    assert p.returncode == 2 and "step 's' failed" in p.stderr and "not-reached" not in p.stdout
+    assert p.returncode == 1 and "step 's' failed" in p.stderr and "not-reached" not in p.stdout
     # set -e was in force inside the function: the command after `false` never ran
     assert not (tmp_path / "after").exists() and not (tmp_path / ".done" / "s").exists()
 
@@ -68,7 +68,7 @@ def test_failed_aspec_extraction_marks_nothing_done_and_a_rerun_recovers(tmp_pat
     _aspec(str(aspec), bad_line=5)
     env = {"WORK": str(work), "ASPEC_DIR": str(aspec), "BPE_MERGES": "40"}
     p = run("wat17_ja_en", "prepare.sh", env, check=False)
-    assert p.returncode == 2 and "train-2.txt:6" in p.stderr and "step 'raw' failed" in p.stderr
+    assert p.returncode == 1 and "train-2.txt:6" in p.stderr and "step 'raw' failed" in p.stderr
     assert not (work / ".done" / "raw").exists() and not (work / ".done" / "tok.ja").exists()
     assert not (work / "raw" / "train.ja").exists() and not (work / "raw" / "valid.ja").exists()
     _aspec(str(aspec))  # fixed: the fingerprint of the ASPEC files changed, raw is made again
@@ -106,14 +106,14 @@ def test_downloaded_corpora_are_checked_truncated_or_misaligned_archives_stop_ra
     work = tmp_path / "work"
     env.update(WORK=str(work), STATMT_URL=_wmt14_mirror(tmp_path / "bad", truncate=True))
     p = run("wmt14_en_de", "prepare.sh", env, check=False)
-    assert p.returncode == 2 and "training-parallel-commoncrawl.tgz" in p.stderr and "cannot unpack" in p.stderr
+    assert p.returncode == 1 and "training-parallel-commoncrawl.tgz" in p.stderr and "cannot unpack" in p.stderr
     assert not (work / ".done" / "raw").exists() and not (work / "raw" / "train.en").exists()
     assert not (work / "downloads" / "training-parallel-commoncrawl.tgz").exists()  # deleted: fetched again
 
     shutil.rmtree(work)
     env["STATMT_URL"] = _wmt14_mirror(tmp_path / "misaligned", misalign=True)
     p = run("wmt14_en_de", "prepare.sh", env, check=False)
-    assert p.returncode == 2 and "commoncrawl.de-en.en has 30 lines but" in p.stderr and "has 7" in p.stderr
+    assert p.returncode == 1 and "commoncrawl.de-en.en has 30 lines but" in p.stderr and "has 7" in p.stderr
     assert not (work / ".done" / "raw").exists() and not (work / "raw" / "train.en").exists()
     assert not (work / "tok").exists() or os.listdir(work / "tok") == []
 
@@ -160,7 +160,7 @@ def test_zhen_refuses_partial_data_before_any_download(tmp_path):
     for extra, part, why in (({"ZHEN_PARTS": "nc12"}, "un", "left out by ZHEN_PARTS"),
                              ({"URL_casia2015": ""}, "casia2015", "needs a licence")):
         p = run("wmt17_zh_en", "prepare.sh", dict(env, **extra), check=False)
-        assert p.returncode == 2, p.stderr
+        assert p.returncode == 1, p.stderr
         assert "incomplete" in p.stderr and f"{part} ({why}" in p.stderr and "ALLOW_PARTIAL_DATA=1" in p.stderr
         assert not (tmp_path / "work" / "downloads").exists()  # refused before downloading anything
 
@@ -194,7 +194,7 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     # a part given up (licence only) without ALLOW_PARTIAL_DATA: refused; with it: recorded as partial
     env2 = dict(env, WORK=str(tmp_path / "work2"), URL_un="")
     p = run("wmt17_zh_en", "prepare.sh", env2, check=False)
-    assert p.returncode == 2 and "un (needs a licence" in p.stderr
+    assert p.returncode == 1 and "un (needs a licence" in p.stderr
     run("wmt17_zh_en", "prepare.sh", dict(env2, ALLOW_PARTIAL_DATA="1"))
     rec2 = json.load(open(tmp_path / "work2" / "data-bin" / "prepare.json"))["train_pairs"]
     assert rec2["partial"] and "un" not in rec2["parts"] and rec2["raw"] == sum(counts.values()) - counts["un"]
@@ -226,23 +226,23 @@ def test_script_check_refuses_swapped_sides_before_long_work(tmp_path):
     assert steps("check-script", "ja", str(tmp_path / "s.ja"), "en", str(tmp_path / "s.en")).returncode == 0
     assert steps("check-script", "zh", str(tmp_path / "s.zh")).returncode == 0
     p = steps("check-script", "ja", str(tmp_path / "s.en"), "en", str(tmp_path / "s.ja"))
-    assert p.returncode == 2 and "does not look like ja" in p.stderr and "swapped" in p.stderr
+    assert p.returncode == 1 and "does not look like ja" in p.stderr and "swapped" in p.stderr
     p = steps("check-script", "zh", str(tmp_path / "s.ja"))  # Japanese is not Chinese (kana)
-    assert p.returncode == 2 and "does not look like zh" in p.stderr
+    assert p.returncode == 1 and "does not look like zh" in p.stderr
 
     # a swapped local ja/en corpus: refused at the start, nothing made
     env = recipe_data.write_pair(str(tmp_path / "data"), "ja", "en")
     env["TRAIN_SRC"], env["TRAIN_TGT"] = env["TRAIN_TGT"], env["TRAIN_SRC"]
     env["WORK"] = str(tmp_path / "work")
     p = run("wat17_ja_en", "prepare.sh", env, check=False)
-    assert p.returncode == 2 and "TRAIN_SRC/TRAIN_TGT" in p.stderr and "does not look like ja" in p.stderr
+    assert p.returncode == 1 and "TRAIN_SRC/TRAIN_TGT" in p.stderr and "does not look like ja" in p.stderr
     assert os.listdir(tmp_path / "work" / "raw") == [] and not (tmp_path / "work" / ".done" / "raw").exists()
     # a swapped en:zh extra pair for Zh-En: refused before any download
     env = _local_devtest(tmp_path / "devtest", "zh", "en")
     env.update(WORK=str(tmp_path / "work2"), EXTRA_TRAIN_PAIRS=f"{tmp_path / 's.en'}:{tmp_path / 's.zh'}",
                HF_WMT_URL="file:///nonexistent", STATMT_DATA_URL="file:///nonexistent")
     p = run("wmt17_zh_en", "prepare.sh", env, check=False)
-    assert p.returncode == 2 and "EXTRA_TRAIN_PAIRS" in p.stderr and "does not look like zh" in p.stderr
+    assert p.returncode == 1 and "EXTRA_TRAIN_PAIRS" in p.stderr and "does not look like zh" in p.stderr
     assert not (tmp_path / "work2" / "downloads").exists()
 
 
@@ -284,7 +284,7 @@ def test_averaging_is_fairseqs_fp32_newest_first_and_refuses_too_few(tmp_path):
     assert rec["num_updates"] == 8  # the other entries come from the newest checkpoint
     # fewer checkpoints than asked: refused, nothing written
     p = steps_in_process("average", str(tmp_path), "--n", "5", "--output", str(tmp_path / "avg5.pt"))
-    assert p.returncode == 2 and "4 saved checkpoints (updates 2, 4, 6, 8) but N_AVG=5" in p.stderr
+    assert p.returncode == 1 and "4 saved checkpoints (updates 2, 4, 6, 8) but N_AVG=5" in p.stderr
     assert not (tmp_path / "avg5.pt").exists()
 
 
@@ -298,7 +298,7 @@ def test_averaging_loads_through_the_safe_loader(tmp_path):
     torch.save({"model": {"w": torch.ones(2)}, "evil": _Payload()}, tmp_path / "checkpoint_1_3.pt")
     p = steps("average", str(tmp_path), "--n", "2", "--output", str(tmp_path / "avg.pt"))
     # the package's message, naming the file and the refused class (not torch's hint)
-    assert p.returncode == 2 and "checkpoint_1_3.pt" in p.stderr and "_Payload" in p.stderr
+    assert p.returncode == 1 and "checkpoint_1_3.pt" in p.stderr and "_Payload" in p.stderr
     assert "weights_only=False" not in p.stderr.replace("do not disable weights_only", "")
     assert not (tmp_path / "avg.pt").exists()
 
@@ -324,7 +324,7 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     # train/evaluate with settings the data-bin was not prepared with: refused, naming the setting
     for script in ("train.sh", "evaluate.sh"):
         p = run("wmt14_en_de", script, dict(env, BPE_MERGES="50"), check=False)
-        assert p.returncode == 2 and "prepared with other settings" in p.stderr
+        assert p.returncode == 1 and "prepared with other settings" in p.stderr
         assert "BPE_MERGES='60' there, BPE_MERGES='50' here" in p.stderr
 
     # another BPE_MERGES: tokenisation reused, BPE and everything after it redone
@@ -336,9 +336,9 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     # the run trained on the old data-bin: train.sh refuses to continue it on the new one;
     # evaluate.sh takes the run's own data (kept in WORK/data) and refuses the settings asked for
     p = run("wmt14_en_de", "train.sh", env50, check=False)
-    assert p.returncode == 2 and "trained on another data-bin" in p.stderr, p.stderr
+    assert p.returncode == 1 and "trained on another data-bin" in p.stderr, p.stderr
     p = run("wmt14_en_de", "evaluate.sh", env50, check=False)
-    assert p.returncode == 2 and "BPE_MERGES='60' there, BPE_MERGES='50' here" in p.stderr, p.stderr
+    assert p.returncode == 1 and "BPE_MERGES='60' there, BPE_MERGES='50' here" in p.stderr, p.stderr
 
     # another training corpus: raw and everything after it redone
     other = recipe_data.write_pair(str(tmp_path / "data2"), "en", "de", seed=7)
@@ -350,7 +350,7 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     with open(work / "data-bin" / "dict.de.txt", "a", encoding="utf-8") as f:
         f.write("extra 1\n")
     p = run("wmt14_en_de", "train.sh", dict(env50, SAVE_DIR=str(tmp_path / "fresh")), check=False)
-    assert p.returncode == 2 and "changed after prepare.sh wrote it (dict.de.txt)" in p.stderr
+    assert p.returncode == 1 and "changed after prepare.sh wrote it (dict.de.txt)" in p.stderr
 
 
 @pytest.mark.e2e
@@ -361,7 +361,7 @@ def test_big_averages_twenty_checkpoints_and_refuses_fewer(tmp_path):
     p = run("wmt14_en_de", "evaluate.sh", big, check=False)
     save = tmp_path / "work" / "runs" / "transformer_attn_vaswani_wmt_en_de_big"
     m = re.search(r"(\d+) saved checkpoints \(updates [\d, ]+\) but N_AVG=20 are to be averaged", p.stderr)
-    assert p.returncode == 2 and m, p.stderr
+    assert p.returncode == 1 and m, p.stderr
     saved = [f for f in os.listdir(save) if re.fullmatch(r"checkpoint_\d+_\d+\.pt|checkpoint\d+\.pt", f)]
     assert int(m.group(1)) == len(saved) < 20
     assert not (save / "averaged_last20.pt").exists() and not (save / "test" / "scores.json").exists()

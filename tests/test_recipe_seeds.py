@@ -23,7 +23,7 @@ from fairseq_attn_reports.cli import results  # noqa: E402
 def test_bad_seeds_fail_before_any_work(tmp_path, env, message):
     for script in ("train.sh", "evaluate.sh"):
         p = run("wmt14_en_de", script, dict(env, WORK=str(tmp_path / "work")), check=False)
-        assert p.returncode == 2 and message in p.stderr, p.stderr
+        assert p.returncode == 1 and message in p.stderr, p.stderr
     assert not (tmp_path / "work" / "runs").exists()
 
 
@@ -41,7 +41,7 @@ def test_seeds_train_resume_evaluate_and_curves(tmp_path):
     seed3.mkdir()
     (seed3 / "checkpoint_last.pt").write_bytes(b"not a checkpoint")
     p = run("wmt14_en_de", "train.sh", dict(env, SEEDS="1 2 3", MAX_UPDATE="4"), check=False)
-    assert p.returncode == 2 and f"{seed3}: not trained" in p.stderr
+    assert p.returncode == 1 and f"{seed3}: not trained" in p.stderr
     assert f"checkpoint '{seed3 / 'checkpoint_last.pt'}' (16 bytes) is corrupt" in p.stdout
     for seed, d in zip((1, 2), dirs):
         assert f"resuming from {d}/checkpoint_last.pt" in p.stdout  # said by the training step (and in train.log)

@@ -80,7 +80,7 @@ def test_averaging_takes_the_last_save_points_by_the_update_they_hold(tmp_path, 
         ("checkpoint_last.pt", 28), ("checkpoint4.pt", 24), ("checkpoint_4_20.pt", 20)]
     with pytest.raises(SystemExit) as e:  # fewer than asked: refused, naming what exists
         checkpoints_to_average(str(d), 9)
-    assert e.value.code == 2
+    assert e.value.code == 1
     assert "7 saved checkpoints (updates 6, 10, 12, 18, 20, 24, 28) but N_AVG=9" in capsys.readouterr().err
 
 
@@ -106,11 +106,11 @@ def test_the_same_run_twice_is_an_error(two_runs, capsys, monkeypatch):
     ref = str(tmp_path / "test.ref")
     monkeypatch.chdir(tmp_path)
     for same in (str(base), "./base/", os.path.join(str(tmp_path), "x", "..", "base")):
-        assert results_cli.main(["--ref", ref, "base", same, "--bs-samples", "10", "--ar-trials", "10"]) == 2
+        assert results_cli.main(["--ref", ref, "base", same, "--bs-samples", "10", "--ar-trials", "10"]) == 1
         err = capsys.readouterr().err
         assert f"base and {same} are the same run (both are the folder {os.path.realpath(base)})" in err, err
     os.symlink(base, tmp_path / "link")
-    assert results_cli.main(["--ref", ref, "base", "link", "--names", "a", "b"]) == 2
+    assert results_cli.main(["--ref", ref, "base", "link", "--names", "a", "b"]) == 1
     assert "are the same run" in capsys.readouterr().err
 
 
@@ -118,7 +118,7 @@ def test_a_validation_output_is_never_scored_against_the_test_reference(two_runs
     tmp_path, (base, sysd) = two_runs
     # a run evaluated on the validation set (its scores.json records the reference)
     (sysd / "scores.json").write_text(json.dumps({"ref": str(tmp_path / "valid.ref"), "sacrebleu": 1.0}))
-    assert results_cli.main(["--ref", str(tmp_path / "test.ref"), str(base), str(sysd)]) == 2
+    assert results_cli.main(["--ref", str(tmp_path / "test.ref"), str(base), str(sysd)]) == 1
     assert (f"{sysd / 'hyp.txt'} was scored against {tmp_path / 'valid.ref'} (scores.json), not "
             f"{tmp_path / 'test.ref'}") in capsys.readouterr().err
     # with run records: each subset has its own outputs, picked by the reference's content

@@ -76,12 +76,12 @@ def test_bad_input(files, tmp_path, capsys):
     out_json = tmp_path / "sig.json"
     rc = significance.main([str(files["ref"]), str(files["base"]), str(tmp_path / "missing.txt"),
                             "--json", str(out_json)])
-    assert rc == 2 and "missing.txt" in capsys.readouterr().err
+    assert rc == 1 and "missing.txt" in capsys.readouterr().err
     assert not out_json.exists()
     short = tmp_path / "short.txt"
     short.write_text("a b c\n")
     rc = significance.main([str(files["ref"]), str(files["base"]), str(short), "--json", str(out_json)])
-    assert rc == 2 and "lines" in capsys.readouterr().err and not out_json.exists()
+    assert rc == 1 and "lines" in capsys.readouterr().err and not out_json.exists()
 
 
 # ---- no mark for equal or worse systems, one-line errors ----------
@@ -172,6 +172,6 @@ def test_bad_arguments_give_one_line_errors(files, tmp_path, capsys, tool):
     for argv, words in cases:
         rc = main(argv)
         err = capsys.readouterr().err.strip()
-        assert rc == 2, argv
+        assert rc == 1, argv
         assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err, err
     assert not (tmp_path / "no").exists()

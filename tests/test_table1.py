@@ -76,11 +76,11 @@ def test_rows_command_and_demo_name_the_missing_arch(monkeypatch, capsys, tmp_pa
     real = table1.registered_archs()
     monkeypatch.setattr(table1, "registered_archs",
                         lambda: [a for a in real if a != "transformer_csan1d_wmt_en_de"])
-    assert paper.main(["rows", "--rows", CI_ROWS]) == 2
+    assert paper.main(["rows", "--rows", CI_ROWS]) == 1
     assert "1D-CSans (transformer_csan1d_wmt_en_de)" in capsys.readouterr().err
     with pytest.raises(demo.DemoError, match=r"--archs table1: .*transformer_csan1d_wmt_en_de"):
         demo.resolve_archs("table1")
-    assert demo.main(["--quick", "--out-dir", str(tmp_path / "d"), "--archs", "table1"]) == 2
+    assert demo.main(["--quick", "--out-dir", str(tmp_path / "d"), "--archs", "table1"]) == 1
     assert "transformer_csan1d_wmt_en_de" in capsys.readouterr().err and not (tmp_path / "d").exists()
     monkeypatch.setattr(table1, "registered_archs", lambda: real + [r.arch for r in table1.ROWS])
     assert demo.resolve_archs("table1") == [r.arch for r in table1.ROWS]
@@ -177,8 +177,8 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     assert f3["systems"][0]["trained_model"]["arch"] == csan1d and f3["systems"][0]["trained_model"]["pieces"] == ["csan1d"]
     # bad input: one-line errors, nothing written
     capsys.readouterr()
-    assert paper.main(["figure2", "--ref", ref, "--window", f"x={runs['w3']}", "--png", str(tmp_path / "x.png")]) == 2
-    assert paper.main(["figure2", "--ref", ref, "--window", f"5={tmp_path}", "--png", str(tmp_path / "x.png")]) == 2
+    assert paper.main(["figure2", "--ref", ref, "--window", f"x={runs['w3']}", "--png", str(tmp_path / "x.png")]) == 1
+    assert paper.main(["figure2", "--ref", ref, "--window", f"5={tmp_path}", "--png", str(tmp_path / "x.png")]) == 1
     err = capsys.readouterr().err
     assert "'x' is not an integer" in err and f"{tmp_path} has no run record" in err
     # a label whose run is another: named, both sides (the record, not the folder name, says what it is)
@@ -188,7 +188,7 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
                                                          f"{csan2d}"),
                        (["--heads", f"3={runs['h1']}"], f"--heads 3 expects --csan-heads 3, but {runs['h1']}"),
                        (["--window", f"3={runs['w3']}", f"3={runs['w3']}/"], "are the same run")):
-        assert paper.main(["figure2", "--ref", ref, *args, "--png", str(tmp_path / "x.png")]) == 2
+        assert paper.main(["figure2", "--ref", ref, *args, "--png", str(tmp_path / "x.png")]) == 1
         assert says in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()
 
@@ -243,7 +243,7 @@ def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys):
         (d / "hyp.txt").write_text("\n".join(refs) + "\n")
     args = ["table1", "--ref", str(tmp_path / "ref"), "--runs-dir", str(tmp_path / "runs"), "--no-base-size",
             "--ar-trials", "100", "--bs-samples", "100"]
-    assert paper.main(args + ["--rows", "baseline,rel_pos,csan2d"]) == 2
+    assert paper.main(args + ["--rows", "baseline,rel_pos,csan2d"]) == 1
     err = capsys.readouterr().err
     assert (f"Table 1 row rel_pos (Rel_Pos) expects a run of transformer_relpos_wmt_en_de, but "
             f"{tmp_path / 'runs' / 'rel_pos'} trained transformer_csan2d_wmt_en_de") in err
@@ -366,7 +366,7 @@ def test_table1_recipe_end_to_end(toy_work):
     assert [r["bleu"] for r in some["rows"]] == [rows[k]["bleu"] for k in some_keys]
     # other settings in the same folder are refused
     p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE=str(UPDATES + 1)), check=False)
-    assert p.returncode == 2 and "other settings" in p.stderr
+    assert p.returncode == 1 and "other settings" in p.stderr
 
     # Figure 3 from the Table 1 runs: sacreBLEU's statistics, checked by plain counting
     recipe("figure3.sh", toy_work)
@@ -386,12 +386,12 @@ def test_table1_recipe_end_to_end(toy_work):
 def test_table1_recipe_refuses_missing_rows_before_work(tmp_path):
     work = tmp_path / "work"
     p = recipe("table1.sh", {"WORK": str(work), "ROWS": "baseline,nope"}, check=False)
-    assert p.returncode == 2 and "unknown row(s) nope" in p.stderr and not work.exists()
+    assert p.returncode == 1 and "unknown row(s) nope" in p.stderr and not work.exists()
     missing = [r for r in table1.ROWS if r.arch not in ARCH_MODEL_REGISTRY]
     if not missing:
         pytest.skip("every Table 1 architecture is registered: nothing is missing")
     p = recipe("table1.sh", {"WORK": str(work)}, check=False)  # ROWS=all
-    assert p.returncode == 2 and not work.exists()
+    assert p.returncode == 1 and not work.exists()
     for r in missing:
         assert f"{r.name} ({r.arch})" in p.stderr
 

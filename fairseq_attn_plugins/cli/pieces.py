@@ -41,13 +41,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if unknown:
         print(f"fairseq-attn-pieces: unknown piece(s) {unknown}; allowed: {sorted(PIECES)}",
               file=sys.stderr)
-        return 2
+        return 1
     if args.update_docs:
         paths = sorted(glob.glob(os.path.join(args.update_docs, "*.md")))
         if not paths:
             print(f"fairseq-attn-pieces: --update-docs {args.update_docs}: no .md file there",
                   file=sys.stderr)
-            return 2
+            return 1
         for path in paths:
             with open(path, encoding="utf-8") as f:
                 old = f.read()
@@ -65,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"fairseq-attn-pieces: --arch {args.arch!r} is not a transformer_attn architecture; "
                   f"the nearest: {', '.join(nearest)} ({len(known)} in all: transformer_<piece>_wmt_en_de "
                   f"and its presets, for every piece fairseq-attn-pieces lists)", file=sys.stderr)
-            return 2
+            return 1
         from fairseq.models import ARCH_CONFIG_REGISTRY
 
         defaults = argparse.Namespace()

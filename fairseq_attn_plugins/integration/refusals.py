@@ -19,8 +19,8 @@ usage. When the running program is one of fairseq's commands or one of this dist
 Any other program importing the package (a script, a notebook, pytest) keeps its interpreter as
 it was: ``sys.excepthook`` and argparse are left alone and the exceptions propagate with their
 tracebacks. Python code calling the plugin always gets the exception itself. The recipes' training
-step (``python -m fairseq_attn_recipes.train``) catches the refusals itself and exits 2, the status
-the recipes read as "refused, nothing trained".
+step (``python -m fairseq_attn_recipes.train``) catches the refusals itself: one line, exit status 1
+as every refused input of the product (usage errors: 2).
 """
 
 import argparse

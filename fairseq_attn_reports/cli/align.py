@@ -61,7 +61,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = get_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        sys.exit(f"fairseq-attn-align: unknown argument {unknown[0]}")
+        parser.exit(2, f"fairseq-attn-align: error: unknown argument {unknown[0]}\n")  # a usage error
     try:
         result = align(args)
     except (AlignInputError, AlignmentError, run_record.RecordError) as e:

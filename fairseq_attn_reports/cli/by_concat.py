@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         md = open(args.study_md, encoding="utf-8").read() if os.path.isfile(args.study_md) else ""
     except (OSError, ValueError, KeyError) as e:
         print(f"by_concat: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     write_json(args.study_json, study)
     write_text(args.study_md, by_concat.replace_section(md, section))
     if args.plot:

@@ -173,7 +173,7 @@ def main(argv=None) -> int:
         args.fn(args)
     except (table1.Table1Error, FileNotFoundError, ValueError) as e:
         print(f"fairseq-attn-paper {args.cmd}: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     return 0
 
 

@@ -111,7 +111,7 @@ def main(argv=None) -> int:
                 md += "\n\n" + length_markdown(table["by_length"])
     except (FileNotFoundError, ValueError) as e:
         print(f"fairseq-attn-results: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     print(md)
     if "by_length" in table:
         draw_plot(table["by_length"], args.plot)

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                                                 {"comet": comet})
     except (FileNotFoundError, ValueError) as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     print(format_table(result))
     print()
     print("\n".join(legend_lines(result)))

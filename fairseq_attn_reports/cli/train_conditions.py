@@ -39,7 +39,7 @@ def main(argv=None) -> int:
         diff = train_conditions.condition_difference(studies[0], studies[1], args.tokenize, comet)
     except (OSError, ValueError, KeyError) as e:
         print(f"train_conditions: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     md = train_conditions.format_markdown(diff, args.train_concat)
     write_json(args.json, diff)
     write_text(args.md, md + "\n")

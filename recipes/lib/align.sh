@@ -19,17 +19,17 @@ align_main() {
     if [[ -f $run/align/aer.json && ${ALIGN_REDO:-0} != 1 ]]; then log "aligned before: $run/align (ALIGN_REDO=1 redoes it)"; continue; fi
     yes=(); [[ -e $run/align ]] && yes=(--yes)
     log "aligning $run"
-    "$PYTHON" -m fairseq_attn_reports.cli.align "$run" "${yes[@]}" "${extra[@]}" || exit 2
+    "$PYTHON" -m fairseq_attn_reports.cli.align "$run" "${yes[@]}" "${extra[@]}" || exit 1
   done
   data=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1] + "/align/aer.json"))["data"])' "${runs[0]}")
   if [[ ! -f $WORK/align_eflomal/aer.json || ${ALIGN_REDO:-0} == 1 ]]; then
     yes=(); [[ -e $WORK/align_eflomal ]] && yes=(--yes)
     log "eflomal on $data"
-    "$PYTHON" -m fairseq_attn_reports.cli.align --eflomal --data "$data" --out "$WORK/align_eflomal" "${yes[@]}" || exit 2
+    "$PYTHON" -m fairseq_attn_reports.cli.align --eflomal --data "$data" --out "$WORK/align_eflomal" "${yes[@]}" || exit 1
   fi
   if (( ${#runs[@]} >= 2 )); then
     "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/test.$TGT" "${runs[@]}" --align \
-      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --md "$WORK/align.md" || exit 2
+      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --md "$WORK/align.md" || exit 1
     log "table: $WORK/align.md; per run: RUN/align/aer.json; eflomal: $WORK/align_eflomal/aer.json"
   fi
 }

@@ -24,7 +24,12 @@ fi
 STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any folder, any install)
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
-die() { echo "error: $*" >&2; exit 2; }
+# the exit status of every recipe script (docs/recipes.md, "Exit status"): 2 for a usage error (an
+# argument or action the script does not take, or one missing: usage_error), 1 for a refused input
+# (a setting, file, data folder or run that is not what is allowed, flags that do not go together)
+# or a failed step (die)
+usage_error() { echo "error: $*" >&2; exit 2; }
+die() { echo "error: $*" >&2; exit 1; }
 # every recipe needs torch, fairseq and this package importable by PYTHON: said in one line
 # before any step (found, not imported: milliseconds)
 PYTHON_MISSING=$("$PYTHON" -c 'import importlib.util as u
@@ -34,7 +39,7 @@ print(" ".join(m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
 # (its settings are environment variables)
 no_args() {
-  (( $# == 0 )) || die "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
+  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
 }
 
 # stage NAME [--set KEY=VALUE | --in FILE]... -- CMD...: run CMD unless $WORK/.done/NAME
@@ -49,10 +54,11 @@ stage() {
   while [[ $1 != -- ]]; do fp+=("$1"); shift; done; shift
   mkdir -p "$WORK/.done"
   local marker="$WORK/.done/$name" rc=0 changes
+  # fingerprint's answer: 0 same, 3 changed, 4 never done (1 and 2: it could not answer)
   changes=$("${STEPS[@]}" fingerprint "${fp[@]}" --against "$marker" --out "$marker.want") || rc=$?
   case $rc in
     0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
-    1) log "$name";;
+    4) log "$name";;
     3) log "$name: redone, its settings or inputs changed since it was done: $changes"; rm -f "$marker";;
     *) die "step '$name': cannot read its inputs";;
   esac
@@ -92,7 +98,7 @@ recipe_defaults() {
 
 # the recipes' facts live in Python: STEP prints bash (profiles.py's VAR=${VAR:-value} lines, a value
 # the environment gives wins; languages.py's arrays), read here
-step_defaults() { local out; out=$("${STEPS[@]}" "$@") || exit 2; eval "$out"; }
+step_defaults() { local out; out=$("${STEPS[@]}" "$@") || exit 1; eval "$out"; }
 profile() { step_defaults profile "$@"; }  # profile NAME | --arch ARCH [--only VAR...]
 
 # the tokeniser of SRC and TGT and what their words are counted on (LANG_TOKENIZER, LANG_WORDS_OF)
@@ -112,7 +118,7 @@ words_counted_on() { language_facts; echo "${LANG_WORDS_OF[$1]}"; }
 # the tool's arguments (fairseq_args.py, one place for the recipes and the demo) into ARRAY
 fairseq_args() {
   local -n into_=$1; shift
-  local listed; listed=$("${STEPS[@]}" fairseq-args "$@") || exit 2
+  local listed; listed=$("${STEPS[@]}" fairseq-args "$@") || exit 1
   mapfile -t into_ <<< "$listed"
 }
 
@@ -220,7 +226,7 @@ cap_counted_file() {
 }
 
 cap_check() {  # cap_check FILE: the cap keeps some but not every training pair (one-line error)
-  [[ -z ${TRAIN_MAX_LEN:-} ]] || "${STEPS[@]}" cap-check --max-src-words "$TRAIN_MAX_LEN" --src-raw "$1" >&2 || exit 2
+  [[ -z ${TRAIN_MAX_LEN:-} ]] || "${STEPS[@]}" cap-check --max-src-words "$TRAIN_MAX_LEN" --src-raw "$1" >&2 || exit 1
 }
 
 # local_split SPLIT (train/valid/test): true when the user gives that split as local files
@@ -231,7 +237,7 @@ check_pair() {
   local ns nt; ns=$(wc -l < "$1"); nt=$(wc -l < "$2")
   [[ $ns == "$nt" ]] || die "$3: $1 has $ns lines but $2 has $nt"
   (( ns > 0 )) || die "$3: $1 is empty"
-  "${STEPS[@]}" check-script "$SRC" "$1" "$TGT" "$2" --what "$3" || exit 2
+  "${STEPS[@]}" check-script "$SRC" "$1" "$TGT" "$2" --what "$3" || exit 1
 }
 
 prepare_main() {
@@ -252,7 +258,7 @@ prepare_main() {
   #    the script of each side), the recipe's own inputs (check_corpus_inputs in env.sh)
   local tools=(fairseq sacrebleu "$BPE_TOOL") l split
   for l in "$SRC" "$TGT"; do tools+=("$(tokenizer_tool "$l" | sed 's/moses-plain/moses/')"); done
-  "${STEPS[@]}" check-tools "${tools[@]}" || exit 2
+  "${STEPS[@]}" check-tools "${tools[@]}" || exit 1
   if [[ -n ${TRAIN_MAX_LEN:-} ]] && ! [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ && $(( 10#$TRAIN_MAX_LEN )) -ge 1 ]]; then
     die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the most source words a training pair may have, a positive integer (empty: no cap)"
   fi
@@ -459,7 +465,7 @@ data_main() {
           --yes) yes=(--yes);;
           --dry-run) ;;
           --forget-gone) forget=(--forget-gone);;
-          *) die "data.sh prune: unknown argument '$a': give --dry-run (the default: show what would be removed), --yes (remove it) and/or --forget-gone (forget the registered runs that are gone)";;
+          *) usage_error "data.sh prune: unknown argument '$a': give --dry-run (the default: show what would be removed), --yes (remove it) and/or --forget-gone (forget the registered runs that are gone)";;
         esac
       done
       [[ " $* " != *" --yes "* || " $* " != *" --dry-run "* ]] || die "data.sh prune: --dry-run and --yes contradict each other: give one"
@@ -467,10 +473,10 @@ data_main() {
       "${STEPS[@]}" data-prune "$WORK" "${yes[@]}" "${forget[@]}";;
     register|forget)
       local action=$1; shift
-      (( $# == 1 )) && [[ $1 != -* ]] || die "data.sh $action: give one run folder (data.sh $action DIR)${1:+, not '$*'}"
+      (( $# == 1 )) && [[ $1 != -* ]] || usage_error "data.sh $action: give one run folder (data.sh $action DIR)${1:+, not '$*'}"
       recipe_defaults
-      "${STEPS[@]}" "data-$action" "$WORK" "$1" || exit $?;;
-    *) die "data.sh${1:+ $1}: unknown action; $usage";;
+      "${STEPS[@]}" "data-$action" "$WORK" "$1" || exit 1;;
+    *) usage_error "data.sh${1:+ $1}: unknown action; $usage";;
   esac
 }
 
@@ -498,13 +504,13 @@ train_main() {
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   # ARCHS_CHECKED: the architectures a calling step (lengths.sh, table1.sh, figure2.sh) checked
   # together before any work; each check imports torch and fairseq (seconds)
-  [[ " ${ARCHS_CHECKED:-} " == *" $ARCH "* ]] || "${STEPS[@]}" check-arch "$ARCH" || exit 2
+  [[ " ${ARCHS_CHECKED:-} " == *" $ARCH "* ]] || "${STEPS[@]}" check-arch "$ARCH" || exit 1
   [[ -f "$DATA/prepare.json" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
   # the data-bin must be the one prepared with these settings (another language pair: named);
   # a run directory stays on its data
   prepare_settings
-  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 2
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 1
   # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
   DATA=$(cd "$DATA" && pwd -P)
   # a data folder carries its own record (checked above): one prepared in another WORK is taken as
@@ -578,6 +584,7 @@ train_main() {
   # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
   echo "\$ ${launch[*]} ${args[*]}" >> "$SAVE_DIR/train.log"
+  local logged; logged=$(stat -c %s "$SAVE_DIR/train.log")  # where this training's log starts
   local rc=0 r pids=()
   if [[ -n "${CPU_RANKS:-}" ]]; then  # ranks 1.. in the background, each with its own log
     for (( r = 1; r < CPU_RANKS; r++ )); do
@@ -594,10 +601,14 @@ train_main() {
   (( rc == 0 )) || kill "${pids[@]}" 2>/dev/null || true  # a rank without rank 0 would wait forever
   for r in "${pids[@]}"; do wait "$r" || rc=$(( rc ? rc : $? )); done
   trap - EXIT
-  # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run), 2 = the folder
-  # holds another run (the differences are printed)
+  # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run); refused (the folder holds
+  # another run, a flag or checkpoint the plugin refuses: one line "error: ...", exit 1) or a usage
+  # error of fairseq-train's arguments (MODEL_ARGS, EXTRA_ARGS: exit 2) = nothing to resume
   (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0; }
-  (( rc != 2 )) || die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
+  local refused; refused=$(tail -c "+$((logged + 1))" "$SAVE_DIR/train.log" | grep -c '^error: ' || true)
+  if (( rc == 2 || (rc == 1 && refused > 0) )); then
+    die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
+  fi
   if (( rc != 0 )); then
     # resuming is offered only where there is something to resume from
     [[ -f $SAVE_DIR/checkpoint_last.pt ]] || die "training failed (exit $rc) before saving a checkpoint; see $SAVE_DIR/train.log"
@@ -623,7 +634,7 @@ evaluate_main() {
   # the run's own data (its record), with the raw source and reference kept in it; an explicit
   # DATA must be that data
   local given=(); [[ $DATA_KEYED == 1 ]] || given=(--data "$DATA")
-  DATA=$("${STEPS[@]}" run-data --run-dir "$SAVE_DIR" --work "$WORK" "${given[@]}") || exit 2
+  DATA=$("${STEPS[@]}" run-data --run-dir "$SAVE_DIR" --work "$WORK" "${given[@]}") || exit 1
   local refs; refs=$(data_refs)
   [[ -f "$refs/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $refs/$EVAL_SUBSET.$TGT: run prepare.sh first"
   log "data: $DATA (the run's own, recorded in $SAVE_DIR/run.json); source and reference: $refs/$EVAL_SUBSET.{$SRC,$TGT}"
@@ -635,10 +646,10 @@ evaluate_main() {
   mkdir -p "$out"
   prepare_settings
   "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --test-ref "$refs/test.$TGT" --run-dir "$SAVE_DIR" \
-    --require --print-pairs > "$out/data.check.json.tmp" || exit 2
+    --require --print-pairs > "$out/data.check.json.tmp" || exit 1
   mv "$out/data.check.json.tmp" "$out/data.check.json"
   # the same evaluation (settings, files, checkpoints averaged: evaluations.py) done before: skipped
-  local rc=0 why
+  local rc=0 why  # evaluated-before's answer: 0 same, 3 another, 4 none (1 and 2: it could not answer)
   why=$("${STEPS[@]}" evaluated-before --run-dir "$SAVE_DIR" --n-avg "$N_AVG" --subset "$EVAL_SUBSET" --final "$final" \
     --set "subset=$EVAL_SUBSET" --set "ARCH=$ARCH" --set "BEAM=$BEAM" --set "LENPEN=$LENPEN" --set "GEN_ARGS=${GEN_ARGS:-}" \
     --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$N_AVG" --set "BPE_TOOL=$BPE_TOOL" \
@@ -647,14 +658,14 @@ evaluate_main() {
     --in "$refs/$EVAL_SUBSET.$TGT" --out "$out/evaluated_with.json") || rc=$?
   case $rc in
     0) rm -rf "$out"; log "$final: evaluated before with the same settings, files and checkpoints: skipped"; return 0;;
-    1) ;;
+    4) ;;
     3) log "$final: evaluated again: $why";;
-    *) exit 2;;
+    *) exit 1;;
   esac
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
-  "${STEPS[@]}" check-comet || exit 2
+  "${STEPS[@]}" check-comet || exit 1
   local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
-  "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 2
+  "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 1
   local cpu=0 gargs=(); (( NGPUS > 0 )) || cpu=1
   fairseq_args gargs generate --data "$DATA" --user-dir "$USER_DIR" --set "path=$ckpt" --set "subset=$EVAL_SUBSET" \
     --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \

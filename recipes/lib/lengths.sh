@@ -111,7 +111,7 @@ lengths_concat() {
   if [[ -n $docs ]]; then log "CONCAT=$CONCAT: documents of $docs"
   else log "CONCAT=$CONCAT: no document ids (TEST_DOCS): the test file in order is one document"; fi
   out=$("${STEPS[@]}" concat-test --src "$DATA/raw/test.$SRC" --ref "$DATA/raw/test.$TGT" ${docs:+--docs "$docs"} \
-        --ks "$CONCAT" --out "$dir" --src-lang "$SRC" --tgt-lang "$TGT") || exit 2
+        --ks "$CONCAT" --out "$dir" --src-lang "$SRC" --tgt-lang "$TGT") || exit 1
   for k in $out; do
     (( k > 1 )) || { echo "$k"; continue; }
     codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$SRC $WORK/bpe/codes.$TGT"
@@ -146,7 +146,7 @@ lengths_main() {
     archs+=("$(lengths_arch "$name")")
   done
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
-  "${STEPS[@]}" check-arch "${archs[@]}" || exit 2
+  "${STEPS[@]}" check-arch "${archs[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
   # fairseq's fixed 200-token default (max_len_b)
@@ -160,7 +160,7 @@ lengths_main() {
   # 1. the capped training set of each condition (its own data folder; the test set stays whole)
   for c in "${conds[@]}"; do
     local d
-    d=$(TRAIN_CONCAT=$c; prepare_main >&2; readlink -f "$DATA") || exit 2
+    d=$(TRAIN_CONCAT=$c; prepare_main >&2; readlink -f "$DATA") || exit 1
     datas+=("$d")
   done
   recipe_defaults
@@ -176,7 +176,7 @@ lengths_main() {
   local ks=() k splits=(valid test) i
   for i in "${!datas[@]}"; do
     mapfile -t ks < <(DATA=${datas[$i]}; lengths_concat; echo "rc=$?")
-    (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 2
+    (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 1
     unset 'ks[-1]'
   done
   for k in "${ks[@]}"; do (( k == 1 )) || splits+=("concat/k$k.test"); done
@@ -185,7 +185,7 @@ lengths_main() {
   local lines
   lines=$("${STEPS[@]}" check-positions --data "${datas[0]}" --src "$SRC" --tgt "$TGT" --arch "${archs[@]}" \
           --splits "${splits[@]}" --max-len-a "${len_a:-0}" --max-len-b "${len_b:-200}" \
-          --model-args "${MODEL_ARGS:-}") || exit 2
+          --model-args "${MODEL_ARGS:-}") || exit 1
 
   # 3. train and evaluate each architecture, condition and seed (a re-run skips what is done; a killed one resumes)
   local ci

@@ -55,7 +55,7 @@ table1_main() {
   ROWS=${ROWS:-all}
   TABLE1_DIR=${TABLE1_DIR:-$WORK/table1}
   local rows line
-  rows=$("${PAPER[@]}" rows --rows "$ROWS") || exit 2   # names any row whose architecture is missing
+  rows=$("${PAPER[@]}" rows --rows "$ROWS") || exit 1   # names any row whose architecture is missing
   paper_check_data
   paper_settings "$TABLE1_DIR"
   mapfile -t rows <<< "$rows"
@@ -66,7 +66,7 @@ table1_main() {
   done
   "${PAPER[@]}" table1 --ref "$(data_refs)/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
     --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" \
-    --md "$TABLE1_DIR/table1.md" --json "$TABLE1_DIR/table1.json" || exit 2
+    --md "$TABLE1_DIR/table1.md" --json "$TABLE1_DIR/table1.json" || exit 1
   log "Table 1: $TABLE1_DIR/table1.md (and table1.json)"
 }
 
@@ -79,7 +79,7 @@ figure2_main() {
   HEADS=${HEADS:-1,3,5,7}                  # 2D-CSAN --csan-heads values (odd, <= heads)
   FIG2_WINDOW=${FIG2_WINDOW:-11}           # the 2D-CSAN window, fixed as in the paper
   FIGURE2_DIR=${FIGURE2_DIR:-$WORK/figure2}
-  "${STEPS[@]}" check-arch transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de || exit 2
+  "${STEPS[@]}" check-arch transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de || exit 1
   ARCHS_CHECKED="transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de"
   [[ -n "$WINDOWS$HEADS" ]] || die "WINDOWS and HEADS are both empty"
   paper_check_data
@@ -99,7 +99,7 @@ figure2_main() {
               --png "$FIGURE2_DIR/figure2.png" --json "$FIGURE2_DIR/figure2.json")
   (( ${#wargs[@]} )) && args+=(--window "${wargs[@]}")
   (( ${#hargs[@]} )) && args+=(--heads "${hargs[@]}")
-  "${PAPER[@]}" figure2 "${args[@]}" || exit 2
+  "${PAPER[@]}" figure2 "${args[@]}" || exit 1
   log "Figure 2: $FIGURE2_DIR/figure2.png (and figure2.json)"
 }
 
@@ -115,6 +115,6 @@ figure3_main() {
     [[ $key == baseline ]] || sys+=("$key=$runs/$key")
   done
   "${PAPER[@]}" figure3 --ref "$(data_refs)/test.$TGT" --baseline "baseline=$runs/baseline" --system "${sys[@]}" \
-    --tokenize "${SACREBLEU_TOK:-13a}" --png "$TABLE1_DIR/figure3.png" --json "$TABLE1_DIR/figure3.json" || exit 2
+    --tokenize "${SACREBLEU_TOK:-13a}" --png "$TABLE1_DIR/figure3.png" --json "$TABLE1_DIR/figure3.json" || exit 1
   log "Figure 3: $TABLE1_DIR/figure3.png (and figure3.json)"
 }

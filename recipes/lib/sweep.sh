@@ -33,7 +33,7 @@ sweep_lines() {  # the checked lines of SWEEP, tabs kept
 
 sweep_main() {
   no_args "$@"
-  local lines; lines=$(sweep_lines) || exit 2
+  local lines; lines=$(sweep_lines) || exit 1
   recipe_defaults
   SWEEP_DIR=${SWEEP_DIR:-$WORK/sweep}
   # generation as the study's (lengths.sh): outputs may grow with the source

@@ -7,6 +7,7 @@ Everything loops over the registries (PIECES, transformer_attn archs).
 import argparse
 import collections
 import json
+import logging
 import os
 import re
 import signal
@@ -21,7 +22,7 @@ from fairseq import checkpoint_utils
 from fairseq_attn_core import PIECES, PieceConfigError
 from fairseq_attn_plugins.checkpoint_safety import UnsafeCheckpointError
 
-from cli_helpers import shared_data
+from cli_helpers import shared_data, train_in_process
 from reliability_helpers import (
     bin_dir,
     build_model,
@@ -335,18 +336,20 @@ def _kill_after_checkpoint(cmd):
 
 
 @pytest.mark.e2e
-def test_kill_mid_epoch_then_resume_matches_uninterrupted(data_bin, tmp_path):
+def test_kill_mid_epoch_then_resume_matches_uninterrupted(data_bin, tmp_path, caplog):
     arch = "transformer_csan2d_wmt_en_de" if "csan2d" in PIECES else "transformer_attn_wmt_en_de"
     flags = []
     for name in greedy_all_pieces():  # every compatible piece in one run, each active
         for k, v in piece_test_flags(name).items():
             flags += ["--" + k.replace("_", "-"), str(v)]
     pieces = ["--attn-pieces", ",".join(greedy_all_pieces())]
+    # the uninterrupted reference: fairseq-train's main in this process (fairseq seeds every
+    # update from --seed, so the process it runs in does not matter); its json lines are logged
+    # by the logger named "train_inner", as in the console's "| train_inner | {...}"
     ref_cmd = train_cmd(data_bin, str(tmp_path / "ref"), arch, RESUME_ARGS + flags + pieces)
-    ref = subprocess.run(ref_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
-                         timeout=300)
-    assert ref.returncode == 0, ref.stdout[-3000:]
-    ref_losses = _losses(ref.stdout)
+    caplog.set_level(logging.INFO)
+    train_in_process(ref_cmd[1:])
+    ref_losses = _losses("\n".join(f"{r.name} | {r.getMessage()}" for r in caplog.records))
     assert sorted(ref_losses) == list(range(1, 25)), sorted(ref_losses)
 
     cmd = train_cmd(data_bin, str(tmp_path / "run"), arch, RESUME_ARGS + flags + pieces)

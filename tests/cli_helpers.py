@@ -25,10 +25,10 @@ def make_data(root, n_train=200, n_valid=20, n_test=12):
 
     raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
     write_corpus(raw, sizes=(("train", n_train), ("valid", n_valid), ("test", n_test)))
-    run_cli("fairseq_cli.preprocess", ["--source-lang", "src", "--target-lang", "tgt",
-                                       "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
-                                       "--testpref", f"{raw}/test", "--destdir", dest,
-                                       "--joined-dictionary", "--workers", "1"])
+    preprocess_in_process(["--source-lang", "src", "--target-lang", "tgt",
+                           "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
+                           "--testpref", f"{raw}/test", "--destdir", dest,
+                           "--joined-dictionary", "--workers", "1"])
     return dest
 
 
@@ -46,6 +46,25 @@ def run_cli(module, argv, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
     return proc.returncode, proc.stdout
+
+
+def preprocess_in_process(argv):
+    """fairseq-preprocess's main in this process (saves the interpreter start-up per corpus).
+    The log file that main opens in the folder it writes (a handler on its logger) is closed
+    when it returns."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    log = logging.getLogger("fairseq_cli.preprocess")
+    kept = list(log.handlers)
+    try:
+        preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+    finally:
+        for handler in [h for h in log.handlers if h not in kept]:
+            log.removeHandler(handler)
+            handler.close()
 
 
 def train_in_process(argv):

@@ -25,10 +25,10 @@ def make_data(root, n_train=200, n_valid=20, n_test=12):
 
     raw, dest = os.path.join(root, "raw"), os.path.join(root, "bin")
     write_corpus(raw, sizes=(("train", n_train), ("valid", n_valid), ("test", n_test)))
-    run_cli("fairseq_cli.preprocess", ["--source-lang", "src", "--target-lang", "tgt",
-                                       "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
-                                       "--testpref", f"{raw}/test", "--destdir", dest,
-                                       "--joined-dictionary", "--workers", "1"])
+    preprocess_in_process(["--source-lang", "src", "--target-lang", "tgt",
+                           "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
+                           "--testpref", f"{raw}/test", "--destdir", dest,
+                           "--joined-dictionary", "--workers", "1"])
     return dest
 
 
@@ -48,6 +48,25 @@ def run_cli(module, argv, check=True):
     return proc.returncode, proc.stdout
 
 
+def preprocess_in_process(argv):
+    """fairseq-preprocess's main in this process (saves the interpreter start-up per corpus).
+    The log file that main opens in the folder it writes (a handler on its logger) is closed
+    when it returns."""
+    import logging
+
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    log = logging.getLogger("fairseq_cli.preprocess")
+    kept = list(log.handlers)
+    try:
+        preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+    finally:
+        for handler in [h for h in log.handlers if h not in kept]:
+            log.removeHandler(handler)
+            handler.close()
+
+
 def train_in_process(argv):
     """fairseq-train's main() in this process (saves the interpreter start-up per run)."""
     from fairseq import distributed_utils, options
@@ -62,16 +81,35 @@ def train_in_process(argv):
         release_data_workers()  # collection that stops them walks the test process's heap (~0.3 s)
 
 
-def generate_in_process(argv):
-    """fairseq-generate in this process; returns its stdout (hypotheses and BLEU)."""
+def generate_config(argv):
+    """fairseq-generate's parsed and composed config for ``argv``, as its console entry makes it.
+    A test generating from many checkpoints with otherwise equal flags composes it once (the
+    hydra composition is a third of a tiny run's time) and hands each run a copy naming its
+    checkpoint: :func:`generate_with_config`."""
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq_cli import generate
 
     if "--num-workers" not in argv:  # a DataLoader worker left behind costs ~5 s at shutdown
         argv = [*argv, "--num-workers", "0"]
-    args = options.parse_args_and_arch(options.get_generation_parser(), argv)
+    return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_generation_parser(), argv))
+
+
+def generate_with_config(cfg, path=None):
+    """fairseq-generate's main on (a copy of) ``cfg``, with the checkpoint ``path`` if given;
+    returns its stdout (hypotheses and BLEU)."""
+    import copy
+
+    from fairseq_cli import generate
+
+    cfg = copy.deepcopy(cfg)
+    if path is not None:
+        cfg.common_eval.path = path
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        generate.main(convert_namespace_to_omegaconf(args))
+        generate.main(cfg)
     return buf.getvalue()
+
+
+def generate_in_process(argv):
+    """fairseq-generate in this process; returns its stdout (hypotheses and BLEU)."""
+    return generate_with_config(generate_config(argv))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, train_in_process
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_config, generate_with_config, shared_data, train_in_process
 from test_piece_registry import COMPATIBLE_PAIRS, PIECES
 
 pytestmark = pytest.mark.e2e
@@ -29,8 +29,15 @@ def data_dir():
     return shared_data(120)
 
 
+@pytest.fixture(scope="module")
+def generate_cfg(data_dir):
+    """fairseq-generate's config for every pair's run, composed once; each run names its checkpoint."""
+    return generate_config([data_dir, "--user-dir", PLUGIN_DIR, "--path", "PAIR_CHECKPOINT", "--beam", "2",
+                            "--cpu", "--max-len-b", "5"])
+
+
 @pytest.mark.parametrize("pair", COMPATIBLE_PAIRS or [None])
-def test_pair_trains_and_generates(pair, data_dir, tmp_path):
+def test_pair_trains_and_generates(pair, data_dir, generate_cfg, tmp_path):
     if pair is None:
         pytest.skip("no compatible pair registered yet")
     flags = {}
@@ -40,7 +47,5 @@ def test_pair_trains_and_generates(pair, data_dir, tmp_path):
     train_in_process([data_dir, "--user-dir", PLUGIN_DIR, "--arch", "transformer_attn_wmt_en_de",
                       "--attn-pieces", ",".join(pair), *flags_to_cli(flags), *TINY, *TRAIN,
                       "--max-update", "2", "--save-dir", save, "--disable-validation"])
-    out = generate_in_process([data_dir, "--user-dir", PLUGIN_DIR, "--path",
-                               os.path.join(save, "checkpoint_last.pt"), "--beam", "2", "--cpu",
-                               "--max-len-b", "5"])
+    out = generate_with_config(generate_cfg, os.path.join(save, "checkpoint_last.pt"))
     assert len(re.findall(r"^H-\d+\t", out, flags=re.M)) == 12

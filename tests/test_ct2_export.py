@@ -14,7 +14,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 sys.path.insert(0, os.path.dirname(__file__))
 import trained_models  # noqa: E402
-from cli_helpers import PLUGIN_DIR, generate_in_process  # noqa: E402
+from cli_helpers import PLUGIN_DIR, generate_config, generate_with_config  # noqa: E402
 
 from fairseq_attn_plugins.cli import export as export_cli  # noqa: E402
 from fairseq_attn_plugins.export import ExportError, export_ct2  # noqa: E402
@@ -60,11 +60,17 @@ def fairseq_log_probs(model, task, src_line, tgt_line):
     return lp.gather(-1, tgt[0][:, None])[:, 0].double()
 
 
-def generate_hypotheses(data, ck):
+@pytest.fixture(scope="module")
+def generate_cfg():
+    """fairseq-generate's config for every exported model, composed once; each run names its checkpoint."""
+    return generate_config([trained_models.data_dir(), "--user-dir", PLUGIN_DIR, "--path", "EXPORTED_CHECKPOINT",
+                            "--beam", "4", "--lenpen", "0.6", "--batch-size", "4", "--max-len-a", "0",
+                            "--max-len-b", "40", "--cpu"])
+
+
+def generate_hypotheses(generate_cfg, ck):
     """fairseq-generate's beam-4 (source, hypothesis) per test sentence, in id order."""
-    gen = generate_in_process([data, "--user-dir", PLUGIN_DIR, "--path", ck, "--beam", "4",
-                               "--lenpen", "0.6", "--batch-size", "4", "--max-len-a", "0",
-                               "--max-len-b", "40", "--cpu"])
+    gen = generate_with_config(generate_cfg, ck)
     src, hyp = {}, {}
     for line in gen.splitlines():
         if line.startswith("S-"):
@@ -78,7 +84,7 @@ def generate_hypotheses(data, ck):
 
 
 @pytest.mark.parametrize("name", EXPORTED)
-def test_exported_model_scores_fairseq_generate_hypotheses_like_fairseq(name, tmp_path):
+def test_exported_model_scores_fairseq_generate_hypotheses_like_fairseq(name, generate_cfg, tmp_path):
     """fairseq-generate's hypotheses teacher-forced through fairseq and through the exported
     float32 model: per-token log-probabilities agree to 1e-4. Beam outputs are reported."""
     ck = trained_models.trained(name, updates=5)
@@ -87,7 +93,7 @@ def test_exported_model_scores_fairseq_generate_hypotheses_like_fairseq(name, tm
     assert export_cli.main([data, "--path", ck, "--to", "ct2", "--output-dir", out]) == 0
     models, _, task = load_model_ensemble_and_task([ck], {"data": data})
     model = models[0].eval()
-    pairs = generate_hypotheses(data, ck)
+    pairs = generate_hypotheses(generate_cfg, ck)
     translator = ctranslate2.Translator(out, device="cpu", intra_threads=1)
     scored = translator.score_batch([s.split() for s, _ in pairs], [h.split() for _, h in pairs])
     worst = 0.0

@@ -10,7 +10,7 @@ import pytest
 import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, shared_data, run_cli, train_in_process
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_config, generate_with_config, run_cli, shared_data, train_in_process
 from fairseq_attn_core import PIECES
 
 PLUGIN_ARCHS = sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__name__ == "AttnTransformerModel")
@@ -22,6 +22,13 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def data_dir():
     return shared_data()
+
+
+@pytest.fixture(scope="module")
+def generate_cfg(data_dir):
+    """fairseq-generate's config for every architecture's run, composed once; each run names its checkpoint."""
+    return generate_config([data_dir, "--user-dir", PLUGIN_DIR, "--path", "ARCH_CHECKPOINT", "--beam", "4",
+                            "--cpu", "--max-tokens", "2000", "--max-len-b", "10"])
 
 
 def count_hypotheses(output):
@@ -36,14 +43,12 @@ def test_every_variant_has_base_and_big_architectures():
 
 
 @pytest.mark.parametrize("arch", PLUGIN_ARCHS)
-def test_train_and_generate_every_architecture(arch, data_dir, tmp_path):
+def test_train_and_generate_every_architecture(arch, data_dir, generate_cfg, tmp_path):
     save = str(tmp_path / "ck")
     base = [data_dir, "--user-dir", PLUGIN_DIR, "--arch", arch, *TINY, *TRAIN, "--save-dir", save]
     train_in_process(base + ["--max-update", "2"])
     assert os.path.exists(os.path.join(save, "checkpoint_last.pt"))
-    out = generate_in_process([data_dir, "--user-dir", PLUGIN_DIR, "--path",
-                               os.path.join(save, "checkpoint_last.pt"), "--beam", "4", "--cpu",
-                               "--max-tokens", "2000", "--max-len-b", "10"])
+    out = generate_with_config(generate_cfg, os.path.join(save, "checkpoint_last.pt"))
     assert count_hypotheses(out) == 12  # every test sentence translated
     assert "BLEU" in out
     if arch in PIECE_ARCHS:
@@ -70,12 +75,15 @@ def check_resume_restores_the_pieces(arch, base, save):
 
 
 def test_cli_train_generate_resume_with_user_dir_folder(data_dir, tmp_path):
-    """The real console tools, with --user-dir pointing at the package folder."""
+    """The real console tools, with --user-dir pointing at the package folder: fairseq-generate
+    on a checkpoint, and fairseq-train resuming it (the first 3 updates are trained by the same
+    main in this process: a fresh fairseq-train's start is the resumed run's)."""
     save = str(tmp_path / "ck")
     base = [data_dir, "--user-dir", PLUGIN_DIR, "--arch", "transformer_csan2d_wmt_en_de", *TINY, *TRAIN,
             "--save-dir", save]
-    _, log = run_cli("fairseq_cli.train", base + ["--max-update", "3"])
-    assert "num_updates 3" in log or "num_updates=3" in log
+    train_in_process(base + ["--max-update", "3"])
+    first = torch.load(f"{save}/checkpoint_last.pt", weights_only=False)
+    assert [h["num_updates"] for h in first["optimizer_history"]] == [3]
     _, gen = run_cli("fairseq_cli.generate", [data_dir, "--user-dir", PLUGIN_DIR, "--path",
                                               f"{save}/checkpoint_last.pt", "--beam", "4", "--cpu",
                                               "--max-len-b", "10"])

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, run_cli, train_in_process
+from cli_helpers import PLUGIN_DIR, TINY, TRAIN, generate_in_process, preprocess_in_process, train_in_process
 
 # one worker trains on this module's own corpus (pytest-xdist --dist loadgroup)
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("long_sentences_corpus")]
@@ -34,10 +34,10 @@ def data_dir(tmp_path_factory):
         for lang in ("src", "tgt"):
             with open(os.path.join(raw, f"{split}.{lang}"), "a", encoding="utf-8") as f:
                 f.write(" ".join(words[:LONG]) + "\n")
-    run_cli("fairseq_cli.preprocess", ["--source-lang", "src", "--target-lang", "tgt",
-                                       "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
-                                       "--testpref", f"{raw}/test", "--destdir", dest,
-                                       "--joined-dictionary", "--workers", "1"])
+    preprocess_in_process(["--source-lang", "src", "--target-lang", "tgt",
+                           "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid",
+                           "--testpref", f"{raw}/test", "--destdir", dest,
+                           "--joined-dictionary", "--workers", "1"])
     return dest
 
 

@@ -201,9 +201,7 @@ class SentenceStats:
 
     def length_ratio(self, hyps: Sequence[str]) -> Dict:
         """:func:`length_ratio` from the BLEU statistics held here."""
-        b = self.metric("bleu")._aggregate_and_compute(self.stats("bleu", hyps))
-        return {"sys_len": int(b.sys_len), "ref_len": int(b.ref_len),
-                "ratio": float(b.sys_len) / float(b.ref_len) if b.ref_len else None}
+        return _ratio_of(self.metric("bleu")._aggregate_and_compute(self.stats("bleu", hyps)))
 
 
 class _StatsFromCache:
@@ -224,9 +222,13 @@ def length_ratio(refs: Sequence[str], hyps: Sequence[str], tokenize: str = "13a"
     """The output/reference length ratio sacreBLEU's BLEU prints (``ratio = sys_len / ref_len``,
     tokens of its tokeniser, the brevity penalty's input): ``{"sys_len", "ref_len", "ratio"}``
     (ratio None for an empty reference). Below 1 the outputs are shorter than the references."""
-    b = make_metric("bleu", tokenize).corpus_score(list(hyps), [list(refs)])
-    return {"sys_len": int(b.sys_len), "ref_len": int(b.ref_len),
-            "ratio": float(b.sys_len) / float(b.ref_len) if b.ref_len else None}
+    return _ratio_of(make_metric("bleu", tokenize).corpus_score(list(hyps), [list(refs)]))
+
+
+def _ratio_of(bleu) -> Dict:
+    """``{"sys_len", "ref_len", "ratio"}`` of a sacreBLEU BLEU score (ratio None for an empty reference)."""
+    return {"sys_len": int(bleu.sys_len), "ref_len": int(bleu.ref_len),
+            "ratio": float(bleu.sys_len) / float(bleu.ref_len) if bleu.ref_len else None}
 
 
 def segment_score(segments: Sequence[float], signature: str) -> Dict:

@@ -115,7 +115,7 @@ DISTANCE_PATHS = [("relpos", dict(relpos_k=2), "encoder", "region split"),
 def test_auto_on_cuda_trains_through_the_distance_kernels_where_the_policy_lists_cuda(name, flags, side, path):
     """A training call on CUDA (Call.backward; the flex paths are for inference there) takes the
     distance kernels' path once the policy lists CUDA among their devices, and the SDPA or
-    explicit path under the default policy (CPU only until a device run measures them)."""
+    explicit path under the default policy below its CUDA length (see the tests below)."""
     n = backends.DEFAULT.blocked_min_len
     call = dict(tgt_len=n, src_len=n, on_cuda=True, backward=True, attn_mask=side == "decoder")
     cuda = backends.Policy(distance_devices=("cpu", "cuda"))
@@ -127,8 +127,75 @@ def test_auto_on_cuda_trains_through_the_distance_kernels_where_the_policy_lists
     assert "on cuda" in " ".join(backends.reasons(default._layer, backends.Call(**call))[path])
 
 
+# auto's default on a CUDA training call from its CUDA length: the distance kernels where an
+# H200 measured them faster (relpos with a value table, t5bias's learned table; encoder), the
+# SDPA paths where they were slower (alibi, relpos k), the explicit path where they are
+# unmeasured (the query blocks: the decoder's relpos kv)
+CUDA_TRAINING = [("relpos", dict(relpos_k=2), "encoder", "region split"),
+                 ("relpos", dict(relpos_k=2, relpos_mode="tied"), "encoder", "region split"),
+                 ("t5bias", {}, "encoder", "distance bias"),
+                 ("alibi", {}, "encoder", "fused"),
+                 ("relpos", dict(relpos_k=2, relpos_mode="k"), "encoder", "fused"),
+                 ("relpos", dict(relpos_k=2), "decoder", "explicit")]
+
+
+def cuda_training_call(side, n, **extra):
+    return {**dict(tgt_len=n, src_len=n, on_cuda=True, backward=True, attn_mask=side == "decoder"), **extra}
+
+
+@pytest.mark.parametrize("name,flags,side,path", CUDA_TRAINING)
+def test_auto_on_cuda_trains_through_the_distance_kernels_where_they_were_measured_faster(name, flags, side, path):
+    n = backends.DEFAULT.cuda_training_min_len
+    attn = make_attention(make_args(name, **flags), side=side)
+    for length in (n, 2 * n):
+        assert path_name(attn, **cuda_training_call(side, length)) == path
+    # the same layer under a policy without the CUDA forms: what auto took before the measurement
+    before = make_attention(make_args(name, **flags), side=side,
+                            policy=backends.Policy(cuda_training_forms=()))
+    assert path_name(before, **cuda_training_call(side, n)) in ("fused", "explicit")
+    # shorter calls, inference calls and the CPU: as under that policy
+    for call in (cuda_training_call(side, n - 1), cuda_training_call(side, n, backward=False),
+                 cuda_training_call(side, n, on_cuda=False)):
+        assert path_name(attn, **call) == path_name(before, **call), call
+
+
+def test_the_cuda_reasons_name_the_form_the_call_and_the_length():
+    alibi = make_attention(make_args("alibi"), side="encoder")
+    why = backends.reasons(alibi._layer, backends.Call(**cuda_training_call("encoder", 512)))
+    assert why["distance bias"] == ["on cuda, distance terms without values/learned_bias "
+                                    "(taken there for those only)"]
+    t5 = make_attention(make_args("t5bias"), side="encoder")
+    why = backends.reasons(t5._layer, backends.Call(**cuda_training_call("encoder", 256, backward=False)))
+    assert why["distance bias"] == ["on cuda, an inference call (taken there for training calls only)",
+                                    "on cuda, shorter than 512 positions"]
+    relpos = make_attention(make_args("relpos", relpos_k=2), side="decoder")
+    why = backends.reasons(relpos._layer, backends.Call(**cuda_training_call("decoder", 512)))
+    assert "on cuda (taken on cpu only)" in why["query blocks"]
+
+
+def test_the_policy_decides_the_cuda_forms_and_length():
+    relpos_k = make_args("relpos", relpos_k=2, relpos_mode="k")
+    keys = make_attention(relpos_k, policy=backends.Policy(cuda_training_forms=("keys",)))
+    assert path_name(keys, **cuda_training_call("encoder", 512)) == "region split"
+    # the path's own threshold holds on CUDA too (the distance bias: distance_bias_min_len, 128)
+    shorter = make_attention(make_args("t5bias"), policy=backends.Policy(cuda_training_min_len=64))
+    assert path_name(shorter, **cuda_training_call("encoder", 128)) == "distance bias"
+    assert path_name(shorter, **cuda_training_call("encoder", 127)) == "fused"
+
+
 def test_a_policy_refuses_bad_values_naming_the_field():
     with pytest.raises(ValueError, match="Policy.local_block must be an integer >= 1"):
         backends.Policy(local_block=0)
     with pytest.raises(ValueError, match="Policy.distance_devices"):
         backends.Policy(distance_devices=("tpu",))
+    with pytest.raises(ValueError, match="Policy.cuda_training_forms must be a tuple of"):
+        backends.Policy(cuda_training_forms=("slopes",))
+    with pytest.raises(ValueError, match="Policy.cuda_training_min_len must be an integer >= 1"):
+        backends.Policy(cuda_training_min_len=0)
+
+
+def test_the_forms_a_policy_may_name_are_properties_of_a_distance_form():
+    t5 = backends.DistanceForm(bias="buckets")
+    relpos_kv = backends.DistanceForm(clip=2, keys=True, values=True)
+    assert [getattr(t5, f) for f in backends.policy.FORM_PROPERTIES] == [False, False, True]
+    assert [getattr(relpos_kv, f) for f in backends.policy.FORM_PROPERTIES] == [True, True, False]

@@ -10,6 +10,7 @@ import pytest
 
 from fairseq_attn_plugins.bench import run_benchmark
 from fairseq_attn_plugins.bench.report import provenance, sources_hash
+from fairseq_attn_plugins.bench.systems import apply_distance_devices
 from fairseq_attn_plugins.cli import bench as cli
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -73,6 +74,23 @@ def test_training_records_the_paths_at_every_batch_shape(tmp_path):
     assert entries["t5bias@cpu+cuda"]["same_paths_as"] == "t5bias"
     assert set(report["train"]["systems"]) == {"fairseq", "t5bias"}
     assert report["meta"]["sources_sha256"] == sources_hash()
+
+
+def test_the_devices_given_are_every_device_the_distance_kernels_run_on():
+    """``--distance-devices cpu``: none on CUDA (auto before its CUDA measurement, which takes
+    t5bias's training calls there by default); ``cpu,cuda``: every call on both."""
+    from attn_helpers import make_args, make_attention, path_name
+
+    train = dict(tgt_len=512, src_len=512, on_cuda=True, backward=True)
+    paths = {}
+    for devices in (None, ("cpu",), ("cpu", "cuda")):
+        attn = make_attention(make_args("t5bias"))
+        apply_distance_devices(attn, devices)
+        paths[devices] = (path_name(attn, **train), path_name(attn, **{**train, "backward": False}),
+                          path_name(attn, **{**train, "on_cuda": False}))
+    assert paths[None] == ("distance bias", "fused", "distance bias")
+    assert paths[("cpu",)] == ("fused", "fused", "distance bias")
+    assert paths[("cpu", "cuda")] == ("distance bias", "distance bias", "distance bias")
 
 
 @pytest.mark.parametrize("value", ["gpu", "cpu,cpu", "", "cuda,tpu"])

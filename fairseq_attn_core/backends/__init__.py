@@ -12,12 +12,12 @@ family; each path takes one property of the terms' form):
    windows) through block-sparse flex_attention, the blocks outside the band skipped;
 3. ``region split`` (:mod:`.regions`): a clip (relpos): an encoder self-attention from the far
    left, strip and far right keys of each query block, the far ones through torch's fused
-   kernel (CPU);
+   kernel (CPU; CUDA: training calls of relpos kv/tied);
 4. ``query blocks`` (:mod:`.blocks`): a value table (relpos kv/tied): the whole attention in
    query blocks (CPU: what the region split does not run);
 5. ``distance bias`` (:mod:`.distance_bias`): a bias of the distance alone (t5bias, alibi): an
    encoder self-attention through torch's fused kernel with the bias as its mask and a
-   blocked backward (CPU);
+   blocked backward (CPU; CUDA: training calls of t5bias);
 6. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
 7. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
 8. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
@@ -27,8 +27,10 @@ family; each path takes one property of the terms' form):
 and the first one without reasons runs a call: ``auto`` all of them (the flex paths on
 CUDA for inference only, the band from the policy's ``flex_band_min_len`` positions, the
 region split then the query blocks on CPU from ``blocked_min_len``, the distance bias on CPU
-from ``distance_bias_min_len``: every threshold, block size and the devices of the distance
-kernels are fields of the layer's :class:`.policy.Policy`), ``flex`` the flex paths on any device then the SDPA ones,
+from ``distance_bias_min_len``, and on CUDA the region split and the distance bias for the
+training calls of the forms measured faster there, from ``cuda_training_min_len``: every
+threshold, block size and the devices and forms of the distance kernels are fields of the
+layer's :class:`.policy.Policy`), ``flex`` the flex paths on any device then the SDPA ones,
 ``fused`` the SDPA paths, ``explicit`` the explicit path; every order ends on the
 explicit path (``fused``'s only where weights are requested: it refuses, at build, a piece
 that needs the probability matrix). A forced backend whose named path cannot
@@ -73,11 +75,16 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
     # the flex paths for inference only: their compiled backward failed on an H200 (torch
     # 2.11: a stride assertion at a new batch shape) and trained slower than the SDPA paths
     # (benchmarks/RESULTS.md, "GPU checks"); --attn-backend flex still trains through them
+    # the distance kernels on the policy's distance_devices, and on CUDA for the training calls
+    # of the forms measured faster there than the paths auto takes otherwise (the policy's
+    # cuda_training_forms: relpos kv/tied through the region split, t5bias through the distance
+    # bias); the query blocks (the decoder) are unmeasured on CUDA and stay off it
+    cuda = dict(cuda_training_forms=p.cuda_training_forms, cuda_training_min_len=p.cuda_training_min_len)
     return (FlexPiece(devices=CUDA, trains=False),
             FlexBand(devices=CUDA, min_len=p.flex_band_min_len, trains=False),
-            RegionSplit(devices=p.distance_devices, min_len=p.blocked_min_len),
+            RegionSplit(devices=p.distance_devices, min_len=p.blocked_min_len, **cuda),
             QueryBlocks(devices=p.distance_devices, min_len=p.blocked_min_len),
-            DistanceBias(devices=p.distance_devices, min_len=p.distance_bias_min_len)) + sdpa
+            DistanceBias(devices=p.distance_devices, min_len=p.distance_bias_min_len, **cuda)) + sdpa
 
 
 @lru_cache(maxsize=4096)  # the choice is a function of these; a call's lengths repeat over layers and steps

@@ -100,6 +100,11 @@ class Path:
     block: Optional[int] = None
     #: an order takes it for training calls too (``False``: inference only)
     trains: bool = True
+    #: on CUDA, where ``devices`` does not list it: an order takes it for the training calls of
+    #: a layer whose distance form has one of these properties (``Policy.cuda_training_forms``)
+    cuda_training_forms: Tuple[str, ...] = ()
+    #: from this many query positions
+    cuda_training_min_len: int = 1
 
     def model_reasons(self, needs_probs: Sequence[str], dropout_p: float) -> List[str]:
         """Why it cannot run any layer of a model (build time: torch, dropout, the pieces)."""
@@ -115,7 +120,9 @@ class Path:
         """Why it cannot run ``call`` of ``layer`` (empty: it can)."""
         reasons = self.model_reasons(layer.needs_probs, call.dropout_p)
         device = "cuda" if call.on_cuda else "cpu"
-        if device not in self.devices:
+        if device == "cuda" and device not in self.devices and self.cuda_training_forms:
+            reasons += self.cuda_training_reasons(layer, call)
+        elif device not in self.devices:
             reasons.append(f"on {device} (taken on {'/'.join(self.devices)} only)")
         if call.need_weights and not self.gives_weights:
             reasons.append("attention weights requested")
@@ -136,6 +143,18 @@ class Path:
             reasons.append(f"shorter than {self.min_len} positions")
         if self.block is not None and layer.band_half is not None and 2 * layer.band_half >= self.block:
             reasons.append(f"band wider than the {self.block}-position block")
+        return reasons
+
+    def cuda_training_reasons(self, layer: Layer, call: Call) -> List[str]:
+        """Why a CUDA call is not one of the training calls an order takes it for there."""
+        forms = "/".join(self.cuda_training_forms)
+        reasons = []
+        if not call.backward:
+            reasons.append("on cuda, an inference call (taken there for training calls only)")
+        if not (layer.distance is not None and any(getattr(layer.distance, f) for f in self.cuda_training_forms)):
+            reasons.append(f"on cuda, distance terms without {forms} (taken there for those only)")
+        if call.tgt_len < self.cuda_training_min_len:
+            reasons.append(f"on cuda, shorter than {self.cuda_training_min_len} positions")
         return reasons
 
     def apply(self, q: Tensor, k: Tensor, v: Tensor, ctx, run: Run) -> Tuple[Tensor, Optional[Tensor]]:

@@ -24,8 +24,9 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     """``sweep="lengths"``: the position-method length sweep (mode sweep, each position
     method on each training path of the device, ``lengths`` or 32 ... 1024).
 
-    ``distance_devices``: a list of ``Policy.distance_devices`` values (e.g. ``[("cpu",),
-    ("cpu", "cuda")]``). One: every layer is built with it. Several: each system runs under
+    ``distance_devices``: a list of device lists (e.g. ``[("cpu",), ("cpu", "cuda")]``), each
+    the devices on which every layer takes the distance kernels for every call
+    (:func:`.systems.apply_distance_devices`). One: every layer is built with it. Several: each system runs under
     each, in the same interleaved rounds (the first keeps its name, the others are
     ``name@cpu+cuda``); a system whose layers take the same paths under a later policy at
     every measured shape as under the first is not measured twice (``same_paths_as``).

@@ -223,15 +223,17 @@ def with_distance_devices(systems: List[System], choices: Sequence[Tuple[str, ..
 
 
 def apply_distance_devices(model, devices: Optional[Tuple[str, ...]]) -> None:
-    """Give every self-attention layer of ``model`` a policy whose ``distance_devices`` is
-    ``devices`` (its other fields kept); ``None`` leaves the layers as built."""
+    """Give every self-attention layer of ``model`` a policy that takes the distance kernels
+    on exactly ``devices``, for every call they run: ``distance_devices`` is ``devices`` and
+    ``cuda_training_forms`` empty (``("cpu",)``: none on CUDA, as auto before its CUDA
+    measurement); its other fields kept. ``None`` leaves the layers as built."""
     if devices is None:
         return
     from fairseq_attn_core import SelfAttention
 
     for m in model.modules():
         if isinstance(m, SelfAttention):
-            m.policy = replace(m.policy, distance_devices=tuple(devices))
+            m.policy = replace(m.policy, distance_devices=tuple(devices), cuda_training_forms=())
 
 
 def layer_paths(module, length: int) -> Dict[str, int]:

@@ -61,13 +61,14 @@ def build_parser():
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")
     p.add_argument("--distance-devices", type=_devices, action="append", metavar="DEV[,DEV]",
-                   help="build every layer with a policy whose distance_devices (the devices on "
-                        "which auto takes the distance kernels: region split, query blocks, "
-                        "distance bias) is this comma list of cpu / cuda; given more than once, "
+                   help="build every layer with a policy that takes the distance kernels "
+                        "(region split, query blocks, distance bias) on exactly this comma list "
+                        "of cpu / cuda, for every call (cpu: none on CUDA); given more than once, "
                         "every system runs under each in the same interleaved rounds (the first "
                         "keeps its name, the others are NAME@cpu+cuda; one whose layers take the "
                         "same paths at every measured shape is measured once). Default: the "
-                        "layers' own policy (distance kernels on cpu only)")
+                        "layers' own policy (distance kernels on cpu, and on cuda for training "
+                        "relpos kv/tied and t5bias from 512 positions)")
     p.add_argument("--repeats", type=_positive, help="interleaved rounds of every measurement: training, inference, the length sweep (default from preset)")
     p.add_argument("--no-infer", action="store_true", help="skip the inference measurement")
     p.add_argument("--seed", type=int, default=1)

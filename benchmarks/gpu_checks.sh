@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# The one prepared device run: every GPU check of the attention paths, in one call of the device
-# tool (one H100 / H200, at most 10 minutes; each step has its own limit and writes its log, and
-# its JSON, to $OUT, so what ran comes back even if a later step is cut off). Ordered by value:
-#   0. numerics of the new CUDA kernels: the distance kernels' per-device table (region split,
-#      query blocks, distance bias: torch's memory-efficient kernel with the log-sum-exp) in
-#      fp16 and bf16 against float64 references, the compiled flex kernels against the explicit
-#      path (fp16, pytest), and the whole models of the position methods and CSAN in fp16 and
-#      bf16 (fused / flex against explicit, --mode numerics);
-#   1. flex training settled: graphs compiled over 11 batch shapes with inductor, forward +
-#      backward, in a fresh process with inductor's on-disk caches off (on 2026-11-26, H200,
-#      torch 2.11, the compiled backward of relpos failed a stride assertion at a new shape, in
-#      a process that had loaded another process's compiled graph: which of the two causes it
-#      is open);
-#   2. training at WMT lengths: the benchmark's WMT-like batches, base, fp16 then bf16, 3
-#      interleaved rounds, stock and every position method and CSAN, each under the default
-#      policy and (NAME@cpu+cuda) under a policy whose distance_devices include cuda, in the
-#      same rounds (a system whose layers take the same paths under both is measured once);
-#   3. the encoder sweep at L = 512 then 1024 (forward + backward, base, fp16 then bf16), the
-#      path auto takes, both policies likewise;
-#   4. graphs compiled over 11 batch shapes with inductor, inference forward.
+# The one prepared device run: the GPU checks of the attention paths still open after the H200
+# runs of 2026-11-26 and 2026-11-27 (benchmarks/RESULTS.md), in one call of the device tool (one
+# H100 / H200, at most 10 minutes; each step has its own limit and writes its log, and its JSON,
+# to $OUT, so what ran comes back even if a later step is cut off). Ordered by value:
+#   0. whole-model numerics of relpos, rope and t5bias in fp16 and bf16 (fused / flex against
+#      explicit, --mode numerics; 2026-11-27 reached 3 of 6 systems in 60 s, alibi, csan1d and
+#      csan2d OK in both, so they are not rerun: 100 s each for the other three);
+#   1. the encoder sweep at L = 1024 (forward + backward, base, fp16) of the systems it has no
+#      figure for (relpos k, rope, csan1d, csan2d: all twelve did not fit in 80 s) and of
+#      relpos kv and t5bias under today's auto, which takes the distance kernels for them there
+#      (their paths, recorded per shape, check that choice on the device);
+#   2. the distance kernels' CUDA entries against float64 in fp16 and bf16, and the compiled
+#      flex kernels against explicit (pytest, the CUDA cases; 19 passed with the CPU ones on 2026-11-27; kept as
+#      the regression check of the kernels auto now trains through on CUDA);
+#   3. flex training of relpos kv over 11 batch shapes, inductor, a fresh process with inductor's
+#      caches off: an EXPECTED FAILURE (the compiled backward's stride assertion, reproduced so
+#      on 2026-11-27: auto trains without flex on CUDA). Recorded as expected when the log shows
+#      that assertion; a pass is reported as news (the decision may be revisited), any other
+#      failure as a failed step;
+#   4. training at WMT lengths, base, fp16, 4 interleaved rounds, stock, relpos and the CSANs
+#      (the systems with WMT targets) under the default policy (at these lengths every policy
+#      takes the same paths for them; 3 rounds spread +-12-34 % on 2026-11-27).
+# Settled and not rerun: the inference graphs over 11 shapes (2026-11-26: the counts of
+# aot_eager on CPU, which tests/test_flex_compile.py checks), the L = 512 sweep in fp16 and
+# the distance-kernel systems at L = 512 in bf16 and L = 1024 in fp16 under both policies,
+# alibi / csan1d / csan2d numerics, training at WMT lengths in bf16 and under both policies.
+# The steps' limits (100 + 100 + 90 + 75 + 60 + 115 s) add up to the 540 s budget.
 # Every JSON records the card, torch, the commit (or the sources hash without .git) and the
 # paths each system's layers take at each measured shape. How to read it: docs/benchmark.md,
 # "To be measured on GPU".
@@ -48,12 +55,13 @@ else
 fi
 BUDGET=${GPU_CHECKS_BUDGET:-$((540 * SCALE))}  # seconds for all steps together
 BENCH=(python3 -m fairseq_attn_plugins.cli.bench --device "$DEV")
-# the position methods and CSAN, for the numerics and the training at WMT lengths
-METHODS="relpos,rope,alibi,t5bias,csan1d,csan2d"
-# the policy auto has today, and one that takes the distance kernels on CUDA too
-POLICIES=(--distance-devices cpu --distance-devices cpu,cuda)
+# the numerics still open (2026-11-27 ran out of time at relpos in both dtypes)
+NUMERICS="relpos,rope,t5bias"
+# the L = 1024 sweep: the systems without a figure there, and the two auto now trains through
+# the distance kernels on CUDA
+SWEEP_1024="relpos_k/auto,relpos_kv/auto,rope/auto,t5bias/auto,csan1d/auto,csan2d/auto"
 
-FAILED=(); SKIPPED=()
+FAILED=(); SKIPPED=(); EXPECTED=(); NEWS=()
 step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log in $OUT/NAME.log
     local name=$1 limit=$(($2 * SCALE)) left=$((BUDGET - SECONDS)) rc
     shift 2
@@ -63,7 +71,17 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log
     timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
     rc=$?
     echo "-- $name: exit $rc after ${SECONDS}s$([ $rc = 124 ] && echo ' (out of time)')"
-    [ $rc = 0 ] || FAILED+=("$name")
+    if [ -n "${EXPECT_FAIL:-}" ] && [ $rc != 124 ]; then  # a known failure, recognised by its message
+        if [ $rc != 0 ] && grep -q -- "$EXPECT_FAIL" "$OUT/$name.log"; then
+            echo "-- $name: the expected failure ($EXPECT_FAIL)"; EXPECTED+=("$name")
+        elif [ $rc = 0 ]; then
+            echo "-- $name: PASSED, expected to fail ($EXPECT_FAIL): news, see RESULTS.md"; NEWS+=("$name")
+        else
+            FAILED+=("$name")
+        fi
+    elif [ $rc != 0 ]; then
+        FAILED+=("$name")
+    fi
     grep -v -E "^INFO|^WARNING|Warning|warn\(" "$OUT/$name.log" | tail -n "${TAIL:-12}"
 }
 
@@ -76,30 +94,25 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-# 0. numerics of the new CUDA kernels (CPU entries too: the table is checked per device)
-TAIL=20 step kernels 90 python3 -m pytest -q -p no:cacheprovider -n 0 tests/test_distance_kernels_devices.py \
-    tests/test_flex_attention.py::test_cuda_flex_kernel_matches_explicit_in_fp16
+# 0. whole-model numerics of the systems 2026-11-27 did not reach
 for DT in "$HALF" bf16; do
-    TAIL=8 step "numerics_$DT" 60 "${BENCH[@]}" --mode numerics --dtype "$DT" --systems "$METHODS" \
+    TAIL=8 step "numerics_$DT" 100 "${BENCH[@]}" --mode numerics --dtype "$DT" --systems "$NUMERICS" \
         --json "$OUT/numerics_$DT.json"
 done
-# 1. flex training settled: a fresh process, inductor's caches off
-TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_AUTOGRAD_CACHE=0 step graphs_train 120 \
-    python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE" "${TRAIN[@]}"
-# 2. training at WMT lengths, both policies in the same rounds
-# (no JSON from a step cut off: fp16 gets the longer limit, bf16 what is left up to 150 s)
-for DT in "$HALF" bf16; do
-    TAIL=30 step "train_wmt_$DT" "$([ "$DT" = bf16 ] && echo 150 || echo 180)" "${BENCH[@]}" "${PRESET[@]}" --dtype "$DT" --mode train --no-infer \
-        --repeats 3 --systems "$METHODS" "${POLICIES[@]}" --json "$OUT/train_wmt_$DT.json"
-done
-# 3. the encoder sweep on the path auto takes, both policies in the same rounds
-for DT in "$HALF" bf16; do
-    for L in 512 1024; do
-        TAIL=30 step "sweep_${L}_$DT" 100 "${BENCH[@]}" "${PRESET[@]}" --dtype "$DT" --sweep lengths \
-            --lengths "$L" --systems '*/auto' --repeats 3 "${POLICIES[@]}" --json "$OUT/sweep_${L}_$DT.json"
-    done
-done
-# 4. inference graphs
-step graphs_infer 60 python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE"
-echo "== done at ${SECONDS}s; failed or out of time: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none}"
+# 1. the encoder sweep at L = 1024, today's auto (the paths it takes are in the JSON)
+TAIL=30 step "sweep_1024_$HALF" 90 "${BENCH[@]}" "${PRESET[@]}" --dtype "$HALF" --sweep lengths \
+    --lengths 1024 --systems "$SWEEP_1024" --repeats 3 --json "$OUT/sweep_1024_$HALF.json"
+# 2. the distance kernels' and the flex kernels' CUDA entries (on CPU, the dry run: the CPU ones)
+TAIL=20 step kernels 75 python3 -m pytest -q -p no:cacheprovider -n 0 -k "$DEV" \
+    tests/test_distance_kernels_devices.py tests/test_flex_attention.py::test_cuda_flex_kernel_matches_explicit_in_fp16
+# 3. flex training, a fresh process, inductor's caches off: the known failure (CUDA; the dry run
+# has no flex backward on CPU and runs the inference graphs instead)
+EXPECT=""; [ "$DEV" = cuda ] && EXPECT="assert_size_stride"
+EXPECT_FAIL=$EXPECT TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_AUTOGRAD_CACHE=0 step graphs_train 60 \
+    python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE" --archs relpos_kv "${TRAIN[@]}"
+# 4. training at WMT lengths: the systems with WMT targets, more rounds
+TAIL=20 step "train_wmt_$HALF" 115 "${BENCH[@]}" "${PRESET[@]}" --dtype "$HALF" --mode train --no-infer \
+    --repeats 4 --systems relpos,csan1d,csan2d --json "$OUT/train_wmt_$HALF.json"
+echo "== done at ${SECONDS}s; failed or out of time: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none};" \
+     "expected failures: ${EXPECTED[*]:-none}; expected to fail but passed: ${NEWS[*]:-none}"
 [ ${#FAILED[@]} = 0 ]

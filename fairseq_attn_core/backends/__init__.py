@@ -73,9 +73,10 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
     if backend == "flex":
         return (FlexPiece(), FlexBand()) + sdpa
     # the flex paths for inference only: their compiled backward failed on an H200 (torch
-    # 2.11: a stride assertion at a new batch shape) and trained slower than the SDPA paths
-    # (benchmarks/RESULTS.md, "GPU checks"); --attn-backend flex still trains through them
-    # the distance kernels on the policy's distance_devices, and on CUDA for the training calls
+    # 2.11: a stride assertion at a new batch shape, in a fresh process without inductor's
+    # caches too) and trained slower than the SDPA paths (benchmarks/RESULTS.md, "GPU
+    # checks"); --attn-backend flex still trains through them.
+    # The distance kernels on the policy's distance_devices, and on CUDA for the training calls
     # of the forms measured faster there than the paths auto takes otherwise (the policy's
     # cuda_training_forms: relpos kv/tied through the region split, t5bias through the distance
     # bias); the query blocks (the decoder) are unmeasured on CUDA and stay off it

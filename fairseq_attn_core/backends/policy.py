@@ -53,7 +53,7 @@ class Policy:
     #: Not listed, slower there: alibi's slopes (fused 1.15x vs 3.52x) and relpos ``k`` (fused
     #: 1.67x vs 3.79x). Not measured on CUDA, so not taken there: the query blocks (the
     #: decoder), inference calls (the flex piece or SDPA as before), lengths below 512 (at WMT
-    #: lengths t5bias trained equally fast either way, within +-12-25 % noise)
+    #: lengths t5bias trained equally fast either way, within +-12-26 % noise)
     cuda_training_forms: Tuple[str, ...] = ("values", "learned_bias")
     #: the shortest query length of those CUDA training calls (the sweep measured 512 and 1024)
     cuda_training_min_len: int = 512

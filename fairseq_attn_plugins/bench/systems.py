@@ -209,7 +209,8 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
 
 
 def with_distance_devices(systems: List[System], choices: Sequence[Tuple[str, ...]]) -> List[System]:
-    """Each system but stock under each ``Policy.distance_devices`` of ``choices`` (one choice:
+    """Each system but stock under each device list of ``choices`` (the devices of its
+    distance kernels, :func:`apply_distance_devices`; one choice:
     every system under it, names kept; several: the first keeps the names, the others are
     added as ``name@cpu+cuda``, to be measured next to it in the same rounds)."""
     if not choices:

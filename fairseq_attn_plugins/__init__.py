@@ -9,12 +9,19 @@ checkpoints load under torch >= 2.6 without disabling ``weights_only``, the last
 fairseq's ``batch_by_size`` would drop is kept, ``--model-overrides`` are checked like training
 flags, fairseq-train can start from a checkpoint without the new pieces' parameters and, in
 fairseq's commands and this distribution's (never in a script or notebook that imports it),
-the plugin's refusals and mistyped flags print as one line.
+the plugin's refusals and mistyped flags print as one line and, in a command that imports the
+plugin before fairseq, fairseq is imported without scikit-learn and scipy.stats
+(:mod:`fairseq_attn_records.fairseq_import`).
 """
 
+from fairseq_attn_records import fairseq_import
+
 from .integration import quiet_imports
+from .integration.refusals import running_command
 
 quiet_imports.install()  # before fairseq is imported
+if running_command():
+    fairseq_import.import_fairseq()
 
 import fairseq_attn_core  # noqa: E402,F401  (registers every piece)
 

@@ -25,6 +25,7 @@ from fairseq_attn_records.output_files import write_json, write_text
 from fairseq_attn_reports.results import collect, format_markdown
 from fairseq_attn_records import comet as comet_metric
 
+from . import fairseq_command
 from .demo_archs import DemoError, registered_archs, resolve_archs  # noqa: F401  (the demo's API)
 from .fairseq_args import generate_args, preprocess_args, train_args
 from .fingerprints import CHANGED, SAME, fingerprint, stage_state
@@ -32,6 +33,7 @@ from .profiles import profile
 from .step_runs import StepFailed, run_module
 from .train_progress import EpochProgress
 
+FAIRSEQ = fairseq_command.__name__  # fairseq's preprocess and generate, run as python -m fairseq_cli.X runs them
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
 SRC, TGT = "src", "tgt"
 PROFILES = {"full": profile("demo"), "quick": profile("demo-quick")}  # --quick: the tests' seconds
@@ -95,9 +97,9 @@ class Pipeline:
 
     def binarise(self, tmp: str) -> None:
         pref = lambda split: self.path("bpe", split)
-        self._run("fairseq_cli.preprocess", preprocess_args(SRC, TGT, tmp, trainpref=pref("train"), validpref=pref("valid"),
-                                                            testpref=pref("test"), joined=True),
-                  self.path("logs", "preprocess.log"))
+        args = preprocess_args(SRC, TGT, tmp, trainpref=pref("train"), validpref=pref("valid"), testpref=pref("test"),
+                               joined=True)
+        self._run(FAIRSEQ, ["preprocess"] + args, self.path("logs", "preprocess.log"))
 
     def train_settings(self, arch: str) -> List[str]:
         settings = {**TRAINING, **self.p, "seed": str(self.seed), "save_dir": self.path("runs", arch)}
@@ -116,8 +118,8 @@ class Pipeline:
         for old in (gen_log, gen_log + ".steps.log"):
             if os.path.exists(old):
                 os.remove(old)
-        self._run("fairseq_cli.generate", generate_args(self.path("data-bin"), self.user_dir, ckpt, "test", beam=4,
-                                                        lenpen=1.0, batch_size=64, cpu=True), gen_log)
+        args = generate_args(self.path("data-bin"), self.user_dir, ckpt, "test", beam=4, lenpen=1.0, batch_size=64, cpu=True)
+        self._run(FAIRSEQ, ["generate"] + args, gen_log)
         # the toy corpus is whitespace-tokenised text, so BPE removal gives the detokenised output
         hyp, n_test = os.path.join(run, "hyp.txt"), sum(1 for _ in open(self.path("corpus", f"test.{TGT}"), "rb"))
         self._step(["hyps", gen_log, "--n", str(n_test), "--output", hyp], gen_log + ".steps.log")

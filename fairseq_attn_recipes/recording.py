@@ -14,16 +14,19 @@ import uuid
 import warnings
 from typing import Dict, List, Optional
 
+from fairseq_attn_records.fairseq_import import import_fairseq
 from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
                                              now, record_path, save, save_points)
 
 
 def resolve_train_args(argv: List[str]):
     """fairseq-train's own resolution of ``argv`` (architecture defaults, --user-dir) without
-    training: the config the training will run with."""
+    training: the config the training will run with. The training step's first import of
+    fairseq: without scikit-learn and scipy.stats, which training never calls."""
     import logging
 
-    logging.disable(logging.WARNING)
+    logging.disable(logging.WARNING)  # fairseq's import-time notices too
+    import_fairseq()
     from fairseq import options
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 

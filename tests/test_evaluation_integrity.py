@@ -30,7 +30,7 @@ pytestmark = pytest.mark.e2e
 def killer(tmp_path, at):
     """A PYTHON for the recipe that kills evaluate.sh (kill -9, its parent) when the recipe calls
     the step whose arguments contain ``at``; every other call is the real interpreter."""
-    path = tmp_path / f"python_killed_at_{at.replace('.', '_')}"
+    path = tmp_path / f"python_killed_at_{at.replace('.', '_').replace(' ', '_')}"
     path.write_text(f'#!/usr/bin/env bash\nif [[ " $* " == *" {at} "* ]]; then kill -9 $PPID; exit 137; fi\n'
                     f'exec {sys.executable} "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
@@ -110,8 +110,8 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
 
     # killed during generation: the previous evaluation stays whole (its averaged.json too)
     before = files(os.path.join(save, "test"))
-    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=save, PYTHON=killer(tmp_path, "fairseq_cli.generate")),
-            check=False)
+    at_generate = killer(tmp_path, "fairseq_attn_recipes.fairseq_command generate")
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=save, PYTHON=at_generate), check=False)
     assert p.returncode == -signal.SIGKILL and "generating" in p.stderr
     assert files(os.path.join(save, "test")) == before and record()["evaluations"]["test"] == ev
     # killed after the new translations are written, before scoring: the same

@@ -19,7 +19,7 @@ def no_generate(tmp_path):
     """A PYTHON for the recipe that fails (exit 97) when asked to average checkpoints or run
     fairseq-generate, the steps a redone evaluation runs after deciding to redo it."""
     path = tmp_path / "python_without_generate"
-    path.write_text('#!/usr/bin/env bash\nif [[ " $* " == *" fairseq_cli.generate "* || " $* " == *" fairseq_attn_recipes average "* ]]; '
+    path.write_text('#!/usr/bin/env bash\nif [[ " $* " == *" fairseq_attn_recipes.fairseq_command generate "* || " $* " == *" fairseq_attn_recipes average "* ]]; '
                     f'then echo "averaging or generate called" >&2; exit 97; fi\nexec {sys.executable} "$@"\n')
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return str(path)

@@ -22,7 +22,8 @@ DOC = os.path.join(ROOT, "docs", "architecture.md")
 LAYERS: List[Tuple[Tuple[str, ...], str]] = [
     (("fairseq_attn_records",),
      "torch-free: the run record, the metric registry, COMET, the readers of text inputs and of "
-     "fairseq-generate output, alignment scores, the atomic file writer"),
+     "fairseq-generate output, alignment scores, the atomic file writer, fairseq's import without "
+     "scikit-learn (called by the commands)"),
     (("fairseq_attn_core.settings", "fairseq_attn_core.scores"),
      "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`; "
      "`Scores` (the masks and biases of one call, the rows a mask empties)"),

@@ -121,7 +121,15 @@ def markdown_table() -> str:
             "| tensorboardX notice dropped | nothing: a filter on `fairseq.tasks.text_to_speech`'s logger, "
             "added before fairseq is imported (`quiet_imports.py`) | in fairseq's commands and ours | "
             "every command's first line was fairseq's advice to install tensorboardX, which only that "
-            "speech task uses; every other message passes |"]
+            "speech task uses; every other message passes |",
+            "| scikit-learn and scipy.stats deferred | nothing: while fairseq is imported, placeholders stand for "
+            "`sklearn`, `sklearn.metrics` and `scipy.stats` in `sys.modules` and are taken out after; fairseq's "
+            "`sentence_prediction` criterion and `audio_classification` task keep functions that import the "
+            "real ones at their first call (`fairseq_attn_records/fairseq_import.py`) | in our commands "
+            "importing the plugin before fairseq, the recipes' training step, fairseq's preprocess and "
+            "generate as the recipes and the demo run them | loading the two libraries was about 1.2 s of "
+            "every such process's 4 s start, for metrics of tasks translation never runs; a later import "
+            "gets the real modules, a call the real function's result |"]
     for fix in FIXES:
         when = ("always" if fix.when is _always else
                 "in fairseq's commands and ours" if fix.when is refusals.running_command else

@@ -93,7 +93,7 @@ lengths_concat_subset() {
   local pargs=()
   fairseq_args pargs preprocess --destdir "$tmp/bin" --set "src=$SRC" --set "tgt=$TGT" --set "testpref=$tmp/bpe" \
     --set "srcdict=$DATA/dict.$SRC.txt" --set "tgtdict=$DATA/dict.$TGT.txt" --set "preprocess_args=${PREPROCESS_ARGS:-}"
-  "$PYTHON" -m fairseq_cli.preprocess "${pargs[@]}" > "$tmp/preprocess.log" 2>&1 || { tail -5 "$tmp/preprocess.log" >&2; return 1; }
+  "${FAIRSEQ[@]}" preprocess "${pargs[@]}" > "$tmp/preprocess.log" 2>&1 || { tail -5 "$tmp/preprocess.log" >&2; return 1; }
   mkdir -p "$DATA/concat" "$DATA/raw/concat"
   rm -f "$DATA/raw/$sub.$SRC" "$DATA/raw/$sub.$TGT"
   for l in "$SRC" "$TGT"; do for ext in bin idx; do

@@ -1,0 +1,88 @@
+"""fairseq imported by this distribution's commands without scikit-learn and scipy.stats
+(``fairseq_attn_records/fairseq_import.py``): the commands' processes load neither; the names
+fairseq holds, when called, return what the real functions return; a later import anywhere in
+the process gets the real modules. In fresh interpreters, so that what other tests imported
+does not count."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import scipy.stats
+import sklearn.metrics
+
+DEFERRED = ("sklearn", "sklearn.metrics", "scipy.stats")
+LOADED = f"sorted(m for m in {DEFERRED!r} if m in sys.modules)"
+
+
+def run_python(code: str) -> str:
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p.stdout
+
+
+def as_module(module: str, *argv: str) -> str:
+    """``python -m MODULE ARGV`` (runpy, as ``-m`` runs it) printing, at exit, the deferred
+    modules it loaded as the last line."""
+    return ("import atexit, json, runpy, sys\n"
+            f"atexit.register(lambda: print(json.dumps({LOADED})))\n"
+            f"sys.argv = ['-m', *{list(argv)!r}]\n"
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n")
+
+
+# the two float64 samples, and the label vectors, the deferred functions are called on
+X = [0.5, 1.25, -0.75, 2.0, 3.5, 0.125]
+Y = [0.25, 1.5, -1.0, 2.5, 3.0, 0.5]
+TRUE = [1, 0, 1, 1, 0, 1]
+PRED = [1, 1, 1, 0, 0, 1]
+
+# a fairseq-attn command (sys.argv[0] names it) importing the plugin: then the names fairseq's
+# criterion and task hold are called, then sklearn.metrics and scipy.stats imported
+IN_A_COMMAND = (
+    "import json, sys\n"
+    "sys.argv = ['fairseq-attn-pieces']\n"
+    "import numpy as np\n"
+    "import fairseq_attn_plugins\n"
+    f"after_import = {LOADED}\n"
+    "from fairseq.criterions import sentence_prediction as sp\n"
+    "from fairseq.tasks import audio_classification as ac\n"
+    f"x, y = np.array({X!r}, dtype=np.float64), np.array({Y!r}, dtype=np.float64)\n"
+    f"t, p = np.array({TRUE!r}), np.array({PRED!r})\n"
+    "import sklearn.metrics, scipy.stats\n"
+    "real = {'sklearn.metrics': type(sklearn.metrics).__name__, 'scipy.stats': type(scipy.stats).__name__,\n"
+    "        'sklearn.metrics is sys.modules': sklearn.metrics is sys.modules['sklearn.metrics'],\n"
+    "        'file': sklearn.metrics.__file__,\n"
+    "        'task module attribute is the real one': ac.sklearn_metrics.roc_auc_score is sklearn.metrics.roc_auc_score}\n"
+    "print(json.dumps({'after_import': after_import, 'real': real,\n"
+    "                  'f1': float(sp.f1_score(t, p)), 'mcc': float(sp._matthews_corrcoef(t, p)),\n"
+    "                  'pearson': [float(v) for v in sp.pearsonr(x, y)], 'spearman': [float(v) for v in sp.spearmanr(x, y)]}))\n"
+)
+
+
+def test_a_command_imports_fairseq_without_them_and_the_names_fairseq_holds_are_the_real_functions():
+    got = json.loads(run_python(IN_A_COMMAND).strip().splitlines()[-1])
+    assert got["after_import"] == []
+    # imported after fairseq: the real modules, in sys.modules
+    assert got["real"] == {"sklearn.metrics": "module", "scipy.stats": "module", "sklearn.metrics is sys.modules": True,
+                           "file": sklearn.metrics.__file__, "task module attribute is the real one": True}
+    x, y = np.array(X, dtype=np.float64), np.array(Y, dtype=np.float64)
+    t, p = np.array(TRUE), np.array(PRED)
+    assert got["f1"] == float(sklearn.metrics.f1_score(t, p))
+    assert got["mcc"] == float(sklearn.metrics.matthews_corrcoef(t, p))
+    assert got["pearson"] == [float(v) for v in scipy.stats.pearsonr(x, y)]
+    assert got["spearman"] == [float(v) for v in scipy.stats.spearmanr(x, y)]
+
+
+def test_the_training_step_imports_fairseq_without_them():
+    out = run_python(as_module("fairseq_attn_recipes.train", "--help"))
+    assert "--max-update" in out  # fairseq-train's usage: fairseq was imported and parsed the flags
+    assert json.loads(out.strip().splitlines()[-1]) == []
+
+
+def test_fairseq_preprocess_run_by_the_recipes_prints_what_fairseq_prints_without_them():
+    ours = run_python(as_module("fairseq_attn_recipes.fairseq_command", "preprocess", "--help")).strip().splitlines()
+    theirs = run_python(as_module("fairseq_cli.preprocess", "--help")).strip().splitlines()
+    assert json.loads(ours[-1]) == []
+    assert json.loads(theirs[-1]) == sorted(DEFERRED)  # fairseq's own command loads them
+    assert ours[:-1] == theirs[:-1] and "--destdir" in "\n".join(ours)

@@ -48,7 +48,7 @@ def _run_dir():
 @pytest.fixture(scope="module")
 def run():
     run_dir = _run_dir()
-    report = diag.diagnose(run_dir, n_batches=N_BATCHES)
+    report = diag.diagnose(run_dir, n_batches=N_BATCHES, splits=("test",))
     from fairseq_attn_plugins.checkpoint_safety import safe_load
     from fairseq_attn_plugins.loading import load_model_ensemble_and_task
 
@@ -111,6 +111,24 @@ def test_bucket_pairs_count_every_training_pair_and_unreached_buckets_never_move
 def _buckets(piece, longest=200):
     """distance -> the piece's bucket (T5's mapping, tested against Hugging Face's elsewhere)."""
     return {d: int(piece.bucket(torch.tensor([d]))[0]) for d in range(-longest, longest + 1)}
+
+
+def test_share_of_an_evaluation_split_in_unreached_buckets_equals_a_plain_count(run):
+    _, report, _, model, _, task, _ = run
+    task.load_dataset("test", combine=False, epoch=1)
+    train, test = task.dataset("train"), task.dataset("test")
+    for side, src, causal in (("encoder", True, False), ("decoder", False, True)):
+        bucket = _buckets(getattr(model, side).layers[0].self_attn.pieces[0])
+        reached, never, total = set(), 0, 0
+        for n in (train.src_sizes if src else train.tgt_sizes).tolist():
+            reached.update(bucket[j - i] for i in range(n) for j in range(n) if not (causal and j > i))
+        for n in (test.src_sizes if src else test.tgt_sizes).tolist():
+            for i in range(n):
+                for j in range(n):
+                    if not (causal and j > i):
+                        total += 1
+                        never += bucket[j - i] not in reached
+        assert_close(report["splits"]["test"][f"{side}.0"], never / total)
 
 
 def _layer_inputs(model, batch):
@@ -234,3 +252,5 @@ def test_command_writes_the_report_and_refuses_a_folder_without_checkpoints(run,
     assert "bucket_bias" in printed and "training pairs" in printed
     with pytest.raises(SystemExit, match="no checkpoint"):
         diag.main([str(tmp_path), "--batches", "1"])
+    with pytest.raises(SystemExit, match="--splits: no split 'tset'"):
+        diag.main([run_dir, "--splits", "tset"])

@@ -12,6 +12,8 @@ none: sinusoidal or no token positions, said):
 * for the last checkpoint: per head the table's norm, per bucket (row) min, max and std over
   heads, and how many training (query, key) pairs fall into each bucket (0: never reached,
   so never trained), from the training split's lengths in BPE tokens (EOS included);
+* with ``--splits``: the share of an evaluation split's (query, key) pairs that fall into
+  buckets training never reaches;
 * on a few real training batches (dropout off, one forward and backward each, nothing
   updated): per self-attention layer and head the std of the content logits
   ``q.k / sqrt(d)`` and of the T5 bias over the valid (query, key) pairs and their ratio;
@@ -22,7 +24,7 @@ none: sinusoidal or no token positions, said):
 Usage::
 
     python benchmarks/diagnostics/position_params.py RUN_DIR [--data DATA_BIN]
-        [--checkpoint checkpoint_last.pt] [--batches 4] [--json OUT.json]
+        [--checkpoint checkpoint_last.pt] [--batches 4] [--splits test,concat/k4.test] [--json OUT.json]
 
 ``--data`` defaults to the data folder the checkpoint records. Prints text tables; ``--json``
 writes every number.
@@ -158,6 +160,19 @@ def pair_counts(lengths, buckets_of, causal: bool) -> Dict[int, int]:
     return counts
 
 
+def unreached_share(task, split: str, model, reach: Dict[str, List[int]]) -> dict:
+    """Per table: the share of ``split``'s (query, key) pairs in buckets training never reaches."""
+    ds = task.dataset(split)
+    out = {"src_max": int(ds.src_sizes.max()), "tgt_max": int(ds.tgt_sizes.max())}
+    for side, i, _attn, piece in pieces_of(model, "t5bias"):
+        if f"{side}.{i}" in reach:
+            sizes = ds.src_sizes if side == "encoder" else ds.tgt_sizes
+            counts = pair_counts(sizes, piece.bucket, causal=(side == "decoder"))
+            never = sum(n for b, n in counts.items() if reach[f"{side}.{i}"][b] == 0)
+            out[f"{side}.{i}"] = never / sum(counts.values())
+    return out
+
+
 def pieces_of(model, name):
     """(side, layer, attention module, piece or None) of every self-attention layer."""
     out = []
@@ -279,7 +294,7 @@ def training_batches(task, cfg, n: int, seed: int = 1):
 
 
 def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str] = None,
-             n_batches: int = 4) -> dict:
+             n_batches: int = 4, splits=()) -> dict:
     from fairseq_attn_plugins.checkpoint_safety import safe_load
     from fairseq_attn_plugins.loading import load_model_ensemble_and_task
 
@@ -291,6 +306,11 @@ def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str]
     overrides = {"data": data} if data else {}
     models, cfg, task = load_model_ensemble_and_task([path], arg_overrides=overrides)
     model = models[0].float()
+    for split in splits:
+        try:
+            task.load_dataset(split, combine=False, epoch=1)
+        except FileNotFoundError:
+            raise SystemExit(f"error: --splits: no split {split!r} in {task.cfg.data}") from None
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     margs = cfg.model
     tables = position_tensors(state["model"])
@@ -313,6 +333,7 @@ def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str]
             counts = pair_counts(sizes, piece.bucket, causal=(side == "decoder"))
             reach[f"{side}.{i}"] = [counts.get(b, 0) for b in range(piece.num_buckets)]
     report["bucket_pairs"] = reach
+    report["splits"] = {split: unreached_share(task, split, model, reach) for split in splits}
     report["logits"] = attention_logits(model, batches)
     criterion = task.build_criterion(cfg.criterion)
     report["gradients"] = gradients_and_steps(model, criterion, batches, state, names)
@@ -338,6 +359,10 @@ def print_report(r: dict) -> None:
         for b, (lo, hi, sd) in enumerate(zip(s["row_min"], s["row_max"], s["row_std"])):
             extra = "" if pairs is None else f"{pairs[b]:>10d}"
             print(f"{b:>3} {lo:7.3f} {hi:7.3f} {sd:7.3f} {change[b]:9.2e} {extra}")
+    for split, v in r["splits"].items():
+        shares = "  ".join(f"{k} {x:.1%}" for k, x in v.items() if "." in k)
+        print(f"{split}: source max {v['src_max']}, target max {v['tgt_max']}; pairs in buckets "
+              f"training never reaches: {shares}")
     print("\nover training: table rms | Adam step ratio (table / attention projections / feed-forward)")
     for row in r["over_training"]:
         st = row["adam_step_ratio"]
@@ -364,13 +389,16 @@ def main(argv=None):
     ap.add_argument("--data", help="binarised data folder (default: the checkpoint's)")
     ap.add_argument("--checkpoint", help="checkpoint file name in RUN_DIR for the model (default: _last)")
     ap.add_argument("--batches", type=int, default=4, help="training batches (default 4)")
+    ap.add_argument("--splits", default="",
+                    help="comma-separated evaluation splits of the data folder (e.g. test,concat/k4.test): "
+                         "the share of their (query, key) pairs in buckets training never reaches")
     ap.add_argument("--json", help="write every number to this file")
     a = ap.parse_args(argv)
     if not os.path.isdir(a.run_dir):
         ap.error(f"RUN_DIR {a.run_dir!r} is not a folder")
     if a.batches < 1:
         ap.error(f"--batches must be >= 1 (got {a.batches})")
-    r = diagnose(a.run_dir, a.data, a.checkpoint, a.batches)
+    r = diagnose(a.run_dir, a.data, a.checkpoint, a.batches, [x for x in a.splits.split(",") if x])
     print_report(r)
     if a.json:
         with open(a.json, "w") as f:

@@ -186,6 +186,46 @@ def test_logit_and_bias_scales_equal_a_float64_loop(run):
     assert len(report["logits"]) == 5  # 3 encoder + 2 decoder self-attention layers
 
 
+def test_position_probe_equals_an_augmented_least_squares_in_float64(run):
+    """Ridge regression written as least squares on rows [X; sqrt(penalty) I] (no penalty on
+    the intercept), features from a float64 copy, positions counted token by token."""
+    import numpy as np
+
+    _, report, _, model, _, _, batches = run
+    m64 = copy.deepcopy(model).double().eval()
+    rows = {"encoder": [], "decoder": []}
+    with torch.no_grad():
+        for batch in batches:
+            net = batch["net_input"]
+            enc = m64.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+            dec, _ = m64.decoder(net["prev_output_tokens"], encoder_out=enc, features_only=True)
+            for side, tokens, h in (("encoder", net["src_tokens"], enc["encoder_out"][0].transpose(0, 1)),
+                                    ("decoder", net["prev_output_tokens"], dec)):
+                pad = getattr(m64, side).padding_idx
+                for b in range(tokens.size(0)):
+                    sentence = []
+                    for t in range(tokens.size(1)):
+                        if int(tokens[b, t]) != pad:
+                            sentence.append((h[b, t].tolist(), len(sentence)))
+                    n = len(sentence)
+                    rows[side].append([(f, i, i / max(n - 1, 1)) for f, i in sentence])
+    for side, sentences in rows.items():
+        for target, key in ((1, "index_r2"), (2, "fraction_r2")):
+            fit_x, fit_y, held_x, held_y = [], [], [], []
+            for k, sentence in enumerate(sentences):
+                for tok in sentence:
+                    (fit_x if k % 2 == 0 else held_x).append(tok[0] + [1.0])
+                    (fit_y if k % 2 == 0 else held_y).append(tok[target])
+            C = len(fit_x[0]) - 1
+            ridge = math.sqrt(diag.RIDGE) * np.eye(C, C + 1)
+            w = np.linalg.lstsq(np.vstack([np.array(fit_x), ridge]),
+                                np.concatenate([np.array(fit_y), np.zeros(C)]), rcond=None)[0]
+            pred = np.array(held_x) @ w
+            y = np.array(held_y)
+            r2 = 1 - ((y - pred) ** 2).sum() / ((y - y.mean()) ** 2).sum()
+            assert_close(report["position_probe"][side][key], float(r2), rtol=0, atol=1e-4)
+
+
 def test_gradients_and_adam_steps_equal_fairseqs_adam_in_float64(run):
     _, report, state, model, cfg, task, batches = run
     from fairseq.optim.adam import Adam

@@ -19,7 +19,9 @@ none: sinusoidal or no token positions, said):
   ``q.k / sqrt(d)`` and of the T5 bias over the valid (query, key) pairs and their ratio;
   per parameter group the gradient norm (as fairseq-train scales it: by 1 / sample size)
   and the step Adam would take from the checkpoint's saved moments with that gradient,
-  as ``update norm / parameter norm``.
+  as ``update norm / parameter norm``; and how well a linear probe reads each token's
+  position in its sentence from the encoder's output and the decoder's last hidden state
+  (what cross-attention can align by when no token positions are added).
 
 Usage::
 
@@ -252,6 +254,50 @@ def attention_logits(model, batches, piece_name="t5bias") -> dict:
     return stats.result()
 
 
+RIDGE = 1.0
+
+
+def ridge_r2(x: torch.Tensor, y: torch.Tensor, fit: torch.Tensor) -> float:
+    """R^2 on the rows not in ``fit`` of a ridge regression (penalty RIDGE, intercept free)
+    of ``y`` on ``x`` fitted on the rows in ``fit``."""
+    x = torch.cat([x.double(), torch.ones(len(x), 1, dtype=torch.float64)], dim=1)
+    y = y.double()
+    penalty = RIDGE * torch.eye(x.size(1), dtype=torch.float64)
+    penalty[-1, -1] = 0
+    w = torch.linalg.solve(x[fit].T @ x[fit] + penalty, x[fit].T @ y[fit])
+    held = ~fit
+    err = y[held] - x[held] @ w
+    return float(1 - err.pow(2).sum() / (y[held] - y[held].mean()).pow(2).sum())
+
+
+def position_probe(model, batches) -> dict:
+    """How well a linear map reads each token's position in its sentence (index, and index /
+    (length - 1)) from the encoder's output and the decoder's last hidden state: R^2 on the
+    odd sentences of a ridge fit on the even ones (dropout off). What cross-attention can
+    align by: the encoder adds no token positions when a method drops them."""
+    feats = {"encoder": [], "decoder": []}
+    model.eval()
+    with torch.no_grad():
+        for sample in batches:
+            net = sample["net_input"]
+            enc = model.encoder(net["src_tokens"], src_lengths=net["src_lengths"])
+            dec, _ = model.decoder(net["prev_output_tokens"], encoder_out=enc, features_only=True)
+            for side, h, tokens in (("encoder", enc["encoder_out"][0].transpose(0, 1), net["src_tokens"]),
+                                    ("decoder", dec, net["prev_output_tokens"])):
+                real = tokens.ne(getattr(model, side).padding_idx)  # (B, T)
+                for b in range(tokens.size(0)):
+                    n = int(real[b].sum())
+                    idx = torch.arange(n, dtype=torch.float64)
+                    feats[side].append((h[b][real[b]], idx, idx / max(n - 1, 1)))
+    out = {}
+    for side, rows in feats.items():
+        x = torch.cat([r[0] for r in rows])
+        fit = torch.cat([torch.full((len(r[1]),), k % 2 == 0) for k, r in enumerate(rows)])
+        out[side] = {"index_r2": ridge_r2(x, torch.cat([r[1] for r in rows]), fit),
+                     "fraction_r2": ridge_r2(x, torch.cat([r[2] for r in rows]), fit)}
+    return out
+
+
 def gradients_and_steps(model, criterion, batches, state, names) -> dict:
     """Per group: gradient norm and Adam's ``update / parameter`` norm ratio, mean over batches."""
     opt = state.get("last_optimizer_state") or {}
@@ -335,6 +381,7 @@ def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str]
     report["bucket_pairs"] = reach
     report["splits"] = {split: unreached_share(task, split, model, reach) for split in splits}
     report["logits"] = attention_logits(model, batches)
+    report["position_probe"] = position_probe(model, batches)
     criterion = task.build_criterion(cfg.criterion)
     report["gradients"] = gradients_and_steps(model, criterion, batches, state, names)
     return report
@@ -360,7 +407,7 @@ def print_report(r: dict) -> None:
             extra = "" if pairs is None else f"{pairs[b]:>10d}"
             print(f"{b:>3} {lo:7.3f} {hi:7.3f} {sd:7.3f} {change[b]:9.2e} {extra}")
     for split, v in r["splits"].items():
-        shares = "  ".join(f"{k} {x:.1%}" for k, x in v.items() if "." in k)
+        shares = "  ".join(f"{k} {x:.2%}" for k, x in v.items() if "." in k)
         print(f"{split}: source max {v['src_max']}, target max {v['tgt_max']}; pairs in buckets "
               f"training never reaches: {shares}")
     print("\nover training: table rms | Adam step ratio (table / attention projections / feed-forward)")
@@ -376,6 +423,9 @@ def print_report(r: dict) -> None:
         if v["bias_std"] is not None:
             line += f" | {_fmt(v['bias_std'])} | {_fmt(v['ratio'])}"
         print(line)
+    print("\nposition probe (ridge, R^2 on held-out sentences): index | index / (length - 1)")
+    for side, v in r["position_probe"].items():
+        print(f"{side:>10}  {v['index_r2']:.3f} | {v['fraction_r2']:.3f}")
     print("\ngradient norm (1/sample size), Adam step ||update||/||param||, per-entry rms of update "
           "and parameter, mean over batches")
     for k, v in sorted(r["gradients"].items()):

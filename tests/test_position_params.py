@@ -260,6 +260,38 @@ def test_gradients_and_adam_steps_equal_fairseqs_adam_in_float64(run):
         assert_close(v["step_ratio"], statistics.mean(b[k][1] for b in sums_per_batch), rtol=1e-4, atol=0)
 
 
+def test_relpos_run_without_saved_moments_reports_its_tables_and_adams_first_step():
+    """A relpos run saved without optimizer state (the shared trained fixture): its two tables,
+    no buckets, and the step of a fresh fairseq Adam at the run's lr."""
+    from fairseq.optim.adam import Adam
+    from trained_models import trained
+
+    from fairseq_attn_plugins.loading import load_model_ensemble_and_task
+
+    path = trained("relpos")
+    report = diag.diagnose(os.path.dirname(path), n_batches=1)
+    assert not report["optimizer_state"] and report["token_positions"] == "none"
+    from fairseq_attn_plugins.checkpoint_safety import safe_load
+    saved = safe_load(path)["model"]
+    want = sorted(k for k in saved if k.endswith(("rel_keys", "rel_values")))
+    assert want and sorted(report["tables"]) == want
+    assert report["bucket_pairs"] == {} and report["over_training"][-1]["adam_step_ratio"] == {}
+    models, cfg, task = load_model_ensemble_and_task([path])
+    batch = diag.training_batches(task, cfg, 1)[0]
+    m64 = copy.deepcopy(models[0]).double().eval()
+    params = [(n, p) for n, p in m64.named_parameters() if p.requires_grad]
+    loss, sample_size, _ = task.build_criterion(cfg.criterion)(m64, batch)
+    loss.backward()
+    before = [p.detach().clone() for _, p in params]
+    for _, p in params:
+        p.grad = p.grad / sample_size
+    Adam([p for _, p in params], lr=cfg.optimization.lr[0]).step()
+    for key in report["tables"]:
+        (p, p0), = [(p, p0) for (n, p), p0 in zip(params, before) if n == key]
+        want = float((p.detach() - p0).norm() / p0.norm())
+        assert_close(report["gradients"][key]["step_ratio"], want, rtol=1e-4, atol=0)
+
+
 def test_saved_adam_step_is_adams_formula_on_the_saved_moments(run):
     """The saved moments' own next step: Adam's formula without a new gradient, written out."""
     _, report, state, model, *_ = run

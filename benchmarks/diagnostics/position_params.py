@@ -301,7 +301,8 @@ def position_probe(model, batches) -> dict:
 def gradients_and_steps(model, criterion, batches, state, names) -> dict:
     """Per group: gradient norm and Adam's ``update / parameter`` norm ratio, mean over batches."""
     opt = state.get("last_optimizer_state") or {}
-    group = (opt.get("param_groups") or [{"lr": float(state["cfg"].optimization.lr[0]),
+    # no saved moments (--no-save-optimizer-state): Adam's first step at the configured lr
+    group = (opt.get("param_groups") or [{"lr": float(state["cfg"]["optimization"]["lr"][0]),
                                            "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}])[0]
     params = dict(model.named_parameters())
     trained = [n for n in names if params[n].requires_grad]
@@ -362,6 +363,7 @@ def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str]
     tables = position_tensors(state["model"])
     report = {
         "run": run_dir, "checkpoint": os.path.basename(path), "arch": margs.arch,
+        "optimizer_state": bool((state.get("last_optimizer_state") or {}).get("state")),
         "token_positions": ("none" if margs.no_token_positional_embeddings else
                             "learned" if margs.encoder_learned_pos else "sinusoidal"),
         "tables": {k: table_summary(v) for k, v in tables.items()},
@@ -392,7 +394,8 @@ def _fmt(xs, digits=3):
 
 
 def print_report(r: dict) -> None:
-    print(f"run {r['run']} ({r['arch']}), {r['checkpoint']}; token positions: {r['token_positions']}")
+    print(f"run {r['run']} ({r['arch']}), {r['checkpoint']}; token positions: {r['token_positions']}"
+          + ("" if r["optimizer_state"] else "; no saved Adam moments: steps are Adam's first"))
     L = r["lengths"]
     print(f"training lengths (BPE tokens + EOS): source max {L['src_max']} (95% {L['src_p95']:.0f}), "
           f"target max {L['tgt_max']} (95% {L['tgt_p95']:.0f}), {L['sentences']} pairs")
@@ -407,7 +410,7 @@ def print_report(r: dict) -> None:
             extra = "" if pairs is None else f"{pairs[b]:>10d}"
             print(f"{b:>3} {lo:7.3f} {hi:7.3f} {sd:7.3f} {change[b]:9.2e} {extra}")
     for split, v in r["splits"].items():
-        shares = "  ".join(f"{k} {x:.2%}" for k, x in v.items() if "." in k)
+        shares = "  ".join(f"{k} {x:.2%}" for k, x in v.items() if "." in k) or "(no T5 bias table)"
         print(f"{split}: source max {v['src_max']}, target max {v['tgt_max']}; pairs in buckets "
               f"training never reaches: {shares}")
     print("\nover training: table rms | Adam step ratio (table / attention projections / feed-forward)")

@@ -326,3 +326,11 @@ def test_command_writes_the_report_and_refuses_a_folder_without_checkpoints(run,
         diag.main([str(tmp_path), "--batches", "1"])
     with pytest.raises(SystemExit, match="--splits: no split 'tset'"):
         diag.main([run_dir, "--splits", "tset"])
+
+
+def test_training_cap_is_read_from_the_run_record(tmp_path):
+    assert diag.training_cap(str(tmp_path)) is None
+    (tmp_path / "run.json").write_text(json.dumps({"data": {"settings": {"TRAIN_MAX_LEN": "20"}}}))
+    assert diag.training_cap(str(tmp_path)) == 20
+    (tmp_path / "run.json").write_text(json.dumps({"data": {"settings": {"TRAIN_MAX_LEN": ""}}}))
+    assert diag.training_cap(str(tmp_path)) is None

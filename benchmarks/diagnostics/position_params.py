@@ -330,6 +330,16 @@ def gradients_and_steps(model, criterion, batches, state, names) -> dict:
             for k in per_batch[0]}
 
 
+def training_cap(run_dir: str) -> Optional[int]:
+    """The recipe's cap on training source words (``TRAIN_MAX_LEN`` in run.json), if any."""
+    try:
+        with open(os.path.join(run_dir, "run.json")) as f:
+            cap = json.load(f)["data"]["settings"].get("TRAIN_MAX_LEN")
+    except (OSError, KeyError, TypeError, ValueError):
+        return None
+    return int(cap) if cap else None
+
+
 def training_batches(task, cfg, n: int, seed: int = 1):
     task.load_dataset("train", combine=False, epoch=1)
     itr = task.get_batch_iterator(
@@ -371,7 +381,7 @@ def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str]
     }
     batches = training_batches(task, cfg, n_batches)
     ds = task.dataset("train")
-    report["lengths"] = {"src_max": int(ds.src_sizes.max()), "src_p95": float(np.percentile(ds.src_sizes, 95)),
+    report["lengths"] = {"cap_words": training_cap(run_dir), "src_max": int(ds.src_sizes.max()), "src_p95": float(np.percentile(ds.src_sizes, 95)),
                          "tgt_max": int(ds.tgt_sizes.max()), "tgt_p95": float(np.percentile(ds.tgt_sizes, 95)),
                          "sentences": int(len(ds.src_sizes))}
     reach = {}
@@ -397,7 +407,8 @@ def print_report(r: dict) -> None:
     print(f"run {r['run']} ({r['arch']}), {r['checkpoint']}; token positions: {r['token_positions']}"
           + ("" if r["optimizer_state"] else "; no saved Adam moments: steps are Adam's first"))
     L = r["lengths"]
-    print(f"training lengths (BPE tokens + EOS): source max {L['src_max']} (95% {L['src_p95']:.0f}), "
+    cap = f"cap {L['cap_words']} source words (run.json); " if L["cap_words"] else ""
+    print(f"training lengths: {cap}in BPE tokens + EOS source max {L['src_max']} (95% {L['src_p95']:.0f}), "
           f"target max {L['tgt_max']} (95% {L['tgt_p95']:.0f}), {L['sentences']} pairs")
     first = r["over_training"][0]["checkpoint"]
     this = next(row for row in r["over_training"] if row["checkpoint"] == r["checkpoint"])

@@ -31,9 +31,9 @@ initializer, so TensorFlow's glorot_uniform applies (std sqrt(2 / (H + N)): 0.21
 12 heads and 32 buckets, 0.24 at 4 heads, against d_model^-1/2 = 0.088 at d_model 128). Kept
 as a decision: the buckets training reaches leave their initial values far behind (root mean
 square 0.088 -> 0.31 encoder / 0.58 decoder on the bible study, docs/lengths.md), and a bucket
-it never reaches keeps its initial value, which the smaller std keeps nearer to no bias. T5 does not scale q.k by 1/sqrt(d) (it folds the scale into the
-initialisation of W_q); here the bias is added to the scaled score as every piece
-does, q.k / sqrt(d) + b. W_q absorbs the difference (T5's W_q = ours / sqrt(d)
+it never reaches keeps its initial value, which the smaller std keeps nearer to no bias.
+T5 does not scale q.k by 1/sqrt(d) (it folds the scale into the initialisation of W_q);
+here the bias is added to the scaled score as every piece does, q.k / sqrt(d) + b. W_q absorbs the difference (T5's W_q = ours / sqrt(d)
 gives the same logits); the table is unchanged, added unscaled in both.
 
 Placement: ``--t5-sides`` (default encoder,decoder), ``--t5-layers`` (default

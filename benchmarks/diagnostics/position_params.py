@@ -36,12 +36,13 @@ import argparse
 import json
 import math
 import os
-import re
 import sys
 from typing import Dict, List, Optional
 
 import numpy as np
 import torch
+
+from fairseq_attn_records.run_record import CHECKPOINT_NAME
 
 POSITION_KEYS = ("bucket_bias", "rel_keys", "rel_values", "embed_positions.weight")
 
@@ -50,8 +51,8 @@ def checkpoint_files(run_dir: str) -> List[str]:
     """The run's checkpoints: numbered ones by number, then ``_last``, ``_best``."""
     numbered = []
     for name in os.listdir(run_dir):
-        m = re.fullmatch(r"checkpoint(\d+)\.pt|checkpoint_(\d+)_(\d+)\.pt", name)
-        if m:
+        m = CHECKPOINT_NAME.fullmatch(name)  # the run record's names of a run's checkpoints
+        if m and name != "checkpoint_last.pt":
             order = (int(m.group(1)), 0) if m.group(1) else (int(m.group(2)), int(m.group(3)))
             numbered.append((order, name))
     names = [n for _, n in sorted(numbered)]

@@ -178,6 +178,27 @@ def test_length_study_quick_reads_the_toy_profile(tmp_path):
     assert p.returncode == 0 and p.stdout.splitlines()[1:4] == [small, "40", toy["max_update"]], p.stderr
 
 
+@pytest.mark.parametrize("seeds", ["", "1 3"])
+def test_length_study_trains_seeds_outermost(seeds):
+    """Step 3 of lengths.sh: every run once, each with its condition's data and folder, the position
+    limits of its architecture, and the seeds outermost (a study stopped part-way has compared every
+    system and condition at its first seeds). The training step prints what it was given."""
+    script = (f'. {ROOT}/recipes/lib/lengths.sh\n'
+              'lengths_train_evaluate() { echo "${SEED:-}|$SAVE_DIR|$DATA|$TRAIN_CONCAT|$ARCH|${MODEL_ARGS:-}|$*"; }\n'
+              'names=(baseline relpos); archs=(A_base A_rel); conds=("" 2,4); cond_dirs=(L L/tc); datas=(D0 D1)\n'
+              "lines=$'A_rel\\t--max-source-positions 300'; ks=(1 2 4)\n"
+              'lengths_train_all')
+    p = _bash_env(script, {"SEEDS": seeds, "MODEL_ARGS": "-m"})
+    assert p.returncode == 0, p.stderr
+    want = []
+    for seed in seeds.split() or [None]:  # the plain order: seed, then condition, then system
+        for cond, cdir, data in [("", "L", "D0"), ("2,4", "L/tc", "D1")]:
+            for name, arch, extra in [("baseline", "A_base", ""), ("relpos", "A_rel", " --max-source-positions 300")]:
+                folder = f"{cdir}/{name}" + (f"_seed{seed}" if seed else "")
+                want.append(f"{seed or ''}|{folder}|{data}|{cond}|{arch}|-m{extra}|1 2 4")
+    assert p.stdout.splitlines() == want
+
+
 def test_paper_quick_exports_its_profile():
     """table1.sh / figure2.sh with QUICK=1: the paper-quick profile, exported (the runs are subshells)."""
     quick = profiles.PROFILES["paper-quick"]

@@ -187,22 +187,8 @@ lengths_main() {
           --splits "${splits[@]}" --max-len-a "${len_a:-0}" --max-len-b "${len_b:-200}" \
           --model-args "${MODEL_ARGS:-}") || exit 1
 
-  # 3. train and evaluate each architecture, condition and seed (a re-run skips what is done; a killed one resumes)
-  local ci
-  for ci in "${!conds[@]}"; do
-    for i in "${!names[@]}"; do
-      name=${names[$i]}
-      local extra; extra=$(awk -F'\t' -v a="${archs[$i]}" '$1 == a {print $2}' <<< "$lines")
-      (
-        ARCH=${archs[$i]}; SAVE_DIR="${cond_dirs[$ci]}/$name"; DATA=${datas[$ci]}; TRAIN_CONCAT=${conds[$ci]}
-        if [[ -n $extra ]]; then
-          log "$name: $extra (the longest valid/test sentence and output need them)"
-          MODEL_ARGS="${MODEL_ARGS:-} $extra"
-        fi
-        for_each_seed lengths_train_evaluate "${ks[@]}"
-      )
-    done
-  done
+  # 3. train and evaluate every run
+  lengths_train_all
 
   # 4-5. the tables of each condition, then their difference
   for ci in "${!conds[@]}"; do
@@ -214,6 +200,28 @@ lengths_main() {
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
   fi
+}
+
+lengths_train_all() {  # step 3 of lengths_main (its names, archs, conds, cond_dirs, datas, lines, ks):
+  # train and evaluate each seed, condition and architecture (a re-run skips what is done; a killed one
+  # resumes). Seeds outermost: a study stopped part-way has every system and condition at its first seeds
+  local seeds=(${SEEDS:-}) seed ci i
+  (( ${#seeds[@]} )) || seeds=("")
+  for seed in "${seeds[@]}"; do
+    for ci in "${!conds[@]}"; do
+      for i in "${!names[@]}"; do
+        (
+          ARCH=${archs[$i]}; SAVE_DIR="${cond_dirs[$ci]}/${names[$i]}"; DATA=${datas[$ci]}; TRAIN_CONCAT=${conds[$ci]}
+          local extra; extra=$(awk -F'\t' -v a="$ARCH" '$1 == a {print $2}' <<< "$lines")
+          if [[ -n $extra ]]; then
+            log "${names[$i]}: $extra (the longest valid/test sentence and output need them)"
+            MODEL_ARGS="${MODEL_ARGS:-} $extra"
+          fi
+          if [[ -z $seed ]]; then lengths_train_evaluate "${ks[@]}"; else with_seed "$seed" lengths_train_evaluate "${ks[@]}"; fi
+        )
+      done
+    done
+  done
 }
 
 lengths_train_evaluate() {  # lengths_train_evaluate K...: train SAVE_DIR, evaluate it on the test set and each joined test set

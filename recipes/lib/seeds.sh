@@ -22,14 +22,17 @@ for_each_seed() {
   if [[ -z "${SEEDS:-}" ]]; then "$main" "$@"; return; fi
   check_seeds
   local s
-  for s in $SEEDS; do
-    log "seed $s of: $SEEDS"
-    # a subshell per seed (the defaults MAIN derives stay per seed); no '|| ...' after it,
-    # which would switch off 'set -e' inside MAIN: a failing seed exits through set -e
-    (
-      SEED=$s
-      if [[ -n "${SAVE_DIR:-}" ]]; then SAVE_DIR="${SAVE_DIR%/}_seed$s"; else RUN_SUFFIX="_seed$s"; fi
-      "$main" "$@"
-    )
-  done
+  for s in $SEEDS; do with_seed "$s" "$main" "$@"; done
+}
+
+with_seed() {  # with_seed N MAIN ARGS...: MAIN as seed N of SEEDS (its SEED and run folder, as above)
+  local s=$1 main=$2; shift 2
+  log "seed $s of: $SEEDS"
+  # a subshell per seed (the defaults MAIN derives stay per seed); no '|| ...' after it,
+  # which would switch off 'set -e' inside MAIN: a failing seed exits through set -e
+  (
+    SEED=$s
+    if [[ -n "${SAVE_DIR:-}" ]]; then SAVE_DIR="${SAVE_DIR%/}_seed$s"; else RUN_SUFFIX="_seed$s"; fi
+    "$main" "$@"
+  )
 }

@@ -275,6 +275,30 @@ def finished_before(run_dir: str, argv: List[str]) -> bool:
                 and (rec.get("num_updates") or 0) >= last["max_update"])
 
 
+def training_time(rec: Dict) -> Dict:
+    """The wall-clock time of a run's trainings, from its record: ``{"seconds", "trainings", "cut"}``.
+
+    A finished training counts from its start to its finish. A training killed part-way (no
+    ``finished``; also the one running now) counts until the newest checkpoint the record lists
+    that was written after it started and before the next training started: the work after that
+    checkpoint was lost and redone. ``cut`` counts them; one killed before it saved anything adds
+    nothing. Wall time, on a machine shared or not: speeds belong in a benchmark run alone."""
+    trainings = rec.get("trainings") or []
+    marks = sorted(info["mtime_ns"] / 1e9 for info in (rec.get("checkpoints") or {}).values()
+                   if info.get("mtime_ns") is not None)
+    starts = [datetime.datetime.fromisoformat(t["started"]).timestamp() for t in trainings]
+    seconds, cut = 0.0, 0
+    for i, t in enumerate(trainings):
+        if t.get("finished"):
+            seconds += datetime.datetime.fromisoformat(t["finished"]).timestamp() - starts[i]
+            continue
+        cut += 1
+        until = starts[i + 1] if i + 1 < len(starts) else float("inf")
+        saved = [m for m in marks if starts[i] <= m < until]
+        seconds += max(saved) - starts[i] if saved else 0.0
+    return {"seconds": seconds, "trainings": len(trainings), "cut": cut}
+
+
 # ---------------------------------------------------------------- evaluations
 def record_evaluation(run_dir: str, evaluation: Dict) -> Dict:
     """Store the evaluation of one subset (``evaluation["subset"]``) in the run record of

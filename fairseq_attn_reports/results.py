@@ -36,6 +36,7 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records import metrics as M
+from fairseq_attn_records import run_record
 from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
 
 from .curves import read_log_records
@@ -73,6 +74,25 @@ def parse_train_log(path: str) -> Dict:
         "train_wps": sum(e["train_wps"] for e in speeds) / len(speeds) if speeds else None,
         "train_ups": sum(e["train_ups"] for e in speeds) / len(speeds) if speeds else None,
     }
+
+
+def train_time(run: Run) -> Optional[Dict]:
+    """The wall time of the run's trainings (:func:`fairseq_attn_records.run_record.training_time`),
+    or None without a record."""
+    return None if run.record is None else run_record.training_time(run.record)
+
+
+def fmt_train_time(t: Optional[Dict]) -> str:
+    """``42 min``, ``2.3 h``; ``(3 starts)`` when the run was resumed; ``?`` without a record."""
+    if t is None or not t["trainings"]:
+        return "?"
+    minutes = t["seconds"] / 60
+    cell = f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+    return cell + (f" ({t['trainings']} starts)" if t["trainings"] > 1 else "")
+
+
+TRAIN_TIME_LEGEND = ("Train time: wall clock of the run's trainings, from its record (a start killed part-way "
+                     "counts until its last checkpoint); as loaded as the machine was, so not a speed comparison.")
 
 
 def paper_scores(run: Run, evaluation: Dict) -> Dict:
@@ -142,6 +162,7 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
             "trained_model": info.trained_model(),  # from the run record, never from the name
             "params": log["params"], "train_wps": log["train_wps"],
             "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
+            "train_time": train_time(info),
             "delta": None if is_base else s["bleu"] - base_bleu,
             "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
             "length_ratio": s["length_ratio"], "sys_len": s["sys_len"], "ref_len": s["ref_len"],
@@ -201,9 +222,9 @@ def format_markdown(table: Dict) -> str:
     pairs = any(r.get("train_pairs") is not None for r in rows)
     extra_head = (" Tok. BLEU |" if tok else "") + (" Train pairs |" if pairs else "")
     extra_rule = ("---:|" if tok else "") + ("---:|" if pairs else "")
-    out = [f"| # | System | {MODEL_HEADER} | #Params | Speed (tok/s) | Speed (upd/s) |"
+    out = [f"| # | System | {MODEL_HEADER} | #Params | Speed (tok/s) | Speed (upd/s) | Train time |"
            + "".join(f" {labels[k]} | Δ |" for k in keys) + " Len. ratio |" + extra_head,
-           "|---|---|---|---:|---:|---:|" + "---:|---:|" * len(keys) + "---:|" + extra_rule]
+           "|---|---|---|---:|---:|---:|---:|" + "---:|---:|" * len(keys) + "---:|" + extra_rule]
     models = [model_cell(r.get("trained_model")) for r in rows]
     for i, r in enumerate(rows, 1):
         sp = lambda v, f: "?" if v is None else format(v, f)
@@ -221,13 +242,14 @@ def format_markdown(table: Dict) -> str:
         dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {i} | {r['system']}{dagger} | {models[i - 1]} | {fmt_params(r['params'])} | "
                    f"{sp(r['train_wps'], '.0f')} | "
-                   f"{sp(r['train_ups'], '.2f')} |" + cells + extra)
+                   f"{sp(r['train_ups'], '.2f')} | {fmt_train_time(r.get('train_time'))} |" + cells + extra)
     out.append("")
     legend = legend_lines({"systems": [{"name": table["baseline"]}], "metrics": keys,
                            "bs_samples": table.get("bs_samples", 1000), "ar_trials": table.get("ar_trials", 10000),
                            "signature": {}})
     out += legend
     out.append(model_legend(models))
+    out.append(TRAIN_TIME_LEGEND)
     out.append("BLEU and chrF++: detokenised sacreBLEU; COMET: mean segment score; p-values in --json "
                "and in fairseq-attn-significance (signatures below).")
     if tok:

@@ -29,8 +29,8 @@ from fairseq_attn_records import metrics as M
 from fairseq_attn_records import run_record
 
 from .curves import mean_std
-from .results import (comparability_lines, fmt_params, mark_trained_differently, parse_train_log, read_outputs,
-                      signature_lines)
+from .results import (TRAIN_TIME_LEGEND, comparability_lines, fmt_params, fmt_train_time, mark_trained_differently,
+                      parse_train_log, read_outputs, signature_lines, train_time)
 from .runs import MODEL_HEADER, comparability, load_runs, model_cell, model_legend, stale_notes, trained_as
 from .significance import LENGTH_RATIO_LEGEND, fmt_ratio, paired_tests
 
@@ -187,6 +187,7 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
             # the seeds' records agree but for the seed (group_runs): the first recorded one says it
             "trained_model": next((m for m in (infos[d].trained_model() for _, d in rs) if m), None),
             "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,
+            "train_time_per_seed": [train_time(infos[d]) for _, d in rs],
             "bleu_per_seed": b["per_seed"], "bleu_mean": b["mean"], "bleu_std": b["std"], "delta": b["delta"],
             "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
             "metrics": per_metric, "stale": [s for s in (outputs[d][1].get("stale") for _, d in rs) if s],
@@ -209,8 +210,8 @@ def format_markdown(table: Dict) -> str:
     labels = table.get("labels", {"bleu": "BLEU"})
     out = [f"| # | System | {MODEL_HEADER} | Seeds | #Params | Speed (tok/s) |"
            + "".join(f" {labels[k]} (mean ± std) | Δ | pairs sig. |" for k in keys)
-           + " Len. ratio (mean ± std) | BLEU per seed |",
-           "|---|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---:|---|"]
+           + " Len. ratio (mean ± std) | BLEU per seed | Train time per seed |",
+           "|---|---|---|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---:|---|---|"]
     models = [model_cell(r.get("trained_model")) for r in table["rows"]]
     for i, r in enumerate(table["rows"], 1):
         wps = "?" if r["train_wps"] is None else f"{r['train_wps']:.0f}"
@@ -227,7 +228,7 @@ def format_markdown(table: Dict) -> str:
         per_seed = ", ".join(f"{'?' if s is None else s}: {b:.2f}" for s, b in zip(r["seeds"], r["bleu_per_seed"]))
         dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {i} | {r['system']}{dagger} | {models[i - 1]} | {r['n_seeds']} | {fmt_params(r['params'])} | {wps} |" + cells
-                   + f" {per_seed} |")
+                   + f" {per_seed} | {'; '.join(fmt_train_time(t) for t in r['train_time_per_seed'])} |")
     out.append("")
     out.append(f"Baseline: {table['baseline']}. Scores: mean ± sample standard deviation (n-1) over seeds. "
                f"`*` / `**` after a score: better than the baseline on that metric with p < 0.05 / p < 0.01 "
@@ -238,6 +239,7 @@ def format_markdown(table: Dict) -> str:
                f"the system seed is significantly better than the baseline seed. {LENGTH_RATIO_LEGEND[:-1]}; "
                f"mean ± sample standard deviation over seeds.")
     out.append(model_legend(models))
+    out.append(TRAIN_TIME_LEGEND)
     out += comparability_lines(table)
     out += signature_lines(table["signature"])
     out += table.get("notes", [])

@@ -1,5 +1,6 @@
 """fairseq-attn-demo and fairseq-attn-results."""
 
+import datetime
 import json
 import os
 import subprocess
@@ -207,6 +208,10 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
         scores = json.loads((out / "runs" / row["system"] / "scores.json").read_text())["scores"]
         assert rec["arch"] == row["system"] and rec["evaluations"]["test"]["scores"] == scores
         assert scores["bleu"]["score"] == round(row["bleu"], 2) and row["subset"] == "test"
+        # the train time: one start, from its record's start to its finish
+        (t,) = rec["trainings"]
+        took = (datetime.datetime.fromisoformat(t["finished"]) - datetime.datetime.fromisoformat(t["started"]))
+        assert row["train_time"] == {"seconds": took.total_seconds(), "trainings": 1, "cut": 0}
 
     # killed mid-epoch, then run again: the uninterrupted run's result, exactly
     first = demo.DEFAULT_ARCHS.split(",")[0]

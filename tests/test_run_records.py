@@ -2,6 +2,7 @@
 averaging by the update number each checkpoint holds (fast cases; the recipes end to end are in
 test_recipes.py)."""
 
+import datetime
 import hashlib
 import json
 import os
@@ -183,3 +184,26 @@ def test_seeds_are_grouped_by_their_records(tmp_path):
     with pytest.raises(ValueError, match=r"system 'a': .*a_seed1 and .*b_seed2 are not seeds of one system: "
                                          r"dropout: 0.1 in .*a_seed1, 0.3 in .*b_seed2"):
         seeds.group_runs(["a", "a"], [str(a1), str(b2)])
+
+
+def test_train_time_counts_killed_starts_until_their_last_checkpoint():
+    from fairseq_attn_records import run_record
+
+    def at(h, m):
+        return datetime.datetime(2026, 1, 2, h, m, tzinfo=datetime.timezone.utc)
+
+    def ckpt(h, m):
+        return {"num_updates": 1, "mtime_ns": int(at(h, m).timestamp()) * 10**9}
+
+    rec = {"trainings": [
+        {"started": at(10, 0).isoformat(), "finished": None},             # killed: its last save 10:25
+        {"started": at(10, 30).isoformat(), "finished": at(11, 0).isoformat()},
+        {"started": at(11, 30).isoformat(), "finished": None},            # killed before any save
+    ], "checkpoints": {"a.pt": ckpt(10, 10), "b.pt": ckpt(10, 25), "c.pt": ckpt(10, 50), "d.pt": ckpt(11, 0)}}
+    want = (at(10, 25) - at(10, 0)).total_seconds() + (at(11, 0) - at(10, 30)).total_seconds()
+    assert run_record.training_time(rec) == {"seconds": want, "trainings": 3, "cut": 2}
+    # the start running now counts until its newest checkpoint
+    rec["checkpoints"]["e.pt"] = ckpt(11, 40)
+    assert run_record.training_time(rec)["seconds"] == want + (at(11, 40) - at(11, 30)).total_seconds()
+    assert results.fmt_train_time(run_record.training_time(rec)) == "65 min (3 starts)"
+    assert run_record.training_time({"trainings": []}) == {"seconds": 0.0, "trainings": 0, "cut": 0}

@@ -31,6 +31,16 @@ def _with_user_dir(arg_overrides: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     return overrides
 
 
+def load_checkpoint_to_cpu(path: str, arg_overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """fairseq's ``checkpoint_utils.load_checkpoint_to_cpu`` (the state, upgraded, ``arg_overrides``
+    applied to its configuration) with the checkpoint allowlist installed: pass it on as ``state=``
+    to :func:`load_model_ensemble_and_task` to read the file once."""
+    checkpoint_safety.install()
+    from fairseq import checkpoint_utils
+
+    return checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides=_with_user_dir(arg_overrides))
+
+
 def load_model_ensemble_and_task(filenames: List[str], arg_overrides: Optional[Dict[str, Any]] = None,
                                  task=None, strict: bool = True, **kwargs):
     """fairseq's ``checkpoint_utils.load_model_ensemble_and_task`` with the checkpoint

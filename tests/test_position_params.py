@@ -330,7 +330,10 @@ def test_command_writes_the_report_and_refuses_a_folder_without_checkpoints(run,
 
 def test_training_cap_is_read_from_the_run_record(tmp_path):
     assert diag.training_cap(str(tmp_path)) is None
-    (tmp_path / "run.json").write_text(json.dumps({"data": {"settings": {"TRAIN_MAX_LEN": "20"}}}))
+    (tmp_path / "run.json").write_text(json.dumps({"format": 1, "data": {"settings": {"TRAIN_MAX_LEN": "20"}}}))
     assert diag.training_cap(str(tmp_path)) == 20
-    (tmp_path / "run.json").write_text(json.dumps({"data": {"settings": {"TRAIN_MAX_LEN": ""}}}))
+    (tmp_path / "run.json").write_text(json.dumps({"format": 1, "data": {"settings": {"TRAIN_MAX_LEN": ""}}}))
     assert diag.training_cap(str(tmp_path)) is None
+    (tmp_path / "run.json").write_text(json.dumps({"data": {"settings": {"TRAIN_MAX_LEN": "20"}}}))
+    with pytest.raises(ValueError, match="not a run record of format 1"):  # never read as "no cap"
+        diag.training_cap(str(tmp_path))

@@ -42,7 +42,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from fairseq_attn_records.run_record import CHECKPOINT_NAME
+from fairseq_attn_records import run_record
 
 POSITION_KEYS = ("bucket_bias", "rel_keys", "rel_values", "embed_positions.weight")
 
@@ -51,7 +51,7 @@ def checkpoint_files(run_dir: str) -> List[str]:
     """The run's checkpoints: numbered ones by number, then ``_last``, ``_best``."""
     numbered = []
     for name in os.listdir(run_dir):
-        m = CHECKPOINT_NAME.fullmatch(name)  # the run record's names of a run's checkpoints
+        m = run_record.CHECKPOINT_NAME.fullmatch(name)  # the run record's names of a run's checkpoints
         if m and name != "checkpoint_last.pt":
             order = (int(m.group(1)), 0) if m.group(1) else (int(m.group(2)), int(m.group(3)))
             numbered.append((order, name))
@@ -124,11 +124,12 @@ def saved_steps(state: dict, names: List[str]) -> Dict[str, float]:
     return {g: math.sqrt(u / p) for g, (u, p) in sums.items()}
 
 
-def over_training(files: List[str], names: List[str]) -> List[dict]:
+def over_training(files: List[str], names: List[str], loaded: Dict[str, dict]) -> List[dict]:
+    """``loaded``: states read before, by path (each file is read once)."""
     from fairseq_attn_plugins.checkpoint_safety import safe_load
     rows, first = [], None
     for f in files:  # numbered ones in the order of their updates, then _last and _best
-        state = safe_load(f)
+        state = loaded.get(os.path.realpath(f)) or safe_load(f)
         tables = position_tensors(state["model"])
         if first is None:
             first = {k: v.double() for k, v in tables.items()}
@@ -332,12 +333,10 @@ def gradients_and_steps(model, criterion, batches, state, names) -> dict:
 
 
 def training_cap(run_dir: str) -> Optional[int]:
-    """The recipe's cap on training source words (``TRAIN_MAX_LEN`` in run.json), if any."""
-    try:
-        with open(os.path.join(run_dir, "run.json")) as f:
-            cap = json.load(f)["data"]["settings"].get("TRAIN_MAX_LEN")
-    except (OSError, KeyError, TypeError, ValueError):
-        return None
+    """The recipe's cap on training source words (``TRAIN_MAX_LEN`` of the data its run record
+    names), if any; a broken record is an error."""
+    rec = run_record.load(run_dir) or {}
+    cap = ((rec.get("data") or {}).get("settings") or {}).get("TRAIN_MAX_LEN")
     return int(cap) if cap else None
 
 
@@ -353,16 +352,15 @@ def training_batches(task, cfg, n: int, seed: int = 1):
 
 def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str] = None,
              n_batches: int = 4, splits=()) -> dict:
-    from fairseq_attn_plugins.checkpoint_safety import safe_load
-    from fairseq_attn_plugins.loading import load_model_ensemble_and_task
+    from fairseq_attn_plugins.loading import load_checkpoint_to_cpu, load_model_ensemble_and_task
 
     files = checkpoint_files(run_dir)
     path = os.path.join(run_dir, checkpoint) if checkpoint else (
         os.path.join(run_dir, "checkpoint_last.pt") if os.path.isfile(os.path.join(run_dir, "checkpoint_last.pt"))
         else files[-1])
-    state = safe_load(path)
     overrides = {"data": data} if data else {}
-    models, cfg, task = load_model_ensemble_and_task([path], arg_overrides=overrides)
+    state = load_checkpoint_to_cpu(path, overrides)  # read once: the model, its tables and Adam's moments
+    models, cfg, task = load_model_ensemble_and_task([path], arg_overrides=overrides, state=state)
     model = models[0].float()
     for split in splits:
         try:
@@ -378,7 +376,7 @@ def diagnose(run_dir: str, data: Optional[str] = None, checkpoint: Optional[str]
         "token_positions": ("none" if margs.no_token_positional_embeddings else
                             "learned" if margs.encoder_learned_pos else "sinusoidal"),
         "tables": {k: table_summary(v) for k, v in tables.items()},
-        "over_training": over_training(files, names),
+        "over_training": over_training(files, names, {os.path.realpath(path): state}),
     }
     batches = training_batches(task, cfg, n_batches)
     ds = task.dataset("train")

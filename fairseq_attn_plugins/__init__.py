@@ -7,7 +7,8 @@ is the torch-only package :mod:`fairseq_attn_core`), and installs the plugin's f
 fairseq, each once (:mod:`.integration.fixes`, listed in docs/architecture.md): fairseq
 checkpoints load under torch >= 2.6 without disabling ``weights_only``, the last batch that
 fairseq's ``batch_by_size`` would drop is kept, ``--model-overrides`` are checked like training
-flags, fairseq-train can start from a checkpoint without the new pieces' parameters and, in
+flags, fairseq-train can start from a checkpoint without the new pieces' parameters, a training
+that ends does not abort at exit in fairseq's batch reader thread and, in
 fairseq's commands and this distribution's (never in a script or notebook that imports it),
 the plugin's refusals and mistyped flags print as one line and, in a command that imports the
 plugin before fairseq, fairseq is imported without scikit-learn and scipy.stats

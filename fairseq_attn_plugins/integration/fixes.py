@@ -17,7 +17,7 @@ from typing import Callable, Tuple
 
 from .. import checkpoint_safety
 from ..models import finetune
-from . import fairseq_fixes, model_overrides, refusals, trainer_checks
+from . import exit_safety, fairseq_fixes, model_overrides, refusals, trainer_checks
 
 MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
 
@@ -101,6 +101,12 @@ FIXES: Tuple[Fix, ...] = (
         "a model the trainer's device cannot train (`--attn-backend flex` on CPU: torch has no "
         "flex_attention backward there) is refused in one line before any step, instead of failing "
         "at its first training step with a `crash.pt` left behind"),
+    Fix("no abort at exit", "fairseq.data.iterators:BufferedIterator._create_consumer",
+        exit_safety.parked_at_exit,
+        "fairseq's batch reader thread, still collating the next batch when training ends, was ended "
+        "inside torch's C++ code at interpreter shutdown: `terminate called without an active "
+        "exception`, exit status 134 after the last checkpoint was saved; at exit each reader is "
+        "first let finish that batch (at most 30 s)"),
     Fix("one-line refusals", "sys:excepthook", _refusals_hook,
         "in fairseq's commands and ours, a refused flag, override or checkpoint prints `error: "
         "MESSAGE` (no 20-line traceback through fairseq); scripts, notebooks and pytest keep "

@@ -103,10 +103,21 @@ def paper_scores(run: Run, evaluation: Dict) -> Dict:
     if isinstance(metrics, dict):  # the run record's evaluation: scores keyed by metric name
         tok = metrics.get("tokenized_bleu") or {}
         pairs = ((run.record or {}).get("data") or {}).get("train_pairs") or {}
+        joined = (pairs.get("concat") or {}).get("total")  # TRAIN_CONCAT: the originals and their joins
         return {"tokenized_bleu": tok.get("score"), "tokenized_bleu_method": tok.get("method"),
-                "train_pairs": pairs.get("clean"), "train_data_partial": pairs.get("partial")}
+                "train_pairs": joined if joined is not None else pairs.get("clean"),
+                "train_pairs_original": pairs.get("clean") if joined is not None else None,
+                "train_data_partial": pairs.get("partial")}
     return {k: evaluation.get(k) for k in ("tokenized_bleu", "tokenized_bleu_method", "train_pairs",
-                                           "train_data_partial")}
+                                           "train_pairs_original", "train_data_partial")}
+
+
+def fmt_train_pairs(row: Dict) -> str:
+    """``4,361``; with joined pairs ``12,207 (4,361 + joined)``; ``(partial)`` when parts of the
+    official data were left out."""
+    n, original = row.get("train_pairs"), row.get("train_pairs_original")
+    cell = "?" if n is None else f"{n:,d}" + ("" if original is None else f" ({original:,d} + joined)")
+    return cell + (" (partial)" if row.get("train_data_partial") else "")
 
 
 def read_outputs(named: Sequence[Tuple[str, str]], ref_path: str, src_path: Optional[str] = None,
@@ -179,7 +190,8 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
                 rows[-1][f"{key}_segments"] = s[f"{key}_segments"]
         extra = paper_scores(info, ev)
         rows[-1].update(tok_bleu=extra.get("tokenized_bleu"), tok_bleu_method=extra.get("tokenized_bleu_method"),
-                        train_pairs=extra.get("train_pairs"), train_data_partial=extra.get("train_data_partial"))
+                        train_pairs=extra.get("train_pairs"), train_pairs_original=extra.get("train_pairs_original"),
+                        train_data_partial=extra.get("train_data_partial"))
     mark_trained_differently(rows, trained)
     return {"baseline": runs[0][0], "ref": ref_path, "src": src_path, "metrics": sig["metrics"],
             "labels": sig["labels"], "signature": sig["signature"], "bs_samples": bs_samples,
@@ -238,7 +250,7 @@ def format_markdown(table: Dict) -> str:
         if tok:
             extra += f" {sp(r.get('tok_bleu'), '.2f')} |"
         if pairs:
-            extra += f" {sp(r.get('train_pairs'), ',d')}{' (partial)' if r.get('train_data_partial') else ''} |"
+            extra += f" {fmt_train_pairs(r)} |"
         dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
         out.append(f"| {i} | {r['system']}{dagger} | {models[i - 1]} | {fmt_params(r['params'])} | "
                    f"{sp(r['train_wps'], '.0f')} | "
@@ -258,7 +270,8 @@ def format_markdown(table: Dict) -> str:
                    "not comparable across tokenisations.")
     if pairs:
         counts = {r.get("train_pairs") for r in rows}
-        out.append("Train pairs: sentence pairs after cleaning" +
+        out.append("Train pairs: the sentence pairs trained on, after cleaning (`+ joined`: with the pairs "
+                   "TRAIN_CONCAT joined from them)" +
                    (". The runs were trained on different amounts of data." if len(counts) > 1 else "."))
     out += comparability_lines(table)
     out += signature_lines(table["signature"])

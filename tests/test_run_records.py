@@ -207,3 +207,21 @@ def test_train_time_counts_killed_starts_until_their_last_checkpoint():
     assert run_record.training_time(rec)["seconds"] == want + (at(11, 40) - at(11, 30)).total_seconds()
     assert results.fmt_train_time(run_record.training_time(rec)) == "65 min (3 starts)"
     assert run_record.training_time({"trainings": []}) == {"seconds": 0.0, "trainings": 0, "cut": 0}
+
+
+def test_train_pairs_count_the_joined_pairs_a_run_trained_on(tmp_path):
+    """TRAIN_CONCAT: the run trained on the originals and their joins; the table says both."""
+    from fairseq_attn_records import run_record
+    from fairseq_attn_reports.runs import Run
+
+    alone, joined = tmp_path / "alone", tmp_path / "joined"
+    for d, concat in ((alone, None), (joined, {"k": {"2": {"n": 40}, "4": {"n": 30}}, "original": 50, "total": 120})):
+        rec = write_record(d, "transformer_attn_wmt_en_de")
+        rec["data"]["train_pairs"] = {"raw": 60, "clean": 50, "partial": False, **({"concat": concat} if concat else {})}
+        run_record.save(str(d), rec)
+    rows = {d.name: results.paper_scores(Run(str(d)), {"scores": {}}) for d in (alone, joined)}
+    assert (rows["alone"]["train_pairs"], rows["alone"]["train_pairs_original"]) == (50, None)
+    assert (rows["joined"]["train_pairs"], rows["joined"]["train_pairs_original"]) == (50 + 40 + 30, 50)
+    assert results.fmt_train_pairs(rows["alone"]) == "50"
+    assert results.fmt_train_pairs(rows["joined"]) == "120 (50 + joined)"
+    assert results.fmt_train_pairs({"train_pairs": 4361, "train_data_partial": True}) == "4,361 (partial)"

@@ -31,12 +31,14 @@ extras=""; [[ ${WITH_COMET:-1} != 1 ]] || extras="[comet]"
 # every core does the same in about 25 s. The .pyc files are needed: with PYTHONDONTWRITEBYTECODE
 # set, a module without one is compiled again at every import of every process. compileall's exit
 # status is not read: a few vendored files in site-packages are Python 2 (pip skips them too).
+# The packages' own test suites (3,300 files in tests/ or test/ folders: pandas, sympy, scipy...)
+# are left out: nothing imports them at run time (about 5 s).
 pipq --no-compile -r requirements.txt "torch==$torch_version" -e ".$extras"
 # Done again only when what was installed may have changed (the stamp: this script and the
 # requirement files); checking every file costs a re-run about 4 s.
 stamp=$(cat scripts/setup_env.sh requirements.txt pyproject.toml | sha256sum | cut -c1-16)
 if [[ $(cat .venv/.compiled 2>/dev/null) != "$stamp" ]]; then
-  python -m compileall -q -j 0 "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null 2>&1 || true
+  python -m compileall -q -j 0 -x '/tests?/' "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null 2>&1 || true
   echo "$stamp" > .venv/.compiled
 fi
 # the Greek-English New Testament of recipes/bible_grc_en: its data files only, installed outside
@@ -48,4 +50,6 @@ if python -c 'import importlib.metadata as m; m.distribution("bible-alignments")
   python -m pip uninstall -y -q bible-alignments
 fi
 [[ -d $bible_home/data/sources ]] || pipq --no-deps --target "$bible_home" "bible-alignments==0.4.2"
-python -c 'import fairseq_attn_plugins, fairseq, torch; print("ready: torch", torch.__version__, "fairseq", fairseq.__version__)' 2>&1 | grep -v tensorboardX
+# the install imports (fairseq as the package's commands import it: scikit-learn deferred, 1 s less)
+python -c 'from fairseq_attn_records.fairseq_import import import_fairseq; import_fairseq()
+import fairseq_attn_plugins, fairseq, torch; print("ready: torch", torch.__version__, "fairseq", fairseq.__version__)' 2>&1 | grep -v tensorboardX

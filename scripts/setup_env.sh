@@ -34,9 +34,9 @@ extras=""; [[ ${WITH_COMET:-1} != 1 ]] || extras="[comet]"
 # The packages' own test suites (3,300 files in tests/ or test/ folders: pandas, sympy, scipy...)
 # are left out: nothing imports them at run time (about 5 s).
 pipq --no-compile -r requirements.txt "torch==$torch_version" -e ".$extras"
-# Done again only when what was installed may have changed (the stamp: this script and the
-# requirement files); checking every file costs a re-run about 4 s.
-stamp=$(cat scripts/setup_env.sh requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+# Done again only when what was installed may have changed (the stamp: this script, the
+# requirement files and the extras); checking every file costs a re-run about 4 s.
+stamp=$( (cat scripts/setup_env.sh requirements.txt pyproject.toml; echo "extras=$extras torch=$torch_version") | sha256sum | cut -c1-16)
 if [[ $(cat .venv/.compiled 2>/dev/null) != "$stamp" ]]; then
   python -m compileall -q -j 0 -x '/tests?/' "$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" > /dev/null 2>&1 || true
   echo "$stamp" > .venv/.compiled

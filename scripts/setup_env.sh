@@ -20,7 +20,7 @@ if ! python -c 'import fairseq' 2>/dev/null; then
   if (( pyver >= 311 )); then pipq --no-deps "ve-fairseq==0.12.3"; else pipq --no-deps "fairseq==0.12.2"; fi
 fi
 # One resolve for torch, fairseq's needs, this package and the comet extra (one pip call instead
-# of four: about 20 s less on a fresh machine). torch is pinned so that pip takes the CPU wheel
+# of four: about 8 s less on a fresh machine, measured here). torch is pinned so that pip takes the CPU wheel
 # instead of a multi-GB CUDA build; a torch already installed is kept at its version.
 torch_version=$(python -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || echo "${TORCH_VERSION:-2.13.0}")
 # COMET (the comet extra): optional for users, installed here because the tests score with a

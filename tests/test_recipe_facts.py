@@ -199,6 +199,38 @@ def test_length_study_trains_seeds_outermost(seeds):
     assert p.stdout.splitlines() == want
 
 
+def test_length_study_joins_each_conditions_test_set_in_its_own_folder(tmp_path):
+    """Step 1b of lengths.sh: each training condition's joined test inputs are built from its own data
+    folder's test set into its own folder, so that its tables name its own data's documents (the
+    real concat-test step; the binarisation of each k, which needs BPE codes, is left out here)."""
+    src = ["a b", "c", "d e f", "g", "h i"]
+    tgt = ["A B", "C", "D E F", "G", "H I"]
+    docs = ["d1", "d1", "d1", "d2", "d2"]
+    datas = []
+    for name in ("D0", "D1"):
+        raw = tmp_path / name / "raw"
+        raw.mkdir(parents=True)
+        for ext, lines in (("src", src), ("tgt", tgt), ("docs", docs)):
+            (raw / f"test.{ext}").write_text("\n".join(lines) + "\n")
+        datas.append(str(tmp_path / name))
+    study = tmp_path / "L"
+    script = (f'. {ROOT}/recipes/lib/lengths.sh\nstage() {{ :; }}\n'
+              f'datas=({datas[0]} {datas[1]}); cond_dirs=({study} {study}/tc); ks=()\n'
+              'lengths_concat_all; echo "ks=${ks[*]}"')
+    p = _bash_env(script, {"SRC": "src", "TGT": "tgt", "JOINT": "1", "CONCAT": "1,2",
+                           "WORK": str(tmp_path / "w")})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "ks=1 2"
+    # the plain grouping: consecutive, non-overlapping pairs of one document, a short rest dropped
+    groups = [[0, 1], [3, 4]]
+    for data, folder in zip(datas, (study / "concat", study / "tc" / "concat")):
+        info = json.loads((folder / "concat.json").read_text())
+        assert info["documents"] == os.path.join(data, "raw", "test.docs")
+        assert info["k"]["2"]["first_lines"] == [g[0] + 1 for g in groups]
+        assert (folder / "k2.src").read_text().splitlines() == [" ".join(src[i] for i in g) for g in groups]
+        assert (folder / "k2.tgt").read_text().splitlines() == [" ".join(tgt[i] for i in g) for g in groups]
+
+
 def test_paper_quick_exports_its_profile():
     """table1.sh / figure2.sh with QUICK=1: the paper-quick profile, exported (the runs are subshells)."""
     quick = profiles.PROFILES["paper-quick"]

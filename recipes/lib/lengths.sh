@@ -72,11 +72,11 @@ lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line coun
   fi
 }
 
-# lengths_concat_subset K: the joined test set of K (LENGTHS_DIR/concat/kK.*) tokenised and split into
+# lengths_concat_subset K: the joined test set of K (CONCAT_DIR/kK.*) tokenised and split into
 # subwords as the data was, binarised with the data's dictionaries into DATA/concat/kK.test.*, with its
 # raw source and reference in DATA/raw/concat/kK.test.* (written last: evaluate.sh reads them)
 lengths_concat_subset() {
-  local k=$1 dir="$LENGTHS_DIR/concat" sub="concat/k$1.test" l ext
+  local k=$1 dir=$CONCAT_DIR sub="concat/k$1.test" l ext
   local tmp="$dir/k$k.build.tmp"
   rm -rf "$tmp"; mkdir -p "$tmp"
   for l in "$SRC" "$TGT"; do
@@ -103,10 +103,11 @@ lengths_concat_subset() {
   rm -rf "$tmp"
 }
 
-# lengths_concat: the joined test sets of CONCAT (prints the k evaluated, one per line); a k no
-# document has k segments for is said and skipped
+# lengths_concat: the joined test sets of CONCAT from DATA's test set into CONCAT_DIR (the folder of
+# DATA's condition, so that its tables name its own data's documents) and DATA's subsets of them (prints
+# the k evaluated, one per line); a k no document has k segments for is said and skipped
 lengths_concat() {
-  local docs=${TEST_DOCS:-} dir="$LENGTHS_DIR/concat" out k codes
+  local docs=${TEST_DOCS:-} dir=$CONCAT_DIR out k codes
   if [[ -z $docs && -f $DATA/raw/test.docs ]]; then docs="$DATA/raw/test.docs"; fi
   if [[ -n $docs ]]; then log "CONCAT=$CONCAT: documents of $docs"
   else log "CONCAT=$CONCAT: no document ids (TEST_DOCS): the test file in order is one document"; fi
@@ -122,6 +123,16 @@ lengths_concat() {
     for c in $codes; do fp+=(--in "$c"); done
     stage "$marker" "${fp[@]}" -- lengths_concat_subset "$k" >&2
     echo "$k"
+  done
+}
+
+lengths_concat_all() {  # step 1b of lengths_main (its datas, cond_dirs; sets its ks): each condition's
+  # joined test sets in its own folder (cond_dir/concat), from its own data folder's test set
+  local i
+  for i in "${!datas[@]}"; do
+    mapfile -t ks < <(DATA=${datas[$i]}; CONCAT_DIR=${cond_dirs[$i]}/concat; lengths_concat; echo "rc=$?")
+    (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 1
+    unset 'ks[-1]'
   done
 }
 
@@ -173,12 +184,8 @@ lengths_main() {
   [[ -z ${TRAIN_CONCAT:-} ]] || log "and trained with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT: ${cond_dirs[1]} (data ${datas[1]})"
 
   # 1b. the test set joined k segments at a time within each document (CONCAT), each k a subset of each data
-  local ks=() k splits=(valid test) i
-  for i in "${!datas[@]}"; do
-    mapfile -t ks < <(DATA=${datas[$i]}; lengths_concat; echo "rc=$?")
-    (( ${#ks[@]} > 0 )) && [[ ${ks[-1]} == rc=0 ]] || exit 1
-    unset 'ks[-1]'
-  done
+  local ks=() k splits=(valid test)
+  lengths_concat_all
   for k in "${ks[@]}"; do (( k == 1 )) || splits+=("concat/k$k.test"); done
 
   # 2. position limits of every architecture (the longest joined input included), before any training
@@ -274,7 +281,7 @@ lengths_report() {
     per_k+=(--k "$k=$dir/concat/k$k.json")
   done
   "$PYTHON" -m fairseq_attn_reports.cli.by_concat --study-json "$dir/lengths.json" \
-    --study-md "$dir/lengths.md" --info "$LENGTHS_DIR/concat/concat.json" "${per_k[@]}" \
+    --study-md "$dir/lengths.md" --info "$dir/concat/concat.json" "${per_k[@]}" \
     --segmentwise "$dir/concat/segmentwise" --prepare "$data/prepare.json" --plot "$dir/lengths_concat.png" \
     >> "$dir/results.out" || die "the per-k table failed"
   cat "$dir/results.out"

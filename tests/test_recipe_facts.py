@@ -201,26 +201,34 @@ def test_length_study_trains_seeds_outermost(seeds):
 
 def test_length_study_joins_each_conditions_test_set_in_its_own_folder(tmp_path):
     """Step 1b of lengths.sh: each training condition's joined test inputs are built from its own data
-    folder's test set into its own folder, so that its tables name its own data's documents (the
-    real concat-test step; the binarisation of each k, which needs BPE codes, is left out here)."""
+    folder's test set into its own folder, so that its tables name its own data's documents (the real
+    concat-test and stage steps, in folders whose names hold a space; the binarisation of each k, which
+    needs real BPE codes, is left out here)."""
+    base = tmp_path / "a b"
     src = ["a b", "c", "d e f", "g", "h i"]
     tgt = ["A B", "C", "D E F", "G", "H I"]
     docs = ["d1", "d1", "d1", "d2", "d2"]
     datas = []
     for name in ("D0", "D1"):
-        raw = tmp_path / name / "raw"
+        raw = base / name / "raw"
         raw.mkdir(parents=True)
         for ext, lines in (("src", src), ("tgt", tgt), ("docs", docs)):
             (raw / f"test.{ext}").write_text("\n".join(lines) + "\n")
-        datas.append(str(tmp_path / name))
-    study = tmp_path / "L"
-    script = (f'. {ROOT}/recipes/lib/lengths.sh\nstage() {{ :; }}\n'
-              f'datas=({datas[0]} {datas[1]}); cond_dirs=({study} {study}/tc); ks=()\n'
+        for lang in ("src", "tgt"):
+            (base / name / f"dict.{lang}.txt").write_text("a 1\n")
+        datas.append(str(base / name))
+    (base / "w" / "bpe").mkdir(parents=True)
+    for lang in ("src", "tgt"):  # each side its own codes (JOINT=0): both are inputs of the subset's stage
+        (base / "w" / "bpe" / f"codes.{lang}").write_text("a b\n")
+    study = base / "L"
+    script = (f'. {ROOT}/recipes/lib/lengths.sh\n'
+              'lengths_concat_subset() { echo "subset $1 of $DATA" >> "$WORK/subsets"; }\n'
+              f'datas=("{datas[0]}" "{datas[1]}"); cond_dirs=("{study}" "{study}/tc"); ks=()\n'
               'lengths_concat_all; echo "ks=${ks[*]}"')
-    p = _bash_env(script, {"SRC": "src", "TGT": "tgt", "JOINT": "1", "CONCAT": "1,2",
-                           "WORK": str(tmp_path / "w")})
+    p = _bash_env(script, {"SRC": "src", "TGT": "tgt", "JOINT": "0", "CONCAT": "1,2", "WORK": str(base / "w")})
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[-1] == "ks=1 2"
+    assert (base / "w" / "subsets").read_text().splitlines() == [f"subset 2 of {d}" for d in datas]
     # the plain grouping: consecutive, non-overlapping pairs of one document, a short rest dropped
     groups = [[0, 1], [3, 4]]
     for data, folder in zip(datas, (study / "concat", study / "tc" / "concat")):

@@ -107,20 +107,20 @@ lengths_concat_subset() {
 # DATA's condition, so that its tables name its own data's documents) and DATA's subsets of them (prints
 # the k evaluated, one per line); a k no document has k segments for is said and skipped
 lengths_concat() {
-  local docs=${TEST_DOCS:-} dir=$CONCAT_DIR out k codes
+  local docs=${TEST_DOCS:-} dir=$CONCAT_DIR out k codes=("$WORK/bpe/codes")
   if [[ -z $docs && -f $DATA/raw/test.docs ]]; then docs="$DATA/raw/test.docs"; fi
   if [[ -n $docs ]]; then log "CONCAT=$CONCAT: documents of $docs"
   else log "CONCAT=$CONCAT: no document ids (TEST_DOCS): the test file in order is one document"; fi
   out=$("${STEPS[@]}" concat-test --src "$DATA/raw/test.$SRC" --ref "$DATA/raw/test.$TGT" ${docs:+--docs "$docs"} \
         --ks "$CONCAT" --out "$dir" --src-lang "$SRC" --tgt-lang "$TGT") || exit 1
+  [[ $JOINT == 1 ]] || codes=("$WORK/bpe/codes.$SRC" "$WORK/bpe/codes.$TGT")
   for k in $out; do
     (( k > 1 )) || { echo "$k"; continue; }
-    codes="$WORK/bpe/codes"; [[ $JOINT == 1 ]] || codes="$WORK/bpe/codes.$SRC $WORK/bpe/codes.$TGT"
     local marker; marker="concat.k$k.$(basename "$DATA")"
     [[ -f $DATA/raw/concat/k$k.test.$TGT ]] || rm -f "$WORK/.done/$marker"
     local fp=(--set "k=$k" --set "DATA=$DATA" --in "$dir/k$k.$SRC" --in "$dir/k$k.$TGT" --in "$dir/k$k.docs"
               --in "$DATA/dict.$SRC.txt" --in "$DATA/dict.$TGT.txt") c
-    for c in $codes; do fp+=(--in "$c"); done
+    for c in "${codes[@]}"; do fp+=(--in "$c"); done
     stage "$marker" "${fp[@]}" -- lengths_concat_subset "$k" >&2
     echo "$k"
   done

@@ -18,6 +18,7 @@ neighbours were then in other splits, and no test document was whole.) ``{split}
 verse id of each line, ``{split}.docs`` its chapter (the document id of ``concat-test``).
 """
 
+import base64
 import csv
 import hashlib
 import os
@@ -54,17 +55,33 @@ def distribution():
         f"(pip install --no-deps --target {DATA_HOME} {PACKAGE}==0.4.2)")
 
 
+REINSTALL = f"pip install --no-deps --force-reinstall --target {DATA_HOME} {PACKAGE}==0.4.2"
+
+
+def installed_file(dist, rel: str) -> str:
+    """The path of the package file ``rel``, checked against what pip recorded when it installed it
+    (the distribution's RECORD: size and sha256), so that a file a killed install left half-copied, or
+    one changed since, is never read as the corpus; else a one-line error saying how to reinstall."""
+    path = str(dist.locate_file(rel))
+    if not os.path.isfile(path):
+        die(f"{PACKAGE} {dist.version}: {path} is missing (this version ships no {rel}); {REINSTALL}")
+    entry = next((f for f in dist.files or () if f.as_posix() == rel), None)
+    if entry is None or entry.hash is None or entry.hash.mode != "sha256":
+        die(f"{PACKAGE} {dist.version}: its RECORD holds no sha256 of {rel}, so {path} cannot be checked; {REINSTALL}")
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").digest()
+    recorded = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
+    if (entry.size is not None and os.path.getsize(path) != entry.size) or digest != recorded:
+        die(f"{PACKAGE} {dist.version}: {path} is not the file pip installed (its size or sha256 differs from "
+            f"the RECORD: a partial or changed install); {REINSTALL}")
+    return path
+
+
 def data_files() -> Tuple[str, str, str]:
-    """(SBLGNT path, BSB NT path, package version), or a one-line error saying how to install."""
+    """(SBLGNT path, BSB NT path, package version), each checked (:func:`installed_file`), or a
+    one-line error saying how to install."""
     dist = distribution()
-    paths = []
-    for rel in (SOURCE_FILE, TARGET_FILE):
-        path = str(dist.locate_file(rel))
-        if not os.path.isfile(path):
-            die(f"{PACKAGE} {dist.version}: {path} is missing (this version ships no {rel}); "
-                f"pip install --no-deps --force-reinstall --target {DATA_HOME} {PACKAGE}==0.4.2")
-        paths.append(path)
-    return paths[0], paths[1], dist.version
+    return installed_file(dist, SOURCE_FILE), installed_file(dist, TARGET_FILE), dist.version
 
 
 def _rows(path: str):

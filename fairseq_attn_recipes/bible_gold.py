@@ -16,14 +16,12 @@ line is those verses' words; a link between two verses is kept when both are on 
 """
 
 import json
-import os
 import re
 from typing import Dict, List, Sequence, Set, Tuple
 
 from fairseq_attn_records.output_files import write_lines
 
-from .bible import DATA_HOME, PACKAGE, _rows, data_files, distribution
-from .step_inputs import die
+from .bible import PACKAGE, _rows, data_files, distribution, installed_file
 
 ALIGNMENT_FILE = "data/eng/alignments/BSB/SBLGNT-BSB-manual.json"
 
@@ -85,12 +83,7 @@ class BibleGold:
 def package_files() -> Tuple[str, str, str]:
     """(SBLGNT.tsv, nt_BSB.tsv, the alignment json) of the installed package, or a one-line error."""
     sblgnt, bsb, _ = data_files()  # where the package is (its data home) and its token files
-    dist = distribution()
-    path = str(dist.locate_file(ALIGNMENT_FILE))
-    if not os.path.isfile(path):
-        die(f"{PACKAGE} {dist.version}: {path} is missing; pip install --no-deps --force-reinstall "
-            f"--target {DATA_HOME} {PACKAGE}==0.4.2")
-    return sblgnt, bsb, path
+    return sblgnt, bsb, installed_file(distribution(), ALIGNMENT_FILE)
 
 
 def gold_lines(gold: BibleGold, verses_of_lines: Sequence[Sequence[str]], src_lines: Sequence[str],

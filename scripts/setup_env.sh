@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+# .venv/.created: written once the venv (pip included) is made; a set-up killed while making it
+# makes it again over what it left (python -m venv on an existing folder keeps what is installed)
+[[ -x .venv/bin/python && -f .venv/.created ]] || { "$PY" -m venv .venv && touch .venv/.created; }
 . .venv/bin/activate
 pyver=$(python -c 'import sys; print("%d%02d" % sys.version_info[:2])')
 # pip's expected noise: local-index warnings, and the resolver reminding us that
@@ -16,7 +18,12 @@ pipq() {
 # fairseq 0.12.2 does not import on Python >= 3.11; ve-fairseq 0.12.3 is fairseq main with the
 # minimal fix. --no-deps: its torchaudio requirement drags in another torch; requirements.txt
 # lists what it needs instead.
-if ! python -c 'import fairseq' 2>/dev/null; then
+# Installed unless a fairseq distribution has pip's INSTALLER file (pip writes it after every file of
+# the package, so a fairseq a killed install left half-copied is installed again) and imports.
+if ! python -c 'import importlib.metadata as m, sys
+sys.exit(not any(d.metadata["Name"].lower() in ("fairseq", "ve-fairseq") and d.read_text("INSTALLER")
+                 for d in m.distributions()))
+import fairseq' 2>/dev/null; then
   if (( pyver >= 311 )); then pipq --no-deps "ve-fairseq==0.12.3"; else pipq --no-deps "fairseq==0.12.2"; fi
 fi
 # One resolve for torch, fairseq's needs, this package and the comet extra (one pip call instead
@@ -49,7 +56,13 @@ bible_home=.venv/share/bible-alignments
 if python -c 'import importlib.metadata as m; m.distribution("bible-alignments")' 2>/dev/null; then
   python -m pip uninstall -y -q bible-alignments
 fi
-[[ -d $bible_home/data/sources ]] || pipq --no-deps --target "$bible_home" "bible-alignments==0.4.2"
+# Installed beside it, then renamed into place: a set-up killed part-way leaves no half-copied data
+# there (the recipes check each data file against the package's RECORD too, fairseq_attn_recipes/bible.py).
+if [[ ! -d $bible_home/data/sources ]]; then
+  rm -rf "$bible_home.partial" "$bible_home"  # a killed set-up's leftovers: set-up alone writes here
+  pipq --no-deps --target "$bible_home.partial" "bible-alignments==0.4.2"
+  mv "$bible_home.partial" "$bible_home"
+fi
 # the install imports (fairseq as the package's commands import it: scikit-learn deferred, 1 s less)
 python -c 'from fairseq_attn_records.fairseq_import import import_fairseq; import_fairseq()
 import fairseq_attn_plugins, fairseq, torch; print("ready: torch", torch.__version__, "fairseq", fairseq.__version__)' 2>&1 | grep -v tensorboardX

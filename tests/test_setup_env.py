@@ -33,3 +33,36 @@ def test_setup_py_is_a_shim_over_pyproject():
     p = subprocess.run([sys.executable, "setup.py", "--name", "--version"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == [project["name"], project["version"]]
+
+
+def test_a_corpus_file_not_as_pip_installed_it_is_refused(tmp_path, capsys):
+    """bible.installed_file: a package file is read only when its size and sha256 are those pip recorded
+    (RECORD), so that a file a killed install left half-copied is never taken for the corpus."""
+    import base64
+    import hashlib
+    from importlib import metadata
+
+    text = "".join(f"n4000100{i}\tword{i}\n" for i in range(1, 200)).encode()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.tsv").write_bytes(text)
+    info = tmp_path / "fake_corpus-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-corpus\nVersion: 1.0\n")
+    b64 = base64.urlsafe_b64encode(hashlib.sha256(text).digest()).rstrip(b"=").decode()
+    (info / "RECORD").write_text(f"data/x.tsv,sha256={b64},{len(text)}\nfake_corpus-1.0.dist-info/RECORD,,\n")
+    dist = next(iter(metadata.distributions(name="fake-corpus", path=[str(tmp_path)])))
+    assert bible.installed_file(dist, "data/x.tsv") == str(tmp_path / "data" / "x.tsv")
+
+    def refused(rel, says):
+        with pytest.raises(SystemExit) as e:
+            bible.installed_file(dist, rel)
+        err = capsys.readouterr().err
+        assert e.value.code == 1 and err.count("\n") == 1 and says in err and "--force-reinstall" in err, err
+
+    (tmp_path / "data" / "x.tsv").write_bytes(text[: len(text) // 2])  # a copy cut short
+    refused("data/x.tsv", "is not the file pip installed")
+    (tmp_path / "data" / "x.tsv").write_bytes(text.replace(b"word7", b"wordX"))  # the same size, changed
+    refused("data/x.tsv", "is not the file pip installed")
+    (tmp_path / "data" / "y.tsv").write_bytes(text)
+    refused("data/y.tsv", "RECORD holds no sha256 of data/y.tsv")
+    refused("data/z.tsv", "is missing")

@@ -135,7 +135,8 @@ def test_segmentwise_rows_and_seed_aggregation_against_plain_computations(withou
             p = paired_tests(refs2, [("seg", plain), ("joined", joined)], bs_samples=BS, ar_trials=AR)["systems"][1]
             t = seg["tests"]["bleu"][i]
             assert (t["p_bootstrap"], t["p_ar"]) == (p["p_bootstrap"], p["p_ar"])
-            assert t["mark"] == ("" if plain == joined else significance_mark([p["p_bootstrap"], p["p_ar"]]))
+            equal = plain == joined or joined_bleus[-1] == bleus[-1]  # no difference, no direction: no mark
+            assert t["mark"] == ("" if equal else significance_mark([p["p_bootstrap"], p["p_ar"]]))
             assert abs(t["delta"] - (joined_bleus[-1] - bleus[-1])) < 1e-9
         got = torch.tensor([seg["scores"]["bleu"], seg["std"]["bleu"], seg["scores"]["chrf"], seg["std"]["chrf"],
                             seg["length_ratio"], seg["length_ratio_std"], seg["delta"]["bleu"]], dtype=torch.float64)
@@ -198,3 +199,18 @@ def test_training_conditions_difference_tests_every_seed_pair(tmp_path, without)
                      bs_samples=BS, ar_trials=AR)["systems"][1]
     assert (pair["p_bootstrap"], pair["p_ar"]) == (p["p_bootstrap"], p["p_ar"])
     assert "Concatenation training minus" in out_md.read_text() and "TRAIN_CONCAT=2" in out_md.read_text()
+
+
+def test_equal_scores_get_no_mark_whatever_sacrebleus_p_value():
+    """sacreBLEU counts the trials whose difference exceeds the observed one, so two different outputs
+    with the same score (both BLEU 0.0 here) get p = 1 / (trials + 1); a pair's mark needs a direction."""
+    from fairseq_attn_reports.segmentwise import pair_mark
+
+    refs = [f"the {w} sat on the mat" for w in ("cat", "dog", "hen", "fox")] * 10
+    a, b = ["qqq"] * len(refs), ["zzz zzz"] * len(refs)  # no character in common with the references
+    cell = paired_tests(refs, [("a", a), ("b", b)], bs_samples=BS, ar_trials=AR)["systems"][1]["scores"]["bleu"]
+    assert cell["score"] == sacrebleu.corpus_bleu(a, [refs]).score == 0.0
+    assert cell["p_bootstrap"] == cell["p_ar"] == 1 / (BS + 1)  # sacreBLEU's p-value of a zero difference
+    assert significance_mark([cell["p_bootstrap"], cell["p_ar"]]) == "**"
+    assert pair_mark(cell, 0.0) == ""
+    assert pair_mark(cell, 0.5) == "**"  # a difference with these p-values is marked

@@ -153,9 +153,10 @@ def training_note(prepare: Dict) -> str:
     if joined:
         how = ("consecutive pairs of one document" if joined.get("documents") else
                f"random pairs (seed {joined.get('seed')}, no document ids)")
-        ks = ", ".join(f"{c['n']} of {k} pairs" for k, c in joined["k"].items())
+        ks = ", ".join(f"k = {k}: {c['n']:,}" for k, c in joined["k"].items())
         out += (f", and TRAIN_CONCAT={settings.get('TRAIN_CONCAT')}: each also joined with {how}, the joined pairs "
-                f"added ({ks}; the cap applies to the original pairs, a joined pair has up to k times as many words)")
+                f"added ({ks} joined pairs; the cap applies to the original pairs, a joined pair has up to k times "
+                f"as many words)")
     return out + "."
 
 

@@ -189,6 +189,7 @@ def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
     from fairseq_attn_reports.by_concat import training_note
     note = training_note(rec)
     assert f"at most {cap} source words" in note and "TRAIN_CONCAT=2" in note and "consecutive pairs of one document" in note
+    assert f"the joined pairs added (k = 2: {len(windows):,} joined pairs;" in note
     # train.sh without TRAIN_CONCAT refuses it, naming it
     p = run("wmt14_en_de", "train.sh", dict(env, TRAIN_MAX_LEN=str(cap), MAX_UPDATE="1"), check=False)
     assert "TRAIN_CONCAT='2' there, TRAIN_CONCAT=None here" in one_error(p)

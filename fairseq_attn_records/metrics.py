@@ -22,8 +22,10 @@ of the run record's evaluations.
 Differences from sacreBLEU's output, each deliberate:
 
 * a system whose per-sentence statistics (or segment scores) equal the baseline's gets
-  ``p = 1.0`` and ``same_as_baseline`` (sacreBLEU counts zero differences as wins and
-  prints the smallest p, 1/(n+1), for two identical systems);
+  ``p = 1.0`` and ``same_as_baseline``, and so does one whose score equals the baseline's
+  exactly (two different outputs both at BLEU 0.0): sacreBLEU counts only the trials whose
+  difference *exceeds* the observed one, so where no trial differs it prints the smallest p,
+  1/(n+1), for a difference of 0; p = 1 is the share of trials differing by at least 0;
 * every number is a plain float: sacreBLEU computes chrF's resampled scores in float32,
   and its own ``-f json`` writer crashes on them in paired mode.
 """
@@ -290,9 +292,10 @@ def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Seq
                     cell["p_bootstrap"] = _float(res.p_value)
                 else:
                     cell["p_ar"] = _float(res.p_value)
+    base = out["systems"][0]["scores"]
     for row in out["systems"][1:]:
-        for cell in row["scores"].values():
-            if cell["same_as_baseline"]:
+        for key, cell in row["scores"].items():
+            if cell["same_as_baseline"] or cell["score"] == base[key]["score"]:  # no difference (module doc)
                 cell["p_bootstrap"] = cell["p_ar"] = 1.0
     return out
 
@@ -392,10 +395,11 @@ def ratio_paired_tests(stats: Sequence[np.ndarray], bs_samples: int = 1000, ar_t
         shuf_b = neg @ base + pos @ sys_
         ar_diffs = np.abs(_ratio(shuf_a) - _ratio(shuf_b))
         same = bool(np.array_equal(sys_, base))
+        none = same or diff == 0  # no difference: p = 1 (module doc)
         mean, ci = estimate_ci(sys_bs)
         out.append({"score": score, "bs_mean": mean, "bs_ci": ci,
-                    "p_bootstrap": 1.0 if same else _p_value(sample_diffs - sample_diffs.mean(), diff),
-                    "p_ar": 1.0 if same else _p_value(ar_diffs, diff),
+                    "p_bootstrap": 1.0 if none else _p_value(sample_diffs - sample_diffs.mean(), diff),
+                    "p_ar": 1.0 if none else _p_value(ar_diffs, diff),
                     "same_as_baseline": same})
     return out
 

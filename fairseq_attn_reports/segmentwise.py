@@ -50,12 +50,10 @@ def signed_mark(key: str, deltas_marks: Sequence[Tuple[float, str]]) -> Tuple[st
     return (mark, "B") if mark else ("", None)
 
 
-def pair_mark(cell: Dict, delta: float) -> str:
-    """The significance mark of one paired test whose scores differ by ``delta``, whichever side is
-    better; '' for identical outputs and for equal scores: sacreBLEU counts only the trials whose
-    difference *exceeds* the observed one, so a difference of exactly 0 (two outputs both at BLEU
-    0.0, say) gets p = 1 / (trials + 1), a significance that has no direction to mark."""
-    if cell.get("same_as_baseline", False) or delta == 0:
+def pair_mark(cell: Dict) -> str:
+    """The significance mark of one paired test, whichever side is better ('' for identical outputs;
+    equal scores have p = 1, :mod:`fairseq_attn_records.metrics`)."""
+    if cell.get("same_as_baseline", False):
         return ""
     return M.significance_mark([cell.get("p_bootstrap"), cell.get("p_ar")])
 
@@ -96,7 +94,7 @@ def segmentwise_cell(refs: Sequence[str], sources: Optional[Sequence[str]], k: i
             deltas.setdefault(key, []).append(j["score"] - s)
             tests.setdefault(key, []).append({"seed": seed, "segmentwise": s, "joined": j["score"],
                                               "delta": j["score"] - s, "p_bootstrap": j.get("p_bootstrap"),
-                                              "p_ar": j.get("p_ar"), "mark": pair_mark(j, j["score"] - s)})
+                                              "p_ar": j.get("p_ar"), "mark": pair_mark(j)})
     out = {"hyps": paths, "seeds": [s for s, _, _ in runs], "metrics": keys, "labels": labels,
            "scores": {}, "std": {}, "per_seed": per_seed_scores, "delta": {}, "tests": tests,
            "marks": {}, "better": {}, "length_ratio_per_seed": ratios}

@@ -55,8 +55,7 @@ def condition_difference(without: Dict, with_: Dict, tokenize: str = "13a", come
                         c = cell["scores"][key]
                         pairs.setdefault(key, []).append({
                             "seed": seed_b, "seed_without": seed_a, "delta": c["score"] - base[key]["score"],
-                            "p_bootstrap": c.get("p_bootstrap"), "p_ar": c.get("p_ar"),
-                            "mark": pair_mark(c, c["score"] - base[key]["score"])})
+                            "p_bootstrap": c.get("p_bootstrap"), "p_ar": c.get("p_ar"), "mark": pair_mark(c)})
             row = {"delta": {}, "pairs": pairs, "marks": {}, "better": {},
                    "length_ratio": [A.get("length_ratio"), B.get("length_ratio")]}
             for key, ps in pairs.items():

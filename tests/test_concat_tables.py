@@ -201,16 +201,24 @@ def test_training_conditions_difference_tests_every_seed_pair(tmp_path, without)
     assert "Concatenation training minus" in out_md.read_text() and "TRAIN_CONCAT=2" in out_md.read_text()
 
 
-def test_equal_scores_get_no_mark_whatever_sacrebleus_p_value():
+def test_equal_scores_have_p_one_and_no_mark():
     """sacreBLEU counts the trials whose difference exceeds the observed one, so two different outputs
-    with the same score (both BLEU 0.0 here) get p = 1 / (trials + 1); a pair's mark needs a direction."""
+    with the same score (both BLEU 0.0 here, in every resample) get p = 1 / (trials + 1) from it; a
+    difference of 0 has p = 1 (every trial differs by at least 0), and so no mark."""
+    from sacrebleu.significance import PairedTest
+
+    from fairseq_attn_records import metrics as M
     from fairseq_attn_reports.segmentwise import pair_mark
 
     refs = [f"the {w} sat on the mat" for w in ("cat", "dog", "hen", "fox")] * 10
     a, b = ["qqq"] * len(refs), ["zzz zzz"] * len(refs)  # no character in common with the references
     cell = paired_tests(refs, [("a", a), ("b", b)], bs_samples=BS, ar_trials=AR)["systems"][1]["scores"]["bleu"]
-    assert cell["score"] == sacrebleu.corpus_bleu(a, [refs]).score == 0.0
-    assert cell["p_bootstrap"] == cell["p_ar"] == 1 / (BS + 1)  # sacreBLEU's p-value of a zero difference
-    assert significance_mark([cell["p_bootstrap"], cell["p_ar"]]) == "**"
-    assert pair_mark(cell, 0.0) == ""
-    assert pair_mark(cell, 0.5) == "**"  # a difference with these p-values is marked
+    assert cell["score"] == sacrebleu.corpus_bleu(a, [refs]).score == 0.0 and not cell["same_as_baseline"]
+    theirs = PairedTest([("a", a), ("b", b)], {"BLEU": sacrebleu.BLEU()}, references=[refs], test_type="bs",
+                        n_samples=BS)()[1]["BLEU"][1].p_value
+    assert theirs == 1 / (BS + 1)  # sacreBLEU's p-value of a zero difference where no resample differs
+    assert cell["p_bootstrap"] == cell["p_ar"] == 1.0 and pair_mark(cell) == ""
+    # the segment-mean metrics (COMET) alike: equal means of different segment scores
+    base, mean = M.paired_mean_tests([("a", [0.2, 0.4] * 20), ("b", [0.4, 0.2] * 20)], BS, AR)
+    assert mean["score"] == base["score"]
+    assert mean["p_bootstrap"] == mean["p_ar"] == 1.0 and not mean["same_as_baseline"]

@@ -68,8 +68,11 @@ def installed_file(dist, rel: str) -> str:
     entry = next((f for f in dist.files or () if f.as_posix() == rel), None)
     if entry is None or entry.hash is None or entry.hash.mode != "sha256":
         die(f"{PACKAGE} {dist.version}: its RECORD holds no sha256 of {rel}, so {path} cannot be checked; {REINSTALL}")
+    h = hashlib.sha256()
     with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").digest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.digest()
     recorded = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
     if (entry.size is not None and os.path.getsize(path) != entry.size) or digest != recorded:
         die(f"{PACKAGE} {dist.version}: {path} is not the file pip installed (its size or sha256 differs from "

@@ -26,6 +26,7 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Tuple
 
+from .fingerprints import file_digest
 from .step_inputs import die
 
 PACKAGE = "bible-alignments"
@@ -68,13 +69,9 @@ def installed_file(dist, rel: str) -> str:
     entry = next((f for f in dist.files or () if f.as_posix() == rel), None)
     if entry is None or entry.hash is None or entry.hash.mode != "sha256":
         die(f"{PACKAGE} {dist.version}: its RECORD holds no sha256 of {rel}, so {path} cannot be checked; {REINSTALL}")
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    digest = h.digest()
-    recorded = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4))
-    if (entry.size is not None and os.path.getsize(path) != entry.size) or digest != recorded:
+    got = file_digest(path)
+    recorded = base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4)).hex()
+    if (entry.size is not None and got["bytes"] != entry.size) or got["sha256"] != recorded:
         die(f"{PACKAGE} {dist.version}: {path} is not the file pip installed (its size or sha256 differs from "
             f"the RECORD: a partial or changed install); {REINSTALL}")
     return path

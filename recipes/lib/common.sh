@@ -370,6 +370,7 @@ prepare_main() {
   stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
   local where=$DATA; [[ $DATA_KEYED == 0 ]] || where="$DATA -> $(readlink "$DATA")"
   log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning${TRAIN_CONCAT:+, $(wc -l < "$train_pref.$SRC") with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT})"
+  PREPARED_DATA=$(readlink -f "$DATA")  # read under the lock: another prepare may repoint data-bin after it
   exec {PREPARE_LOCK}>&-  # released: a study that trains after preparing holds no lock
 }
 

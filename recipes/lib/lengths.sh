@@ -171,7 +171,7 @@ lengths_main() {
   # 1. the capped training set of each condition (its own data folder; the test set stays whole)
   for c in "${conds[@]}"; do
     local d
-    d=$(TRAIN_CONCAT=$c; prepare_main >&2; readlink -f "$DATA") || exit 1
+    d=$(TRAIN_CONCAT=$c; prepare_main >&2; echo "$PREPARED_DATA") || exit 1
     datas+=("$d")
   done
   recipe_defaults

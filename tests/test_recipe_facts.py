@@ -239,6 +239,34 @@ def test_length_study_joins_each_conditions_test_set_in_its_own_folder(tmp_path)
         assert (folder / "k2.tgt").read_text().splitlines() == [" ".join(tgt[i] for i in g) for g in groups]
 
 
+def test_length_study_tables_wait_for_another_study_writing_them(tmp_path):
+    """Steps 4-5 of lengths.sh: a second study of the same LENGTHS_DIR (its SEEDS split over two
+    processes) waits while the first writes the tables, says so in one line, and goes on once the first
+    ends; a study alone takes the lock at once (the real flock of the recipe, held here as a study does)."""
+    import fcntl
+    import time
+
+    script = (f'. {ROOT}/recipes/lib/lengths.sh\nLENGTHS_DIR="{tmp_path}"\n'
+              'lengths_tables_lock; echo "tables $(date +%s.%N)"')
+    alone = _bash_env(script, {})
+    assert alone.returncode == 0 and alone.stdout.startswith("tables "), alone.stderr
+    assert "waiting" not in alone.stderr, alone.stderr
+    full = f'RECIPE_DIR={ROOT}/recipes/bible_grc_en; PYTHON={sys.executable}; . {ROOT}/recipes/lib/common.sh\n{script}'
+    with open(tmp_path / ".tables.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the first study's table step holds it
+        second = subprocess.Popen(["bash", "-c", full], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        assert second.poll() is None, "the second study did not wait for the lock"
+        released = time.time()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    said = [line for line in err.splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].endswith(f"waiting: another study writes its tables in {tmp_path} "
+                                               f"(it holds {tmp_path}/.tables.lock)"), err
+    assert float(out.split()[1]) >= released
+
+
 def test_paper_quick_exports_its_profile():
     """table1.sh / figure2.sh with QUICK=1: the paper-quick profile, exported (the runs are subshells)."""
     quick = profiles.PROFILES["paper-quick"]

@@ -198,6 +198,7 @@ lengths_main() {
   lengths_train_all
 
   # 4-5. the tables of each condition, then their difference
+  lengths_tables_lock
   for ci in "${!conds[@]}"; do
     lengths_report "${cond_dirs[$ci]}" "${datas[$ci]}" "${ks[@]}"
   done
@@ -207,6 +208,15 @@ lengths_main() {
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
   fi
+}
+
+lengths_tables_lock() {  # two studies of one LENGTHS_DIR (e.g. its SEEDS split over two processes) write
+  # the same tables and read each other's: one at a time, the other waits (the last to end leaves the tables
+  # of its SEEDS). The lock is held until the process ends, so a killed study blocks nothing
+  exec {TABLES_LOCK}>"$LENGTHS_DIR/.tables.lock"
+  flock -n "$TABLES_LOCK" && return 0
+  log "waiting: another study writes its tables in $LENGTHS_DIR (it holds $LENGTHS_DIR/.tables.lock)"
+  flock "$TABLES_LOCK"
 }
 
 lengths_train_all() {  # step 3 of lengths_main (its names, archs, conds, cond_dirs, datas, lines, ks):

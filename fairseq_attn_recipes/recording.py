@@ -134,15 +134,13 @@ def check_model_flags(cfg) -> None:
     arch = vars(cfg.model).get("arch") if isinstance(cfg.model, argparse.Namespace) else None
     if not is_attn_arch(arch):
         return  # fairseq's own models: checked when fairseq builds them
-    import torch
 
     from fairseq_attn_core.backends import flex
 
     try:
         ARCH_MODEL_REGISTRY[arch].check_args(cfg.model)
         # training on CPU with --attn-backend flex: refused here, before the record is written
-        cpu = bool(cfg.common.cpu) or not torch.cuda.is_available()
-        flex.check_training_device(vars(cfg.model).get("attn_backend") or "auto", cpu)
+        flex.check_training_device(vars(cfg.model).get("attn_backend") or "auto", trains_on_cpu(cfg))
     except PieceConfigError as e:
         raise RecordError(str(e)) from None
 
@@ -152,6 +150,22 @@ def never_trained(run_dir: str, rec: Dict) -> bool:
     before its first save): no run yet, replaced by the next start rather than compared with it."""
     saved = any(CHECKPOINT_NAME.fullmatch(name) for name in os.listdir(run_dir))
     return not saved and not any(t.get("finished") for t in rec.get("trainings") or [])
+
+
+def trains_on_cpu(cfg) -> bool:
+    """fairseq trains on the CPU with --cpu, or where torch sees no GPU."""
+    import torch
+    return bool(cfg.common.cpu) or not torch.cuda.is_available()
+
+
+def cpu_threads(cfg) -> Optional[int]:
+    """The threads a CPU training computes with (torch's, from OMP_NUM_THREADS that train.sh sets from
+    CPU_THREADS); None on GPUs. On CPU the thread count changes the order of floating-point sums, so the
+    same seed with other threads is another, equally valid, model: the record says which."""
+    if not trains_on_cpu(cfg):
+        return None
+    import torch
+    return torch.get_num_threads()
 
 
 def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool:
@@ -216,6 +230,7 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
                                  "world_size": new["batch"]["world_size"], "update_freq": new["batch"]["update_freq"],
                                  "started": now(), "finished": None, "code": rec["code"],
                                  "argv": launch_key(argv) if argv is not None else None,
+                                 "cpu_threads": cpu_threads(cfg),
                                  "adopted_from_checkpoints": adopted or None})
         save(run_dir, rec)
     return True

@@ -20,7 +20,8 @@ Layout (``"format": 1``)::
       "data": {"path", "data_id", "settings", "train_pairs"},   # the data-bin's fingerprint
       "code": {"fairseq_attn_plugins", "git_commit", "git_dirty", "fairseq", "torch", "python"},
       "trainings": [{"max_update", "from_update", "to_update", "world_size", "update_freq",
-                     "started", "finished", "code", "argv"}],  # one per train.sh that trained
+                     "started", "finished", "code", "argv",
+                     "cpu_threads"}],  # one per train.sh that trained; cpu_threads None on GPUs
       "checkpoints": {"checkpoint_2_54.pt": {"num_updates": 54, "epoch": 2, ...}, ...},
       "num_updates": 54,              # the newest checkpoint's
       "evaluations": {                # one per subset; test and valid never share a file

@@ -239,10 +239,12 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
         assert record()["num_updates"] == 2 and len(record()["trainings"]) == 1  # nothing trained
     p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
     assert "trained before to MAX_UPDATE=2 with the same settings: skipped" in p.stderr
-    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4"))  # the same run, longer: resumes
+    # the same run, longer, with other threads: resumes, and each start records the threads it computed with
+    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4", CPU_THREADS="2"))
     assert f"resuming from {save}/checkpoint_last.pt" in p.stdout  # the training step's output (train.log too)
     rec = record()
     assert [(t["max_update"], t["from_update"], t["to_update"]) for t in rec["trainings"]] == [(2, 0, 2), (4, 2, 4)]
+    assert [t["cpu_threads"] for t in rec["trainings"]] == [1, 2]  # run() sets OMP_NUM_THREADS=1
     log = open(os.path.join(save, "train.log"), encoding="utf-8").read()
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
     assert '"train_num_updates": "4"' in log

@@ -222,7 +222,9 @@ def format_markdown(concat: Dict) -> str:
               f"(sacreBLEU's PairedTest, {first['bs_samples']} resamples / {first['ar_trials']} trials); "
               f"{rule_text}; p-values in lengths.json (concat).{std}",
               "Len. ratio: output / reference length in tokens (sacreBLEU's sys_len / ref_len); below 1 the "
-              "outputs are shorter than the references."]
+              "outputs are shorter than the references.",
+              "Compare scores within a k, not across: BLEU and chrF++ match n-grams anywhere within a segment, "
+              "so the same outputs score higher joined into longer segments."]
     if has_seg:
         lines.append("Segment by segment: the same system's outputs of the k segments translated one by one "
                      "(its k = 1 outputs) joined as the inputs were, scored against the joined references.")

@@ -162,6 +162,7 @@ def test_segmentwise_rows_and_seed_aggregation_against_plain_computations(withou
     assert f"{good['scores']['bleu']:.2f} ± {good['std']['bleu']:.2f} |" in md
     assert f"{good['delta']['bleu']:+.2f}{good['marks']['bleu']} |" in md
     assert "Joined input minus segment by segment" in md and "mean ± sample standard deviation" in md
+    assert "Compare scores within a k, not across" in md  # n-grams match anywhere within a joined segment
 
 
 def test_training_conditions_difference_tests_every_seed_pair(tmp_path, without):

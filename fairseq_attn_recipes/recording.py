@@ -162,10 +162,8 @@ def cpu_threads(cfg) -> Optional[int]:
     """The threads a CPU training computes with (torch's, from OMP_NUM_THREADS that train.sh sets from
     CPU_THREADS); None on GPUs. On CPU the thread count changes the order of floating-point sums, so the
     same seed with other threads is another, equally valid, model: the record says which."""
-    if not trains_on_cpu(cfg):
-        return None
     import torch
-    return torch.get_num_threads()
+    return torch.get_num_threads() if trains_on_cpu(cfg) else None
 
 
 def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool:

@@ -68,9 +68,9 @@ def main(argv=None) -> int:
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if rank0 and cfg.common.cpu:
-        import torch
-        print(f"CPU: torch computes with {torch.get_num_threads()} threads per process "
+    threads = recording.cpu_threads(cfg)  # what the run record says of this start
+    if rank0 and threads is not None:
+        print(f"CPU: torch computes with {threads} threads per process "
               f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}; the recipes' CPU_THREADS)", file=sys.stderr)
     last = os.path.join(cfg.checkpoint.save_dir, "checkpoint_last.pt")
     if rank0 and os.path.isfile(last):  # said only once the record accepted the run (a refusal resumes nothing)

@@ -16,12 +16,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = [sys.executable, "-m", "fairseq_attn_recipes"]
 
 
-def _bash_env(script: str, extra: dict) -> subprocess.CompletedProcess:
-    """A bash snippet run with recipes/lib/common.sh sourced (as a recipe's env.sh does it)."""
+def _bash_args(script: str, extra: dict) -> dict:
+    """The arguments that run a bash snippet with recipes/lib/common.sh sourced (as a recipe's env.sh
+    does it), in an environment without the recipe settings of this shell."""
     full = f'RECIPE_DIR={ROOT}/recipes/bible_grc_en; PYTHON={sys.executable}; . {ROOT}/recipes/lib/common.sh\n{script}'
     env = {k: v for k, v in os.environ.items() if k not in ("MAX_UPDATE", "LR", "MODEL_ARGS", "TOKENIZER_ZH", "BPE_MERGES",
                                                             "QUICK_SIZES", "QUICK_BPE_MERGES", "WORK", "QUICK")}
-    return subprocess.run(["bash", "-c", full], capture_output=True, text=True, env={**env, **extra})
+    return {"args": ["bash", "-c", full], "text": True, "env": {**env, **extra}}
+
+
+def _bash_env(script: str, extra: dict) -> subprocess.CompletedProcess:
+    """A bash snippet run with recipes/lib/common.sh sourced, to its end."""
+    return subprocess.run(**_bash_args(script, extra), capture_output=True)
 
 
 @pytest.mark.parametrize("name", sorted(profiles.PROFILES))
@@ -251,10 +257,9 @@ def test_length_study_tables_wait_for_another_study_writing_them(tmp_path):
     alone = _bash_env(script, {})
     assert alone.returncode == 0 and alone.stdout.startswith("tables "), alone.stderr
     assert "waiting" not in alone.stderr, alone.stderr
-    full = f'RECIPE_DIR={ROOT}/recipes/bible_grc_en; PYTHON={sys.executable}; . {ROOT}/recipes/lib/common.sh\n{script}'
     with open(tmp_path / ".tables.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the first study's table step holds it
-        second = subprocess.Popen(["bash", "-c", full], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        second = subprocess.Popen(**_bash_args(script, {}), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         time.sleep(1.0)
         assert second.poll() is None, "the second study did not wait for the lock"
         released = time.time()

@@ -220,12 +220,12 @@ check_train_concat() {
 check_train_docs() {
   [[ -n ${TRAIN_DOCS:-} ]] || return 0
   [[ -f $TRAIN_DOCS ]] || die "TRAIN_DOCS=$TRAIN_DOCS: no such file (one document id per training line)"
-  if [[ -n ${TRAIN_SRC:-} && -f $TRAIN_SRC ]]; then train_docs_lines "$TRAIN_DOCS" "$TRAIN_SRC" TRAIN_SRC; fi
+  if [[ -n ${TRAIN_SRC:-} && -f $TRAIN_SRC ]]; then train_docs_lines "$TRAIN_DOCS" "$TRAIN_SRC" "TRAIN_SRC=$TRAIN_SRC"; fi
 }
 
-train_docs_lines() {  # train_docs_lines DOCS SOURCE WHAT: one document id per line of SOURCE
+train_docs_lines() {  # train_docs_lines DOCS SOURCE NAMED: one document id per line of SOURCE (NAMED: how it is named)
   local nd ns; nd=$(wc -l < "$1"); ns=$(wc -l < "$2")
-  [[ $nd == "$ns" ]] || die "TRAIN_DOCS=$1: $nd lines, but the training source ($3=$2) has $ns: give one document id per training line"
+  [[ $nd == "$ns" ]] || die "TRAIN_DOCS=$1: $nd lines, but the training source ($3) has $ns: give one document id per training line"
 }
 
 # the document id of each raw training line (TRAIN_CONCAT joins pairs of one document): TRAIN_DOCS,
@@ -308,7 +308,7 @@ prepare_main() {
   if [[ -n ${TRAIN_CONCAT:-} && ${RECIPE_TRAIN_DOCS:-0} == 1 && ! -f $WORK/raw/train.docs ]]; then rm -f "$WORK/.done/raw"; fi
   stage raw "${raw_fp[@]}" -- make_raw
   local train_docs; train_docs=$(train_docs_file)
-  [[ -z $train_docs ]] || train_docs_lines "$train_docs" "$WORK/raw/train.$SRC" "the raw training source"
+  [[ -z $train_docs ]] || train_docs_lines "$train_docs" "$WORK/raw/train.$SRC" "$WORK/raw/train.$SRC"
   [[ $(words_counted_on "$SRC") == tokenised ]] || cap_check "$WORK/raw/train.$SRC"
   # 3. tokenise, 4. (joint) BPE, 5. clean by length and ratio, 6. binarise
   for l in "$SRC" "$TGT"; do

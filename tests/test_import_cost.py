@@ -79,7 +79,7 @@ def test_importing_the_plugin_loads_no_dynamo(stages):
 
 def test_importing_every_module_of_the_core_plugin_and_recipes_loads_no_dynamo(stages):
     out = stage(stages, "every")
-    assert {"fairseq_attn_core.backends.flex", "fairseq_attn_core.backends.distance_flex",
+    assert {"fairseq_attn_core.backends.flex", "fairseq_attn_core.backends.distance.flex_forms",
             "fairseq_attn_plugins.integration.trainer_checks", "fairseq_attn_recipes.recording"} \
         <= set(out["modules"])
     assert out["compiler"] == []

@@ -6,7 +6,7 @@ declares what it supports as data, read by one ``not_supported_reasons``
 layer's only piece declares (``AttentionPiece.distance_terms``: :mod:`.distance`, one kernel
 family; each path takes one property of the terms' form):
 
-1. ``flex piece`` (:mod:`.distance_flex`): the terms through flex_attention (a value table or
+1. ``flex piece`` (:mod:`.distance.flex_forms`): the terms through flex_attention (a value table or
    fixed slopes: relpos kv/tied, alibi), no (B, H, T, S) tensor;
 2. ``flex band`` (:mod:`.flex`): a band-masked layer (a piece declares ``band_half``: CSAN
    windows) through block-sparse flex_attention, the blocks outside the band skipped;
@@ -15,7 +15,7 @@ family; each path takes one property of the terms' form):
    kernel (CPU; CUDA: training calls of relpos kv/tied);
 4. ``query blocks`` (:mod:`.blocks`): a value table (relpos kv/tied): the whole attention in
    query blocks (CPU: what the region split does not run);
-5. ``distance bias`` (:mod:`.distance_bias`): a bias of the distance alone (t5bias, alibi): an
+5. ``distance bias`` (:mod:`.distance.bias_path`): a bias of the distance alone (t5bias, alibi): an
    encoder self-attention through torch's fused kernel with the bias as its mask and a
    blocked backward (CPU; CUDA: training calls of t5bias);
 6. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
@@ -47,8 +47,8 @@ from . import flex
 from .base import CPU, CUDA, Call, Layer, Path, Run  # noqa: F401  (re-exported)
 from .blocks import QueryBlocks
 from .distance import DistanceForm, DistanceTerms  # noqa: F401  (re-exported)
-from .distance_bias import DistanceBias
-from .distance_flex import FlexPiece
+from .distance.bias_path import DistanceBias
+from .distance.flex_forms import FlexPiece
 from .explicit import Explicit
 from .flex import FlexBand
 from .local import BlockLocal

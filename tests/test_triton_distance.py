@@ -1,0 +1,54 @@
+"""The Triton kernels of the distance terms (fairseq_attn_core/backends/distance/triton_*.py)
+under Triton's CPU interpreter (a child process: triton_interpreter.py), against the float64
+references of distance_refs.py: output and the gradients of q, k, v and the bias table, in
+float64, tolerance 1e-9 (the cases: triton_cases.py). fp16 / bf16 run on a GPU only (the
+interpreter's bf16 tl.dot is wrong): benchmarks/gpu_checks.sh.
+"""
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import triton_cases
+from distance_refs import alibi64, t5bias64
+from fairseq_attn_core.pieces.alibi import alibi_slopes
+from triton_interpreter import run_interpreted, skip_without_triton
+
+TOL = dict(rtol=1e-9, atol=1e-9)
+# one worker runs the cases of one child process
+pytestmark = [pytest.mark.xdist_group("triton_interpreter"), skip_without_triton]
+
+
+@pytest.fixture(scope="module")
+def bias_results(tmp_path_factory):
+    return run_interpreted(tmp_path_factory.mktemp("triton") / "bias.pt", "bias")
+
+
+def reference(case, x):
+    method, T, causal, _ = case
+    H = triton_cases.H
+    leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v")]
+    if method == "t5bias":
+        leaves.append(x["table"].clone().requires_grad_(True))
+        out = t5bias64(*leaves, triton_cases.BUCKETS, triton_cases.MAX_DISTANCE, x["scale"], x["kpm"],
+                       causal=causal)[0]
+    else:
+        out = alibi64(*leaves, alibi_slopes(H), x["scale"], x["kpm"], causal=causal)[0]
+    return out.detach(), torch.autograd.grad(out, leaves, x["dout"])
+
+
+@pytest.mark.parametrize("index", range(len(triton_cases.CASES["bias"])),
+                         ids=["-".join(map(str, c)) for c in triton_cases.CASES["bias"]])
+def test_bias_kernel_matches_float64_reference(bias_results, index):
+    case = triton_cases.CASES["bias"][index]
+    x = triton_cases.inputs(case, seed=index)
+    got = bias_results[index]
+    expected_out, expected = reference(case, x)
+    assert_close(got["out"], expected_out, **TOL)
+    if case[3] == "empty":  # the sentence without keys: zeros, not NaN
+        assert torch.equal(got["out"][1], torch.zeros_like(got["out"][1]))
+    assert len(got["grads"]) == len(expected)
+    for name, a, e in zip(("q", "k", "v", "table"), got["grads"], expected):
+        if case[1] > 1 or name == "v":  # one key: zero gradients but v's
+            assert e.abs().max() > 0, name  # the comparison is not vacuous
+        assert_close(a, e, **TOL, msg=lambda m: f"d{name}: {m}")

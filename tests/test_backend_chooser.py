@@ -209,20 +209,20 @@ def test_auto_takes_the_triton_path_on_cuda_only_for_the_policy_s_triton_forms()
     call = cuda_training_call("encoder", 512)
     t5 = make_attention(make_args("t5bias"), side="encoder")
     assert path_name(t5, **call) == "distance bias"  # today's CUDA path, unchanged
-    why = backends.reasons(t5._layer, backends.Call(**call))["triton bias"]
+    why = backends.reasons(t5._layer, backends.Call(**call))["triton distance"]
     assert "distance terms not among the policy's triton_forms (none: unmeasured on a GPU)" in why
     policy = backends.Policy(triton_forms=("learned_bias",))
     t5_triton = make_attention(make_args("t5bias"), side="encoder", policy=policy)
     if importlib.util.find_spec("triton") is not None:
-        assert path_name(t5_triton, **call) == "triton bias"
-        assert path_name(t5_triton, **{**call, "backward": False, "tgt_len": 5, "src_len": 5}) == "triton bias"
+        assert path_name(t5_triton, **call) == "triton distance"
+        assert path_name(t5_triton, **{**call, "backward": False, "tgt_len": 5, "src_len": 5}) == "triton distance"
     else:
-        assert "triton is not installed" in " ".join(backends.reasons(t5_triton._layer, backends.Call(**call))["triton bias"])
-    cpu = backends.reasons(t5_triton._layer, backends.Call(**{**call, "on_cuda": False}))["triton bias"]
+        assert "triton is not installed" in " ".join(backends.reasons(t5_triton._layer, backends.Call(**call))["triton distance"])
+    cpu = backends.reasons(t5_triton._layer, backends.Call(**{**call, "on_cuda": False}))["triton distance"]
     assert "on cpu (taken on cuda only)" in cpu
     alibi = make_attention(make_args("alibi"), side="encoder", policy=policy)  # a bias, but not learned
     assert path_name(alibi, **call) == "fused"
     decoder = make_attention(make_args("t5bias"), side="decoder", policy=policy)
-    assert path_name(decoder, **cuda_training_call("decoder", 512)) != "triton bias"
+    assert path_name(decoder, **cuda_training_call("decoder", 512)) != "triton distance"
     with pytest.raises(ValueError, match="Policy.triton_forms must be a tuple of"):
         backends.Policy(triton_forms=("values",))

@@ -1,7 +1,7 @@
 """The Triton kernels of the distance terms (fairseq_attn_core/backends/distance/triton_*.py)
 under Triton's CPU interpreter (a child process: triton_interpreter.py), against the float64
-references of distance_refs.py: output and the gradients of q, k, v and the bias table, in
-float64, tolerance 1e-9 (the cases: triton_cases.py). fp16 / bf16 run on a GPU only (the
+references of distance_refs.py: output and the gradients of q, k, v and the table (T5's
+bias table, Shaw's key table), in float64, tolerance 1e-9 (the cases: triton_cases.py). fp16 / bf16 run on a GPU only (the
 interpreter's bf16 tl.dot is wrong): benchmarks/gpu_checks.sh.
 """
 
@@ -10,7 +10,7 @@ import torch
 from torch.testing import assert_close
 
 import triton_cases
-from distance_refs import alibi64, t5bias64
+from distance_refs import alibi64, shaw64, t5bias64
 from fairseq_attn_core.pieces.alibi import alibi_slopes
 from triton_interpreter import run_interpreted, skip_without_triton
 
@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.xdist_group("triton_interpreter"), skip_without_triton
 
 
 @pytest.fixture(scope="module")
-def bias_results(tmp_path_factory):
-    return run_interpreted(tmp_path_factory.mktemp("triton") / "bias.pt", "bias")
+def results(tmp_path_factory):
+    return run_interpreted(tmp_path_factory.mktemp("triton") / "cases.pt")
 
 
 def reference(case, x):
@@ -32,17 +32,30 @@ def reference(case, x):
         leaves.append(x["table"].clone().requires_grad_(True))
         out = t5bias64(*leaves, triton_cases.BUCKETS, triton_cases.MAX_DISTANCE, x["scale"], x["kpm"],
                        causal=causal)[0]
+    elif method == "relpos_k":
+        leaves.append(x["table"].clone().requires_grad_(True))
+        out = shaw64(*leaves, None, triton_cases.CLIP[T], x["scale"], x["kpm"], causal=causal)[0]
     else:
         out = alibi64(*leaves, alibi_slopes(H), x["scale"], x["kpm"], causal=causal)[0]
     return out.detach(), torch.autograd.grad(out, leaves, x["dout"])
 
 
-@pytest.mark.parametrize("index", range(len(triton_cases.CASES["bias"])),
-                         ids=["-".join(map(str, c)) for c in triton_cases.CASES["bias"]])
-def test_bias_kernel_matches_float64_reference(bias_results, index):
-    case = triton_cases.CASES["bias"][index]
+def ids(kind):
+    return ["-".join(map(str, c)) for c in triton_cases.CASES[kind]]
+
+
+@pytest.mark.parametrize("index", range(len(triton_cases.CASES["bias"])), ids=ids("bias"))
+def test_bias_kernel_matches_float64_reference(results, index):
+    check(triton_cases.CASES["bias"][index], index, results["bias"][index])
+
+
+@pytest.mark.parametrize("index", range(len(triton_cases.CASES["keys"])), ids=ids("keys"))
+def test_shaw_key_term_matches_float64_reference(results, index):
+    check(triton_cases.CASES["keys"][index], index, results["keys"][index])
+
+
+def check(case, index, got):
     x = triton_cases.inputs(case, seed=index)
-    got = bias_results[index]
     expected_out, expected = reference(case, x)
     assert_close(got["out"], expected_out, **TOL)
     if case[3] == "empty":  # the sentence without keys: zeros, not NaN

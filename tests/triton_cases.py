@@ -1,7 +1,8 @@
 """The cases of tests/test_triton_distance.py, run by the Triton kernels in a child process
 with ``TRITON_INTERPRET=1`` (see triton_interpreter.py; not a test module). Usage:
-``python tests/triton_cases.py KIND OUT.pt``: saves, per case, the inputs, the output and the
-gradients of q, k, v and the table for one fixed output gradient.
+``python tests/triton_cases.py OUT.pt``: saves, per kind and case, the output and the
+gradients of q, k, v and the table for one fixed output gradient (the inputs are drawn from
+the case's seed: :func:`inputs` gives the tests the same ones).
 
 Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial), float64
 inputs (the kernels then accumulate in float64: the interpreter computes tl.dot in numpy).
@@ -12,10 +13,13 @@ import sys
 import torch
 
 B, H, D, BUCKETS, MAX_DISTANCE = 2, 2, 8, 8, 6
+#: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
+CLIP = {33: 3, 5: 6, 1: 2}
 
 #: kind -> (method, T, causal, padding): T = 1, 5, 33; distances beyond T5's max distance
-#: (6) at T = 33; sentence 0 left-padded (under the causal mask its first queries see no
-#: key), sentence 1 right-padded or (``empty``) every key padded
+#: (6) at T = 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
+#: (under the causal mask its first queries see no key), sentence 1 right-padded or
+#: (``empty``) every key padded
 CASES = {
     "bias": [
         ("t5bias", 33, False, "empty"),
@@ -23,6 +27,11 @@ CASES = {
         ("alibi", 33, False, "right"),
         ("alibi", 5, True, "empty"),
         ("t5bias", 1, False, "right"),
+    ],
+    "keys": [
+        ("relpos_k", 33, False, "empty"),
+        ("relpos_k", 33, True, "right"),
+        ("relpos_k", 5, False, "right"),
     ],
 }
 
@@ -43,36 +52,41 @@ def inputs(case, seed: int):
     method, T, causal, pad = case
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
-    table = torch.randn(BUCKETS, H, generator=g, dtype=torch.float64) if method == "t5bias" else None
+    table = None
+    if method == "t5bias":
+        table = torch.randn(BUCKETS, H, generator=g, dtype=torch.float64)
+    elif method == "relpos_k":
+        table = torch.randn(2 * CLIP[T] + 1, D, generator=g, dtype=torch.float64)
     dout = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
     return dict(q=q, k=k, v=v, table=table, dout=dout, kpm=padding(T, pad), scale=D ** -0.5)
 
 
-def terms_of(method: str, causal: bool, table):
+def terms_of(method: str, causal: bool, table, T: int):
     from fairseq_attn_core.backends.distance import DistanceTerms
     from fairseq_attn_core.pieces.alibi import alibi_slopes
     from fairseq_attn_core.pieces.t5bias import relative_position_bucket
     if method == "t5bias":
         return DistanceTerms(bias_table=table,
                              bucket=lambda rel: relative_position_bucket(rel, not causal, BUCKETS, MAX_DISTANCE))
+    if method == "relpos_k":
+        return DistanceTerms(key_table=table, clip=CLIP[T])
     return DistanceTerms(slopes=tuple(alibi_slopes(H)))
 
 
-def run_bias(case, seed):
+def run(case, seed):
     from fairseq_attn_core.backends.distance.triton_configs import SMALL
-    from fairseq_attn_core.backends.distance.triton_launch import bias_attention
+    from fairseq_attn_core.backends.distance.triton_launch import triton_attention
     method, T, causal, _ = case
     x = inputs(case, seed)
     leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v")]
     if x["table"] is not None:
         leaves.append(x["table"].clone().requires_grad_(True))
-    out = bias_attention(terms_of(method, causal, leaves[3] if len(leaves) > 3 else None), *leaves[:3],
+    out = triton_attention(terms_of(method, causal, leaves[3] if len(leaves) > 3 else None, T), *leaves[:3],
                          x["scale"], x["kpm"], causal, SMALL)
     grads = torch.autograd.grad(out, leaves, x["dout"])
     return dict(out=out.detach(), grads=[g.detach() for g in grads])
 
 
 if __name__ == "__main__":
-    kind, path = sys.argv[1], sys.argv[2]
-    runner = {"bias": run_bias}[kind]
-    torch.save({i: runner(case, seed=i) for i, case in enumerate(CASES[kind])}, path)
+    torch.save({kind: {i: run(case, seed=i) for i, case in enumerate(cases)} for kind, cases in CASES.items()},
+               sys.argv[1])

@@ -29,11 +29,12 @@ skip_without_triton = pytest.mark.skipif(not have_triton(),
                                          reason="triton is not installed (scripts/setup_env.sh installs it)")
 
 
-def run_interpreted(out: Path, kind: str) -> dict:
-    """Run :mod:`triton_cases` ``kind`` under the interpreter in a child process; its results."""
+def run_interpreted(out: Path) -> dict:
+    """Run every case of :mod:`triton_cases` under the interpreter in one child process (one
+    start of torch); its results, kind -> case index -> tensors."""
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "triton_cases.py"), kind, str(out)],
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "triton_cases.py"), str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return torch.load(out)

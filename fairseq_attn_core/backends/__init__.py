@@ -6,9 +6,10 @@ declares what it supports as data, read by one ``not_supported_reasons``
 layer's only piece declares (``AttentionPiece.distance_terms``: :mod:`.distance`, one kernel
 family; each path takes one property of the terms' form):
 
-1. ``triton bias`` (:mod:`.distance.triton_path`): a bias of the distance alone (t5bias,
-   alibi) through the Triton flash kernels, on CUDA with triton importable, for the forms
-   the policy's ``triton_forms`` lists (none by default: not yet timed on a GPU);
+1. ``triton distance`` (:mod:`.distance.triton_path`): a bias of the distance (t5bias, alibi)
+   or Shaw's key table (relpos k) through the Triton flash kernels, on CUDA with triton
+   importable, for the forms the policy's ``triton_forms`` lists (none by default: not yet
+   timed on a GPU);
 2. ``flex piece`` (:mod:`.distance.flex_forms`): the terms through flex_attention (a value table or
    fixed slopes: relpos kv/tied, alibi), no (B, H, T, S) tensor;
 3. ``flex band`` (:mod:`.flex`): a band-masked layer (a piece declares ``band_half``: CSAN
@@ -52,7 +53,7 @@ from .blocks import QueryBlocks
 from .distance import DistanceForm, DistanceTerms  # noqa: F401  (re-exported)
 from .distance.bias_path import DistanceBias
 from .distance.flex_forms import FlexPiece
-from .distance.triton_path import TritonBias
+from .distance.triton_path import TritonDistance
 from .explicit import Explicit
 from .flex import FlexBand
 from .local import BlockLocal
@@ -85,7 +86,7 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
     # cuda_training_forms: relpos kv/tied through the region split, t5bias through the distance
     # bias); the query blocks (the decoder) are unmeasured on CUDA and stay off it
     cuda = dict(cuda_training_forms=p.cuda_training_forms, cuda_training_min_len=p.cuda_training_min_len)
-    return (TritonBias(forms=p.triton_forms, min_len=p.triton_min_len),
+    return (TritonDistance(forms=p.triton_forms, min_len=p.triton_min_len),
             FlexPiece(devices=CUDA, trains=False),
             FlexBand(devices=CUDA, min_len=p.flex_band_min_len, trains=False),
             RegionSplit(devices=p.distance_devices, min_len=p.blocked_min_len, **cuda),

@@ -58,7 +58,7 @@ class Policy:
     #: the shortest query length of those CUDA training calls (the sweep measured 512 and 1024)
     cuda_training_min_len: int = 512
     #: on CUDA, the distance forms (properties of ``DistanceForm``: ``bias_kernel`` for t5bias
-    #: and alibi, ``learned_bias`` for t5bias alone) that ``auto`` runs through the Triton
+    #: and alibi, ``learned_bias`` for t5bias alone, ``keys`` for relpos k) that ``auto`` runs through the Triton
     #: kernels (:mod:`.distance.triton_path`), every call, from ``triton_min_len`` positions.
     #: None by default: built and tested on CPU under Triton's interpreter (2026-11-28), not
     #: yet timed on a GPU; benchmarks/gpu_checks.sh is the run that decides
@@ -86,8 +86,8 @@ class Policy:
 FORM_PROPERTIES = ("keys", "values", "learned_bias")
 
 #: the properties of a layer's ``DistanceForm`` that ``Policy.triton_forms`` may name (the
-#: Triton kernels run a bias of the distance alone)
-TRITON_FORMS = ("bias_kernel", "learned_bias")
+#: Triton kernels run a bias of the distance, or Shaw's key table without a value table)
+TRITON_FORMS = ("bias_kernel", "learned_bias", "keys")
 
 #: what every layer runs unless it is given another policy
 DEFAULT = Policy()

@@ -56,6 +56,12 @@ class DistanceForm:
         return self.bias == "buckets"
 
     @property
+    def triton(self) -> bool:
+        """What the Triton kernels run: a bias of the distance, or Shaw's key table (a value
+        table is not in them yet)."""
+        return (self.bias is not None or self.keys) and not self.values
+
+    @property
     def bias_kernel(self) -> bool:
         """A bias of the distance alone (no table read with q): the fused kernel's mask."""
         return self.bias is not None and not (self.keys or self.values)

@@ -1,14 +1,18 @@
-"""The Triton flash kernels of a distance bias (t5bias's table by bucket, alibi's slopes):
-FlashAttention-2's forward (online softmax over key tiles, the log-sum-exp saved) and its
-backward (one kernel per key tile for dk, dv and the table's partial sums, one per query
-tile for dq), the bias added per tile. Launched by :mod:`.triton_launch`, which holds the
-layout; this module imports triton and is imported only when a call runs the kernels.
+"""The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
+over key tiles, the log-sum-exp saved) and its backward (one kernel per key tile for dk, dv
+and the bias table's partial sums, one per query tile for dq and dQA), the terms added per
+tile: a bias of the distance (t5bias's table by bucket, alibi's slopes) and Shaw's key term
+``QA[i, clip(j - i) + k]`` with ``QA = scale q w_K^T`` (B H, T, 2k + 1) computed outside
+(one matmul; torch carries dQA to q and w_K). Launched by :mod:`.triton_launch`, which holds
+the layout; this module imports triton and is imported only when a call runs the kernels.
 
 Layout: q (B H, T, D), k and v (B H, S, D), contiguous; queries at positions
 ``start .. start + T - 1`` (``start = S - T``), keys at ``0 .. S - 1``; the padding (B, S)
 uint8, 1 = pad. ``BIAS`` 0: none; 1: ``table[bucket[j - i + S - 1], h]`` with the bucket of
 every distance precomputed (S + T - 1 int32, by the declaration's own bucket function) and
-the (N, H) table; 2: ``-slopes[h] |j - i|``. A row without any allowed key gets output 0
+the (N, H) table; 2: ``-slopes[h] |j - i|``. ``KEYS``: Shaw's key term, dQA (B H, T, R)
+written by the query tile that owns the rows (per table row, only the rows the key tile
+spans: a tile wholly beyond the clip adds one row sum to its edge row). A row without any allowed key gets output 0
 and log-sum-exp +inf (every recomputed probability 0: zero gradients), the core's rule.
 
 The table's gradient, dS summed per (head, bucket), is deterministic: each key-tile program
@@ -39,10 +43,18 @@ def _buckets(dist, inside, S, BUCKET, BIAS: tl.constexpr):
 
 
 @triton.jit
-def _add_terms(s, dist, inside, bk, offs_n, b, h, S, H, PAD, TABLE, SLOPES,
-               BIAS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr):
-    """The tile's scores plus the bias; -inf where a key is outside S, padded or (causal)
-    right of the query."""
+def _rows(dist, clip):
+    """Shaw's table row of each pair: ``clip(j - i, k) + k``."""
+    return tl.minimum(tl.maximum(dist, -clip), clip) + clip
+
+
+@triton.jit
+def _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
+               BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr):
+    """The tile's scores plus the bias and Shaw's key term ``QA[i, clip(j - i) + k]``; -inf
+    where a key is outside S, padded or (causal) right of the query."""
+    if KEYS:
+        s += tl.load(QA + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0).to(s.dtype)
     if BIAS == 1:
         s += tl.load(TABLE + bk * H + h, mask=inside, other=0.0).to(s.dtype)
     if BIAS == 2:
@@ -57,10 +69,10 @@ def _add_terms(s, dist, inside, bk, offs_n, b, h, S, H, PAD, TABLE, SLOPES,
 
 
 @triton.jit
-def bias_forward(Q, K, V, O, LSE, PAD, BUCKET, TABLE, SLOPES, scale, T, S, H, D, start,
-                 BIAS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                 ACC: tl.constexpr, PRECISION: tl.constexpr):
+def forward(Q, K, V, O, LSE, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, start, R, clip,
+            BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+            ACC: tl.constexpr, PRECISION: tl.constexpr):
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -83,7 +95,8 @@ def bias_forward(Q, K, V, O, LSE, PAD, BUCKET, TABLE, SLOPES, scale, T, S, H, D,
         s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
         dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
         bk = _buckets(dist, inside, S, BUCKET, BIAS)
-        s = _add_terms(s, dist, inside, bk, offs_n, b, h, S, H, PAD, TABLE, SLOPES, BIAS, CAUSAL, HAS_PAD)
+        s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
+                       BIAS, KEYS, CAUSAL, HAS_PAD)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0
         p = tl.exp(s - m_use[:, None])
@@ -113,12 +126,25 @@ def _per_bucket(acc_t, ds, bk, inside, NB: tl.constexpr):
 
 
 @triton.jit
-def bias_backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLOPES,
-                     scale, T, S, H, D, start,
-                     BIAS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-                     TABLE_GRAD: tl.constexpr, NB: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                     ACC: tl.constexpr, PRECISION: tl.constexpr):
+def _per_row(dqa, ds, rows, inside, RB: tl.constexpr):
+    """``dqa[i, r] += sum of ds[i, j] over the keys j of table row r``, for the rows the tile
+    spans (a tile wholly beyond the clip: one row sum into its edge row)."""
+    lo = tl.min(tl.where(inside, rows, RB))
+    hi = tl.max(tl.where(inside, rows, -1))
+    cols = tl.arange(0, RB)
+    for r in range(lo, hi + 1):
+        part = tl.sum(tl.where(inside & (rows == r), ds, 0.0), 1)
+        dqa += tl.where(cols[None, :] == r, part[:, None], 0.0)
+    return dqa
+
+
+@triton.jit
+def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLOPES, QA,
+                scale, T, S, H, D, start, R, clip,
+                BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+                TABLE_GRAD: tl.constexpr, NB: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                ACC: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile: dk, dv over every query tile that sees it, and (``TABLE_GRAD``) its dS
     summed per bucket into its row of DTABLE (B H, key tiles, NB)."""
     pid_n = tl.program_id(0)
@@ -148,7 +174,8 @@ def bias_backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE
         s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
         dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
         bk = _buckets(dist, inside, S, BUCKET, BIAS)
-        s = _add_terms(s, dist, inside, bk, offs_n, b, h, S, H, PAD, TABLE, SLOPES, BIAS, CAUSAL, HAS_PAD)
+        s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
+                       BIAS, KEYS, CAUSAL, HAS_PAD)
         p = tl.exp(s - lse[:, None])  # 0 where masked (-inf) or the row has no key (lse +inf)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
@@ -164,11 +191,13 @@ def bias_backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE
 
 
 @triton.jit
-def bias_backward_q(Q, K, V, DO, LSE, DELTA, DQ, PAD, BUCKET, TABLE, SLOPES, scale, T, S, H, D, start,
-                    BIAS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """One query tile: dq over every key tile it sees."""
+def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, PAD, BUCKET, TABLE, SLOPES, QA,
+               scale, T, S, H, D, start, R, clip,
+               BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+               RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               ACC: tl.constexpr, PRECISION: tl.constexpr):
+    """One query tile: dq over every key tile it sees, and (``KEYS``) dQA, its dS summed per
+    table row (RB columns, R of them stored)."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -182,6 +211,7 @@ def bias_backward_q(Q, K, V, DO, LSE, DELTA, DQ, PAD, BUCKET, TABLE, SLOPES, sca
     lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
     delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     dq = tl.zeros((BLOCK_M, BLOCK_D), ACC)
+    dqa = tl.zeros((BLOCK_M, RB), ACC)
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, start + (pid_m + 1) * BLOCK_M)
@@ -194,9 +224,16 @@ def bias_backward_q(Q, K, V, DO, LSE, DELTA, DQ, PAD, BUCKET, TABLE, SLOPES, sca
         s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
         dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
         bk = _buckets(dist, inside, S, BUCKET, BIAS)
-        s = _add_terms(s, dist, inside, bk, offs_n, b, h, S, H, PAD, TABLE, SLOPES, BIAS, CAUSAL, HAS_PAD)
+        s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
+                       BIAS, KEYS, CAUSAL, HAS_PAD)
         p = tl.exp(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, out_dtype=ACC, input_precision=PRECISION)
+        if KEYS:
+            dqa = _per_row(dqa, ds, _rows(dist, clip), inside, RB)
     tl.store(DQ + q_off, (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
+    if KEYS:
+        cols = tl.arange(0, RB)
+        tl.store(DQA + bh * T * R + offs_m[:, None] * R + cols[None, :], dqa,
+                 mask=(offs_m < T)[:, None] & (cols < R)[None, :])

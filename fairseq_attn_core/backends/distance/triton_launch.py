@@ -1,13 +1,16 @@
 """The launchers of the Triton distance kernels (:mod:`.triton_kernels`) and their autograd
-Function: ``softmax(scale q k^T + bias(j - i)) v`` for a declaration with a bias of the
-distance alone (t5bias's table by bucket, alibi's slopes), with the table's gradient.
+Function: ``softmax(scale q k^T + term(j - i)) v`` for a declaration with a bias of the
+distance (t5bias's table by bucket, alibi's slopes) or Shaw's key table (relpos ``k``), with
+the tables' gradients.
 
 The bucket of every distance the call has, ``j - i = -(S - 1) .. T - 1``, is computed once
 per call by the declaration's own bucket function (S + T - 1 integers) and read in the kernel
 by ``j - i``: T5's float32 logarithm of another library could land a distance on the
 neighbouring bucket at a boundary, this way the kernel's buckets are the piece's. The
 (N, H) table is read per pair in the kernel; its gradient comes back as per-program partial
-sums that torch adds up (deterministic, no atomics).
+sums that torch adds up (deterministic, no atomics). Shaw's key term enters as
+``QA = scale q w_K^T`` (B, H, T, 2k + 1), one matmul here in float32, whose gradient dQA the
+kernel returns (dS summed per table row): autograd carries it to q and w_K.
 
 Inputs in fp16 or bf16 (the kernels accumulate in float32), or float32 / float64 (the CPU
 tests under ``TRITON_INTERPRET=1``: float64 accumulators for float64 inputs). triton is
@@ -32,18 +35,17 @@ def kernels() -> ModuleType:
     return triton_kernels
 
 
-def bias_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scale: float,
-                   key_padding_mask: Optional[Tensor] = None, causal: bool = False,
-                   configs: Optional[KernelConfigs] = None, module: Optional[ModuleType] = None) -> Tensor:
-    """``terms``' bias (a table by bucket, or slopes) through the Triton kernels, (B, H, T, D)
-    in q's dtype. q (B, H, T, D) at positions ``S - T .. S - 1``; k, v (B, H, S, D);
-    key_padding_mask (B, S) True = pad; ``causal``: no key right of its query (the decoder).
-    ``configs``: the kernels' blocks (default by head size, :mod:`.triton_configs`);
-    ``module``: the kernels (default :func:`kernels`; the tests give the interpreter's)."""
-    if terms.bias_table is None and terms.slopes is None:
-        raise ValueError("bias_attention: the Triton bias kernel runs a bias table or slopes")
-    if terms.key_table is not None:
-        raise ValueError("bias_attention: Shaw's tables are not in the Triton bias kernel")
+def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scale: float,
+                     key_padding_mask: Optional[Tensor] = None, causal: bool = False,
+                     configs: Optional[KernelConfigs] = None, module: Optional[ModuleType] = None) -> Tensor:
+    """``terms`` (a bias table by bucket, slopes, or Shaw's key table) through the Triton
+    kernels, (B, H, T, D) in q's dtype. q (B, H, T, D) at positions ``S - T .. S - 1``; k, v
+    (B, H, S, D); key_padding_mask (B, S) True = pad; ``causal``: no key right of its query
+    (the decoder). ``configs``: the kernels' blocks (default by head size,
+    :mod:`.triton_configs`); ``module``: the kernels (default :func:`kernels`)."""
+    if not terms.form.triton:
+        raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's key "
+                         "table (a value table is not in them yet)")
     module = module or kernels()
     configs = configs or configs_for(q.size(-1))
     B, H, T, D = q.shape
@@ -51,13 +53,18 @@ def bias_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scale:
     device = q.device
     if terms.bias_table is not None:
         bucket = terms.bucket(torch.arange(1 - S, T, device=device)).to(torch.int32).contiguous()
-        table, slopes = terms.bias_table, torch.zeros(1, dtype=torch.float32, device=device)
     else:
         bucket = torch.zeros(1, dtype=torch.int32, device=device)
-        table = None
-        slopes = torch.tensor(terms.slopes, dtype=torch.float32, device=device)
+    slopes = torch.tensor(terms.slopes if terms.slopes is not None else (0.0,), dtype=torch.float32,
+                          device=device)
+    qa = None
+    if terms.key_table is not None:  # QA = scale q w_K^T, float32 at least
+        acc = torch.promote_types(q.dtype, torch.float32)
+        qa = torch.matmul(q.to(acc), terms.key_table.to(acc).t()) * scale
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-    return _BiasAttention.apply(q, k, v, table, bucket, slopes, pad, causal, float(scale), configs, module)
+    bias = 1 if terms.bias_table is not None else 2 if terms.slopes is not None else 0  # the kernels' BIAS
+    return _TritonAttention.apply(q, k, v, terms.bias_table, qa, bucket, slopes, pad, bias, terms.clip or 0,
+                                  causal, float(scale), configs, module)
 
 
 def _launch_args(q: Tensor, module: ModuleType):
@@ -72,9 +79,13 @@ def _launch_args(q: Tensor, module: ModuleType):
     raise ValueError(f"the Triton distance kernels take fp16, bf16, float32 or float64 (got {q.dtype})")
 
 
-class _BiasAttention(torch.autograd.Function):
+def _pow2(n: int) -> int:
+    return max(16, 1 << (n - 1).bit_length())
+
+
+class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, bucket, slopes, pad, causal, scale, configs, module):
+    def forward(ctx, q, k, v, table, qa, bucket, slopes, pad, bias, clip, causal, scale, configs, module):
         B, H, T, D = q.shape
         S = k.size(2)
         q3, k3, v3 = (t.reshape(B * H, -1, D).contiguous() for t in (q, k, v))
@@ -82,38 +93,42 @@ class _BiasAttention(torch.autograd.Function):
         lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
         out = torch.empty_like(q3)
         lse = torch.empty(B * H, T, dtype=lse_dtype, device=q.device)
-        table_c = table.detach().contiguous() if table is not None else slopes  # a placeholder pointer
-        c = configs.forward
-        common = dict(BIAS=1 if table is not None else 2, CAUSAL=causal, HAS_PAD=pad is not None,
+        table_c = table.detach().contiguous() if table is not None else slopes  # placeholders: never read
+        qa_c = qa.detach().reshape(B * H, T, -1).contiguous() if qa is not None else slopes
+        pad_c = pad if pad is not None else bucket
+        R = qa_c.size(-1) if qa is not None else 1
+        common = dict(BIAS=bias, KEYS=qa is not None, CAUSAL=causal, HAS_PAD=pad is not None,
                       BLOCK_D=head_block(D), ACC=acc, PRECISION=precision)
-        grid = (triton_cdiv(T, c.block_m), B * H)
-        module.bias_forward[grid](q3, k3, v3, out, lse, pad if pad is not None else bucket, bucket, table_c,
-                                  slopes, scale, T, S, H, D, S - T, BLOCK_M=c.block_m, BLOCK_N=c.block_n,
-                                  num_warps=c.num_warps, num_stages=c.num_stages, **common)
-        ctx.save_for_backward(q3, k3, v3, out, lse, table_c, bucket, slopes,
-                              pad if pad is not None else bucket)
-        ctx.meta = (B, H, T, S, D, scale, configs, module, common, table is not None,
+        c = configs.forward
+        module.forward[(_cdiv(T, c.block_m), B * H)](
+            q3, k3, v3, out, lse, pad_c, bucket, table_c, slopes, qa_c, scale, T, S, H, D, S - T, R, clip,
+            BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages, **common)
+        ctx.save_for_backward(q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad_c)
+        ctx.meta = (B, H, T, S, D, R, clip, scale, configs, module, common,
                     None if table is None else table.dtype)
         return out.view(B, H, T, D)
 
     @staticmethod
     def backward(ctx, dout):
-        q3, k3, v3, out, lse, table_c, bucket, slopes, pad = ctx.saved_tensors
-        B, H, T, S, D, scale, configs, module, common, has_table, table_dtype = ctx.meta
+        q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad = ctx.saved_tensors
+        B, H, T, S, D, R, clip, scale, configs, module, common, table_dtype = ctx.meta
         do = dout.reshape(B * H, T, D).contiguous()
         delta = (do.to(lse.dtype) * out.to(lse.dtype)).sum(-1)  # rowsum(dO * O), (B H, T)
         dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
-        table_grad = has_table and ctx.needs_input_grad[3]
+        table_grad = table_dtype is not None and ctx.needs_input_grad[3]
+        keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
-        tiles = triton_cdiv(S, ckv.block_n)
-        nb = max(16, 1 << (table_c.size(0) - 1).bit_length()) if table_grad else 16
+        tiles = _cdiv(S, ckv.block_n)
+        nb = _pow2(table_c.size(0)) if table_grad else 16
         dtable = torch.zeros(B * H * tiles * nb if table_grad else 1, dtype=lse.dtype, device=q3.device)
-        module.bias_backward_kv[(tiles, B * H)](
-            q3, k3, v3, do, lse, delta, dk, dv, dtable, pad, bucket, table_c, slopes, scale, T, S, H, D, S - T,
-            TABLE_GRAD=table_grad, NB=nb, BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n,
-            num_warps=ckv.num_warps, num_stages=ckv.num_stages, **common)
-        module.bias_backward_q[(triton_cdiv(T, cq.block_m), B * H)](
-            q3, k3, v3, do, lse, delta, dq, pad, bucket, table_c, slopes, scale, T, S, H, D, S - T,
+        dqa = torch.empty(B * H, T, R, dtype=lse.dtype, device=q3.device) if keys else lse
+        module.backward_kv[(tiles, B * H)](
+            q3, k3, v3, do, lse, delta, dk, dv, dtable, pad, bucket, table_c, slopes, qa_c,
+            scale, T, S, H, D, S - T, R, clip, TABLE_GRAD=table_grad, NB=nb,
+            BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages, **common)
+        module.backward_q[(_cdiv(T, cq.block_m), B * H)](
+            q3, k3, v3, do, lse, delta, dq, dqa, pad, bucket, table_c, slopes, qa_c,
+            scale, T, S, H, D, S - T, R, clip, RB=_pow2(R),
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n, num_warps=cq.num_warps, num_stages=cq.num_stages, **common)
         d_table = None
         if table_grad:
@@ -121,8 +136,9 @@ class _BiasAttention(torch.autograd.Function):
             per_head = dtable.view(B, H, tiles, nb).sum((0, 2))  # (H, nb): the partial sums added up
             d_table = per_head[:, :N].t().to(table_dtype).contiguous()
         shape = (B, H, -1, D)
-        return (dq.view(shape), dk.view(shape), dv.view(shape), d_table) + (None,) * 7
+        d_qa = dqa.view(B, H, T, R) if keys else None
+        return (dq.view(shape), dk.view(shape), dv.view(shape), d_table, d_qa) + (None,) * 9
 
 
-def triton_cdiv(a: int, b: int) -> int:
+def _cdiv(a: int, b: int) -> int:
     return -(-a // b)

@@ -1,25 +1,27 @@
 """The Triton distance kernels (fairseq_attn_core/backends/distance/triton_*.py) on a device:
 numerics against float64 and attention-level timing against today's paths and stock.
 
-``--check``: per method (t5bias encoder, t5bias decoder (causal), alibi encoder) and dtype,
-the Triton path's output and the gradients of q, k, v and the table against a dense float64
-computation on the same device, norm-wise relative error, over padded batches (a sentence
+``--check``: per method (t5bias, alibi, relpos k; encoder and causal decoder) and dtype, the
+Triton path's output and the gradients of q, k, v and the table (T5's, Shaw's key table)
+against a dense float64 computation on the same device, norm-wise relative error, over padded batches (a sentence
 with every key padded among them); fails above ``--tol`` (2e-2, the distance kernels'
 half-precision tolerance of tests/test_distance_kernels_devices.py) or on a NaN.
 
 ``--time``: encoder self-attention forward + backward (B, H = 8, T, D = 64: base) at each
 length, ``--tokens`` tokens per batch (16k: what an 80-140 GB card trains per step), per
 path: ``stock`` (SDPA with the padding mask: no position term), ``sdpa bias`` (SDPA with the
-bias as a float mask that requires grad for t5bias: the fused path), ``distance bias`` (the
-distance kernels' mode ``kernel``: what auto trains t5bias through on CUDA from 512) and
-``triton``. The protocol (issue 56, item 4): ``--batches`` input sets generated before any
+term as a float mask, which requires grad for t5bias and relpos k: the fused path, what auto
+trains alibi and relpos k through on CUDA), the distance kernels' torch mode (``distance
+bias``, mode ``kernel``: what auto trains t5bias through on CUDA from 512; for relpos k the
+``region split``, mode ``far``) and ``triton``. The protocol (issue 56, item 4): ``--batches`` input sets generated before any
 timing (lengths drawn per sentence, padded: WMT-like at ``wmt``), a warm-up pass of every
 path (compiles, autotuning, allocator) excluded, then ``--rounds`` rounds, each running every
 path over every batch in an order rotated per round (interleaved); per round the wall time
 (synchronised) and, in a second pass, the sum of device kernel time from torch.profiler. The
 table gives the median per batch, the spread (max - min) / median over rounds, the peak
 memory over the batch and the ratio to stock; a verdict of triton against today's path only
-where the gap is larger than both spreads.
+where the gap is larger than both spreads. Each (length, method) is printed, and the files
+rewritten, as it completes: a run cut off by its time limit keeps what it measured.
 
 ``--device cpu`` with ``TRITON_INTERPRET=1`` in the environment (set before Python starts)
 runs the same code on tiny shapes through Triton's interpreter (the dry device run);
@@ -45,12 +47,15 @@ sys.path.insert(0, str(ROOT))
 
 from fairseq_attn_core.backends.distance import DistanceTerms, distance_attention  # noqa: E402
 from fairseq_attn_core.backends.distance.triton_configs import SMALL  # noqa: E402
-from fairseq_attn_core.backends.distance.triton_launch import bias_attention  # noqa: E402
+from fairseq_attn_core.backends.distance.triton_launch import triton_attention  # noqa: E402
 from fairseq_attn_core.pieces.alibi import alibi_slopes  # noqa: E402
 from fairseq_attn_core.pieces.t5bias import relative_position_bucket  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 BUCKETS, MAX_DISTANCE = 32, 128  # T5's defaults
+#: Shaw's clip: the issue's k = 16 on a GPU, 3 for the interpreter
+CLIP = {"cuda": 16, "cpu": 3}
+METHODS = ("t5bias", "alibi", "relpos_k")
 #: WMT-like batches: sentences of 16..64 tokens, padded to the batch's longest (the dry run
 #: on the CPU interpreter: 4..12)
 WMT = {"cuda": (16, 64), "cpu": (4, 12)}
@@ -67,7 +72,18 @@ def terms_for(method: str, H: int, table, causal: bool) -> DistanceTerms:
     if method == "t5bias":
         return DistanceTerms(bias_table=table, bucket=lambda rel: relative_position_bucket(
             rel, not causal, BUCKETS, MAX_DISTANCE))
+    if method == "relpos_k":
+        return DistanceTerms(key_table=table, clip=(table.size(0) - 1) // 2)
     return DistanceTerms(slopes=tuple(alibi_slopes(H)))
+
+
+def table_for(method: str, H: int, D: int, device, g):
+    """The method's learned table in float64 on the CPU (None: alibi's fixed slopes)."""
+    if method == "t5bias":
+        return torch.randn(BUCKETS, H, generator=g, dtype=torch.float64) * 0.5
+    if method == "relpos_k":
+        return torch.randn(2 * CLIP[device.type] + 1, D, generator=g, dtype=torch.float64) * D ** -0.5
+    return None
 
 
 def padding(lengths, T, device):
@@ -76,10 +92,11 @@ def padding(lengths, T, device):
 
 
 def dense64(terms, q, k, v, scale, kpm, causal):
-    """The float64 reference: dense scores, bias, masks; a row without keys outputs 0."""
-    T, S = q.size(2), k.size(2)
-    d = torch.arange(S, device=q.device)[None, :] - torch.arange(T, device=q.device)[:, None]
-    s = torch.einsum("bhid,bhjd->bhij", q, k) * scale + terms.bias(d, torch.float64)[None].to(torch.float64)
+    """The float64 reference: dense scores, the declaration's term, masks; a row without keys
+    outputs 0."""
+    pos = torch.arange(k.size(2), device=q.device)
+    d = pos[None, :] - pos[:, None]
+    s = torch.einsum("bhid,bhjd->bhij", q, k) * scale + terms.score_bias(q, pos, pos, scale)
     allowed = ~kpm[:, None, None, :]
     if causal:
         allowed = allowed & (d <= 0)
@@ -96,21 +113,21 @@ def check(args, device, configs) -> bool:
     print(f"== numerics: B {B}, H {H}, T {T}, D {D}; tolerance {args.tol} (norm-wise, float64 reference)")
     for dtype_name in args.dtypes:
         dtype = DTYPES[dtype_name]
-        for method, causal in (("t5bias", False), ("t5bias", True), ("alibi", False)):
+        for method, causal in [(m, c) for m in METHODS for c in (False, True)]:
             x = [torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(4)]
-            table = torch.randn(BUCKETS, H, generator=g, dtype=torch.float64) * 0.5
+            table = table_for(method, H, D, device, g)
             kpm = padding([T, T - 37 % T, 5, 0], T, "cpu")  # full, padded, short, every key padded
             q, k, v, dout = (t.to(device) for t in x)
             kpm = kpm.to(device)
+            learned = table is not None
             leaves64 = [t.clone().requires_grad_(True) for t in (q, k, v)]
-            tab64 = table.to(device).requires_grad_(method == "t5bias")
+            tab64 = table.to(device).requires_grad_(True) if learned else None
             ref = dense64(terms_for(method, H, tab64, causal), *leaves64, D ** -0.5, kpm, causal)
-            wants = leaves64 + ([tab64] if method == "t5bias" else [])
-            ref_grads = torch.autograd.grad(ref, wants, dout)
+            ref_grads = torch.autograd.grad(ref, leaves64 + ([tab64] if learned else []), dout)
             leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
-            tab = table.to(device, dtype).requires_grad_(method == "t5bias")
-            out = bias_attention(terms_for(method, H, tab, causal), *leaves, D ** -0.5, kpm, causal, configs)
-            grads = torch.autograd.grad(out, leaves + ([tab] if method == "t5bias" else []), dout.to(dtype))
+            tab = table.to(device, dtype).requires_grad_(True) if learned else None
+            out = triton_attention(terms_for(method, H, tab, causal), *leaves, D ** -0.5, kpm, causal, configs)
+            grads = torch.autograd.grad(out, leaves + ([tab] if learned else []), dout.to(dtype))
             errs = {}
             for name, a, e in zip(("out", "dq", "dk", "dv", "dtable"), (out,) + grads, (ref,) + ref_grads):
                 a64 = a.detach().double()
@@ -156,19 +173,22 @@ def paths_for(method, H, table, scale, configs):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=~kpm[:, None, None, :], scale=scale)
 
     def sdpa_bias(q, k, v, kpm):
-        T = q.size(2)
-        d = torch.arange(T, device=q.device)
-        bias = terms.bias(d[None, :] - d[:, None], q.dtype).to(q.dtype)[None]  # (1, H, T, T)
+        pos = torch.arange(q.size(2), device=q.device)
+        bias = terms.score_bias(q, pos, pos, scale)  # (1|B, H, T, T)
         mask = bias.masked_fill(kpm[:, None, None, :], float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
     def distance_kernel(q, k, v, kpm):
         return distance_attention(terms, q, k, v, scale, "kernel", 128, kpm)[0]
 
-    def triton(q, k, v, kpm):
-        return bias_attention(terms, q, k, v, scale, kpm, False, configs)
+    def region_split(q, k, v, kpm):
+        return distance_attention(terms, q, k, v, scale, "far", 64, kpm)[0]
 
-    return {"stock": stock, "sdpa bias": sdpa_bias, "distance bias": distance_kernel, "triton": triton}
+    def triton(q, k, v, kpm):
+        return triton_attention(terms, q, k, v, scale, kpm, False, configs)
+
+    torch_mode = ("region split", region_split) if method == "relpos_k" else ("distance bias", distance_kernel)
+    return {"stock": stock, "sdpa bias": sdpa_bias, torch_mode[0]: torch_mode[1], "triton": triton}
 
 
 def sync(device):
@@ -201,16 +221,19 @@ def kernel_seconds(f, batches, device) -> float:
 
 
 def time_paths(args, device, configs):
+    """Yields the rows of each (dtype, length, method) as it completes."""
     g = torch.Generator().manual_seed(1)
     H, D = SIZES[device.type]
-    rows = []
     for dtype_name in args.dtypes:
         dtype = DTYPES[dtype_name]
         for length in args.lengths:
             batches = batches_for(length, args.batches, args.tokens, H, D, dtype, device, g)
-            table = (torch.randn(BUCKETS, H, generator=g) * 0.5).to(device, dtype).requires_grad_(True)
             for method in args.methods:
-                paths = paths_for(method, H, table if method == "t5bias" else None, D ** -0.5, configs)
+                rows = []
+                table = table_for(method, H, D, device, g)
+                if table is not None:
+                    table = table.to(device, dtype).requires_grad_(True)
+                paths = paths_for(method, H, table, D ** -0.5, configs)
                 for f in paths.values():  # warm-up: compiles, autotuning, allocator
                     run_all(f, batches[:1])
                 sync(device)
@@ -240,7 +263,7 @@ def time_paths(args, device, configs):
                                      wall_spread=spread(wall[n]), kernel_ms=1e3 * statistics.median(kern[n]),
                                      kernel_spread=spread(kern[n]), peak_mb=peak.get(n, 0) / 2 ** 20,
                                      to_stock=statistics.median(wall[n]) / stock, rounds=wall[n]))
-    return rows
+                yield rows
 
 
 def spread(xs):
@@ -248,7 +271,7 @@ def spread(xs):
     return (max(xs) - min(xs)) / m if m > 0 else float("nan")
 
 
-def verdicts(rows, today=("distance bias", "sdpa bias")):
+def verdicts(rows, today=("distance bias", "region split", "sdpa bias")):
     """triton against each of today's paths, where the gap exceeds both spreads."""
     out = []
     key = lambda r: (r["dtype"], r["length"], r["method"])  # noqa: E731
@@ -257,7 +280,7 @@ def verdicts(rows, today=("distance bias", "sdpa bias")):
         groups.setdefault(key(r), {})[r["path"]] = r
     for (dtype, length, method), by_path in groups.items():
         t = by_path["triton"]
-        for other in today:
+        for other in [p for p in today if p in by_path]:
             o = by_path[other]
             for what in ("wall", "kernel"):
                 ratio = t[f"{what}_ms"] / o[f"{what}_ms"]
@@ -306,8 +329,8 @@ def main(argv=None):
     p.add_argument("--check", action="store_true", help="numerics against float64")
     p.add_argument("--time", action="store_true", help="timing against today's paths and stock")
     p.add_argument("--dtypes", default="fp16,bf16", help="comma-separated, of fp16, bf16, fp32")
-    p.add_argument("--methods", default="t5bias,alibi")
-    p.add_argument("--lengths", default="wmt,512,1024", help="comma-separated: wmt or a length")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--lengths", default="512,1024,wmt", help="comma-separated: wmt or a length")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per batch (default 16384)")
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
@@ -321,8 +344,8 @@ def main(argv=None):
         if d not in DTYPES:
             fail(f"--dtypes: {d!r} is not one of {list(DTYPES)}")
     for m in args.methods:
-        if m not in ("t5bias", "alibi"):
-            fail(f"--methods: {m!r} is not one of ['t5bias', 'alibi']")
+        if m not in METHODS:
+            fail(f"--methods: {m!r} is not one of {list(METHODS)}")
     for n in args.lengths:
         if n != "wmt" and not n.isdigit():
             fail(f"--lengths: {n!r} is neither 'wmt' nor a length")
@@ -341,11 +364,12 @@ def main(argv=None):
     ok = True
     if args.check:
         ok = check(args, device, configs)
-    if args.time:
-        rows = time_paths(args, device, configs)
+    rows = []
+    for group in time_paths(args, device, configs) if args.time else ():
+        rows += group
+        print(table(group, "") + "\n".join(f"- {v}" for v in verdicts(group)) + "\n", flush=True)
         text = table(rows, "## Triton distance kernels: " + header) + "\n" + "\n".join(
             f"- {v}" for v in verdicts(rows)) + "\n"
-        print(text)
         if args.out:
             stem = Path(args.out) / f"triton_results_{'_'.join(args.dtypes)}"
             stem.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The Triton kernels of the distance terms (fairseq_attn_core/backends/distance/triton_*.py)
 under Triton's CPU interpreter (a child process: triton_interpreter.py), against the float64
 references of distance_refs.py: output and the gradients of q, k, v and the table (T5's
-bias table, Shaw's key table), in float64, tolerance 1e-9 (the cases: triton_cases.py). fp16 / bf16 run on a GPU only (the
+bias table, Shaw's key and value tables), in float64, tolerance 1e-9 (the cases: triton_cases.py). fp16 / bf16 run on a GPU only (the
 interpreter's bf16 tl.dot is wrong): benchmarks/gpu_checks.sh.
 """
 
@@ -32,9 +32,11 @@ def reference(case, x):
         leaves.append(x["table"].clone().requires_grad_(True))
         out = t5bias64(*leaves, triton_cases.BUCKETS, triton_cases.MAX_DISTANCE, x["scale"], x["kpm"],
                        causal=causal)[0]
-    elif method == "relpos_k":
-        leaves.append(x["table"].clone().requires_grad_(True))
-        out = shaw64(*leaves, None, triton_cases.CLIP[T], x["scale"], x["kpm"], causal=causal)[0]
+    elif method.startswith("relpos"):
+        tables = [x[n].clone().requires_grad_(True) for n in ("table", "table_v") if x[n] is not None]
+        leaves += tables
+        out = shaw64(*leaves[:4], tables[1] if len(tables) > 1 else None, triton_cases.CLIP[T], x["scale"],
+                     x["kpm"], causal=causal)[0]
     else:
         out = alibi64(*leaves, alibi_slopes(H), x["scale"], x["kpm"], causal=causal)[0]
     return out.detach(), torch.autograd.grad(out, leaves, x["dout"])
@@ -54,6 +56,11 @@ def test_shaw_key_term_matches_float64_reference(results, index):
     check(triton_cases.CASES["keys"][index], index, results["keys"][index])
 
 
+@pytest.mark.parametrize("index", range(len(triton_cases.CASES["values"])), ids=ids("values"))
+def test_shaw_value_term_matches_float64_reference(results, index):
+    check(triton_cases.CASES["values"][index], index, results["values"][index])
+
+
 def check(case, index, got):
     x = triton_cases.inputs(case, seed=index)
     expected_out, expected = reference(case, x)
@@ -61,7 +68,7 @@ def check(case, index, got):
     if case[3] == "empty":  # the sentence without keys: zeros, not NaN
         assert torch.equal(got["out"][1], torch.zeros_like(got["out"][1]))
     assert len(got["grads"]) == len(expected)
-    for name, a, e in zip(("q", "k", "v", "table"), got["grads"], expected):
+    for name, a, e in zip(("q", "k", "v", "table", "value table"), got["grads"], expected):
         if case[1] > 1 or name == "v":  # one key: zero gradients but v's
             assert e.abs().max() > 0, name  # the comparison is not vacuous
         assert_close(a, e, **TOL, msg=lambda m: f"d{name}: {m}")

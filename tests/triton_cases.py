@@ -28,10 +28,13 @@ CASES = {
         ("alibi", 5, True, "empty"),
         ("t5bias", 1, False, "right"),
     ],
-    "keys": [
-        ("relpos_k", 33, False, "empty"),
+    "keys": [  # the key term's code runs in every relpos kv case too
         ("relpos_k", 33, True, "right"),
-        ("relpos_k", 5, False, "right"),
+    ],
+    "values": [
+        ("relpos_kv", 33, False, "empty"),
+        ("relpos_kv", 33, True, "right"),
+        ("relpos_kv", 5, False, "right"),
     ],
 }
 
@@ -55,21 +58,22 @@ def inputs(case, seed: int):
     table = None
     if method == "t5bias":
         table = torch.randn(BUCKETS, H, generator=g, dtype=torch.float64)
-    elif method == "relpos_k":
+    elif method.startswith("relpos"):
         table = torch.randn(2 * CLIP[T] + 1, D, generator=g, dtype=torch.float64)
+    table_v = torch.randn(2 * CLIP[T] + 1, D, generator=g, dtype=torch.float64) if method == "relpos_kv" else None
     dout = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
-    return dict(q=q, k=k, v=v, table=table, dout=dout, kpm=padding(T, pad), scale=D ** -0.5)
+    return dict(q=q, k=k, v=v, table=table, table_v=table_v, dout=dout, kpm=padding(T, pad), scale=D ** -0.5)
 
 
-def terms_of(method: str, causal: bool, table, T: int):
+def terms_of(method: str, causal: bool, T: int, table=None, table_v=None):
     from fairseq_attn_core.backends.distance import DistanceTerms
     from fairseq_attn_core.pieces.alibi import alibi_slopes
     from fairseq_attn_core.pieces.t5bias import relative_position_bucket
     if method == "t5bias":
         return DistanceTerms(bias_table=table,
                              bucket=lambda rel: relative_position_bucket(rel, not causal, BUCKETS, MAX_DISTANCE))
-    if method == "relpos_k":
-        return DistanceTerms(key_table=table, clip=CLIP[T])
+    if method.startswith("relpos"):
+        return DistanceTerms(key_table=table, value_table=table_v, clip=CLIP[T])
     return DistanceTerms(slopes=tuple(alibi_slopes(H)))
 
 
@@ -78,10 +82,8 @@ def run(case, seed):
     from fairseq_attn_core.backends.distance.triton_launch import triton_attention
     method, T, causal, _ = case
     x = inputs(case, seed)
-    leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v")]
-    if x["table"] is not None:
-        leaves.append(x["table"].clone().requires_grad_(True))
-    out = triton_attention(terms_of(method, causal, leaves[3] if len(leaves) > 3 else None, T), *leaves[:3],
+    leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
+    out = triton_attention(terms_of(method, causal, T, *leaves[3:]), *leaves[:3],
                          x["scale"], x["kpm"], causal, SMALL)
     grads = torch.autograd.grad(out, leaves, x["dout"])
     return dict(out=out.detach(), grads=[g.detach() for g in grads])

@@ -57,9 +57,8 @@ class DistanceForm:
 
     @property
     def triton(self) -> bool:
-        """What the Triton kernels run: a bias of the distance, or Shaw's key table (a value
-        table is not in them yet)."""
-        return (self.bias is not None or self.keys) and not self.values
+        """What the Triton kernels run: a bias of the distance, or Shaw's tables."""
+        return self.bias is not None or self.keys
 
     @property
     def bias_kernel(self) -> bool:

@@ -1,9 +1,9 @@
 """The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
 over key tiles, the log-sum-exp saved) and its backward (one kernel per key tile for dk, dv
 and the bias table's partial sums, one per query tile for dq and dQA), the terms added per
-tile: a bias of the distance (t5bias's table by bucket, alibi's slopes) and Shaw's key term
+tile: a bias of the distance (t5bias's table by bucket, alibi's slopes), Shaw's key term
 ``QA[i, clip(j - i) + k]`` with ``QA = scale q w_K^T`` (B H, T, 2k + 1) computed outside
-(one matmul; torch carries dQA to q and w_K). Launched by :mod:`.triton_launch`, which holds
+(one matmul; torch carries dQA to q and w_K) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds
 the layout; this module imports triton and is imported only when a call runs the kernels.
 
 Layout: q (B H, T, D), k and v (B H, S, D), contiguous; queries at positions
@@ -12,7 +12,10 @@ uint8, 1 = pad. ``BIAS`` 0: none; 1: ``table[bucket[j - i + S - 1], h]`` with th
 every distance precomputed (S + T - 1 int32, by the declaration's own bucket function) and
 the (N, H) table; 2: ``-slopes[h] |j - i|``. ``KEYS``: Shaw's key term, dQA (B H, T, R)
 written by the query tile that owns the rows (per table row, only the rows the key tile
-spans: a tile wholly beyond the clip adds one row sum to its edge row). A row without any allowed key gets output 0
+spans: a tile wholly beyond the clip adds one row sum to its edge row). ``VALUES``: Shaw's
+value term, PB (B H, T, R) the probability mass per table row, from which the caller adds
+``PB a_V`` (one matmul); the backward reads ``dPB = dO a_V^T`` gathered by distance into dP
+(``DELTA`` then includes ``rowsum(PB * dPB)``). A row without any allowed key gets output 0
 and log-sum-exp +inf (every recomputed probability 0: zero gradients), the core's rule.
 
 The table's gradient, dS summed per (head, bucket), is deterministic: each key-tile program
@@ -69,10 +72,13 @@ def _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABL
 
 
 @triton.jit
-def forward(Q, K, V, O, LSE, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, start, R, clip,
-            BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-            ACC: tl.constexpr, PRECISION: tl.constexpr):
+def forward(Q, K, V, O, LSE, PB, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, start, R, clip,
+            BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
+            HAS_PAD: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+            BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
+    """One query tile: the output (without Shaw's value term), the log-sum-exp and (``VALUES``)
+    PB (B H, T, R), each row's probability mass per clipped distance, accumulated beside the
+    output and rescaled with it (the caller adds ``PB a_V``)."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -84,6 +90,7 @@ def forward(Q, K, V, O, LSE, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, 
     m_i = tl.full((BLOCK_M,), float("-inf"), ACC)
     l_i = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_D), ACC)
+    pb = tl.zeros((BLOCK_M, RB), ACC)
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, start + (pid_m + 1) * BLOCK_M)
@@ -104,11 +111,17 @@ def forward(Q, K, V, O, LSE, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, 
         l_i = l_i * alpha + tl.sum(p, 1)
         v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
+        if VALUES:
+            pb = _per_row(pb * alpha[:, None], p, _rows(dist, clip), inside, RB)
         m_i = m_new
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
     lse = tl.where(has, m_i + tl.log(l_safe), float("inf"))
+    if VALUES:
+        cols = tl.arange(0, RB)
+        tl.store(PB + bh * T * R + offs_m[:, None] * R + cols[None, :], pb / l_safe[:, None],
+                 mask=(offs_m < T)[:, None] & (cols < R)[None, :])
     tl.store(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
@@ -139,10 +152,10 @@ def _per_row(dqa, ds, rows, inside, RB: tl.constexpr):
 
 
 @triton.jit
-def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLOPES, QA,
+def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLOPES, QA, DPB,
                 scale, T, S, H, D, start, R, clip,
-                BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-                TABLE_GRAD: tl.constexpr, NB: tl.constexpr,
+                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                 ACC: tl.constexpr, PRECISION: tl.constexpr):
     """One key tile: dk, dv over every query tile that sees it, and (``TABLE_GRAD``) its dS
@@ -179,6 +192,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLO
         p = tl.exp(s - lse[:, None])  # 0 where masked (-inf) or the row has no key (lse +inf)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
         dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+        if VALUES:  # + dO_i . a_V[clip(j - i)], gathered from dPB = dO a_V^T
+            dp += tl.load(DPB + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0)
         ds = p * (dp - delta[:, None])
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, out_dtype=ACC, input_precision=PRECISION)
         if TABLE_GRAD:
@@ -191,11 +206,11 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLO
 
 
 @triton.jit
-def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, PAD, BUCKET, TABLE, SLOPES, QA,
+def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, PAD, BUCKET, TABLE, SLOPES, QA, DPB,
                scale, T, S, H, D, start, R, clip,
-               BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-               RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-               ACC: tl.constexpr, PRECISION: tl.constexpr):
+               BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_PAD: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
     """One query tile: dq over every key tile it sees, and (``KEYS``) dQA, its dS summed per
     table row (RB columns, R of them stored)."""
     pid_m = tl.program_id(0)
@@ -228,6 +243,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, PAD, BUCKET, TABLE, SLOPES, QA,
                        BIAS, KEYS, CAUSAL, HAS_PAD)
         p = tl.exp(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+        if VALUES:  # + dO_i . a_V[clip(j - i)], gathered from dPB = dO a_V^T
+            dp += tl.load(DPB + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, out_dtype=ACC, input_precision=PRECISION)
         if KEYS:

@@ -1,7 +1,7 @@
 """The launchers of the Triton distance kernels (:mod:`.triton_kernels`) and their autograd
-Function: ``softmax(scale q k^T + term(j - i)) v`` for a declaration with a bias of the
-distance (t5bias's table by bucket, alibi's slopes) or Shaw's key table (relpos ``k``), with
-the tables' gradients.
+Function: ``softmax(scale q k^T + term(j - i)) v (+ Shaw's value term)`` for a declaration
+with a bias of the distance (t5bias's table by bucket, alibi's slopes) or Shaw's tables
+(relpos k, kv, tied), with the tables' gradients.
 
 The bucket of every distance the call has, ``j - i = -(S - 1) .. T - 1``, is computed once
 per call by the declaration's own bucket function (S + T - 1 integers) and read in the kernel
@@ -10,7 +10,10 @@ neighbouring bucket at a boundary, this way the kernel's buckets are the piece's
 (N, H) table is read per pair in the kernel; its gradient comes back as per-program partial
 sums that torch adds up (deterministic, no atomics). Shaw's key term enters as
 ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one matmul here in float32, whose gradient dQA the
-kernel returns (dS summed per table row): autograd carries it to q and w_K.
+kernel returns (dS summed per table row): autograd carries it to q and w_K. Shaw's value
+term: the kernel returns PB (B, H, T, 2k + 1), each query's probability mass per clipped
+distance, and ``PB a_V`` is one matmul here; autograd gives ``d a_V = PB^T dO`` and hands the
+kernel's backward ``dPB = dO a_V^T``, which it gathers by distance into dP.
 
 Inputs in fp16 or bf16 (the kernels accumulate in float32), or float32 / float64 (the CPU
 tests under ``TRITON_INTERPRET=1``: float64 accumulators for float64 inputs). triton is
@@ -38,14 +41,13 @@ def kernels() -> ModuleType:
 def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scale: float,
                      key_padding_mask: Optional[Tensor] = None, causal: bool = False,
                      configs: Optional[KernelConfigs] = None, module: Optional[ModuleType] = None) -> Tensor:
-    """``terms`` (a bias table by bucket, slopes, or Shaw's key table) through the Triton
+    """``terms`` (a bias table by bucket, slopes, or Shaw's tables) through the Triton
     kernels, (B, H, T, D) in q's dtype. q (B, H, T, D) at positions ``S - T .. S - 1``; k, v
     (B, H, S, D); key_padding_mask (B, S) True = pad; ``causal``: no key right of its query
     (the decoder). ``configs``: the kernels' blocks (default by head size,
     :mod:`.triton_configs`); ``module``: the kernels (default :func:`kernels`)."""
     if not terms.form.triton:
-        raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's key "
-                         "table (a value table is not in them yet)")
+        raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's tables")
     module = module or kernels()
     configs = configs or configs_for(q.size(-1))
     B, H, T, D = q.shape
@@ -63,8 +65,11 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
         qa = torch.matmul(q.to(acc), terms.key_table.to(acc).t()) * scale
     pad = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
     bias = 1 if terms.bias_table is not None else 2 if terms.slopes is not None else 0  # the kernels' BIAS
-    return _TritonAttention.apply(q, k, v, terms.bias_table, qa, bucket, slopes, pad, bias, terms.clip or 0,
-                                  causal, float(scale), configs, module)
+    out, pb = _TritonAttention.apply(q, k, v, terms.bias_table, qa, bucket, slopes, pad, bias, terms.clip or 0,
+                                     terms.value_table is not None, causal, float(scale), configs, module)
+    if terms.value_table is None:
+        return out
+    return out + torch.matmul(pb, terms.value_table.to(pb.dtype)).to(out.dtype)
 
 
 def _launch_args(q: Tensor, module: ModuleType):
@@ -85,7 +90,7 @@ def _pow2(n: int) -> int:
 
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, qa, bucket, slopes, pad, bias, clip, causal, scale, configs, module):
+    def forward(ctx, q, k, v, table, qa, bucket, slopes, pad, bias, clip, values, causal, scale, configs, module):
         B, H, T, D = q.shape
         S = k.size(2)
         q3, k3, v3 = (t.reshape(B * H, -1, D).contiguous() for t in (q, k, v))
@@ -96,24 +101,32 @@ class _TritonAttention(torch.autograd.Function):
         table_c = table.detach().contiguous() if table is not None else slopes  # placeholders: never read
         qa_c = qa.detach().reshape(B * H, T, -1).contiguous() if qa is not None else slopes
         pad_c = pad if pad is not None else bucket
-        R = qa_c.size(-1) if qa is not None else 1
-        common = dict(BIAS=bias, KEYS=qa is not None, CAUSAL=causal, HAS_PAD=pad is not None,
-                      BLOCK_D=head_block(D), ACC=acc, PRECISION=precision)
+        R = 2 * clip + 1
+        pb = torch.empty(B * H, T, R if values else 0, dtype=lse_dtype, device=q.device)
+        common = dict(BIAS=bias, KEYS=qa is not None, VALUES=values, CAUSAL=causal, HAS_PAD=pad is not None,
+                      RB=_pow2(R), BLOCK_D=head_block(D), ACC=acc, PRECISION=precision)
         c = configs.forward
         module.forward[(_cdiv(T, c.block_m), B * H)](
-            q3, k3, v3, out, lse, pad_c, bucket, table_c, slopes, qa_c, scale, T, S, H, D, S - T, R, clip,
+            q3, k3, v3, out, lse, pb if values else lse, pad_c, bucket, table_c, slopes, qa_c,
+            scale, T, S, H, D, S - T, R, clip,
             BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages, **common)
-        ctx.save_for_backward(q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad_c)
+        ctx.save_for_backward(q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad_c, pb)
         ctx.meta = (B, H, T, S, D, R, clip, scale, configs, module, common,
                     None if table is None else table.dtype)
-        return out.view(B, H, T, D)
+        if not values:
+            ctx.mark_non_differentiable(pb)
+        return out.view(B, H, T, D), pb.view(B, H, T, pb.size(-1))
 
     @staticmethod
-    def backward(ctx, dout):
-        q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad = ctx.saved_tensors
+    def backward(ctx, dout, dpb):
+        q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad, pb = ctx.saved_tensors
         B, H, T, S, D, R, clip, scale, configs, module, common, table_dtype = ctx.meta
         do = dout.reshape(B * H, T, D).contiguous()
         delta = (do.to(lse.dtype) * out.to(lse.dtype)).sum(-1)  # rowsum(dO * O), (B H, T)
+        values = common["VALUES"]
+        if values:  # dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k]: delta_i = sum_j P_ij dP_ij
+            dpb = (torch.zeros_like(pb) if dpb is None else dpb.reshape(B * H, T, R).to(lse.dtype)).contiguous()
+            delta = delta + (pb * dpb).sum(-1)
         dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
@@ -123,12 +136,12 @@ class _TritonAttention(torch.autograd.Function):
         dtable = torch.zeros(B * H * tiles * nb if table_grad else 1, dtype=lse.dtype, device=q3.device)
         dqa = torch.empty(B * H, T, R, dtype=lse.dtype, device=q3.device) if keys else lse
         module.backward_kv[(tiles, B * H)](
-            q3, k3, v3, do, lse, delta, dk, dv, dtable, pad, bucket, table_c, slopes, qa_c,
+            q3, k3, v3, do, lse, delta, dk, dv, dtable, pad, bucket, table_c, slopes, qa_c, dpb if values else lse,
             scale, T, S, H, D, S - T, R, clip, TABLE_GRAD=table_grad, NB=nb,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages, **common)
         module.backward_q[(_cdiv(T, cq.block_m), B * H)](
-            q3, k3, v3, do, lse, delta, dq, dqa, pad, bucket, table_c, slopes, qa_c,
-            scale, T, S, H, D, S - T, R, clip, RB=_pow2(R),
+            q3, k3, v3, do, lse, delta, dq, dqa, pad, bucket, table_c, slopes, qa_c, dpb if values else lse,
+            scale, T, S, H, D, S - T, R, clip,
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n, num_warps=cq.num_warps, num_stages=cq.num_stages, **common)
         d_table = None
         if table_grad:
@@ -137,7 +150,7 @@ class _TritonAttention(torch.autograd.Function):
             d_table = per_head[:, :N].t().to(table_dtype).contiguous()
         shape = (B, H, -1, D)
         d_qa = dqa.view(B, H, T, R) if keys else None
-        return (dq.view(shape), dk.view(shape), dv.view(shape), d_table, d_qa) + (None,) * 9
+        return (dq.view(shape), dk.view(shape), dv.view(shape), d_table, d_qa) + (None,) * 10
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -6,14 +6,16 @@
 # files are packed into $OUT/gpu_checks_logs.tgz: the device tool returns at most 8 files).
 # Ordered by value, the new first (issue 56: every device run times something new):
 #   T. the Triton distance kernels (backends/distance/triton_*.py; tested on CPU under Triton's
-#      interpreter, never run on a GPU): numerics against float64 in fp16 and bf16 (t5bias
-#      encoder, t5bias causal decoder, alibi: output and every gradient, table included), then
-#      encoder forward + backward at WMT lengths, 512 and 1024, 16k tokens per batch, against
-#      today's paths (SDPA with the bias, the distance bias) and stock, with the issue's timing
+#      interpreter, never run on a GPU): numerics against float64 in fp16 and bf16 (t5bias,
+#      alibi, relpos k and kv, t5bias and relpos kv also causal: output and every gradient,
+#      tables included), then encoder forward + backward at 512, 1024 and WMT lengths, 16k
+#      tokens per batch, against today's paths (SDPA with the term, the distance bias, the
+#      region split) and stock, with the issue's timing
 #      protocol (fixed pre-generated batches, warm-up excluded, 5 interleaved rounds, wall and
 #      profiler kernel time, spread; a verdict only where the spread is smaller than the gap):
 #      benchmarks/triton_distance_bench.py, one step per dtype, tables in
-#      $OUT/triton_results_<dtype>.md (and printed). Limits 60 + 110 + 110 s;
+#      $OUT/triton_results_<dtype>.md (and printed as each length and method lands). Limits
+#      120 (the first compiles: 12 variants x 3 kernels) + 100 + 100 s;
 #   then, in the time left (a step with under 20 s left is skipped), the earlier checks, the
 #   distance kernels' regression check first:
 #   0. whole-model numerics of relpos, rope and t5bias in fp16 and bf16 (fused / flex against
@@ -38,8 +40,8 @@
 # aot_eager on CPU, which tests/test_flex_compile.py checks), the L = 512 sweep in fp16 and
 # the distance-kernel systems at L = 512 in bf16 and L = 1024 in fp16 under both policies,
 # alibi / csan1d / csan2d numerics, training at WMT lengths in bf16 and under both policies.
-# Run in this order: T, 2, 0, 1, 4, 3 (limits 60 + 110 + 110, 75, 80 + 80, 90, 115, 60 s; the
-# first six, 515 s, fit the 540 s budget; the rest run in what the others leave).
+# Run in this order: T, 2, 0, 1, 4, 3 (limits 120 + 100 + 100, 75, 80 + 80, 90, 115, 60 s; the
+# first five, 475 s, fit the 540 s budget; the rest run in what the others leave).
 # Every JSON records the card, torch, the commit (or the sources hash without .git) and the
 # paths each system's layers take at each measured shape. How to read it: docs/benchmark.md,
 # "To be measured on GPU".
@@ -117,9 +119,9 @@ else
     TRITON=(env TRITON_INTERPRET=1 python3 benchmarks/triton_distance_bench.py --device cpu); TRITON_DTYPES=(fp32)
     TRITON_SIZES=(--lengths wmt,20 --tokens 24 --batches 2 --rounds 2)
 fi
-TAIL=12 step triton_check 60 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
+TAIL=16 step triton_check 120 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
 for DT in "${TRITON_DTYPES[@]}"; do
-    TAIL=70 step "triton_time_$DT" 110 "${TRITON[@]}" --time --dtypes "$DT" "${TRITON_SIZES[@]}" --out "$OUT"
+    TAIL=70 step "triton_time_$DT" 100 "${TRITON[@]}" --time --dtypes "$DT" "${TRITON_SIZES[@]}" --out "$OUT"
 done
 # 2. the distance kernels' and the flex kernels' CUDA entries (on CPU, the dry run: the CPU ones)
 TAIL=20 step kernels 75 python3 -m pytest -q -p no:cacheprovider -n 0 -k "$DEV" \

@@ -1,8 +1,8 @@
 """The Triton distance kernels (fairseq_attn_core/backends/distance/triton_*.py) on a device:
 numerics against float64 and attention-level timing against today's paths and stock.
 
-``--check``: per method (t5bias, alibi, relpos k; encoder and causal decoder) and dtype, the
-Triton path's output and the gradients of q, k, v and the table (T5's, Shaw's key table)
+``--check``: per method (t5bias, alibi, relpos k, relpos kv; t5bias and relpos kv also under
+the decoder's causal mask: :data:`CHECKS`) and dtype, the Triton path's output and the gradients of q, k, v and the tables (T5's, Shaw's)
 against a dense float64 computation on the same device, norm-wise relative error, over padded batches (a sentence
 with every key padded among them); fails above ``--tol`` (2e-2, the distance kernels'
 half-precision tolerance of tests/test_distance_kernels_devices.py) or on a NaN.
@@ -13,7 +13,8 @@ path: ``stock`` (SDPA with the padding mask: no position term), ``sdpa bias`` (S
 term as a float mask, which requires grad for t5bias and relpos k: the fused path, what auto
 trains alibi and relpos k through on CUDA), the distance kernels' torch mode (``distance
 bias``, mode ``kernel``: what auto trains t5bias through on CUDA from 512; for relpos k the
-``region split``, mode ``far``) and ``triton``. The protocol (issue 56, item 4): ``--batches`` input sets generated before any
+``region split``, mode ``far``, which is also what auto trains relpos kv through: it has no
+SDPA form) and ``triton``. The protocol (issue 56, item 4): ``--batches`` input sets generated before any
 timing (lengths drawn per sentence, padded: WMT-like at ``wmt``), a warm-up pass of every
 path (compiles, autotuning, allocator) excluded, then ``--rounds`` rounds, each running every
 path over every batch in an order rotated per round (interleaved); per round the wall time
@@ -55,7 +56,11 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 BUCKETS, MAX_DISTANCE = 32, 128  # T5's defaults
 #: Shaw's clip: the issue's k = 16 on a GPU, 3 for the interpreter
 CLIP = {"cuda": 16, "cpu": 3}
-METHODS = ("t5bias", "alibi", "relpos_k")
+METHODS = ("t5bias", "alibi", "relpos_k", "relpos_kv")
+#: the numerics' (method, causal): the decoder's form where it differs (T5's one-sided buckets)
+#: and for the fullest kernel (each variant is one more compile of three kernels)
+CHECKS = (("t5bias", False), ("t5bias", True), ("alibi", False), ("relpos_k", False), ("relpos_kv", False),
+          ("relpos_kv", True))
 #: WMT-like batches: sentences of 16..64 tokens, padded to the batch's longest (the dry run
 #: on the CPU interpreter: 4..12)
 WMT = {"cuda": (16, 64), "cpu": (4, 12)}
@@ -68,22 +73,25 @@ def fail(msg: str) -> None:
     sys.exit(2)
 
 
-def terms_for(method: str, H: int, table, causal: bool) -> DistanceTerms:
+def terms_for(method: str, H: int, tables, causal: bool) -> DistanceTerms:
     if method == "t5bias":
-        return DistanceTerms(bias_table=table, bucket=lambda rel: relative_position_bucket(
+        return DistanceTerms(bias_table=tables[0], bucket=lambda rel: relative_position_bucket(
             rel, not causal, BUCKETS, MAX_DISTANCE))
-    if method == "relpos_k":
-        return DistanceTerms(key_table=table, clip=(table.size(0) - 1) // 2)
+    if method.startswith("relpos"):
+        return DistanceTerms(key_table=tables[0], value_table=tables[1] if len(tables) > 1 else None,
+                             clip=(tables[0].size(0) - 1) // 2)
     return DistanceTerms(slopes=tuple(alibi_slopes(H)))
 
 
-def table_for(method: str, H: int, D: int, device, g):
-    """The method's learned table in float64 on the CPU (None: alibi's fixed slopes)."""
+def tables_for(method: str, H: int, D: int, device, g):
+    """The method's learned tables in float64 on the CPU (none: alibi's fixed slopes)."""
     if method == "t5bias":
-        return torch.randn(BUCKETS, H, generator=g, dtype=torch.float64) * 0.5
-    if method == "relpos_k":
-        return torch.randn(2 * CLIP[device.type] + 1, D, generator=g, dtype=torch.float64) * D ** -0.5
-    return None
+        return [torch.randn(BUCKETS, H, generator=g, dtype=torch.float64) * 0.5]
+    R = 2 * CLIP[device.type] + 1
+    if method.startswith("relpos"):
+        return [torch.randn(R, D, generator=g, dtype=torch.float64) * D ** -0.5
+                for _ in range(2 if method == "relpos_kv" else 1)]
+    return []
 
 
 def padding(lengths, T, device):
@@ -102,7 +110,9 @@ def dense64(terms, q, k, v, scale, kpm, causal):
         allowed = allowed & (d <= 0)
     has = allowed.any(-1, keepdim=True)
     s = torch.where(allowed, s, torch.where(has, float("-inf"), 0.0))
-    return (torch.softmax(s, -1) * has) @ v
+    p = torch.softmax(s, -1) * has
+    value_term = terms.value_term(p, pos, pos)
+    return p @ v + (0 if value_term is None else value_term)
 
 
 def check(args, device, configs) -> bool:
@@ -113,23 +123,22 @@ def check(args, device, configs) -> bool:
     print(f"== numerics: B {B}, H {H}, T {T}, D {D}; tolerance {args.tol} (norm-wise, float64 reference)")
     for dtype_name in args.dtypes:
         dtype = DTYPES[dtype_name]
-        for method, causal in [(m, c) for m in METHODS for c in (False, True)]:
+        for method, causal in CHECKS:
             x = [torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(4)]
-            table = table_for(method, H, D, device, g)
+            tables = tables_for(method, H, D, device, g)
             kpm = padding([T, T - 37 % T, 5, 0], T, "cpu")  # full, padded, short, every key padded
             q, k, v, dout = (t.to(device) for t in x)
             kpm = kpm.to(device)
-            learned = table is not None
-            leaves64 = [t.clone().requires_grad_(True) for t in (q, k, v)]
-            tab64 = table.to(device).requires_grad_(True) if learned else None
-            ref = dense64(terms_for(method, H, tab64, causal), *leaves64, D ** -0.5, kpm, causal)
-            ref_grads = torch.autograd.grad(ref, leaves64 + ([tab64] if learned else []), dout)
-            leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v)]
-            tab = table.to(device, dtype).requires_grad_(True) if learned else None
-            out = triton_attention(terms_for(method, H, tab, causal), *leaves, D ** -0.5, kpm, causal, configs)
-            grads = torch.autograd.grad(out, leaves + ([tab] if learned else []), dout.to(dtype))
+            leaves64 = [t.to(device).requires_grad_(True) for t in (q, k, v, *tables)]
+            ref = dense64(terms_for(method, H, leaves64[3:], causal), *leaves64[:3], D ** -0.5, kpm, causal)
+            ref_grads = torch.autograd.grad(ref, leaves64, dout)
+            leaves = [t.to(device, dtype).requires_grad_(True) for t in (q, k, v, *tables)]
+            out = triton_attention(terms_for(method, H, leaves[3:], causal), *leaves[:3], D ** -0.5, kpm, causal,
+                                   configs)
+            grads = torch.autograd.grad(out, leaves, dout.to(dtype))
             errs = {}
-            for name, a, e in zip(("out", "dq", "dk", "dv", "dtable"), (out,) + grads, (ref,) + ref_grads):
+            names = ("out", "dq", "dk", "dv", "dtable", "dtable_v")
+            for name, a, e in zip(names, (out,) + grads, (ref,) + ref_grads):
                 a64 = a.detach().double()
                 errs[name] = float((a64 - e.detach()).norm() / e.detach().norm().clamp_min(1e-30))
                 if not math.isfinite(errs[name]) or not torch.isfinite(a64).all():
@@ -165,9 +174,9 @@ def batches_for(length, n, tokens, H, D, dtype, device, g):
     return out
 
 
-def paths_for(method, H, table, scale, configs):
+def paths_for(method, H, tables, scale, configs):
     """name -> f(q, k, v, kpm) for a forward + backward."""
-    terms = terms_for(method, H, table, False)
+    terms = terms_for(method, H, tables, False)
 
     def stock(q, k, v, kpm):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=~kpm[:, None, None, :], scale=scale)
@@ -187,6 +196,8 @@ def paths_for(method, H, table, scale, configs):
     def triton(q, k, v, kpm):
         return triton_attention(terms, q, k, v, scale, kpm, False, configs)
 
+    if method == "relpos_kv":  # no SDPA form: auto trains it through the region split on CUDA
+        return {"stock": stock, "region split": region_split, "triton": triton}
     torch_mode = ("region split", region_split) if method == "relpos_k" else ("distance bias", distance_kernel)
     return {"stock": stock, "sdpa bias": sdpa_bias, torch_mode[0]: torch_mode[1], "triton": triton}
 
@@ -230,10 +241,8 @@ def time_paths(args, device, configs):
             batches = batches_for(length, args.batches, args.tokens, H, D, dtype, device, g)
             for method in args.methods:
                 rows = []
-                table = table_for(method, H, D, device, g)
-                if table is not None:
-                    table = table.to(device, dtype).requires_grad_(True)
-                paths = paths_for(method, H, table, D ** -0.5, configs)
+                tables = [t.to(device, dtype).requires_grad_(True) for t in tables_for(method, H, D, device, g)]
+                paths = paths_for(method, H, tables, D ** -0.5, configs)
                 for f in paths.values():  # warm-up: compiles, autotuning, allocator
                     run_all(f, batches[:1])
                 sync(device)

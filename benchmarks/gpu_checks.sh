@@ -10,7 +10,7 @@
 #      alibi, relpos k and kv, t5bias and relpos kv also causal: output and every gradient,
 #      tables included), then encoder forward + backward at 512, 1024 and WMT lengths, 16k
 #      tokens per batch, against today's paths (SDPA with the term, the distance bias, the
-#      region split) and stock, with the issue's timing
+#      region split) and stock, and rope's fused rotation against the piece's, with the issue's timing
 #      protocol (fixed pre-generated batches, warm-up excluded, 5 interleaved rounds, wall and
 #      profiler kernel time, spread; a verdict only where the spread is smaller than the gap):
 #      benchmarks/triton_distance_bench.py, one step per dtype, tables in

@@ -14,7 +14,9 @@ term as a float mask, which requires grad for t5bias and relpos k: the fused pat
 trains alibi and relpos k through on CUDA), the distance kernels' torch mode (``distance
 bias``, mode ``kernel``: what auto trains t5bias through on CUDA from 512; for relpos k the
 ``region split``, mode ``far``, which is also what auto trains relpos kv through: it has no
-SDPA form) and ``triton``. The protocol (issue 56, item 4): ``--batches`` input sets generated before any
+SDPA form) and ``triton``; ``rope``: the rotation of q and k alone, the piece's torch
+``rotate`` against the Triton kernel (:mod:`fairseq_attn_core.rope_fused`; ``stock`` there is
+``q + k``, no rotation). The protocol (issue 56, item 4): ``--batches`` input sets generated before any
 timing (lengths drawn per sentence, padded: WMT-like at ``wmt``), a warm-up pass of every
 path (compiles, autotuning, allocator) excluded, then ``--rounds`` rounds, each running every
 path over every batch in an order rotated per round (interleaved); per round the wall time
@@ -56,7 +58,7 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 BUCKETS, MAX_DISTANCE = 32, 128  # T5's defaults
 #: Shaw's clip: the issue's k = 16 on a GPU, 3 for the interpreter
 CLIP = {"cuda": 16, "cpu": 3}
-METHODS = ("t5bias", "alibi", "relpos_k", "relpos_kv")
+METHODS = ("t5bias", "alibi", "relpos_k", "relpos_kv", "rope")
 #: the numerics' (method, causal): the decoder's form where it differs (T5's one-sided buckets)
 #: and for the fullest kernel (each variant is one more compile of three kernels)
 CHECKS = (("t5bias", False), ("t5bias", True), ("alibi", False), ("relpos_k", False), ("relpos_kv", False),
@@ -88,7 +90,7 @@ def tables_for(method: str, H: int, D: int, device, g):
     if method == "t5bias":
         return [torch.randn(BUCKETS, H, generator=g, dtype=torch.float64) * 0.5]
     R = 2 * CLIP[device.type] + 1
-    if method.startswith("relpos"):
+    if method.startswith("relpos"):  # (rope: no table)
         return [torch.randn(R, D, generator=g, dtype=torch.float64) * D ** -0.5
                 for _ in range(2 if method == "relpos_kv" else 1)]
     return []
@@ -143,12 +145,35 @@ def check(args, device, configs) -> bool:
                 errs[name] = float((a64 - e.detach()).norm() / e.detach().norm().clamp_min(1e-30))
                 if not math.isfinite(errs[name]) or not torch.isfinite(a64).all():
                     errs[name] = float("nan")
-            bad = [n for n, e in errs.items() if not e <= args.tol]
-            ok &= not bad
-            form = f"{method}{' causal' if causal else ''}"
-            print(f"{dtype_name:5s} {form:14s} " + " ".join(f"{n} {e:.2e}" for n, e in errs.items())
-                  + ("  FAIL " + ",".join(bad) if bad else "  ok"))
+            ok &= report(dtype_name, f"{method}{' causal' if causal else ''}", errs, args.tol)
+        ok &= check_rope(dtype, dtype_name, B, H, T, D, device, g, args.tol)
     return ok
+
+
+def report(dtype_name, form, errs, tol) -> bool:
+    bad = [n for n, e in errs.items() if not e <= tol]
+    print(f"{dtype_name:5s} {form:16s} " + " ".join(f"{n} {e:.2e}" for n, e in errs.items())
+          + ("  FAIL " + ",".join(bad) if bad else "  ok"))
+    return not bad
+
+
+def check_rope(dtype, dtype_name, B, H, T, D, device, g, tol) -> bool:
+    """The fused rotation in ``dtype`` against the piece's ``rotate`` in float64 (queries at
+    positions 3.. as a decoder's), forward and backward."""
+    from fairseq_attn_core.pieces.rope import rotate
+    from fairseq_attn_core.rope_fused import fused_rotate
+    x, dy = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64).to(device) for _ in range(2))
+    pos = torch.arange(3, 3 + T, device=device)
+    x64 = x.clone().requires_grad_(True)
+    ref = rotate(x64, pos, D, 10000.0)
+    xh = x.to(dtype).requires_grad_(True)
+    out = fused_rotate(xh, pos, D, 10000.0)
+    errs = {}
+    for name, a, e in (("out", out, ref), ("dx", torch.autograd.grad(out, [xh], dy.to(dtype))[0],
+                                            torch.autograd.grad(ref, [x64], dy)[0])):
+        a64 = a.detach().double()
+        errs[name] = float((a64 - e.detach()).norm() / e.detach().norm()) if torch.isfinite(a64).all() else float("nan")
+    return report(dtype_name, "rope rotation", errs, tol)
 
 
 # ---------------------------------------------------------------------------
@@ -174,8 +199,27 @@ def batches_for(length, n, tokens, H, D, dtype, device, g):
     return out
 
 
+def rope_paths():
+    """RoPE's rotation of q and k (their sum is the output the backward starts from): the
+    piece's torch ``rotate`` against the Triton kernel; no attention."""
+    from fairseq_attn_core.pieces.rope import rotate
+    from fairseq_attn_core.rope_fused import fused_rotate
+
+    def torch_rotate(q, k, v, kpm):
+        pos = torch.arange(q.size(2), device=q.device)
+        return rotate(q, pos, q.size(-1), 10000.0) + rotate(k, pos, k.size(-1), 10000.0)
+
+    def triton_rotate(q, k, v, kpm):
+        pos = torch.arange(q.size(2), device=q.device)
+        return fused_rotate(q, pos, q.size(-1), 10000.0) + fused_rotate(k, pos, k.size(-1), 10000.0)
+
+    return {"stock": lambda q, k, v, kpm: q + k, "torch rotate": torch_rotate, "triton": triton_rotate}
+
+
 def paths_for(method, H, tables, scale, configs):
     """name -> f(q, k, v, kpm) for a forward + backward."""
+    if method == "rope":
+        return rope_paths()
     terms = terms_for(method, H, tables, False)
 
     def stock(q, k, v, kpm):
@@ -280,7 +324,7 @@ def spread(xs):
     return (max(xs) - min(xs)) / m if m > 0 else float("nan")
 
 
-def verdicts(rows, today=("distance bias", "region split", "sdpa bias")):
+def verdicts(rows, today=("distance bias", "region split", "sdpa bias", "torch rotate")):
     """triton against each of today's paths, where the gap exceeds both spreads."""
     out = []
     key = lambda r: (r["dtype"], r["length"], r["method"])  # noqa: E731
@@ -338,7 +382,8 @@ def main(argv=None):
     p.add_argument("--check", action="store_true", help="numerics against float64")
     p.add_argument("--time", action="store_true", help="timing against today's paths and stock")
     p.add_argument("--dtypes", default="fp16,bf16", help="comma-separated, of fp16, bf16, fp32")
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default="relpos_kv,t5bias,relpos_k,alibi,rope",
+                   help="comma-separated, timed in this order (default: by the size of today's gap to stock)")
     p.add_argument("--lengths", default="512,1024,wmt", help="comma-separated: wmt or a length")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per batch (default 16384)")
     p.add_argument("--batches", type=int, default=3)

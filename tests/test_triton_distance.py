@@ -1,4 +1,5 @@
 """The Triton kernels of the distance terms (fairseq_attn_core/backends/distance/triton_*.py)
+and of RoPE's rotation (fairseq_attn_core/rope_fused.py)
 under Triton's CPU interpreter (a child process: triton_interpreter.py), against the float64
 references of distance_refs.py: output and the gradients of q, k, v and the table (T5's
 bias table, Shaw's key and value tables), in float64, tolerance 1e-9 (the cases: triton_cases.py). fp16 / bf16 run on a GPU only (the
@@ -12,6 +13,7 @@ from torch.testing import assert_close
 import triton_cases
 from distance_refs import alibi64, shaw64, t5bias64
 from fairseq_attn_core.pieces.alibi import alibi_slopes
+from fairseq_attn_core.pieces.rope import rotate
 from triton_interpreter import run_interpreted, skip_without_triton
 
 TOL = dict(rtol=1e-9, atol=1e-9)
@@ -72,3 +74,16 @@ def check(case, index, got):
         if case[1] > 1 or name == "v":  # one key: zero gradients but v's
             assert e.abs().max() > 0, name  # the comparison is not vacuous
         assert_close(a, e, **TOL, msg=lambda m: f"d{name}: {m}")
+
+
+@pytest.mark.parametrize("index", range(len(triton_cases.CASES["rope"])), ids=ids("rope"))
+def test_fused_rope_rotation_equals_the_piece_s_rotation(results, index):
+    """The kernel (fairseq_attn_core/rope_fused.py) computes rope's ``rotate`` (the same products
+    and sum; tests/test_piece_rope.py holds ``rotate`` to the paper), forward and backward; a
+    part of the head unrotated, and positions that start past 0 (decoder queries)."""
+    x = triton_cases.rope_inputs(triton_cases.CASES["rope"][index], seed=index)
+    leaf = x["x"].clone().requires_grad_(True)
+    expected = rotate(leaf, x["pos"], x["rot"], 10000.0)
+    got = results["rope"][index]
+    assert_close(got["out"], expected.detach(), rtol=1e-12, atol=1e-12)
+    assert_close(got["grads"][0], torch.autograd.grad(expected, [leaf], x["dy"])[0], rtol=1e-12, atol=1e-12)

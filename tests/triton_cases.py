@@ -36,6 +36,11 @@ CASES = {
         ("relpos_kv", 33, True, "right"),
         ("relpos_kv", 5, False, "right"),
     ],
+    # RoPE's fused rotation: (L, D, rotated dimensions, first position)
+    "rope": [
+        (7, 12, 8, 0),
+        (5, 8, 8, 3),
+    ],
 }
 
 
@@ -89,6 +94,21 @@ def run(case, seed):
     return dict(out=out.detach(), grads=[g.detach() for g in grads])
 
 
+def rope_inputs(case, seed: int):
+    L, D, rot, first = case
+    g = torch.Generator().manual_seed(seed)
+    x, dy = (torch.randn(B, H, L, D, generator=g, dtype=torch.float64) for _ in range(2))
+    return dict(x=x, dy=dy, pos=torch.arange(first, first + L), rot=rot)
+
+
+def run_rope(case, seed):
+    from fairseq_attn_core.rope_fused import fused_rotate
+    x = rope_inputs(case, seed)
+    leaf = x["x"].clone().requires_grad_(True)
+    out = fused_rotate(leaf, x["pos"], x["rot"], 10000.0)
+    return dict(out=out.detach(), grads=list(torch.autograd.grad(out, [leaf], x["dy"])))
+
+
 if __name__ == "__main__":
-    torch.save({kind: {i: run(case, seed=i) for i, case in enumerate(cases)} for kind, cases in CASES.items()},
-               sys.argv[1])
+    torch.save({kind: {i: (run_rope if kind == "rope" else run)(case, seed=i) for i, case in enumerate(cases)}
+                for kind, cases in CASES.items()}, sys.argv[1])

@@ -14,16 +14,35 @@ import triton_cases
 from distance_refs import alibi64, shaw64, t5bias64
 from fairseq_attn_core.pieces.alibi import alibi_slopes
 from fairseq_attn_core.pieces.rope import rotate
-from triton_interpreter import run_interpreted, skip_without_triton
+from fairseq_attn_core.backends.distance import DistanceForm, DistanceTerms
+from fairseq_attn_core.backends.distance.triton_configs import configs_for
+from fairseq_attn_core.backends.distance.triton_launch import triton_attention
+from triton_interpreter import have_triton, run_interpreted
 
 TOL = dict(rtol=1e-9, atol=1e-9)
 # one worker runs the cases of one child process
-pytestmark = [pytest.mark.xdist_group("triton_interpreter"), skip_without_triton]
+pytestmark = pytest.mark.xdist_group("triton_interpreter")
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
+    if not have_triton():
+        pytest.skip("triton is not installed (scripts/setup_env.sh installs it)")
     return run_interpreted(tmp_path_factory.mktemp("triton") / "cases.pt")
+
+
+def test_the_forms_the_triton_kernels_run_and_what_they_refuse():
+    """A bias of the distance or Shaw's tables; no terms, or a head wider than the configs,
+    are refused in one line before triton is imported."""
+    assert DistanceForm(bias="buckets").triton and DistanceForm(bias="slopes").triton
+    assert DistanceForm(clip=2, keys=True).triton and DistanceForm(clip=2, keys=True, values=True).triton
+    assert not DistanceForm().triton
+    q = torch.zeros(1, 1, 3, 8)
+    with pytest.raises(ValueError, match="run a bias of the distance or Shaw's tables"):
+        triton_attention(DistanceTerms(), q, q, q, 1.0)
+    assert configs_for(64).forward.block_m >= 16 and configs_for(48) == configs_for(64)
+    with pytest.raises(ValueError, match="heads of at most 128 dimensions"):
+        configs_for(200)
 
 
 def reference(case, x):

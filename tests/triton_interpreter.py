@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,10 +22,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def have_triton() -> bool:
     import importlib.util
     return importlib.util.find_spec("triton") is not None
-
-
-skip_without_triton = pytest.mark.skipif(not have_triton(),
-                                         reason="triton is not installed (scripts/setup_env.sh installs it)")
 
 
 def run_interpreted(out: Path) -> dict:

@@ -20,23 +20,29 @@ class BlockConfig:
 @dataclass(frozen=True)
 class KernelConfigs:
     """One config for the forward, the backward's key-side kernel (dk, dv, the table's
-    partial sums) and its query-side kernel (dq)."""
+    partial sums) and its query-side kernel (dq), and the forward with Shaw's value term
+    (its PB, (block_m, 2k + 1 rounded up to a power of two) float32, sits in registers beside
+    the output: half the rows)."""
 
     forward: BlockConfig
     backward_kv: BlockConfig
     backward_q: BlockConfig
+    forward_values: BlockConfig
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
+_BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
-    16: KernelConfigs(BlockConfig(128, 64, 4, 3), BlockConfig(64, 64, 4, 2), BlockConfig(64, 64, 4, 2)),
-    32: KernelConfigs(BlockConfig(128, 64, 4, 3), BlockConfig(64, 64, 4, 2), BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 3), BlockConfig(64, 64, 4, 2), BlockConfig(64, 64, 4, 2)),
-    128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2)),
+    16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
+                       BlockConfig(64, 64, 8, 2)),
 }
 
 #: the CPU interpreter's tiles (tests, the dry device run)
-SMALL = KernelConfigs(BlockConfig(16, 16, 1, 1), BlockConfig(16, 16, 1, 1), BlockConfig(16, 16, 1, 1))
+_TINY = BlockConfig(16, 16, 1, 1)
+SMALL = KernelConfigs(_TINY, _TINY, _TINY, _TINY)
 
 
 def head_block(head_dim: int) -> int:

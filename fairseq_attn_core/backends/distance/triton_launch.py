@@ -105,7 +105,7 @@ class _TritonAttention(torch.autograd.Function):
         pb = torch.empty(B * H, T, R if values else 0, dtype=lse_dtype, device=q.device)
         common = dict(BIAS=bias, KEYS=qa is not None, VALUES=values, CAUSAL=causal, HAS_PAD=pad is not None,
                       RB=_pow2(R), BLOCK_D=head_block(D), ACC=acc, PRECISION=precision)
-        c = configs.forward
+        c = configs.forward_values if values else configs.forward
         module.forward[(_cdiv(T, c.block_m), B * H)](
             q3, k3, v3, out, lse, pb if values else lse, pad_c, bucket, table_c, slopes, qa_c,
             scale, T, S, H, D, S - T, R, clip,

@@ -22,7 +22,7 @@ import sys
 
 from fairseq_attn_records.run_record import RecordError
 
-from . import recording
+from . import patience, recording
 
 SKIPPED = 10
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     try:
         if not recording.start_run(cfg, write=rank0, argv=argv):
             print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update} "
-                  f"with the same settings: not trained again", file=sys.stderr)
+                  f"(or until --patience stopped it) with the same settings: not trained again", file=sys.stderr)
             return SKIPPED
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -80,6 +80,16 @@ def main(argv=None) -> int:
 
     from fairseq_attn_plugins.integration.refusals import refusal_kinds
 
+    early_stop = patience.EarlyStopSeen()
+    if cfg.checkpoint.patience > 0:
+        logging.getLogger("fairseq_cli.train").addHandler(early_stop)
+        log = os.path.join(cfg.checkpoint.save_dir, "train.log")
+        resumed = recording.resume_update(cfg.checkpoint.save_dir)
+        state = patience.restore(log, resumed) if resumed and os.path.isfile(log) else None
+        if rank0 and state is not None:
+            print(f"--patience {cfg.checkpoint.patience}: best validation loss {state[0]} so far, "
+                  f"{state[1]} validations without improvement since (from {log})", file=sys.stderr)
+
     try:
         if cfg.common.profile or cfg.common.use_plasma_view:  # fairseq-train's own setup for these
             sys.argv = [sys.argv[0]] + list(argv)
@@ -92,7 +102,7 @@ def main(argv=None) -> int:
     release_data_workers()
     if rank0:
         try:
-            recording.finish_run(cfg.checkpoint.save_dir)
+            recording.finish_run(cfg.checkpoint.save_dir, stopped="patience" if early_stop.seen else None)
         except RecordError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

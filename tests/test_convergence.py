@@ -1,0 +1,55 @@
+"""CONVERGE's pieces (lengths.sh; fairseq's --patience): the patience counter read back from a run's log
+for a resumed training, and a run stopped by it known as trained."""
+
+import types
+
+import pytest
+
+from fairseq_attn_recipes import patience
+from fairseq_attn_records import run_record
+
+
+@pytest.mark.parametrize("losses", [
+    [6.9, 6.4, 6.4, 6.5, 6.2, 6.3],  # an equal loss does not improve
+    [5.0, 5.1, 5.2],
+    [7.0],
+])
+def test_patience_state_is_the_counter_fairseq_keeps(losses):
+    """After each validation, (best, validations since) as fairseq's own should_stop_early counts them,
+    and a training resumed there stops where fairseq's uninterrupted counter would."""
+    from fairseq_cli import train as fairseq_train
+
+    stop = fairseq_train.should_stop_early
+    cfg = types.SimpleNamespace(checkpoint=types.SimpleNamespace(patience=2, maximize_best_checkpoint_metric=False))
+    try:
+        for attr in ("best", "num_runs"):
+            stop.__dict__.pop(attr, None)
+        decisions, states = [], []
+        for loss in losses:  # fairseq, uninterrupted
+            decisions.append(stop(cfg, loss))
+            states.append((stop.best, stop.num_runs))
+        for i in range(1, len(losses) + 1):
+            got = patience.patience_state(list(enumerate(losses[:i])))
+            assert got == states[i - 1]
+            # a training resumed after validation i: fairseq's counter as read back, then the later losses
+            stop.best, stop.num_runs = got
+            assert [stop(cfg, loss) for loss in losses[i:]] == decisions[i:]
+    finally:
+        for attr in ("best", "num_runs"):
+            stop.__dict__.pop(attr, None)
+
+
+def test_a_run_stopped_by_patience_is_trained_and_only_with_its_arguments(tmp_path):
+    argv = ["data", "--patience", "2", "--max-update", "100"]
+    rec = {"format": run_record.FORMAT, "num_updates": 36,
+           "trainings": [{"max_update": 100, "finished": "t", "argv": run_record.launch_key(argv), "to_update": 36,
+                          "stopped": "patience"}]}
+    run_record.save(str(tmp_path), rec)
+    assert run_record.finished_before(str(tmp_path), argv)
+    assert not run_record.finished_before(str(tmp_path), argv[:2] + ["3"] + argv[3:])  # another patience
+    rec["num_updates"] = 48  # trained on since (another start): not the stop recorded
+    run_record.save(str(tmp_path), rec)
+    assert not run_record.finished_before(str(tmp_path), argv)
+    rec["num_updates"], rec["trainings"][-1]["stopped"] = 36, None  # stopped by something else before the cap
+    run_record.save(str(tmp_path), rec)
+    assert not run_record.finished_before(str(tmp_path), argv)

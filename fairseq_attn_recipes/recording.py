@@ -296,8 +296,8 @@ def training_seen(run_dir: str, rec: Dict):
                 for kind, st in read_log_records(log) if kind == "train" and "train_num_updates" in st]
         try:
             epoch["updates"] = ts.updates_per_epoch(ends)
-        except ValueError as e:
-            raise RecordError(f"{log}: {e}") from None
+        except ValueError as e:  # e.g. resumed with another number of workers: said, not guessed
+            epoch["unknown"] = f"{log}: {e}"
     settings, pairs = data.get("settings") or {}, data.get("train_pairs") or {}
     if data.get("path") and settings.get("SRC") and settings.get("TGT"):
         original = (pairs.get("concat") or {}).get("original", pairs.get("clean"))

@@ -1,6 +1,7 @@
 """CONVERGE's pieces (lengths.sh; fairseq's --patience): the patience counter read back from a run's log
 for a resumed training, and a run stopped by it known as trained."""
 
+import logging
 import types
 
 import pytest
@@ -21,6 +22,11 @@ def test_patience_state_is_the_counter_fairseq_keeps(losses):
 
     stop = fairseq_train.should_stop_early
     cfg = types.SimpleNamespace(checkpoint=types.SimpleNamespace(patience=2, maximize_best_checkpoint_metric=False))
+    seen = patience.EarlyStopSeen()  # what tells the run record that the patience stopped the training
+    logger = logging.getLogger("fairseq_cli.train")
+    level = logger.level
+    logger.setLevel(logging.INFO)  # as fairseq-train logs (pytest's default is WARNING)
+    logger.addHandler(seen)
     try:
         for attr in ("best", "num_runs"):
             stop.__dict__.pop(attr, None)
@@ -28,6 +34,7 @@ def test_patience_state_is_the_counter_fairseq_keeps(losses):
         for loss in losses:  # fairseq, uninterrupted
             decisions.append(stop(cfg, loss))
             states.append((stop.best, stop.num_runs))
+        assert seen.seen == any(decisions)
         for i in range(1, len(losses) + 1):
             got = patience.patience_state(list(enumerate(losses[:i])))
             assert got == states[i - 1]
@@ -35,6 +42,8 @@ def test_patience_state_is_the_counter_fairseq_keeps(losses):
             stop.best, stop.num_runs = got
             assert [stop(cfg, loss) for loss in losses[i:]] == decisions[i:]
     finally:
+        logger.removeHandler(seen)
+        logger.setLevel(level)
         for attr in ("best", "num_runs"):
             stop.__dict__.pop(attr, None)
 

@@ -257,6 +257,7 @@ lengths_train_evaluate() {  # lengths_train_evaluate K...: train SAVE_DIR, evalu
   EVAL_SUBSET=test evaluate_main
   local k u kmax
   for k in "$@"; do (( k == 1 )) || EVAL_SUBSET="concat/k$k.test" evaluate_main; done
+  [[ -n ${CURVE:-} ]] || return 0
   kmax=$(lengths_kmax "$@")
   for u in ${CURVE//,/ }; do
     EVAL_AT_UPDATE=$u EVAL_SUBSET=test evaluate_main

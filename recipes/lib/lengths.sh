@@ -273,8 +273,11 @@ lengths_kmax() { local k m=1; for k in "$@"; do (( k <= m )) || m=$k; done; echo
 lengths_check_curve() {
   [[ -n ${CURVE:-}${CONVERGE:-} ]] || return 0
   local both cap interval u prev=0 g=0 a b
-  both=$(profile --arch "$1" --only MAX_UPDATE SAVE_INTERVAL_UPDATES; echo "${MAX_UPDATE:-0} ${SAVE_INTERVAL_UPDATES:-0}") || exit 1
+  if [[ -n ${MAX_UPDATE:-} && -n ${SAVE_INTERVAL_UPDATES:-} ]]; then both="$MAX_UPDATE $SAVE_INTERVAL_UPDATES"  # given
+  else both=$(profile --arch "$1" --only MAX_UPDATE SAVE_INTERVAL_UPDATES; echo "${MAX_UPDATE:-0} ${SAVE_INTERVAL_UPDATES:-0}") || exit 1; fi
   read -r cap interval <<< "$both"
+  [[ $cap =~ ^[0-9]+$ && $interval =~ ^[0-9]+$ ]] \
+    || die "MAX_UPDATE=$cap and SAVE_INTERVAL_UPDATES=$interval: give whole numbers (CURVE and CONVERGE are checked against them)"
   CURVE_CAP=$cap
   if [[ -n ${CONVERGE:-} ]]; then
     [[ $CONVERGE =~ ^[1-9][0-9]*$ ]] || die "CONVERGE=$CONVERGE: give the patience, how many validations without improvement of the validation loss stop a run (a positive integer; the cap: MAX_UPDATE=$cap updates)"

@@ -62,3 +62,32 @@ def test_a_run_stopped_by_patience_is_trained_and_only_with_its_arguments(tmp_pa
     rec["num_updates"], rec["trainings"][-1]["stopped"] = 36, None  # stopped by something else before the cap
     run_record.save(str(tmp_path), rec)
     assert not run_record.finished_before(str(tmp_path), argv)
+
+
+def test_curve_and_converge_are_refused_in_one_line_naming_them():
+    """lengths.sh's check of CURVE and CONVERGE (before any step; the e2e study shows one refusal there),
+    against the cap MAX_UPDATE and the save interval: each bad value one line, in one shell."""
+    import os
+    import subprocess
+    import sys
+
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "lib")
+    env = dict(os.environ, PYTHON=sys.executable, MAX_UPDATE="100", SAVE_INTERVAL_UPDATES="10")
+    cases = {"CURVE=20,10": "CURVE=20,10: give the updates in increasing order, each once (10 after 20)",
+             "CURVE=10,x": "CURVE=10,x: give the updates of the learning curve, positive integers",
+             "CURVE=15": "CURVE=15: 15 is not a multiple of SAVE_INTERVAL_UPDATES=10",
+             "CURVE=110": "CURVE=110: 110 is beyond the cap of MAX_UPDATE=100 updates",
+             "CONVERGE=0": "CONVERGE=0: give the patience",
+             "CONVERGE=2 CURVE=50,100": ""}
+    script = f'. "{lib}/common.sh"; . "{lib}/lengths.sh"\n' + "".join(
+        f'( {case} lengths_check_curve transformer_attn_wmt_en_de; echo "ok $KEEP_INTERVAL_UPDATES_PATTERN '
+        f'${{PATIENCE:-}} ${{VALIDATE_INTERVAL_UPDATES:-}}" ) 2>&1 || true; echo "--"\n' for case in cases)
+    p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    got = p.stdout.split("--\n")[:-1]
+    assert len(got) == len(cases), p.stdout + p.stderr
+    for (case, message), out in zip(cases.items(), got):
+        lines = out.splitlines()
+        if message:
+            assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), (case, out)
+        else:  # the flags given to fairseq: patience 2, validations every 10 updates, checkpoints of 50, 100 kept
+            assert lines == ["ok 50 2 10"], (case, out)

@@ -99,6 +99,8 @@ def main(argv=None) -> int:
     except refusal_kinds() as e:  # refused by the plugin (a checkpoint, a validation set): one line
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        logging.getLogger("fairseq_cli.train").removeHandler(early_stop)
     release_data_workers()
     if rank0:
         try:

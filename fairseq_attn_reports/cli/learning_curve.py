@@ -25,6 +25,15 @@ def _with_training(md_text: str, section: str) -> str:
     return head.rstrip("\n") + "\n\n" + section if sep or head else section
 
 
+def _written_before(path: str, table) -> bool:
+    """``path`` holds this very table (as JSON)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f) == json.loads(json.dumps(table))
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fairseq_attn_reports.cli.learning_curve", description=__doc__)
     p.add_argument("--condition", action="append", required=True, metavar="LABEL=DIR")
@@ -54,10 +63,13 @@ def main(argv=None) -> int:
             points = [int(u) for u in args.points.split(",")]
             subsets = [s.split("=", 1) for s in args.subset]
             table = lc.curve_table(runs, points, subsets, args.tokenize)
+            pngs = {name: os.path.join(args.plot_dir, f"curve_{name}.png") for name in args.names}
+            same = _written_before(args.json, table) and all(os.path.isfile(p) for p in pngs.values())
             write_text(args.md, lc.curve_markdown(table))
             write_json(args.json, table, indent=2)
-            for name in args.names:
-                lc.plot_system(table, name, os.path.join(args.plot_dir, f"curve_{name}.png"))
+            if not same:  # the plots of this very table are there: not drawn again
+                for name, png in pngs.items():
+                    lc.plot_system(table, name, png)
             print(lc.curve_markdown(table))
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -62,8 +62,9 @@ def main(argv=None) -> int:
     rank0 = is_rank0(cfg)
     try:
         if not recording.start_run(cfg, write=rank0, argv=argv):
-            print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update} "
-                  f"(or until --patience stopped it) with the same settings: not trained again", file=sys.stderr)
+            until = " (or until --patience stopped it)" if cfg.checkpoint.patience > 0 else ""
+            print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update}{until} "
+                  f"with the same settings: not trained again", file=sys.stderr)
             return SKIPPED
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -45,6 +45,18 @@ no_args() {
   (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
 }
 
+# check_variables SCRIPT...: the recipe variables these scripts read (fairseq_attn_recipes/variables.py,
+# one table) checked before any step: a value that is not allowed is one line naming the variable and
+# what is allowed. Once per process and script: a study that checked train's and evaluate's variables
+# (table1.sh, lengths.sh) does not check them again per run.
+check_variables() {
+  local s todo=()
+  for s in "$@"; do [[ " ${VARIABLES_CHECKED:-} " == *" $s "* ]] || todo+=("$s"); done
+  (( ${#todo[@]} )) || return 0
+  "${STEPS[@]}" check-variables "${todo[@]}" || exit 1
+  VARIABLES_CHECKED="${VARIABLES_CHECKED:-} ${todo[*]}"
+}
+
 # stage NAME [--set KEY=VALUE | --in FILE]... -- CMD...: run CMD unless $WORK/.done/NAME
 # records that it was done from these very settings and input files (sizes, line counts,
 # sha256). Changed settings or inputs: the step is redone (and so, through their inputs,
@@ -245,6 +257,7 @@ check_pair() {
 
 prepare_main() {
   no_args "$@"
+  check_variables prepare
   recipe_defaults
   prepare_settings
   if [[ $DATA_KEYED == 0 && $(realpath -m "$DATA") == "$(realpath -m "$WORK/data")"/* ]]; then
@@ -262,9 +275,6 @@ prepare_main() {
   local tools=(fairseq sacrebleu "$BPE_TOOL") l split
   for l in "$SRC" "$TGT"; do tools+=("$(tokenizer_tool "$l" | sed 's/moses-plain/moses/')"); done
   "${STEPS[@]}" check-tools "${tools[@]}" || exit 1
-  if [[ -n ${TRAIN_MAX_LEN:-} ]] && ! [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ && $(( 10#$TRAIN_MAX_LEN )) -ge 1 ]]; then
-    die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the most source words a training pair may have, a positive integer (empty: no cap)"
-  fi
   check_train_concat
   local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
@@ -460,7 +470,8 @@ data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw
 data_main() {
   local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them), 'prune' (show the unreferenced ones; 'prune --yes' removes them), 'register DIR' (a moved run's new place) or 'forget DIR' (a registered run that was removed)"
   case ${1:-} in
-    list) shift; no_args "$@"; recipe_defaults; "${STEPS[@]}" data-list "$WORK";;
+    list) shift; (( $# == 0 )) || usage_error "data.sh list: unknown argument '$1': 'list' takes none (data.sh list)"
+      recipe_defaults; "${STEPS[@]}" data-list "$WORK";;
     prune)
       shift
       local yes=() forget=() a
@@ -504,6 +515,7 @@ detect_gpus() {
 
 train_main() {
   no_args "$@"
+  check_variables train
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   # ARCHS_CHECKED: the architectures a calling step (lengths.sh, table1.sh, figure2.sh) checked
@@ -624,6 +636,7 @@ train_main() {
 # ---------------------------------------------------------------- evaluate
 evaluate_main() {
   no_args "$@"
+  check_variables evaluate
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)

@@ -31,7 +31,7 @@ from .step_inputs import die, key_values
 PREP = ("prepare", "train", "evaluate")  # the data's settings: made by prepare.sh, checked by the others
 TRAIN = ("train",)
 EVAL = ("evaluate",)
-STUDY = ("table1", "lengths", "sweep", "align")  # the results tables and their significance tests
+STUDY = ("table1", "lengths", "sweep", "align")  # the tables with significance tests
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def number(low: float = None, high: float = None, low_open: bool = False, high_o
         parts.append(f"{'above' if low_open else 'at least'} {low:g}")
     if high is not None:
         parts.append(f"{'below' if high_open else 'at most'} {high:g}")
-    words = "a number" + (" " + " and ".join(parts) if parts else "") + " (e.g. 0.1, 7e-4)"
+    words = "a number" + (" " + " and ".join(parts) if parts else "")
 
     def problem(value: str) -> str:
         try:
@@ -112,7 +112,7 @@ def flags() -> Check:
         except ValueError:
             return "not a list of flags"
         return "" if not words or words[0].startswith("-") else "not a list of flags"
-    return Check("flags for the tool, the first one starting with '-' (e.g. --max-len-a 2 --max-len-b 10)", problem)
+    return Check("the tool's flags and their values, the first word a flag starting with '-'", problem)
 
 
 def table1_rows(exclude_baseline: bool = False) -> Check:
@@ -183,12 +183,10 @@ VARIABLES: Dict[str, Variable] = {
     "CLEAN_MIN": Variable("the fewest subwords a training sentence may have", _c(integer(0)), PREP),
     "CLEAN_MAX": Variable("the most subwords a training sentence may have", _c(integer(1)), PREP),
     "CLEAN_RATIO": Variable("the largest length ratio of a training pair", _c(number(1.0)), PREP),
-    "TRAIN_MAX_LEN": Variable("the most source words a training pair may have (empty: no cap)", _c(integer(1)),
-                              PREP + ("lengths", "sweep")),
+    "TRAIN_MAX_LEN": Variable("the most source words a training pair may have", _c(integer(1)), PREP),
     "STUDY_TRAIN_MAX_LEN": Variable("the study's training-length cap (TRAIN_MAX_LEN's default in lengths.sh and sweep.sh)",
                                     _c(integer(1)), ("lengths", "sweep")),
-    "TRAIN_CONCAT_SEED": Variable("the draw of the random pairs TRAIN_CONCAT joins", _c(integer(0)),
-                                  PREP + ("lengths", "sweep")),
+    "TRAIN_CONCAT_SEED": Variable("the draw of the random pairs TRAIN_CONCAT joins", _c(integer(0)), PREP),
     "PREPROCESS_ARGS": Variable("extra fairseq-preprocess flags", _c(flags()), PREP),
     "WORKERS": Variable("the processes of tokenisation and fairseq-preprocess", _c(integer(1)), ("prepare",)),
     "ALLOW_PARTIAL_DATA": Variable("whether training data with parts left out is allowed", _c(SWITCH), ("prepare",)),
@@ -224,7 +222,7 @@ VARIABLES: Dict[str, Variable] = {
     "LENPEN": Variable("the length penalty", _c(number(0.0)), EVAL),
     "N_AVG": Variable("the save points averaged", _c(integer(1)), EVAL),
     "EVAL_SUBSET": Variable("the subset evaluated", _c(eval_subset()), EVAL),
-    "GEN_ARGS": Variable("extra fairseq-generate flags", _c(flags()), EVAL + ("lengths", "sweep")),
+    "GEN_ARGS": Variable("extra fairseq-generate flags", _c(flags()), EVAL),
     "GEN_MAX_TOKENS": Variable("the tokens of a generation batch", _c(integer(1)), EVAL),
     "SACREBLEU_TOK": Variable("sacreBLEU's tokeniser", _c(sacrebleu_tokenizers()), EVAL + ("table1", "figure2", "figure3")),
     "TOK_BLEU": Variable("whether tokenised BLEU is scored too", _c(SWITCH), EVAL),
@@ -237,8 +235,8 @@ VARIABLES: Dict[str, Variable] = {
     "WINDOWS": Variable("the 1D-CSAN windows of Figure 2", _c(integers(1)), ("figure2",)),
     "HEADS": Variable("the 2D-CSAN heads of Figure 2", _c(integers(1, odd=True)), ("figure2",)),
     "FIG2_WINDOW": Variable("the 2D-CSAN window of Figure 2", _c(integer(1)), ("figure2",)),
-    "AR_TRIALS": Variable("the approximate randomisation trials", _c(integer(1)), STUDY + ("table1",)),
-    "BS_SAMPLES": Variable("the paired bootstrap samples", _c(integer(1)), STUDY),
+    "AR_TRIALS": Variable("the approximate randomisation trials", _c(integer(1)), STUDY),
+    "BS_SAMPLES": Variable("the paired bootstrap samples", _c(integer(1)), ("lengths", "sweep", "align")),
     "LENGTH_EDGES": Variable("the source-length buckets", length_edges, ("lengths",)),
     "ALIGN_REDO": Variable("whether runs aligned before are aligned again", _c(SWITCH), ("align",)),
     "PER_HEAD": Variable("whether every head is aligned too", _c(SWITCH), ("align",)),
@@ -254,6 +252,24 @@ CHECKED_IN_PLACE = {
     "ZHEN_PARTS": "zhen_missing_parts in recipes/wmt17_zh_en/env.sh",
     "CPU_THREADS": "cpu_threads in recipes/lib/common.sh (its default from OMP_NUM_THREADS too)",
     "SWEEP": "sweep_lines in recipes/lib/sweep.sh (each line's variables: check-variables --set)",
+}
+
+#: the variables whose value is a path, an address or a name: used as given, each refused where it is
+#: used (a file that does not exist, a folder of other settings) with the variable named
+FREE = {
+    "WORK": "the recipe's working folder", "DATA": "a data folder (check-data: its prepare.json)",
+    "SAVE_DIR": "a run folder (its run record)", "TABLE1_DIR": "Table 1's folder (its settings.txt)",
+    "FIGURE2_DIR": "Figure 2's folder (its settings.txt)", "LENGTHS_DIR": "the study's folder",
+    "SWEEP_DIR": "the sweep's folder", "TENSORBOARD_DIR": "TensorBoard's folder", "RUNS": "run folders (align.sh)",
+    "PYTHON": "the interpreter (common.sh: it must import torch, fairseq and this package)",
+    "SRC": "the source language (the recipe's check_corpus_inputs, languages.py)", "TGT": "the target language",
+    "TRAIN_SRC": "a file (prepare.sh: it exists, its lines and script)", "TRAIN_TGT": "a file", "VALID_SRC": "a file",
+    "VALID_TGT": "a file", "TEST_SRC": "a file", "TEST_TGT": "a file", "TRAIN_DOCS": "a file (one id per training line)",
+    "TEST_DOCS": "a file (one id per test line)", "COMET_MODEL": "a checkpoint (check-comet loads it first)",
+    "ASPEC_DIR": "ASPEC's folder (check_corpus_inputs)", "EXTRA_TRAIN_PAIRS": "file pairs (extra_pairs_parts)",
+    "STATMT_URL": "a mirror's address", "STATMT_DATA_URL": "a mirror's address", "HF_WMT_URL": "a mirror's address",
+    "WANDB_PROJECT": "a Weights & Biases project (check_loggers: wandb installed)", "MASTER_ADDR": "node 0's address",
+    "OMP_NUM_THREADS": "CPU_THREADS's default",
 }
 
 # TOKENIZER_<LANG>: the tokeniser of one language (fairseq_attn_recipes/tokenisation.py)
@@ -306,3 +322,13 @@ def add_parsers(sub) -> None:
     p.add_argument("scripts", nargs="+", help="the recipe scripts whose variables are checked (prepare, train, ...)")
     p.add_argument("--set", action="append", metavar="VAR=VALUE", help="a value the environment does not hold yet")
     p.set_defaults(fn=cmd_check_variables)
+
+
+def markdown() -> str:
+    """The table as docs/recipes.md shows it (a test keeps the two the same)."""
+    rows = ["| variable | what it gives | allowed | read by |", "|---|---|---|---|"]
+    for name, v in VARIABLES.items():
+        c = v.check()
+        rows.append(f"| `{name}` | {v.gives} | {c.allowed} | {', '.join(v.scripts)} |")
+    rows.append(f"| `TOKENIZER_<LANG>` | the tokeniser of a language | {' or '.join(TOKENIZERS)} | {', '.join(PREP)} |")
+    return "\n".join(rows)

@@ -611,7 +611,9 @@ train_main() {
     args+=(--distributed-rank 0)
   fi
   set +e
-  "${launch[@]}" "${args[@]}" 2>&1 | tee -a "$SAVE_DIR/train.log"
+  # the variables whose flags fairseq-train parses: its argument errors name them (flag_origins.py)
+  RECIPE_FLAG_VARIABLES="MODEL_ARGS=${MODEL_ARGS:-}"$'\n'"EXTRA_ARGS=${EXTRA_ARGS:-}" \
+    "${launch[@]}" "${args[@]}" 2>&1 | tee -a "$SAVE_DIR/train.log"
   rc=${PIPESTATUS[0]}
   set -e
   (( rc == 0 )) || kill "${pids[@]}" 2>/dev/null || true  # a rank without rank 0 would wait forever

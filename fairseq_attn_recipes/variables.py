@@ -1,26 +1,28 @@
 """The recipes' settings, one table: every environment variable a recipe script passes on to a
 step or a tool, what it gives, what is allowed and which scripts read it.
 
-``python -m fairseq_attn_recipes check-variables SCRIPT...`` (recipes/lib/common.sh,
-``check_variables``) checks every variable of the table that SCRIPT reads and the environment
-sets (an empty value is unset, as the recipes' ``${VAR:-default}`` read it), before the script
-does anything: a wrong value is one line naming the variable, its value and what is allowed
+``python -m fairseq_attn_recipes.variables SCRIPT...`` (recipes/lib/common.sh, ``check_variables``;
+also the step ``check-variables`` of ``python -m fairseq_attn_recipes``) checks every variable of
+the table that SCRIPT reads and the environment sets (an empty value is unset, as the recipes'
+``${VAR:-default}`` read it), before the script does anything: a wrong value is one line naming the variable, its value and what is allowed
 (exit 1), never a tool's error about its own flag after hours of work (``BPE_MERGES=abc`` was
 refused by the BPE step's argparse, after tokenising). ``--set VAR=VALUE`` checks a value the
 environment does not hold yet (a line of a sweep).
 
-Checked elsewhere, each in one place, because the check needs more than the value: the files
-(``TRAIN_SRC``..., ``TRAIN_DOCS``, ``TEST_DOCS``: line counts, scripts), ``ARCH``/``ARCHS``
-(the registry, ``check-arch``), ``SEEDS`` with ``SEED``, ``TRAIN_CONCAT``, ``CONCAT``,
-``ZHEN_PARTS``, ``SWEEP`` (:data:`CHECKED_IN_PLACE` names where); the flags of ``MODEL_ARGS`` and
-``EXTRA_ARGS`` by fairseq-train's own parser for the architecture, its errors naming the variable
-(:mod:`.flag_origins`).
+Checked elsewhere, each in one place, because the check needs more than the value
+(:data:`CHECKED_IN_PLACE` names where): ``ARCH``/``ARCHS`` (the registry), ``SEEDS`` with
+``SEED``, ``TRAIN_CONCAT`` with ``TRAIN_DOCS``, ``CONCAT`` with ``TEST_DOCS``, ``ZHEN_PARTS``,
+``CPU_THREADS``, ``SWEEP``; paths, addresses and names (:data:`FREE`) where they are used; the
+flags of ``MODEL_ARGS`` and ``EXTRA_ARGS`` by fairseq-train's own parser for the architecture, its
+errors naming the variable (:mod:`.flag_origins`). tests/test_recipe_variables.py holds that every
+variable the recipes read is in one of these tables.
 """
 
 import math
 import os
 import re
 import shlex
+import sys
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, Optional, Tuple
 
@@ -147,9 +149,8 @@ def length_edges() -> Check:
 
 
 def split_sizes() -> Check:
-    return Check("train=N,valid=N,test=N with positive integers (e.g. train=4000,valid=200,test=400)",
-                 lambda value: "" if re.fullmatch(r"train=[1-9][0-9]*,valid=[1-9][0-9]*,test=[1-9][0-9]*", value)
-                 else "not allowed")
+    from .toy_corpus_files import SIZES_ALLOWED, sizes_problem
+    return Check(SIZES_ALLOWED, sizes_problem)
 
 
 def eval_subset() -> Check:
@@ -316,6 +317,18 @@ def cmd_check_variables(args):
     check(args.scripts, {**os.environ, **key_values(args.set)})
 
 
+def main(argv=None) -> None:
+    """``python -m fairseq_attn_recipes.variables SCRIPT... [--set VAR=VALUE]...``: the step alone, as the
+    recipes call it before every script (this module and the one-line error: a tenth of the start of
+    ``python -m fairseq_attn_recipes``, which imports every step)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes.variables")
+    sub = ap.add_subparsers(dest="cmd")
+    add_parsers(sub)
+    args = ap.parse_args(["check-variables", *(sys.argv[1:] if argv is None else argv)])
+    args.fn(args)
+
+
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("check-variables", help="refuse a recipe variable's value the table does not allow (one line)")
@@ -332,3 +345,7 @@ def markdown() -> str:
         rows.append(f"| `{name}` | {v.gives} | {c.allowed} | {', '.join(v.scripts)} |")
     rows.append(f"| `TOKENIZER_<LANG>` | the tokeniser of a language | {' or '.join(TOKENIZERS)} | {', '.join(PREP)} |")
     return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,8 +18,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
 from test_recipes import RECIPES  # noqa: E402
 
-from fairseq_attn_recipes import variables  # noqa: E402
-
 ROOT = os.path.dirname(RECIPES)
 
 #: an allowed value of each variable of the table, written here (a new variable needs one)
@@ -41,7 +39,7 @@ ALLOWED = {
 #: values out of range, each refused (a reference written plainly: what the table's words say)
 OUT_OF_RANGE = {"MAX_UPDATE": "0", "BPE_MERGES": "-5", "DROPOUT": "1", "LR": "0", "CLEAN_RATIO": "0.5",
                 "MASTER_PORT": "70000", "HEADS": "1,2", "WINDOWS": "3,3", "ROWS": "csan2d", "FIG3_ROWS": "baseline",
-                "EVAL_SUBSET": "train", "JOINT": "yes", "FP16": "true", "BEAM": "4.0", "SEED": " 1"}
+                "EVAL_SUBSET": "train", "JOINT": "yes", "FP16": "true", "BEAM": "4.0", "SEED": " 1", "QUICK_SIZES": "train=3,valid=4"}
 
 #: what the recipes set for themselves (no user setting) or read from the system
 INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE_TRAIN_DOCS", "RUN_SUFFIX",
@@ -50,6 +48,7 @@ INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE
 
 def check(scripts, environ):
     """check-variables in this process: (exit status, stderr lines)."""
+    from fairseq_attn_recipes import variables
     err = io.StringIO()
     code = 0
     with contextlib.redirect_stderr(err):
@@ -61,6 +60,7 @@ def check(scripts, environ):
 
 
 def test_every_variable_of_the_table_refuses_a_wrong_value_in_one_line_naming_it():
+    from fairseq_attn_recipes import variables
     assert set(ALLOWED) == set(variables.VARIABLES)
     for name, var in variables.VARIABLES.items():
         allowed = var.check().allowed
@@ -81,6 +81,7 @@ def test_every_variable_of_the_table_refuses_a_wrong_value_in_one_line_naming_it
 
 
 def test_the_table_covers_every_variable_the_recipes_read():
+    from fairseq_attn_recipes import variables
     text = ""
     for d, _, files in os.walk(RECIPES):
         text += "".join(open(os.path.join(d, f)).read() for f in files if f.endswith(".sh"))
@@ -93,6 +94,7 @@ def test_the_table_covers_every_variable_the_recipes_read():
 
 
 def test_the_docs_show_the_table():
+    from fairseq_attn_recipes import variables
     docs = open(os.path.join(ROOT, "docs", "recipes.md"), encoding="utf-8").read()
     assert variables.markdown() in docs
 

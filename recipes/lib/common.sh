@@ -53,7 +53,7 @@ check_variables() {
   local s todo=()
   for s in "$@"; do [[ " ${VARIABLES_CHECKED:-} " == *" $s "* ]] || todo+=("$s"); done
   (( ${#todo[@]} )) || return 0
-  "${STEPS[@]}" check-variables "${todo[@]}" || exit 1
+  "$PYTHON" -m fairseq_attn_recipes.variables "${todo[@]}" || exit 1
   VARIABLES_CHECKED="${VARIABLES_CHECKED:-} ${todo[*]}"
 }
 

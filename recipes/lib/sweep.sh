@@ -29,7 +29,7 @@ sweep_lines() {  # the checked lines of SWEEP, tabs kept
       sets+=(--set "$v")
     done
     # each line's values as the recipe variables they are (one line naming the variable; SWEEP's line named first)
-    local said; said=$("${STEPS[@]}" check-variables sweep prepare train evaluate "${sets[@]}" 2>&1) \
+    local said; said=$("$PYTHON" -m fairseq_attn_recipes.variables sweep prepare train evaluate "${sets[@]}" 2>&1) \
       || die "SWEEP=$SWEEP, line $name: ${said#error: }"
     printf '%s\n' "$line"; n=$((n + 1))
   done < "$SWEEP"

@@ -5,8 +5,9 @@ passed as they are, and only fairseq-train's parser (with the architecture's fla
 once the architecture is parsed) knows their flags. train.sh hands their text to the training step
 in :data:`ENV` (``VAR=VALUE`` lines); an argument error of that parse is then one line naming the
 variable, the flag, and the nearest flags of this architecture's fairseq-train
-(``EXTRA_ARGS: fairseq-train has no flag --bogus-flag for ARCH=...``), not fairseq's flag name
-alone. A flag no variable holds keeps the plugin's own one-line error
+(``EXTRA_ARGS='--bogus-flag 1': fairseq-train with ARCH=... has no flag --bogus-flag ...``), not
+fairseq's flag name alone. The same for PREPROCESS_ARGS and GEN_ARGS in fairseq-preprocess and
+fairseq-generate (:mod:`.fairseq_command`). A flag no variable holds keeps the plugin's own one-line error
 (:func:`fairseq_attn_plugins.integration.refusals.parser_error`).
 """
 
@@ -80,9 +81,10 @@ def _arch(argv) -> str:
     return ""
 
 
-def explain(parser: argparse.ArgumentParser, message: str, argv, given: Dict[str, List[str]]) -> Optional[str]:
+def explain(parser: argparse.ArgumentParser, message: str, argv, given: Dict[str, List[str]],
+            tool: str = "fairseq-train") -> Optional[str]:
     """The one-line error naming the variable that gave each flag the error is about (each unknown
-    flag with the nearest known ones), or None when no variable gave them."""
+    flag with the nearest known ones of ``tool``), or None when no variable gave them."""
     def variable_of(flag):
         name = flag.split("=", 1)[0]
         return next((v for v, words in given.items() if any(w.split("=", 1)[0] == name for w in words)), None)
@@ -90,9 +92,12 @@ def explain(parser: argparse.ArgumentParser, message: str, argv, given: Dict[str
     flags = [(f.split("=", 1)[0], variable_of(f)) for f in flags_named(message)]
     if not flags or any(var is None for _, var in flags):
         return None
-    arch = _arch(argv)
-    listed = (f"fairseq-attn-pieces --arch {arch} lists the model's flags" if arch else
-              "fairseq-attn-pieces --arch ARCH lists a model's flags") + ", fairseq-train --help the others"
+    arch = _arch(argv) if tool == "fairseq-train" else ""
+    if tool != "fairseq-train":
+        listed = f"{tool} --help lists its flags"
+    else:
+        listed = (f"fairseq-attn-pieces --arch {arch} lists the model's flags" if arch else
+                  "fairseq-attn-pieces --arch ARCH lists a model's flags") + ", fairseq-train --help the others"
     if not message.startswith("unrecognized arguments: "):
         var = flags[0][1]
         return f"{var}={shlex.quote(' '.join(given[var]))}: {message} ({listed})"
@@ -103,15 +108,15 @@ def explain(parser: argparse.ArgumentParser, message: str, argv, given: Dict[str
             if of == var:
                 near = near_flags(name, parser._option_string_actions)
                 unknown.append(f"{name} ({'did you mean ' + ' or '.join(near) + '?' if near else 'no flag is near it'})")
-        parts.append(f"{var}={shlex.quote(' '.join(given[var]))}: fairseq-train{f' with ARCH={arch}' if arch else ''} "
+        parts.append(f"{var}={shlex.quote(' '.join(given[var]))}: {tool}{f' with ARCH={arch}' if arch else ''} "
                      f"has no flag {' nor '.join(unknown)}")
     return "; ".join(parts) + f" ({listed})"
 
 
-def report(error: ArgumentError, argv, environ=None) -> int:
+def report(error: ArgumentError, argv, environ=None, tool: str = "fairseq-train") -> int:
     """Print the error (named by its variable where one gave the flag; else the plugin's one line)
     and return argparse's exit status, 2."""
-    line = explain(error.parser, error.message, argv, sources(environ))
+    line = explain(error.parser, error.message, argv, sources(environ), tool)
     if line is None:
         from fairseq_attn_plugins.integration.refusals import parser_error
         try:

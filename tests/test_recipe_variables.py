@@ -162,3 +162,14 @@ def test_a_wrong_flag_names_its_variable_and_the_nearest_flags_of_the_architectu
                                          f"value: 'x' ({listed})")
     # a flag no variable gave: not explained here (the plugin's own one line)
     assert flag_origins.explain(None, "unrecognized arguments: --zzz", ["--arch", "a"], given) is None
+
+
+def test_a_wrong_preprocess_flag_names_its_variable():
+    """fairseq-preprocess as the recipes run it (prepare.sh hands it PREPROCESS_ARGS's text)."""
+    env = dict(os.environ, RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=--thresholdsrcc 2")
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes.fairseq_command", "preprocess", "--source-lang", "en",
+                        "--target-lang", "de", "--thresholdsrcc", "2"], env=env, capture_output=True, text=True)
+    errors = [line for line in p.stderr.splitlines() if "error" in line or "usage" in line]
+    assert p.returncode == 2 and errors == [
+        "error: PREPROCESS_ARGS='--thresholdsrcc 2': fairseq-preprocess has no flag --thresholdsrcc (did you mean "
+        "--thresholdsrc?) (fairseq-preprocess --help lists its flags)"], p.stderr

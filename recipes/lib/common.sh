@@ -424,13 +424,13 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
     local dict_pref="$WORK/bpe/train.clean"; [[ -z ${TRAIN_MAX_LEN:-} ]] || dict_pref="$WORK/bpe/train.full"
     fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
       --set dict_only=1 --set "joint=$JOINT"
-    "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
+    RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
       || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
     dicts=(--set "srcdict=$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--set "tgtdict=$tmp.dict/dict.$TGT.txt")
   fi
   fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$train_pref" \
     --set "validpref=$WORK/bpe/valid" --set "testpref=$WORK/bpe/test" --set "joint=$JOINT" "${dicts[@]}"
-  "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
+  RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
   rm -rf "$tmp.dict"
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
@@ -690,7 +690,7 @@ evaluate_main() {
     --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \
     --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
   log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
-  "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
+  RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
     || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
   mv "$out/generate.out.tmp" "$out/generate.out"
   local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")

@@ -30,7 +30,6 @@ seeds table: mean ± sample std over seeds, a mark only when every seed pair is 
 Command line (called by lengths.sh): :mod:`fairseq_attn_reports.cli.by_concat`.
 """
 
-import json
 import os
 from typing import Dict, List, Mapping, Optional
 
@@ -40,6 +39,7 @@ from fairseq_attn_records.text_inputs import read_text_lines
 
 from .segmentwise import segmentwise_cell
 from .significance import fmt_ratio
+from .study_paths import load_table
 
 HEADING = "### Scores by input length: k consecutive segments of one document as one input"
 
@@ -286,8 +286,7 @@ def load_tables(specs: List[str]) -> Dict[int, Dict]:
         k, sep, path = spec.partition("=")
         if not sep or not k.isdigit():
             raise ValueError(f"--k {spec}: give K=FILE.json")
-        with open(path, encoding="utf-8") as f:
-            out[int(k)] = json.load(f)
+        out[int(k)] = load_table(path)
     return out
 
 

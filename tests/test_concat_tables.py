@@ -2,7 +2,6 @@
 sacreBLEU on the k = 1 outputs grouped plainly, the mean ± sample std over three seeds and the
 all-seeds marks by hand, and the difference between two training conditions."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from fairseq_attn_reports.cli import by_concat as by_concat_cli
 from fairseq_attn_reports.cli import results
 from fairseq_attn_reports.cli import train_conditions as conditions_cli
 from fairseq_attn_reports.significance import paired_tests, significance_mark
+from fairseq_attn_reports.study_paths import load_table
 from fairseq_attn_records.toy_corpus import make_corpus
 from plain_stats import plain_mean_std
 
@@ -113,7 +113,7 @@ def without(tmp_path_factory):
 
 def test_segmentwise_rows_and_seed_aggregation_against_plain_computations(without):
     lengths, groups, files = without
-    concat = json.loads(lengths.read_text())["concat"]
+    concat = load_table(lengths)["concat"]  # its paths relative to its folder, read back absolute
     refs2 = files["refs2"]
     assert refs2 == [" ".join(files["refs"][i] for i in g) for g in groups]
     for name in QUALITY:
@@ -172,9 +172,9 @@ def test_training_conditions_difference_tests_every_seed_pair(tmp_path, without)
     out_md, out_json = tmp_path / "d.md", tmp_path / "d.json"
     assert conditions_cli.main(["--without", str(without), "--with", str(with_), "--train-concat", "2",
                                 "--md", str(out_md), "--json", str(out_json)]) == 0
-    diff = json.loads(out_json.read_text())
-    a = json.loads(without.read_text())["concat"]["k"]
-    b = json.loads(with_.read_text())["concat"]["k"]
+    diff = load_table(out_json)
+    a = load_table(without)["concat"]["k"]
+    b = load_table(with_)["concat"]["k"]
     for k in ("1", "2"):
         base = diff["k"][k]["base"]
         assert abs(base["delta"]["bleu"] - (b[k]["systems"]["base"]["scores"]["bleu"]

@@ -85,6 +85,7 @@ def concat_entry(table: Dict) -> Dict:
             "hyps": {n: c["hyps"][0] if len(c["hyps"]) == 1 else c["hyps"] for n, c in systems.items()},
             "seed_hyps": {n: dict(zip(map(str, c["seeds"]), c["hyps"])) for n, c in systems.items()},
             "baseline": table["baseline"], "metrics": table["metrics"], "labels": table["labels"],
+            "tokenize": table.get("tokenize"),
             "bs_samples": table["bs_samples"], "ar_trials": table["ar_trials"], "systems": systems,
             "n_seeds": max(len(c["seeds"]) for c in systems.values())}
 

@@ -150,7 +150,7 @@ def export(table_path: str, out_dir: str, name: str, replace: bool = False) -> D
     manifest = {"table": f"{name}.json", "table_dir": table_dir, "archive": ARCHIVE,
                 "archive_sha256": sha256_bytes(archive),
                 "files": {m: {"sha256": sha256_bytes(d), "bytes": len(d)} for m, d in sorted(members.items())},
-                "sacrebleu": sacrebleu.__version__, "recheck": f"{RESCORE_COMMAND} {os.path.join(out_dir, name)}.json"}
+                "sacrebleu": sacrebleu.__version__, "recheck": recheck_command(out_dir, name)}
     committed = relative(table, os.path.dirname(table_path))
     committed[PATHS_KEY] = (f"{PATHS_NOTE} as it was written, i.e. of {table_dir}/ in {name}/{ARCHIVE} "
                             f"(the study's files, below their common folder)")
@@ -173,6 +173,15 @@ def export(table_path: str, out_dir: str, name: str, replace: bool = False) -> D
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return manifest
+
+
+def recheck_command(out_dir: str, name: str) -> str:
+    """The command that re-checks the exported table: from here when it lies below the current
+    folder (docs/results/NAME.json in the repository), else from its own folder (no absolute path)."""
+    rel = os.path.relpath(os.path.join(out_dir, f"{name}.json"))
+    if rel.startswith(".."):
+        return f"{RESCORE_COMMAND} {name}.json (in the folder of {name}.json)"
+    return f"{RESCORE_COMMAND} {rel}"
 
 
 # ------------------------------------------------------------------ re-scoring
@@ -248,7 +257,8 @@ class Comparison:
 
 
 def _tokenize(table: Dict) -> str:
-    """The tokeniser the table was scored with: its own field, else its BLEU signature's ``tok:``."""
+    """The tokeniser the table was scored with: its own field, else its BLEU signature's ``tok:``, else
+    sacreBLEU's default the tables use (13a)."""
     if table.get("tokenize"):
         return table["tokenize"]
     for sigs in (table.get("signature") or {}).values():
@@ -316,6 +326,7 @@ def rescore_concat(concat: Dict, tokenize: str, cmp: Comparison, where: str, scr
         cmp.same(f"{at}.max_src_words", e["max_src_words"], max(words))
         refs = _lines(e["ref"], "reference")
         cells = e["systems"]
+        tokenize = e.get("tokenize") or tokenize
         if max(len(c["seeds"]) for c in cells.values()) > 1:
             systems = OrderedDict((n, [(s, _lines(h, "system output")) for s, h in zip(c["seeds"], c["hyps"])])
                                   for n, c in cells.items())
@@ -373,12 +384,15 @@ def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
         where = os.path.basename(table_path)
         if "studies" in table:
             rescore_conditions(table, cmp, where)
-        else:
+        if table.get("rows"):
             rescore_rows(table, cmp, where)
-            if "by_length" in table:
-                rescore_by_length(table, cmp, where)
-            if table.get("concat"):
-                rescore_concat(table["concat"], _tokenize(table), cmp, where, scratch)
+        if table.get("by_length"):
+            rescore_by_length(table, cmp, where)
+        if table.get("concat"):
+            rescore_concat(table["concat"], _tokenize(table), cmp, where, scratch)
+        if not cmp.checked:
+            raise BundleError(f"{table_path}: no scored table in it (rows, by_length, concat or the difference of "
+                              f"two studies)")
         return cmp
     finally:
         if own:

@@ -11,7 +11,7 @@
 
 import sys
 
-from fairseq_attn_reports.study_bundle import BundleError, export, rescore
+from fairseq_attn_reports.study_bundle import export, rescore
 
 from .step_inputs import die
 
@@ -19,7 +19,7 @@ from .step_inputs import die
 def cmd_study_export(args):
     try:
         manifest = export(args.table, args.to, args.name, replace=args.yes)
-    except (BundleError, OSError) as e:
+    except (ValueError, OSError) as e:  # BundleError is a ValueError
         die(str(e))
     print(f"{args.to}/{args.name}.json: the table; {args.to}/{args.name}/{manifest['archive']}: "
           f"{len(manifest['files'])} files (sha256 in {args.to}/{args.name}/manifest.json)")
@@ -29,7 +29,7 @@ def cmd_study_export(args):
 def cmd_study_rescore(args):
     try:
         cmp = rescore(args.table)
-    except (BundleError, OSError, KeyError) as e:
+    except (ValueError, OSError, KeyError) as e:  # BundleError, and an output that does not read
         die(str(e) if not isinstance(e, KeyError) else f"{args.table}: no {e} in it: not a study table this "
             f"command re-scores")
     for line in cmp.diffs:

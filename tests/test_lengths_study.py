@@ -338,7 +338,7 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     member = "lengths/max7/alibi/concat/k2.test/hyp.txt"
     with tarfile.open(out / "quick" / "outputs.tar.xz", "r:xz") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-    files[member] = files[member].replace(b" ", b"  x ", 40)
+    files[member] = files[f"data/{os.path.basename(data_dir)}/raw/concat/k2.test.tgt"]  # the reference itself
     with tarfile.open(out / "quick" / "outputs.tar.xz", "w:xz") as tar:
         for name, blob in files.items():
             info = tarfile.TarInfo(name)

@@ -20,8 +20,9 @@ outputs with real sacreBLEU and this package's own table code -- the main table'
 over the same), its segment-by-segment rows (:func:`.by_concat.add_segmentwise`) and the difference
 of two training conditions (:func:`.train_conditions.condition_difference`) -- with the table's own
 settings (metrics, tokeniser, resamples, trials, edges). Every number is compared (relative
-tolerance 1e-9) and every mark exactly; the result lists each difference. COMET cells are not
-re-scored (the checkpoint is not in the repository): such a table is refused.
+tolerance 1e-9) and every mark exactly; the result lists each difference. Only sacreBLEU's metrics
+are re-scored (:data:`RESCORED_METRICS`): a table with COMET (its checkpoint) or AER (the gold
+alignments and the models' attention) is refused.
 """
 
 import hashlib
@@ -71,8 +72,8 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def named_files(table_path: str) -> Tuple[Dict[str, bytes], List[str]]:
-    """``({absolute path: bytes to store}, [tables])``: every regular file the table at
+def named_files(table_path: str) -> Dict[str, bytes]:
+    """``{absolute path: bytes to store}``: every regular file the table at
     ``table_path`` names, and those the tables it names name (a JSON file is stored as
     :func:`.study_paths.relative` writes it, its paths relative to its own folder). A folder (a
     run's) is not stored; a named path that is neither is an error naming it."""
@@ -98,7 +99,7 @@ def named_files(table_path: str) -> Tuple[Dict[str, bytes], List[str]]:
             else:
                 with open(named, "rb") as f:
                     stored[named] = f.read()
-    return stored, tables
+    return stored
 
 
 def json_bytes(obj) -> bytes:
@@ -127,11 +128,10 @@ def export(table_path: str, out_dir: str, name: str, replace: bool = False) -> D
     if not os.path.isfile(table_path):
         raise BundleError(f"{table_path}: no such table")
     table = load_table(table_path)
-    if "comet" in json.dumps(table.get("metrics", [])) or any(
-            "comet" in (e.get("metrics") or []) for e in ((table.get("concat") or {}).get("k") or {}).values()):
-        raise BundleError(f"{table_path}: its COMET cells cannot be re-scored from the repository (the checkpoint "
-                          f"is not in it); export a table without COMET")
-    stored, _ = named_files(table_path)
+    per_k = ((table.get("concat") or {}).get("k") or {}).values()
+    for metrics in [table.get("metrics")] + [e.get("metrics") for e in per_k]:
+        _check_metrics(table_path, metrics)
+    stored = named_files(table_path)
     if not stored:
         raise BundleError(f"{table_path}: it names no output file: nothing to export")
     root = os.path.commonpath(list(stored) + [os.path.dirname(table_path)])
@@ -272,15 +272,22 @@ def _lines(path: str, what: str) -> list:
     return read_text_lines(path, what)
 
 
-def _refuse_comet(where: str, metrics) -> None:
-    if "comet" in (metrics or []):
-        raise BundleError(f"{where}: COMET cells cannot be re-scored here (the checkpoint is not in the repository)")
+#: the metrics re-scored from the outputs alone (sacreBLEU's); COMET needs its checkpoint, AER the gold
+#: alignments and the models' attention, neither of which is in the bundle
+RESCORED_METRICS = ("bleu", "chrf", "ter")
+
+
+def _check_metrics(where: str, metrics) -> None:
+    other = [m for m in (metrics or []) if m not in RESCORED_METRICS]
+    if other:
+        raise BundleError(f"{where}: its {', '.join(other)} cells cannot be re-scored from the outputs alone "
+                          f"(re-scored: {', '.join(RESCORED_METRICS)}); export a table without them")
 
 
 def rescore_rows(table: Dict, cmp: Comparison, where: str) -> None:
     """The main table's rows (one seed: BLEU, deltas, p-values, marks, length ratio; seeds: the
     seeds table's per-seed scores, mean ± std, every pair's test and the all-pairs marks)."""
-    _refuse_comet(where, table["metrics"])
+    _check_metrics(where, table["metrics"])
     refs = _lines(table["ref"], "reference")
     tok, bs, ar = _tokenize(table), table["bs_samples"], table["ar_trials"]
     rows = table["rows"]
@@ -300,7 +307,7 @@ def rescore_rows(table: Dict, cmp: Comparison, where: str) -> None:
 def rescore_by_length(table: Dict, cmp: Comparison, where: str) -> None:
     """The by-length table: its buckets (edges again from the lengths with ``auto``) and their cells."""
     bl = table["by_length"]
-    _refuse_comet(where, bl["metrics"])
+    _check_metrics(where, bl["metrics"])
     refs = _lines(table["ref"], "reference")
     sources = _lines(table["src"], "source") if table.get("src") else None
     hyps = {r["system"]: r["hyp"] for r in table["rows"]}
@@ -319,7 +326,7 @@ def rescore_concat(concat: Dict, tokenize: str, cmp: Comparison, where: str, scr
     section = {"k": {}}
     for k, e in concat["k"].items():
         at = f"{where}.concat.k[{k}]"
-        _refuse_comet(at, e["metrics"])
+        _check_metrics(at, e["metrics"])
         words = [len(line.split()) for line in _lines(e["src"], "source")]
         cmp.same(f"{at}.n", e["n"], len(words))
         cmp.same(f"{at}.mean_src_words", e["mean_src_words"], sum(words) / len(words))

@@ -273,6 +273,13 @@ def test_a_committed_study_is_rescored_from_its_outputs_and_every_change_is_name
         assert manifest["files"][name]["sha256"] == hashlib.sha256(stored[name]).hexdigest()
     table = (out / "study.json").read_text()
     assert str(tmp_path) not in table and '"/' not in table  # no absolute path
+    # exported again under the same name: refused, nothing touched; --yes (replace) writes the same bytes
+    from fairseq_attn_reports.study_bundle import BundleError
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(BundleError, match="study.json exists: give another --name, or --yes"):
+        export(str(without), str(out), "study")
+    export(str(without), str(out), "study", replace=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     # re-scored from the bundle: every cell as the table has it (exit 0)
     p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "study-rescore", str(out / "study.json")],
                        capture_output=True, text=True)

@@ -2,7 +2,22 @@
 # The one prepared device run: the GPU checks of the attention paths still open after the H200
 # runs of 2026-11-26 and 2026-11-27 (benchmarks/RESULTS.md), in one call of the device tool (one
 # H100 / H200, at most 10 minutes; each step has its own limit and writes its log, and its JSON,
-# to $OUT, so what ran comes back even if a later step is cut off). Ordered by value:
+# to $OUT, so what ran comes back even if a later step is cut off; at the end the logs and JSON
+# files are packed into $OUT/gpu_checks_logs.tgz: the device tool returns at most 8 files).
+# Ordered by value, the new first (issue 56: every device run times something new):
+#   T. the Triton distance kernels (backends/distance/triton_*.py; tested on CPU under Triton's
+#      interpreter, never run on a GPU): numerics against float64 in fp16 and bf16 (t5bias,
+#      alibi, relpos k and kv, t5bias and relpos kv also causal: output and every gradient,
+#      tables included), then encoder forward + backward at 512, 1024 and WMT lengths, 16k
+#      tokens per batch, against today's paths (SDPA with the term, the distance bias, the
+#      region split) and stock, and rope's fused rotation against the piece's, with the issue's timing
+#      protocol (fixed pre-generated batches, warm-up excluded, 5 interleaved rounds, wall and
+#      profiler kernel time, spread; a verdict only where the spread is smaller than the gap):
+#      benchmarks/triton_distance_bench.py, one step per dtype, tables in
+#      $OUT/triton_results_<dtype>.md (and printed as each length and method lands). Limits
+#      120 (the first compiles: 12 variants x 3 kernels) + 100 + 100 s;
+#   then, in the time left (a step with under 20 s left is skipped), the earlier checks, the
+#   distance kernels' regression check first:
 #   0. whole-model numerics of relpos, rope and t5bias in fp16 and bf16 (fused / flex against
 #      explicit, --mode numerics; 2026-11-27 reached 3 of 6 systems in 60 s, alibi, csan1d and
 #      csan2d OK in both, so they are not rerun: 100 s each for the other three);
@@ -25,7 +40,8 @@
 # aot_eager on CPU, which tests/test_flex_compile.py checks), the L = 512 sweep in fp16 and
 # the distance-kernel systems at L = 512 in bf16 and L = 1024 in fp16 under both policies,
 # alibi / csan1d / csan2d numerics, training at WMT lengths in bf16 and under both policies.
-# The steps' limits (100 + 100 + 90 + 75 + 60 + 115 s) add up to the 540 s budget.
+# Run in this order: T, 2, 0, 1, 4, 3 (limits 120 + 100 + 100, 75, 80 + 80, 90, 115, 60 s; the
+# first five, 475 s, fit the 540 s budget; the rest run in what the others leave).
 # Every JSON records the card, torch, the commit (or the sources hash without .git) and the
 # paths each system's layers take at each measured shape. How to read it: docs/benchmark.md,
 # "To be measured on GPU".
@@ -94,25 +110,42 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
+# T. the Triton distance kernels: numerics, then timing per dtype (the dry run: the interpreter,
+# float32, tiny shapes, 2 rounds: a check of the script, not a measurement)
+if [ "$DEV" = cuda ]; then
+    TRITON=(python3 benchmarks/triton_distance_bench.py --device cuda); TRITON_DTYPES=(fp16 bf16)
+    TRITON_SIZES=(--lengths wmt,512,1024 --tokens 16384 --batches 3 --rounds 5)
+else
+    TRITON=(env TRITON_INTERPRET=1 python3 benchmarks/triton_distance_bench.py --device cpu); TRITON_DTYPES=(fp32)
+    TRITON_SIZES=(--lengths wmt,20 --tokens 24 --batches 2 --rounds 2)
+fi
+TAIL=16 step triton_check 120 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
+for DT in "${TRITON_DTYPES[@]}"; do
+    TAIL=70 step "triton_time_$DT" 100 "${TRITON[@]}" --time --dtypes "$DT" "${TRITON_SIZES[@]}" --out "$OUT"
+done
+# 2. the distance kernels' and the flex kernels' CUDA entries (on CPU, the dry run: the CPU ones)
+TAIL=20 step kernels 75 python3 -m pytest -q -p no:cacheprovider -n 0 -k "$DEV" \
+    tests/test_distance_kernels_devices.py tests/test_flex_attention.py::test_cuda_flex_kernel_matches_explicit_in_fp16
 # 0. whole-model numerics of the systems 2026-11-27 did not reach
 for DT in "$HALF" bf16; do
-    TAIL=8 step "numerics_$DT" 100 "${BENCH[@]}" --mode numerics --dtype "$DT" --systems "$NUMERICS" \
+    TAIL=8 step "numerics_$DT" 80 "${BENCH[@]}" --mode numerics --dtype "$DT" --systems "$NUMERICS" \
         --json "$OUT/numerics_$DT.json"
 done
 # 1. the encoder sweep at L = 1024, today's auto (the paths it takes are in the JSON)
 TAIL=30 step "sweep_1024_$HALF" 90 "${BENCH[@]}" "${PRESET[@]}" --dtype "$HALF" --sweep lengths \
     --lengths 1024 --systems "$SWEEP_1024" --repeats 3 --json "$OUT/sweep_1024_$HALF.json"
-# 2. the distance kernels' and the flex kernels' CUDA entries (on CPU, the dry run: the CPU ones)
-TAIL=20 step kernels 75 python3 -m pytest -q -p no:cacheprovider -n 0 -k "$DEV" \
-    tests/test_distance_kernels_devices.py tests/test_flex_attention.py::test_cuda_flex_kernel_matches_explicit_in_fp16
+# 4. training at WMT lengths: the systems with WMT targets, more rounds
+TAIL=20 step "train_wmt_$HALF" 115 "${BENCH[@]}" "${PRESET[@]}" --dtype "$HALF" --mode train --no-infer \
+    --repeats 4 --systems relpos,csan1d,csan2d --json "$OUT/train_wmt_$HALF.json"
 # 3. flex training, a fresh process, inductor's caches off: the known failure (CUDA; the dry run
 # has no flex backward on CPU and runs the inference graphs instead)
 EXPECT=""; [ "$DEV" = cuda ] && EXPECT="assert_size_stride"
 EXPECT_FAIL=$EXPECT TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_AUTOGRAD_CACHE=0 step graphs_train 60 \
     python3 benchmarks/diagnostics/flex_graph_count.py --device "$DEV" --compile "$COMPILE" --archs relpos_kv "${TRAIN[@]}"
-# 4. training at WMT lengths: the systems with WMT targets, more rounds
-TAIL=20 step "train_wmt_$HALF" 115 "${BENCH[@]}" "${PRESET[@]}" --dtype "$HALF" --mode train --no-infer \
-    --repeats 4 --systems relpos,csan1d,csan2d --json "$OUT/train_wmt_$HALF.json"
+# the logs and JSON files in one archive (the device tool returns at most 8 files); machine.txt
+# and the Triton tables stay beside it
+(cd "$OUT" && files=$(ls -- *.log *.json 2>/dev/null) && [ -n "$files" ] \
+    && tar -czf gpu_checks_logs.tgz $files && rm -f $files)
 echo "== done at ${SECONDS}s; failed or out of time: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none};" \
      "expected failures: ${EXPECTED[*]:-none}; expected to fail but passed: ${NEWS[*]:-none}"
 [ ${#FAILED[@]} = 0 ]

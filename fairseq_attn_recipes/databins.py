@@ -33,7 +33,7 @@ import sys
 from fairseq_attn_records.output_files import write_lines
 
 from .step_inputs import die
-from .fingerprints import inputs_summary
+from .fingerprints import inputs_summary, settable
 
 ID_LEN = 12
 LINK = "data-bin"
@@ -147,8 +147,8 @@ def settings_summary(settings: dict) -> str:
 
 
 def prepare_vars(settings: dict) -> str:
-    """The prepare.sh variables a data folder was made with (those that are set)."""
-    return " ".join(f"{k}={v}" for k, v in sorted(settings.items()) if v not in ("", None) and k != "DATA")
+    """The prepare.sh variables a data folder was made with (those that are set), as a user sets them."""
+    return " ".join(f"{k}={v}" for k, v in sorted(settable(settings).items()) if v not in ("", None) and k != "DATA")
 
 
 def _same_folder(a: str, b: str) -> bool:

@@ -103,6 +103,17 @@ def _data_id(digest: dict) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()
 
 
+def settable(settings: dict) -> dict:
+    """A data folder's recorded settings as the variables a user sets for prepare.sh: the cleaning
+    (recorded as one setting, ``CLEAN=MIN-MAX-RATIO``) as CLEAN_MIN, CLEAN_MAX and CLEAN_RATIO."""
+    out = dict(settings)
+    clean = str(out.get("CLEAN", "")).split("-")
+    if len(clean) == 3:
+        del out["CLEAN"]
+        out.update(CLEAN_MIN=clean[0], CLEAN_MAX=clean[1], CLEAN_RATIO=clean[2])
+    return out
+
+
 def inputs_summary(rec: dict) -> str:
     """The files a prepare was given (prepare.json ``inputs``): name, path, size, sha256."""
     inputs = rec.get("inputs")
@@ -111,7 +122,8 @@ def inputs_summary(rec: dict) -> str:
     if not inputs:
         return "inputs: none recorded"
     size = lambda i: "" if i.get("bytes") is None else f"{i['bytes']} bytes, "
-    return "inputs: " + ", ".join(f"{i['name']}={i['path']} ({size(i)}sha256 {i['sha256'][:12]})" for i in inputs)
+    named = lambda i: f"downloaded {i['path']}" if i["name"] == "download" else f"{i['name']}={i['path']}"
+    return "inputs: " + ", ".join(f"{named(i)} ({size(i)}sha256 {i['sha256'][:12]})" for i in inputs)
 
 
 def recorded_inputs(named, raw_record=None, downloads=None) -> list:
@@ -161,6 +173,7 @@ def cmd_prepare_record(args):
             joined = json.load(f)
     data = data_digest(args.data)
     record = {
+        "recipe": args.recipe,  # whose prepare.sh wrote it: the only one that may replace it (prepare_dest.py)
         "settings": dict(sorted(key_values(args.set).items())),
         "inputs": recorded_inputs(args.input, args.raw_record, args.downloads),
         "train_pairs": {"raw": count_lines(args.raw_train), "clean": count_lines(args.clean_train),
@@ -195,8 +208,9 @@ def cmd_check_data(args):
         die(f"{args.data} holds {'-'.join(map(str, have_pair))} data, not {'-'.join(want_pair)}: this WORK (or "
             f"DATA) was prepared for another language pair; give the WORK of a {'-'.join(want_pair)} prepare.sh "
             f"(or run prepare.sh with another WORK)")
-    diff = [f"{k}={rec['settings'].get(k)!r} there, {k}={want.get(k)!r} here"
-            for k in sorted(set(want) | set(rec["settings"])) if rec["settings"].get(k) != want.get(k)]
+    there, here = settable(rec["settings"]), settable(want)
+    diff = [f"{k}={there.get(k)!r} there, {k}={here.get(k)!r} here"
+            for k in sorted(set(here) | set(there)) if there.get(k) != here.get(k)]
     if diff:
         die(f"{args.data} was prepared with other settings: " + "; ".join(diff) +
             ". Run with the settings it was prepared with, or re-run prepare.sh with these (each prepared data keeps "
@@ -241,6 +255,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--against"); p.add_argument("--in", dest="inputs", action="append", default=[])
     p.set_defaults(fn=cmd_fingerprint)
     p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
+    p.add_argument("--recipe", help="the recipe whose prepare.sh writes it (recipes/<recipe>)")
     p.add_argument("--raw-train", required=True); p.add_argument("--clean-train", required=True)
     p.add_argument("--test-ref", required=True); p.add_argument("--parts")
     p.add_argument("--clean-record", help="the clean step's record (the TRAIN_MAX_LEN cap)")

@@ -1,4 +1,4 @@
-"""ALiBi on the CPU distance-bias path (fairseq_attn_core/backends/distance_bias.py): torch's CPU flash
+"""ALiBi on the CPU distance-bias path (fairseq_attn_core/backends/distance/bias_path.py): torch's CPU flash
 kernel with the penalty as its mask, the hand-written backward (which sets probabilities below
 exp(-60) to 0 to keep subnormal numbers out of its products).
 

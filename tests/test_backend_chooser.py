@@ -7,6 +7,8 @@ by the core.
 """
 
 
+import importlib.util
+
 import pytest
 
 from attn_helpers import make_args, make_attention, padded_batch, path_name
@@ -199,3 +201,28 @@ def test_the_forms_a_policy_may_name_are_properties_of_a_distance_form():
     relpos_kv = backends.DistanceForm(clip=2, keys=True, values=True)
     assert [getattr(t5, f) for f in backends.policy.FORM_PROPERTIES] == [False, False, True]
     assert [getattr(relpos_kv, f) for f in backends.policy.FORM_PROPERTIES] == [True, True, False]
+
+
+def test_auto_takes_the_triton_path_on_cuda_only_for_the_policy_s_triton_forms():
+    """Unmeasured on a GPU, so not by default; a policy that lists a form takes it on CUDA
+    (where triton is importable), never on the CPU."""
+    call = cuda_training_call("encoder", 512)
+    t5 = make_attention(make_args("t5bias"), side="encoder")
+    assert path_name(t5, **call) == "distance bias"  # today's CUDA path, unchanged
+    why = backends.reasons(t5._layer, backends.Call(**call))["triton distance"]
+    assert "distance terms not among the policy's triton_forms (none: unmeasured on a GPU)" in why
+    policy = backends.Policy(triton_forms=("learned_bias",))
+    t5_triton = make_attention(make_args("t5bias"), side="encoder", policy=policy)
+    if importlib.util.find_spec("triton") is not None:
+        assert path_name(t5_triton, **call) == "triton distance"
+        assert path_name(t5_triton, **{**call, "backward": False, "tgt_len": 5, "src_len": 5}) == "triton distance"
+    else:
+        assert "triton is not installed" in " ".join(backends.reasons(t5_triton._layer, backends.Call(**call))["triton distance"])
+    cpu = backends.reasons(t5_triton._layer, backends.Call(**{**call, "on_cuda": False}))["triton distance"]
+    assert "on cpu (taken on cuda only)" in cpu
+    alibi = make_attention(make_args("alibi"), side="encoder", policy=policy)  # a bias, but not learned
+    assert path_name(alibi, **call) == "fused"
+    decoder = make_attention(make_args("t5bias"), side="decoder", policy=policy)
+    assert path_name(decoder, **cuda_training_call("decoder", 512)) != "triton distance"
+    with pytest.raises(ValueError, match="Policy.triton_forms must be a tuple of"):
+        backends.Policy(triton_forms=("values",))

@@ -6,7 +6,7 @@ hand-written backward, the query blocks (relpos, the decoder) a hand-written bac
 bf16 with padding, against the same layer in float64 on the explicit path: output, input
 gradient and every parameter gradient, norm-wise, each no worse than the explicit path in
 bf16 (bf16 keeps 8 bits of mantissa: about 1e-2 here). Both paths compute in float32 for
-bf16 inputs (the one kernel family of fairseq_attn_core/backends/distance.py); in bf16 their
+bf16 inputs (the one kernel family of fairseq_attn_core/backends/distance/); in bf16 their
 gradients' error was about 3x the explicit path's.
 """
 

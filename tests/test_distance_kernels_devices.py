@@ -1,4 +1,4 @@
-"""The distance kernels (fairseq_attn_core/backends/distance.py) on every device of the per-device table,
+"""The distance kernels (fairseq_attn_core/backends/distance/) on every device of the per-device table,
 in half precision: each mode (the far-key split, the fused-kernel forward, the query blocks)
 against the float64 references of distance_refs.py, output and the gradients of q, k, v and
 the tables, norm-wise (fp16 and bf16 inputs, computed in float32 by the kernels).

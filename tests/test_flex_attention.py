@@ -1,4 +1,4 @@
-"""The flex_attention paths (fairseq_attn_core/backends/flex.py, distance_flex.py) against the explicit path, float64 on CPU.
+"""The flex_attention paths (fairseq_attn_core/backends/flex.py, flex_forms.py) against the explicit path, float64 on CPU.
 
 relpos kv/tied through flex (key term as score_mod, value term from the log-sum-exp) and
 block-sparse band masks (1D-/2D-CSAN) must equal the explicit reference forward and
@@ -18,7 +18,8 @@ from torch.testing import assert_close
 from attn_helpers import build_model, make_args, make_attention, padded_batch, path_name, token_batch
 from fairseq_attn_core import backends
 from distance_refs import shaw64
-from fairseq_attn_core.backends import distance_flex, flex
+from fairseq_attn_core.backends import flex
+from fairseq_attn_core.backends.distance import flex_forms
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -82,7 +83,7 @@ def test_band_scores_match_loops():
                         j = start + i + d
                         if 0 <= j < S:
                             ref[b, h, i, c] = sum(q[b, h, i, x] * k[b, h, j, x] for x in range(4))
-        assert_close(distance_flex.band_scores(q, k, start, half, block), ref)
+        assert_close(flex_forms.band_scores(q, k, start, half, block), ref)
 
 
 @pytest.mark.parametrize("kmax", [1, 3, 16])
@@ -103,7 +104,7 @@ def test_relpos_attention_matches_the_reference(kmax, case):
             kpm[1, 6:] = True
     causal = case == "causal"
     mask = torch.triu(torch.full((T, S), float("-inf"), dtype=torch.float64), 1) if causal else None
-    got = distance_flex.clipped_tables_attention(q, k, v, wk, wv, kmax, start, kpm, mask, 0.5)
+    got = flex_forms.clipped_tables_attention(q, k, v, wk, wv, kmax, start, kpm, mask, 0.5)
     assert_close(got, shaw64(q, k, v, wk, wv, kmax, 0.5, kpm, start, causal)[0])
 
 

@@ -8,7 +8,7 @@ piece's ``settings`` and the CSAN paper's Table 1 (``TABLE1`` below).
 * the default layer list and sides of every piece are the layers that hold it;
 * parameter deltas at Transformer-base size of every row of ``TABLE1``;
 * every piece that declares distance terms (``distance_terms``): each CPU path its form opens
-  (region split, query blocks, distance bias: the kernels of backends/distance.py) equals the
+  (region split, query blocks, distance bias: the kernels of backends/distance/) equals the
   explicit path forward and backward, in the number of query blocks the policy asks for, and
   each path it does not open is refused naming the property; the flex path (forward) too.
 

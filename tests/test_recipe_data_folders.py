@@ -195,6 +195,28 @@ def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
     assert "TRAIN_CONCAT='2' there, TRAIN_CONCAT=None here" in one_error(p)
     assert "give 'list'" in one_error(data_sh(env, "nonsense", check=False), code=2)
 
+    # TRAIN_DOCS is recorded with its digest (the joined pairs depend on it) and named by the
+    # re-prepare hint of a run on this data once its folder is gone (evaluate.sh's run-data step,
+    # on the data record train.sh writes into run.json), beside only variables a user can set
+    import hashlib
+    from fairseq_attn_recipes.recording import _data_record
+    from test_prepare_refusals import named_variables, settable_variables
+    given = [i for i in rec["inputs"] if i["name"] == "TRAIN_DOCS"]
+    blob = (tmp_path / "train.docs").read_bytes()
+    assert given == [{"name": "TRAIN_DOCS", "path": str(tmp_path / "train.docs"), "bytes": len(blob),
+                      "sha256": hashlib.sha256(blob).hexdigest()}]
+    save = tmp_path / "joined-run"
+    save.mkdir()
+    (save / "run.json").write_text(json.dumps({"data": _data_record(joined)}))
+    os.rename(joined, joined + ".aside")
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "run-data", "--run-dir", str(save), "--work", work],
+                       capture_output=True, text=True)
+    hint = one_error(p)
+    assert "re-run prepare.sh with the settings it was prepared with (" in hint
+    assert f"TRAIN_DOCS={tmp_path / 'train.docs'} (" in hint and "TRAIN_CONCAT=2 " in hint
+    assert "CLEAN_MAX=250 CLEAN_MIN=1 CLEAN_RATIO=1.5 " in hint and "CLEAN=" not in hint
+    assert named_variables(hint) <= settable_variables(), named_variables(hint) - settable_variables()
+
 
 def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path):
     from test_recipes import steps

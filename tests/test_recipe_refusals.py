@@ -154,6 +154,10 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     p = run("wmt14_en_de", "evaluate.sh", dict(env, ARCH="transformer_csan2d_wmt_en_de", SAVE_DIR=outside), check=False)
     assert p.returncode == 1 and "re-run prepare.sh with the settings it was prepared with" in error_lines(p)[0]
     assert f"TRAIN_SRC={given['TRAIN_SRC']['path']}" in error_lines(p)[0], p.stderr
+    from test_prepare_refusals import named_variables, settable_variables
+    hint = error_lines(p)[0]  # only variables a user can set: the cleaning as CLEAN_MIN/MAX/RATIO
+    assert "CLEAN_MAX=250 CLEAN_MIN=1 CLEAN_RATIO=1.5 " in hint and "CLEAN=" not in hint
+    assert named_variables(hint) <= settable_variables(), named_variables(hint) - settable_variables()
     os.rename(first + ".aside", first)
 
     # registered runs removed: listed as gone, their data kept until the user says they were removed

@@ -1,4 +1,4 @@
-"""relpos kv/tied on the CPU query-block path (fairseq_attn_core/backends/distance.py, mode ``blocks``).
+"""relpos kv/tied on the CPU query-block path (fairseq_attn_core/backends/distance/modes.py, mode ``blocks``).
 
 The path computes Shaw et al.'s keys and values a block of query rows at a time, each block's
 probabilities recomputed in the backward from the log-sum-exp (a hand-written backward), with

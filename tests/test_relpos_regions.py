@@ -1,4 +1,4 @@
-"""relpos on the CPU region-split path (fairseq_attn_core/backends/distance.py, mode ``far``;
+"""relpos on the CPU region-split path (fairseq_attn_core/backends/distance/far.py, mode ``far``;
 fairseq_attn_core/backends/regions.py).
 
 Each query's keys split into the far left, the band and the far right; the far regions run
@@ -15,7 +15,8 @@ from torch.testing import assert_close
 from attn_helpers import auto_matches_explicit, key_padding, make_args, make_attention, path_name
 from distance_refs import shaw64
 from fairseq_attn_core import backends
-from fairseq_attn_core.backends.distance import KERNELS, DistanceTerms, distance_attention, far_backward, far_forward
+from fairseq_attn_core.backends.distance import KERNELS, DistanceTerms, distance_attention
+from fairseq_attn_core.backends.distance.far import far_backward, far_forward
 
 F64 = dict(rtol=1e-10, atol=1e-10)
 KMAX = 3
@@ -184,7 +185,7 @@ def test_the_cuda_entry_gives_the_efficient_kernel_an_aligned_mask():
     memory-efficient kernel a bias (its backward takes no None), (B, H, T, S) with rows
     16-aligned as SDPA lays them out, equal to the mask given or zero; the layout checked on
     CPU tensors."""
-    from fairseq_attn_core.backends.distance import _cuda_mask
+    from fairseq_attn_core.backends.distance.fused import _cuda_mask
 
     q, k = torch.zeros(2, 3, 5, 4), torch.zeros(2, 3, 11, 4)
     mask = torch.randn(2, 1, 1, 11)

@@ -1,5 +1,5 @@
-"""t5bias on the CPU distance-bias path (fairseq_attn_core/backends/distance_bias.py, the kernels of
-fairseq_attn_core/backends/distance.py, mode ``kernel``): torch's CPU
+"""t5bias on the CPU distance-bias path (fairseq_attn_core/backends/distance/bias_path.py, the kernels of
+fairseq_attn_core/backends/distance/modes.py, mode ``kernel``): torch's CPU
 flash kernel with the bucket bias as its mask, and a hand-written backward that gives q, k, v
 and the bucket table their gradients without a (B, H, T, S) tensor.
 

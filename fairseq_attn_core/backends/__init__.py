@@ -2,25 +2,29 @@
 
 Each path lives in its own module, computes a layer's attention itself (``apply``) and
 declares what it supports as data, read by one ``not_supported_reasons``
-(:mod:`.base`, as xformers' ``AttentionOpBase``). Four paths run the distance terms that the
+(:mod:`.base`, as xformers' ``AttentionOpBase``). Five paths run the distance terms that the
 layer's only piece declares (``AttentionPiece.distance_terms``: :mod:`.distance`, one kernel
 family; each path takes one property of the terms' form):
 
-1. ``flex piece`` (:mod:`.distance_flex`): the terms through flex_attention (a value table or
+1. ``triton distance`` (:mod:`.distance.triton_path`): a bias of the distance (t5bias, alibi)
+   or Shaw's key table (relpos k) through the Triton flash kernels, on CUDA with triton
+   importable, for the forms the policy's ``triton_forms`` lists (none by default: not yet
+   timed on a GPU);
+2. ``flex piece`` (:mod:`.distance.flex_forms`): the terms through flex_attention (a value table or
    fixed slopes: relpos kv/tied, alibi), no (B, H, T, S) tensor;
-2. ``flex band`` (:mod:`.flex`): a band-masked layer (a piece declares ``band_half``: CSAN
+3. ``flex band`` (:mod:`.flex`): a band-masked layer (a piece declares ``band_half``: CSAN
    windows) through block-sparse flex_attention, the blocks outside the band skipped;
-3. ``region split`` (:mod:`.regions`): a clip (relpos): an encoder self-attention from the far
+4. ``region split`` (:mod:`.regions`): a clip (relpos): an encoder self-attention from the far
    left, strip and far right keys of each query block, the far ones through torch's fused
    kernel (CPU; CUDA: training calls of relpos kv/tied);
-4. ``query blocks`` (:mod:`.blocks`): a value table (relpos kv/tied): the whole attention in
+5. ``query blocks`` (:mod:`.blocks`): a value table (relpos kv/tied): the whole attention in
    query blocks (CPU: what the region split does not run);
-5. ``distance bias`` (:mod:`.distance_bias`): a bias of the distance alone (t5bias, alibi): an
+6. ``distance bias`` (:mod:`.distance.bias_path`): a bias of the distance alone (t5bias, alibi): an
    encoder self-attention through torch's fused kernel with the bias as its mask and a
    blocked backward (CPU; CUDA: training calls of t5bias);
-6. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
-7. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
-8. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
+7. ``block-local`` (:mod:`.local`): the band with query blocks through SDPA;
+8. ``fused`` (:mod:`.sdpa`): ``scaled_dot_product_attention`` with the pieces' bias and mask;
+9. ``explicit`` (:mod:`.explicit`): the probability matrix materialised, every hook run
    (the reference); it always can.
 
 ``--attn-backend`` orders the paths (:func:`order`, as xformers' dispatch priority list)
@@ -47,8 +51,9 @@ from . import flex
 from .base import CPU, CUDA, Call, Layer, Path, Run  # noqa: F401  (re-exported)
 from .blocks import QueryBlocks
 from .distance import DistanceForm, DistanceTerms  # noqa: F401  (re-exported)
-from .distance_bias import DistanceBias
-from .distance_flex import FlexPiece
+from .distance.bias_path import DistanceBias
+from .distance.flex_forms import FlexPiece
+from .distance.triton_path import TritonDistance
 from .explicit import Explicit
 from .flex import FlexBand
 from .local import BlockLocal
@@ -81,7 +86,8 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
     # cuda_training_forms: relpos kv/tied through the region split, t5bias through the distance
     # bias); the query blocks (the decoder) are unmeasured on CUDA and stay off it
     cuda = dict(cuda_training_forms=p.cuda_training_forms, cuda_training_min_len=p.cuda_training_min_len)
-    return (FlexPiece(devices=CUDA, trains=False),
+    return (TritonDistance(forms=p.triton_forms, min_len=p.triton_min_len),
+            FlexPiece(devices=CUDA, trains=False),
             FlexBand(devices=CUDA, min_len=p.flex_band_min_len, trains=False),
             RegionSplit(devices=p.distance_devices, min_len=p.blocked_min_len, **cuda),
             QueryBlocks(devices=p.distance_devices, min_len=p.blocked_min_len),

@@ -16,7 +16,7 @@ the exactness tests use). This module holds what every flex computation shares:
   kernel skips: O(T * window) work instead of O(T^2).
 
 and the band path :class:`FlexBand` (the flex piece path, distance terms as score_mods:
-:mod:`.distance_flex`). flex_attention has no attention dropout: the chooser (:mod:`.`) takes
+:mod:`.distance.flex_forms`). flex_attention has no attention dropout: the chooser (:mod:`.`) takes
 a flex path only with dropout 0. ``--attn-flex-compile`` decides
 how ``flex_attention`` is compiled (:func:`kernel`: inductor on CUDA by default); the
 calls keep one form per layer kind so that the number of compiled graphs stays bounded

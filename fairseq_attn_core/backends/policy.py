@@ -57,6 +57,14 @@ class Policy:
     cuda_training_forms: Tuple[str, ...] = ("values", "learned_bias")
     #: the shortest query length of those CUDA training calls (the sweep measured 512 and 1024)
     cuda_training_min_len: int = 512
+    #: on CUDA, the distance forms (properties of ``DistanceForm``: ``bias_kernel`` for t5bias
+    #: and alibi, ``learned_bias`` for t5bias alone, ``keys`` for relpos k) that ``auto`` runs through the Triton
+    #: kernels (:mod:`.distance.triton_path`), every call, from ``triton_min_len`` positions.
+    #: None by default: built and tested on CPU under Triton's interpreter (2026-11-28), not
+    #: yet timed on a GPU; benchmarks/gpu_checks.sh is the run that decides
+    triton_forms: Tuple[str, ...] = ()
+    #: the shortest query length of the Triton path's calls
+    triton_min_len: int = 1
 
     def __post_init__(self):
         for name, value in vars(self).items():
@@ -67,12 +75,19 @@ class Policy:
                 if not isinstance(value, tuple) or not set(value) <= set(FORM_PROPERTIES):
                     raise ValueError(f"Policy.cuda_training_forms must be a tuple of {list(FORM_PROPERTIES)} "
                                      f"(got {value!r})")
+            elif name == "triton_forms":
+                if not isinstance(value, tuple) or not set(value) <= set(TRITON_FORMS):
+                    raise ValueError(f"Policy.triton_forms must be a tuple of {list(TRITON_FORMS)} (got {value!r})")
             elif not isinstance(value, int) or value < 1:
                 raise ValueError(f"Policy.{name} must be an integer >= 1 (got {value!r})")
 
 
 #: the properties of a layer's ``DistanceForm`` that ``Policy.cuda_training_forms`` may name
 FORM_PROPERTIES = ("keys", "values", "learned_bias")
+
+#: the properties of a layer's ``DistanceForm`` that ``Policy.triton_forms`` may name (the
+#: Triton kernels run a bias of the distance, or Shaw's key table without a value table)
+TRITON_FORMS = ("bias_kernel", "learned_bias", "keys")
 
 #: what every layer runs unless it is given another policy
 DEFAULT = Policy()

@@ -1,6 +1,6 @@
 """The region-split path: an encoder self-attention of a layer whose only piece declares a
 clipped distance (relpos, every mode), split per block of queries into its far left keys,
-the strip around the block and its far right keys (:mod:`.distance`, mode ``far``).
+the strip around the block and its far right keys (:mod:`.distance.far`, mode ``far``).
 
 With a distance clipped at k, query i sees three regions of keys: the far left
 ``j < i - k``, the band ``|j - i| <= k`` and the far right ``j > i + k``. On a far region the

@@ -35,11 +35,11 @@ each slot carries the penalty of its key's distance with the query head's slope.
 Backends: the piece declares its slopes as data (:meth:`ALiBi.distance_terms`). A float
 score bias (1, H, T, S) on the fused SDPA path (and the explicit path). On CUDA, when ALiBi
 is the layer's only piece and attention dropout is 0, ``--attn-backend auto`` computes the
-penalty inside a flex_attention ``score_mod`` (:mod:`..backends.distance_flex`): no bias
+penalty inside a flex_attention ``score_mod`` (:mod:`..backends.distance.flex_forms`): no bias
 tensor in memory; ``--attn-backend flex`` forces that path on any device. On CUDA ``auto``
 takes it for inference only (its compiled backward is unproven there: benchmarks/RESULTS.md).
 On CPU, ``auto`` runs an encoder self-attention from the policy's ``distance_bias_min_len``
-(128) positions on the distance-bias path (:mod:`..backends.distance_bias`), whose backward
+(128) positions on the distance-bias path (:mod:`..backends.distance.bias_path`), whose backward
 keeps the far keys' negligible probabilities out of subnormal arithmetic. The penalty is
 computed in float32 for fp16/bf16/fp32 models, in float64 for a float64 one, on every path.
 """

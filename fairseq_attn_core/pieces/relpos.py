@@ -54,7 +54,7 @@ the key table, the value table and the clip k) and the kernels of
 ``tied`` run explicit while ``k`` runs fused (``--attn-backend fused`` is accepted for ``k``
 and refused for ``kv``/``tied`` at model build). Alone in its layer, relpos also runs: on
 CUDA for inference and under ``--attn-backend flex``, ``kv``/``tied`` through flex_attention
-(the value term rebuilt from the log-sum-exp: :mod:`..backends.distance_flex`); on CPU from
+(the value term rebuilt from the log-sum-exp: :mod:`..backends.distance.flex_forms`); on CPU from
 the policy's ``blocked_min_len`` positions, every mode in the region split for an encoder
 self-attention without attention dropout (the far keys through torch's fused kernel, the
 strip of ``block + 2k`` keys explicitly), and ``kv``/``tied`` in query blocks for the

@@ -51,7 +51,7 @@ Backends: the piece declares its table by bucket as data (:meth:`T5RelativeBias.
 An additive float bias (1, H, T, S) on the fused SDPA path and the explicit one; on CPU,
 ``auto`` runs an encoder self-attention (no attention dropout) from the policy's
 ``distance_bias_min_len`` (128) positions on the distance-bias path
-(:mod:`..backends.distance_bias`: the bias per distance as torch's CPU flash kernel's mask, a
+(:mod:`..backends.distance.bias_path`: the bias per distance as torch's CPU flash kernel's mask, a
 blocked backward gives the table its gradient), which keeps no (B, H, T, S) tensor; SDPA with
 a bias that needs a gradient leaves the flash kernel. On CUDA ``auto`` takes the same path for
 training calls from the policy's ``cuda_training_min_len`` (512) positions (torch's

@@ -201,6 +201,7 @@ prepare_settings() {
 
 # TRAIN_CONCAT=2 or 2,4 (integers >= 2, none twice) and TRAIN_CONCAT_SEED, checked before any work
 check_train_concat() {
+  check_train_docs
   [[ -n ${TRAIN_CONCAT:-} ]] || return 0
   local ks=() k seen=" "
   IFS=, read -r -a ks <<< "$TRAIN_CONCAT"
@@ -211,9 +212,20 @@ check_train_concat() {
     seen+="$((10#$k)) "
   done
   [[ ${TRAIN_CONCAT_SEED:-1} =~ ^[0-9]+$ ]] || die "TRAIN_CONCAT_SEED=$TRAIN_CONCAT_SEED: give a non-negative integer (the draw of random pairs)"
-  if [[ -n ${TRAIN_DOCS:-} ]]; then
-    [[ -f $TRAIN_DOCS ]] || die "TRAIN_DOCS=$TRAIN_DOCS: no such file (one document id per training line)"
-  fi
+}
+
+# TRAIN_DOCS (one document id per raw training line): an existing file, with as many lines as a
+# local TRAIN_SRC, checked before any step (the official training data: right after the raw step,
+# train_docs_lines)
+check_train_docs() {
+  [[ -n ${TRAIN_DOCS:-} ]] || return 0
+  [[ -f $TRAIN_DOCS ]] || die "TRAIN_DOCS=$TRAIN_DOCS: no such file (one document id per training line)"
+  if [[ -n ${TRAIN_SRC:-} && -f $TRAIN_SRC ]]; then train_docs_lines "$TRAIN_DOCS" "$TRAIN_SRC" "TRAIN_SRC=$TRAIN_SRC"; fi
+}
+
+train_docs_lines() {  # train_docs_lines DOCS SOURCE NAMED: one document id per line of SOURCE (NAMED: how it is named)
+  local nd ns; nd=$(wc -l < "$1"); ns=$(wc -l < "$2")
+  [[ $nd == "$ns" ]] || die "TRAIN_DOCS=$1: $nd lines, but the training source ($3) has $ns: give one document id per training line"
 }
 
 # the document id of each raw training line (TRAIN_CONCAT joins pairs of one document): TRAIN_DOCS,
@@ -247,9 +259,12 @@ prepare_main() {
   no_args "$@"
   recipe_defaults
   prepare_settings
-  if [[ $DATA_KEYED == 0 && $(realpath -m "$DATA") == "$(realpath -m "$WORK/data")"/* ]]; then
-    die "DATA=$DATA: the folders of $WORK/data are made by prepare.sh itself (one per prepared data); unset DATA"
+  # an explicit DATA is replaced whole: only a new folder or this recipe's earlier output, never WORK,
+  # a run or a folder holding either (prepare_dest.py); refused before anything is made
+  if [[ $DATA_KEYED == 0 ]]; then
+    "${STEPS[@]}" check-data-dest --data "$DATA" --work "$WORK" --recipe "$(basename "$RECIPE_DIR")" --pair "$SRC-$TGT" || exit 1
   fi
+  check_train_concat  # TRAIN_CONCAT, TRAIN_CONCAT_SEED, TRAIN_DOCS
   mkdir -p "$WORK"/{raw,tok,bpe}
   # one preparation at a time per WORK (raw/, tok/ and bpe/ serve every data it prepares; a
   # second one would remove the first's files in progress as leftovers); held until the
@@ -265,7 +280,6 @@ prepare_main() {
   if [[ -n ${TRAIN_MAX_LEN:-} ]] && ! [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ && $(( 10#$TRAIN_MAX_LEN )) -ge 1 ]]; then
     die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the most source words a training pair may have, a positive integer (empty: no cap)"
   fi
-  check_train_concat
   local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
     local s="${split^^}_SRC" t="${split^^}_TGT"
@@ -293,6 +307,8 @@ prepare_main() {
   # (a recipe whose raw step writes the training documents, made before it did: made again)
   if [[ -n ${TRAIN_CONCAT:-} && ${RECIPE_TRAIN_DOCS:-0} == 1 && ! -f $WORK/raw/train.docs ]]; then rm -f "$WORK/.done/raw"; fi
   stage raw "${raw_fp[@]}" -- make_raw
+  local train_docs; train_docs=$(train_docs_file)
+  [[ -z $train_docs ]] || train_docs_lines "$train_docs" "$WORK/raw/train.$SRC" "$WORK/raw/train.$SRC"
   [[ $(words_counted_on "$SRC") == tokenised ]] || cap_check "$WORK/raw/train.$SRC"
   # 3. tokenise, 4. (joint) BPE, 5. clean by length and ratio, 6. binarise
   for l in "$SRC" "$TGT"; do
@@ -334,10 +350,7 @@ prepare_main() {
               --full-src-out "$WORK/bpe/train.full.$SRC" --full-tgt-out "$WORK/bpe/train.full.$TGT")
   fi
   # the training documents, where known, follow the kept pairs (TRAIN_CONCAT joins pairs of one document)
-  local train_docs; train_docs=$(train_docs_file)
   if [[ -n $train_docs ]]; then
-    [[ $(wc -l < "$train_docs") == "$(wc -l < "$WORK/raw/train.$SRC")" ]] \
-      || die "TRAIN_DOCS=$train_docs: $(wc -l < "$train_docs") lines, but the training source has $(wc -l < "$WORK/raw/train.$SRC"): give one document id per training line"
     cap_fp+=(--in "$train_docs"); cap_args+=(--docs-in "$train_docs" --docs-out "$WORK/bpe/train.clean.docs")
   fi
   stage clean --set "min=$CLEAN_MIN" --set "max=$CLEAN_MAX" --set "ratio=$CLEAN_RATIO" "${cap_fp[@]}" \
@@ -365,6 +378,8 @@ prepare_main() {
   for f in valid test; do bin_in+=(--in "$WORK/raw/$f.$SRC" --in "$WORK/raw/$f.$TGT"); done
   for f in valid.docs valid.ids test.docs test.ids; do [[ ! -f $WORK/raw/$f ]] || bin_in+=(--in "$WORK/raw/$f"); done
   [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
+  # TRAIN_DOCS shapes the joined pairs: recorded in prepare.json (inputs), so binarised again when it is another file
+  [[ -z ${TRAIN_CONCAT:-} || -z ${TRAIN_DOCS:-} ]] || bin_in+=(--in "$TRAIN_DOCS")
   # the latest prepared folder removed by hand (or pruned): binarised again
   if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
   stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
@@ -437,7 +452,8 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
   for split in train valid test; do
     if local_split "$split"; then local s="${split^^}_SRC" t="${split^^}_TGT"; given+=(--input "$s=${!s}" --input "$t=${!t}"); fi
   done
-  "${STEPS[@]}" prepare-record --data "$tmp" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
+  [[ -z ${TRAIN_CONCAT:-} || -z ${TRAIN_DOCS:-} ]] || given+=(--input "TRAIN_DOCS=$TRAIN_DOCS")
+  "${STEPS[@]}" prepare-record --data "$tmp" --recipe "$(basename "$RECIPE_DIR")" "${PREP_SET[@]}" --raw-train "$WORK/raw/train.$SRC" \
     "${given[@]}" --raw-record "$WORK/.done/raw" --downloads "$WORK/downloads.sha256" \
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
     --clean-record "$WORK/bpe/train.clean.json" ${TRAIN_CONCAT:+--concat-record "$train_pref.json"}

@@ -18,8 +18,9 @@ queries = keys without incremental decoding (positions 0..T-1), no fairseq ``att
 attention dropout.
 """
 
-from .base import PiecePath
-from .distance import HAVE_CPU_KERNEL, distance_attention
+from ..base import PiecePath
+from .fused import HAVE_CPU_KERNEL
+from .modes import distance_attention
 
 
 class DistanceBias(PiecePath):

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import flex
-from .base import PiecePath
-from .distance import DistanceTerms
+from .. import flex
+from ..base import PiecePath
+from .terms import DistanceTerms
 
 
 class FlexPiece(flex.FlexPath, PiecePath):

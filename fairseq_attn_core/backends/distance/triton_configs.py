@@ -1,0 +1,58 @@
+"""The block sizes of the Triton kernels, as data: one :class:`BlockConfig` per kernel and
+head size (the head size rounded up to a power of two, at least 16). Chosen from FA2's
+Triton tutorial's defaults for Hopper, not tuned: the device run (benchmarks/gpu_checks.sh)
+times them. A call may pass its own (the CPU tests use 16 x 16 tiles, so that T = 33 spans
+three tiles). No triton import: the chooser and the tests read these on any machine.
+"""
+
+from dataclasses import dataclass
+from typing import Dict
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    block_m: int  # query rows per tile
+    block_n: int  # key columns per tile
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+@dataclass(frozen=True)
+class KernelConfigs:
+    """One config for the forward, the backward's key-side kernel (dk, dv, the table's
+    partial sums) and its query-side kernel (dq), and the forward with Shaw's value term
+    (its PB, (block_m, 2k + 1 rounded up to a power of two) float32, sits in registers beside
+    the output: half the rows)."""
+
+    forward: BlockConfig
+    backward_kv: BlockConfig
+    backward_q: BlockConfig
+    forward_values: BlockConfig
+
+
+#: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
+_BWD = BlockConfig(64, 64, 4, 2)
+CONFIGS: Dict[int, KernelConfigs] = {
+    16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
+                       BlockConfig(64, 64, 8, 2)),
+}
+
+#: the CPU interpreter's tiles (tests, the dry device run)
+_TINY = BlockConfig(16, 16, 1, 1)
+SMALL = KernelConfigs(_TINY, _TINY, _TINY, _TINY)
+
+
+def head_block(head_dim: int) -> int:
+    """The head size as the kernels tile it: the next power of two, at least 16."""
+    return max(16, 1 << (head_dim - 1).bit_length())
+
+
+def configs_for(head_dim: int) -> KernelConfigs:
+    block = head_block(head_dim)
+    if block not in CONFIGS:
+        raise ValueError(f"the Triton distance kernels take heads of at most {max(CONFIGS)} dimensions "
+                         f"(got {head_dim})")
+    return CONFIGS[block]

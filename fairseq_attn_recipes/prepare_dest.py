@@ -1,0 +1,92 @@
+"""What prepare.sh may replace: an explicit ``DATA`` is replaced whole (``rm -rf DATA; mv DATA.tmp
+DATA``), so ``check-data-dest`` allows only a folder that does not exist yet or one an earlier
+prepare.sh of the same recipe wrote (its ``prepare.json``), and never WORK, a folder of WORK's
+steps, a run folder, a WORK's data folder, or a folder holding any of them. Called before any
+step: a refusal is one line naming DATA and what is allowed, and leaves nothing behind."""
+
+import os
+
+from .databins import LINK, owning_work, read_prepare
+from .step_inputs import die
+
+#: the folders of WORK that prepare.sh and data.sh manage themselves: never a DATA, nor inside one
+WORK_FOLDERS = ("raw", "tok", "bpe", ".done", "downloads", "data")
+#: what marks a run folder (train.sh's records, fairseq's checkpoints) and a WORK (its step records)
+RUN_FILES = ("run.json", "data.json", "checkpoint_last.pt")
+WORK_MARKS = (".done", "runs.index", ".prepare.lock")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _run_mark(folder: str, files) -> str:
+    """The file that makes ``folder`` a run folder (or a WORK), else ''."""
+    for name in RUN_FILES + WORK_MARKS:
+        if name in files:
+            return name
+    return next((f for f in sorted(files) if f.startswith("checkpoint") and f.endswith(".pt")), "")
+
+
+def _held_run(folder: str) -> str:
+    """A run folder or WORK inside ``folder`` (``PATH (FILE)``), else ''."""
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        mark = _run_mark(dirpath, set(filenames) | set(dirnames))
+        if mark:
+            return f"{dirpath} ({mark})"
+    return ""
+
+
+def refusal(data: str, work: str, recipe: str, pair: str) -> str:
+    """Why prepare.sh of ``recipe`` (language pair ``pair``, ``SRC-TGT``) must not replace ``data``,
+    or '' when it may (a new folder, or this recipe's earlier output)."""
+    d, w = os.path.realpath(data), os.path.realpath(work)
+    if d == w:
+        return f"is WORK (it holds the steps, the prepared data and the runs of WORK={work})"
+    if _inside(w, d):
+        return f"holds WORK={work}"
+    for name in WORK_FOLDERS:
+        if _inside(d, os.path.join(w, name)):
+            where = "" if d == os.path.join(w, name) else "inside "
+            return f"is {where}WORK's {name}/ ({os.path.join(work, name)}), which prepare.sh manages itself"
+    if not os.path.lexists(data):
+        return ""
+    if not os.path.isdir(d):
+        return "is a file, not a folder prepare.sh wrote"
+    mark = _run_mark(d, set(os.listdir(d)))
+    if mark:
+        return f"is a run folder or a WORK (it holds {mark})"
+    rec = read_prepare(d)
+    if rec is None or not rec.get("data_id"):
+        return "has no prepare.json: it is not a folder prepare.sh wrote"
+    theirs = rec.get("recipe")
+    settings = rec.get("settings") or {}
+    their_pair = f"{settings.get('SRC')}-{settings.get('TGT')}"
+    if theirs and theirs != recipe:
+        return f"was written by the prepare.sh of {theirs} (its prepare.json), not of {recipe}"
+    if not theirs and their_pair != pair:  # a record of before prepare.json named its recipe
+        return f"holds {their_pair} data (its prepare.json), not {pair}: another recipe's output"
+    owner = owning_work(d)
+    if owner:
+        return f"is a data folder of WORK={owner} ({LINK} or its runs may name it; data.sh prune removes it)"
+    held = _held_run(d)
+    if held:
+        return f"holds the run folder or WORK {held}"
+    return ""
+
+
+def cmd_check_data_dest(args):
+    why = refusal(args.data, args.work, args.recipe, args.pair)
+    if why:
+        die(f"DATA={args.data} {why}: prepare.sh replaces DATA whole, so it takes only a new folder or one an "
+            f"earlier prepare.sh of {args.recipe} wrote (its prepare.json), or no DATA (each prepared data then gets "
+            f"its own WORK/data/<id>, named by WORK/{LINK}); nothing was changed")
+
+
+def add_parsers(sub) -> None:
+    """This module's step on the command line (``python -m fairseq_attn_recipes check-data-dest``)."""
+    p = sub.add_parser("check-data-dest", help="refuse an explicit DATA that prepare.sh did not write (one line)")
+    p.add_argument("--data", required=True); p.add_argument("--work", required=True)
+    p.add_argument("--recipe", required=True, help="the recipe's folder name (recorded in prepare.json)")
+    p.add_argument("--pair", required=True, help="SRC-TGT (a record without its recipe is matched by its pair)")
+    p.set_defaults(fn=cmd_check_data_dest)

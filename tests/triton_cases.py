@@ -1,0 +1,114 @@
+"""The cases of tests/test_triton_distance.py, run by the Triton kernels in a child process
+with ``TRITON_INTERPRET=1`` (see triton_interpreter.py; not a test module). Usage:
+``python tests/triton_cases.py OUT.pt``: saves, per kind and case, the output and the
+gradients of q, k, v and the table for one fixed output gradient (the inputs are drawn from
+the case's seed: :func:`inputs` gives the tests the same ones).
+
+Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial), float64
+inputs (the kernels then accumulate in float64: the interpreter computes tl.dot in numpy).
+"""
+
+import sys
+
+import torch
+
+B, H, D, BUCKETS, MAX_DISTANCE = 2, 2, 8, 8, 6
+#: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
+CLIP = {33: 3, 5: 6, 1: 2}
+
+#: kind -> (method, T, causal, padding): T = 1, 5, 33; distances beyond T5's max distance
+#: (6) at T = 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
+#: (under the causal mask its first queries see no key), sentence 1 right-padded or
+#: (``empty``) every key padded
+CASES = {
+    "bias": [
+        ("t5bias", 33, False, "empty"),
+        ("t5bias", 33, True, "right"),
+        ("alibi", 33, False, "right"),
+        ("alibi", 5, True, "empty"),
+        ("t5bias", 1, False, "right"),
+    ],
+    "keys": [  # the key term's code runs in every relpos kv case too
+        ("relpos_k", 33, True, "right"),
+    ],
+    "values": [
+        ("relpos_kv", 33, False, "empty"),
+        ("relpos_kv", 33, True, "right"),
+        ("relpos_kv", 5, False, "right"),
+    ],
+    # RoPE's fused rotation: (L, D, rotated dimensions, first position)
+    "rope": [
+        (7, 12, 8, 0),
+        (5, 8, 8, 3),
+    ],
+}
+
+
+def padding(T: int, pattern: str) -> torch.Tensor:
+    """(B, T) True = pad: sentence 0 left-padded, 1 right-padded or (``empty``) every key
+    padded."""
+    kpm = torch.zeros(B, T, dtype=torch.bool)
+    kpm[0, : T // 3] = True
+    if pattern == "empty":
+        kpm[1] = True
+    else:
+        kpm[1, T - T // 4:] = True
+    return kpm
+
+
+def inputs(case, seed: int):
+    method, T, causal, pad = case
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
+    table = None
+    if method == "t5bias":
+        table = torch.randn(BUCKETS, H, generator=g, dtype=torch.float64)
+    elif method.startswith("relpos"):
+        table = torch.randn(2 * CLIP[T] + 1, D, generator=g, dtype=torch.float64)
+    table_v = torch.randn(2 * CLIP[T] + 1, D, generator=g, dtype=torch.float64) if method == "relpos_kv" else None
+    dout = torch.randn(B, H, T, D, generator=g, dtype=torch.float64)
+    return dict(q=q, k=k, v=v, table=table, table_v=table_v, dout=dout, kpm=padding(T, pad), scale=D ** -0.5)
+
+
+def terms_of(method: str, causal: bool, T: int, table=None, table_v=None):
+    from fairseq_attn_core.backends.distance import DistanceTerms
+    from fairseq_attn_core.pieces.alibi import alibi_slopes
+    from fairseq_attn_core.pieces.t5bias import relative_position_bucket
+    if method == "t5bias":
+        return DistanceTerms(bias_table=table,
+                             bucket=lambda rel: relative_position_bucket(rel, not causal, BUCKETS, MAX_DISTANCE))
+    if method.startswith("relpos"):
+        return DistanceTerms(key_table=table, value_table=table_v, clip=CLIP[T])
+    return DistanceTerms(slopes=tuple(alibi_slopes(H)))
+
+
+def run(case, seed):
+    from fairseq_attn_core.backends.distance.triton_configs import SMALL
+    from fairseq_attn_core.backends.distance.triton_launch import triton_attention
+    method, T, causal, _ = case
+    x = inputs(case, seed)
+    leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
+    out = triton_attention(terms_of(method, causal, T, *leaves[3:]), *leaves[:3],
+                         x["scale"], x["kpm"], causal, SMALL)
+    grads = torch.autograd.grad(out, leaves, x["dout"])
+    return dict(out=out.detach(), grads=[g.detach() for g in grads])
+
+
+def rope_inputs(case, seed: int):
+    L, D, rot, first = case
+    g = torch.Generator().manual_seed(seed)
+    x, dy = (torch.randn(B, H, L, D, generator=g, dtype=torch.float64) for _ in range(2))
+    return dict(x=x, dy=dy, pos=torch.arange(first, first + L), rot=rot)
+
+
+def run_rope(case, seed):
+    from fairseq_attn_core.rope_fused import fused_rotate
+    x = rope_inputs(case, seed)
+    leaf = x["x"].clone().requires_grad_(True)
+    out = fused_rotate(leaf, x["pos"], x["rot"], 10000.0)
+    return dict(out=out.detach(), grads=list(torch.autograd.grad(out, [leaf], x["dy"])))
+
+
+if __name__ == "__main__":
+    torch.save({kind: {i: (run_rope if kind == "rope" else run)(case, seed=i) for i, case in enumerate(cases)}
+                for kind, cases in CASES.items()}, sys.argv[1])

@@ -33,7 +33,7 @@ def test_importing_the_plugin_leaves_the_interpreter_alone(a_script):
     p = a_script
     lines = p.stdout.splitlines()
     assert len(lines) == 2 and lines[0] == "untouched", p.stdout + p.stderr  # the second: the logger's filters
-    assert p.returncode == 1 and "Traceback" in p.stderr and "unknown piece(s) ['nosuch']" in p.stderr
+    assert p.returncode == 1 and "Traceback" in p.stderr and "call attention_defaults(args) first" in p.stderr
 
 
 def test_which_programs_are_commands():

@@ -73,12 +73,14 @@ def test_which_programs_are_commands():
     assert refusals.fairseq_parser_command("/venv/bin/fairseq-train", "")
     assert refusals.fairseq_parser_command("/x/fairseq_attn_recipes/train.py", "fairseq_attn_recipes.train")
     assert not refusals.fairseq_parser_command("/venv/bin/fairseq-attn-results", "")
-    # our own commands (their logging at WARNING): fairseq-attn-*, their modules, not fairseq's or the steps
+    # our own commands (their logging at WARNING): fairseq-attn-*, their modules, the recipe steps;
+    # not fairseq's, nor the training step, nor fairseq's preprocess and generate run by the recipes
     for argv0, main in (("/venv/bin/fairseq-attn-plot", ""), ("/x/plot.py", "fairseq_attn_reports.cli.plot"),
-                        ("/x/pieces.py", "fairseq_attn_plugins.cli.pieces"), ("/x/demo.py", "fairseq_attn_recipes.demo")):
+                        ("/x/pieces.py", "fairseq_attn_plugins.cli.pieces"), ("/x/demo.py", "fairseq_attn_recipes.demo"),
+                        ("/x/__main__.py", "fairseq_attn_recipes.__main__")):
         assert refusals.own_command(argv0, main), (argv0, main)
     for argv0, main in (("/venv/bin/fairseq-train", ""), ("/x/train.py", "fairseq_attn_recipes.train"),
-                        ("/x/__main__.py", "fairseq_attn_recipes.__main__"), ("-c", "")):
+                        ("/x/fairseq_command.py", "fairseq_attn_recipes.fairseq_command"), ("-c", "")):
         assert not refusals.own_command(argv0, main), (argv0, main)
 
 
@@ -120,7 +122,8 @@ def test_commands_print_what_was_asked_and_nothing_before(a_script, tmp_path):
     """Our commands print their output alone: fairseq-attn-plot on a trained checkpoint, the
     translation first, then the statistics, and nothing on stderr (neither fairseq's import-time
     "Please install tensorboardX", its speech task's, nor the INFO lines of loading the
-    checkpoint: dictionary sizes, the pieces per layer); a recipe step, no tensorboardX notice."""
+    checkpoint: dictionary sizes, the pieces per layer); a recipe step that builds a model
+    (lengths.sh's check-positions), its one line alone."""
     sys.path.insert(0, os.path.dirname(__file__))
     import trained_models
 
@@ -132,9 +135,10 @@ def test_commands_print_what_was_asked_and_nothing_before(a_script, tmp_path):
     lines = p.stdout.splitlines()
     assert lines[0].startswith("translation: ") and lines[1].split() == ["side", "layer", "head", "entropy",
                                                                           "div", "disagree"], p.stdout[:2000]
-    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "check-arch", "transformer_attn_wmt_en_de"],
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "check-positions", "--data",
+                        trained_models.data_dir(), "--src", "src", "--tgt", "tgt", "--arch", "transformer_attn_wmt_en_de"],
                        capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and "tensorboardX" not in p.stdout + p.stderr, p.stdout + p.stderr
+    assert p.returncode == 0 and p.stderr == "" and p.stdout == "transformer_attn_wmt_en_de\t\n", p.stdout + p.stderr
     # a script importing the package (the fixture's): the same filter on fairseq's logger, alone
     lines = a_script.stdout.splitlines()
     assert len(lines) == 2 and lines[1].startswith("[<fairseq_attn_plugins.integration.quiet_imports.DropNotice "

@@ -135,8 +135,9 @@ def markdown_table() -> str:
                         for category, message, why in quiet_imports.HARMLESS_WARNINGS) + " |",
             "| our commands' INFO lines dropped | nothing: `logging.basicConfig(level=WARNING)` before fairseq "
             "is imported, as fairseq's commands configure theirs (`quiet_imports.py`) | in our commands "
-            "(`fairseq-attn-*`) | a command loading a checkpoint printed fairseq's dictionary sizes and "
-            "the pieces per layer before its output; warnings and errors still print |",
+            "(`fairseq-attn-*`) and the recipes' steps (not the training step) | a command loading a "
+            "checkpoint or building a model printed fairseq's data and dictionary sizes and the pieces "
+            "per layer before its output; warnings and errors still print |",
             "| scikit-learn and scipy.stats deferred | nothing: while fairseq is imported, placeholders stand for "
             "`sklearn`, `sklearn.metrics` and `scipy.stats` in `sys.modules` and are taken out after; fairseq's "
             "`sentence_prediction` criterion and `audio_classification` task keep functions that import the "

@@ -9,10 +9,10 @@
 * **Known-harmless warnings** (:data:`HARMLESS_WARNINGS`), each matched by its message and
   category, never a whole category: on a CPU, every fairseq-train step and batch iterator warned
   about CUDA features fairseq 0.12 asks for and the CPU does without.
-* **The INFO lines of this distribution's own commands** (``fairseq-attn-*``,
-  :func:`.refusals.own_command`): a command that loads a checkpoint (``fairseq-attn-plot``,
-  ``-align``, ``-export``...) printed fairseq's dictionary sizes and the plugin's pieces per layer
-  before its output. Those commands configure logging as fairseq's own commands do (before
+* **The INFO lines of this distribution's own commands** (``fairseq-attn-*`` and the recipes'
+  steps, :func:`.refusals.own_command`): a command that loads a checkpoint (``fairseq-attn-plot``,
+  ``-align``, ``-export``...) or builds a model (lengths.sh's ``check-positions``) printed fairseq's
+  data and dictionary sizes and the plugin's pieces per layer before its output. Those commands configure logging as fairseq's own commands do (before
   fairseq is imported, whose import-time ``logging.basicConfig`` calls then change nothing), at
   WARNING: warnings and errors still print. fairseq's commands, the recipes' training step and a
   script or notebook keep their logging as it was.

@@ -42,8 +42,10 @@ def refusal_kinds():
 
 
 OWN_PREFIX = "fairseq-attn-"  # this distribution's console commands
-#: the modules of this distribution's console commands (pyproject.toml's scripts), run with ``python -m``
-OWN_COMMAND_MODULES = ("fairseq_attn_reports.cli.", "fairseq_attn_plugins.cli.", "fairseq_attn_recipes.demo")
+#: the modules of this distribution's console commands (pyproject.toml's scripts), run with ``python -m``,
+#: and of the recipes' steps (``python -m fairseq_attn_recipes STEP``; not the training step's)
+OWN_COMMAND_MODULES = ("fairseq_attn_reports.cli.", "fairseq_attn_plugins.cli.", "fairseq_attn_recipes.demo",
+                       "fairseq_attn_recipes.__main__")
 
 
 def program(argv0=None, main_module=None):
@@ -66,7 +68,8 @@ def running_command(argv0=None, main_module=None) -> bool:
 
 def own_command(argv0=None, main_module=None) -> bool:
     """Whether the running program is one of this distribution's console commands
-    (``fairseq-attn-*``, or its module run with ``python -m``)."""
+    (``fairseq-attn-*``, or its module run with ``python -m``) or a recipe step: programs whose
+    output is their own, not fairseq's logs (fairseq-train's are the training step's output)."""
     name, module = program(argv0, main_module)
     return name.startswith(OWN_PREFIX) or module.startswith(OWN_COMMAND_MODULES)
 

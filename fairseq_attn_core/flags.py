@@ -86,7 +86,8 @@ def check_known_keys(args) -> None:
                 f"{key!r} is no flag of a piece or of the core, nor a model setting the core reads"
                 + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else "")
                 + f"; a namespace for the core holds the flags (fairseq-attn-pieces lists them, "
-                  f"'_' for '-') and {', '.join(MODEL_KEYS[:-1])}")
+                  f"'_' for '-') and {', '.join(MODEL_KEYS[:-1])} (a fairseq namespace, whose "
+                  f"names fairseq checked: validate_attention_args(args, fairseq_namespace=True))")
 
 
 

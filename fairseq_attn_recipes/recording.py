@@ -36,6 +36,11 @@ def resolve_train_args(argv: List[str]):
         args = options.parse_args_and_arch(parser, input_args=argv)
         cfg = convert_namespace_to_omegaconf(args)
     logging.disable(logging.NOTSET)
+    # the plugin (--user-dir) was imported inside catch_warnings, which put the warning filters
+    # back as they were: its filters of known-harmless warnings again (the same entries)
+    from fairseq_attn_plugins.integration import quiet_imports
+
+    quiet_imports.install()
     return cfg
 
 

@@ -249,6 +249,7 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
     assert '"train_num_updates": "4"' in log
     assert re.search(r"\| INFO \| train_inner \| \{", log)  # fairseq-train's own log format (parsed by the tables)
+    assert "pin_memory" not in log and "autocast" not in log  # torch's CPU warnings, dropped by message
     assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
     # TensorBoard logs by default, beside the checkpoints
     events = [f for _, _, fs in os.walk(os.path.join(save, "tensorboard")) for f in fs if "tfevents" in f]
@@ -280,6 +281,13 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     test_hyp = read(os.path.join(save, "test", "hyp.txt"))
     p = run("wmt14_en_de", "evaluate.sh", dict(ende, EVAL_SUBSET="valid"))
     assert read(os.path.join(save, "test", "hyp.txt")) == test_hyp
+    # it ends with the scores and where the whole file is, not the file's ~110 lines
+    valid = json.loads(open(os.path.join(save, "valid", "scores.json"), encoding="utf-8").read())["scores"]
+    *_, scored, where = p.stdout.splitlines()
+    assert scored == (f"valid: BLEU {valid['bleu']['score']:.2f}, chrF++ {valid['chrf']['score']:.2f}, "
+                      f"tokenised BLEU {valid['tokenized_bleu']['score']:.2f}"), p.stdout[-2000:]
+    assert where.startswith("full scores: ") and os.path.samefile(where[len("full scores: "):],
+                                                                  os.path.join(save, "valid", "scores.json"))
     # the hint to compare runs names the reference of the subset evaluated
     data = os.path.realpath(os.path.join(work, "data-bin"))
     assert f"compare runs: fairseq-attn-results --ref {data}/raw/valid.de RUN_DIRS" in p.stderr, p.stderr[-2000:]

@@ -20,6 +20,9 @@ from test_recipes import RECIPES, run, trained_ende  # noqa: E402
 from fairseq_attn_recipes import databins, evaluations  # noqa: E402
 from fairseq_attn_recipes.fingerprints import CHANGED, SAME, file_digest, fingerprint, stage_state  # noqa: E402
 
+# one pytest-xdist worker runs the tests that start from the trained run (test_evaluation_reuse's
+# too): the others never wait while it is made
+TRAINED_RUN = pytest.mark.xdist_group("ende_trained_run")
 RUN = os.path.join("runs", "transformer_attn_wmt_en_de")  # train.sh's default SAVE_DIR in WORK
 STAGES = ("raw", "tok.en", "tok.de", "bpe.learn", "bpe.en", "bpe.de", "clean", "binarise")
 
@@ -42,6 +45,7 @@ def data_sh(env, *action):
 
 # ------------------------------------------------------------------ a WORK copied
 @pytest.mark.e2e
+@TRAINED_RUN
 def test_a_copied_work_reuses_every_step_and_evaluates_on_its_own_data(tmp_path):
     env = trained_ende(tmp_path / "a" / "work")
     copy = str(tmp_path / "b" / "work")
@@ -66,6 +70,7 @@ def test_a_copied_work_reuses_every_step_and_evaluates_on_its_own_data(tmp_path)
 
 # ------------------------------------------------------------------ a run copied
 @pytest.mark.e2e
+@TRAINED_RUN
 def test_a_copied_run_is_evaluated_again_only_when_a_checkpoint_it_averages_changed(tmp_path):
     env = trained_ende(tmp_path / "work")
     original, copy = os.path.join(env["WORK"], RUN), str(tmp_path / "copy")
@@ -95,6 +100,7 @@ def test_a_copied_run_is_evaluated_again_only_when_a_checkpoint_it_averages_chan
 
 
 @pytest.mark.e2e
+@TRAINED_RUN
 def test_a_copy_trained_further_is_a_run_of_its_own(tmp_path):
     from fairseq_attn_reports import runs
 
@@ -118,6 +124,7 @@ def test_a_copy_trained_further_is_a_run_of_its_own(tmp_path):
 
 # ------------------------------------------------------------------ evaluate.sh registers its run
 @pytest.mark.e2e
+@TRAINED_RUN
 def test_evaluate_registers_the_run_it_evaluates(tmp_path):
     env = trained_ende(tmp_path / "work")
     work = env["WORK"]

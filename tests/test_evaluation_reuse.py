@@ -26,6 +26,7 @@ def no_generate(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("ende_trained_run")  # with test_copies: the tests starting from trained_ende
 def test_the_same_evaluation_is_skipped_and_a_changed_one_redone(tmp_path):
     env = trained_ende(tmp_path / "work")  # a run trained to update 4 and evaluated
     save = os.path.join(env["WORK"], "runs", "transformer_attn_wmt_en_de")

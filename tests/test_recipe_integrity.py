@@ -45,7 +45,7 @@ def test_a_failing_command_inside_a_stage_stops_it_and_nothing_is_marked_done(tm
     assert p.returncode == 0 and "g: redone" in p.stderr and "a: '1' -> '2'" in p.stderr
     (tmp_path / "in").write_text("y\n")
     p = bash_lib(ok, tmp_path, {"A": "2"})
-    assert "g: redone" in p.stderr and "input changed" in p.stderr and str(tmp_path / "in") in p.stderr
+    assert "g: redone" in p.stderr and "input changed: $WORK/in" in p.stderr  # a file in WORK: relative to it
 
 
 def _aspec(root, n_train=60, bad_line=None):

@@ -125,7 +125,8 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     second = os.path.realpath(os.path.join(work, "data-bin"))
     assert second != first
     index = [json.loads(line) for line in open(os.path.join(work, "runs.index")).read().splitlines()]
-    assert index == [{"run": os.path.realpath(run_dir), "data_id": rec["data_id"], "data": first}
+    assert index == [{"run": os.path.realpath(run_dir), "data_id": rec["data_id"],
+                      "data": os.path.relpath(first, os.path.realpath(work))}  # a folder in WORK: relative to it
                      for run_dir in (outside, elsewhere2)]  # each with the data it trains on
     # an unreferenced folder: a copy of the second data under another id
     stray = os.path.join(work, "data", "0123456789ab")

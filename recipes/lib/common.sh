@@ -59,7 +59,8 @@ check_variables() {
 
 # stage NAME [--set KEY=VALUE | --in FILE]... -- CMD...: run CMD unless $WORK/.done/NAME
 # records that it was done from these very settings and input files (sizes, line counts,
-# sha256). Changed settings or inputs: the step is redone (and so, through their inputs,
+# sha256; a file or setting inside WORK named relative to WORK, so a copied or moved WORK keeps
+# its steps). Changed settings or inputs: the step is redone (and so, through their inputs,
 # every later step). CMD runs in a subshell with `set -e` in force (a function called as
 # `f || die` would run with `set -e` off), so it stops at its first failing command; a
 # failed step is never marked done.
@@ -70,7 +71,8 @@ stage() {
   mkdir -p "$WORK/.done"
   local marker="$WORK/.done/$name" rc=0 changes
   # fingerprint's answer: 0 same, 3 changed, 4 never done (1 and 2: it could not answer)
-  changes=$("${STEPS[@]}" fingerprint "${fp[@]}" --against "$marker" --out "$marker.want") || rc=$?
+  # files and settings inside WORK are recorded relative to it: a WORK copied or moved reuses its steps
+  changes=$("${STEPS[@]}" fingerprint "${fp[@]}" --work "$WORK" --against "$marker" --out "$marker.want") || rc=$?
   case $rc in
     0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
     4) log "$name";;
@@ -673,6 +675,9 @@ evaluate_main() {
   local refs; refs=$(data_refs)
   [[ -f "$refs/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $refs/$EVAL_SUBSET.$TGT: run prepare.sh first"
   log "data: $DATA (the run's own, recorded in $SAVE_DIR/run.json); source and reference: $refs/$EVAL_SUBSET.{$SRC,$TGT}"
+  # registered in WORK (and in the WORK holding its data) as train.sh registers it: a run only
+  # evaluated here (a copy, a moved run) keeps its data from data.sh prune too
+  "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR" --data "$DATA"
   # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
   # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
   # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
@@ -690,7 +695,7 @@ evaluate_main() {
     --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$N_AVG" --set "BPE_TOOL=$BPE_TOOL" \
     --set "SACREBLEU_TOK=$SACREBLEU_TOK" --set "TOK_BLEU=$TOK_BLEU" --set "PAPER_METRIC=${PAPER_METRIC:-}" \
     --set "COMET_MODEL=${COMET_MODEL:-}" --in "$DATA/prepare.json" --in "$refs/$EVAL_SUBSET.$SRC" \
-    --in "$refs/$EVAL_SUBSET.$TGT" --out "$out/evaluated_with.json") || rc=$?
+    --in "$refs/$EVAL_SUBSET.$TGT" --data "$DATA" --out "$out/evaluated_with.json") || rc=$?
   case $rc in
     0) rm -rf "$out"; log "$final: evaluated before with the same settings, files and checkpoints: skipped"; return 0;;
     4) ;;
@@ -732,7 +737,7 @@ evaluate_main() {
     --text "paper_table_metric=${PAPER_METRIC:-}" \
     --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"
-  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $refs/$EVAL_SUBSET.$TGT RUN_DIRS..."
+  log "run record: $SAVE_DIR/run.json; compare runs: fairseq-attn-results --ref $refs/$EVAL_SUBSET.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

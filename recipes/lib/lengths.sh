@@ -206,6 +206,7 @@ lengths_main() {
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
   fi
+  log "to commit the study with the outputs it scores (and re-check it later with study-rescore): $PYTHON -m fairseq_attn_recipes study-export ${cond_dirs[0]}/lengths.json --to docs/results --name NAME (docs/lengths.md)"
 }
 
 lengths_tables_lock() {  # two studies of one LENGTHS_DIR (e.g. its SEEDS split over two processes) write

@@ -261,6 +261,27 @@ def cmd_prepare_record(args):
     write_lines(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
 
 
+def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> None:
+    """A run (its run.json or data.json) trained on other data than ``data``: one line with the fix,
+    the run's own data folder and the settings it was prepared with that differ from ``want``."""
+    from .databins import run_data
+    found = run_data(run_dir)
+    if found is None or found[1] == data_id:
+        return
+    path, run_id, settings = found
+    have, now = settable(settings), settable(want)
+    differ = " ".join(f"{k}={v}" for k, v in sorted(have.items()) if v not in ("", None) and now.get(k) != v)
+    differ += "".join(f" {k}=" for k in sorted(now) if now[k] not in ("", None) and k not in have)
+    with_settings = f" with {differ.strip()}" if differ.strip() else ""
+    if path and os.path.isdir(path):
+        fix = f"to continue it, give DATA={path}{with_settings}"
+    else:
+        fix = (f"that folder no longer exists: to continue the run, prepare its data again (prepare.sh"
+               f"{with_settings}, with the files it was given) and give DATA=<that folder>")
+    die(f"SAVE_DIR={run_dir} holds a run trained on {path} (data_id {run_id[:12]}), not on {data} "
+        f"(data_id {data_id[:12]}): {fix}; to train a new run on {data}, give another SAVE_DIR")
+
+
 def cmd_check_data(args):
     """The data-bin matches the settings of this run and its record; a run directory was
     trained on this very data-bin (--run-dir: recorded on first use, or --require it)."""
@@ -271,6 +292,8 @@ def cmd_check_data(args):
     with open(path, encoding="utf-8") as f:
         rec = json.load(f)
     want = dict(sorted(key_values(args.set).items()))
+    if args.run_dir:  # a run of other data first: its fix (the run's data) makes the other checks pass
+        refuse_other_run_data(args.run_dir, args.data, rec["data_id"], want)
     # the same data made with other settings too (data-place): any of its ways describes it
     for way in rec.get("also_prepared_as", []):
         if way.get("settings") == want and rec["settings"] != want:
@@ -300,12 +323,7 @@ def cmd_check_data(args):
     if args.run_dir:
         run_rec = os.path.join(args.run_dir, "data.json")
         if os.path.isfile(run_rec):
-            with open(run_rec, encoding="utf-8") as f:
-                trained_on = json.load(f)
-            if trained_on.get("data_id") != rec["data_id"]:
-                die(f"{args.run_dir} holds a model trained on another data-bin than {args.data} "
-                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR, or DATA={trained_on.get('data')} "
-                    f"to continue it")
+            pass  # the data it names: refuse_other_run_data above
         elif args.require:
             die(f"{args.run_dir} has no data.json: no record of the data its model was trained on "
                 f"(trained by an older train.sh?); train it again with train.sh")

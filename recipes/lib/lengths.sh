@@ -138,14 +138,12 @@ lengths_concat_all() {  # step 1b of lengths_main (its datas, cond_dirs; sets it
 
 lengths_main() {
   no_args "$@"
-  [[ ${QUICK:-0} =~ ^[01]$ ]] || die "QUICK=$QUICK: give 1 (the demo's corpus, toy sizes) or 0"
+  check_variables lengths prepare train evaluate
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_settings; fi
   lengths_check_concat
   check_train_concat
   check_seeds
   TRAIN_MAX_LEN=${TRAIN_MAX_LEN:-${STUDY_TRAIN_MAX_LEN:-30}}
-  [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ ]] && (( TRAIN_MAX_LEN >= 1 )) \
-    || die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the longest training source in words, a positive integer"
   export TRAIN_MAX_LEN
   ARCHS=${ARCHS:-$LENGTHS_ARCHS_DEFAULT}
   local names=() archs=() name seen=" "

@@ -98,7 +98,7 @@ def arch_layers(args: argparse.Namespace) -> str:
     each active piece's flags with their values (:func:`piece_values`)."""
     from .flags import validate_attention_args
 
-    validate_attention_args(args)
+    validate_attention_args(args, fairseq_namespace=True)
     return "\n".join([f"--attn-pieces {args.attn_pieces!r}: " + config_layers(args)] + piece_values(args))
 
 

@@ -65,6 +65,10 @@ class SelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         if self.head_dim * num_heads != embed_dim:
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
+        if (site.num_heads, site.head_dim) != (num_heads, self.head_dim):
+            raise ValueError(f"SelfAttention({embed_dim}, {num_heads}): the site says num_heads="
+                             f"{site.num_heads}, head_dim={site.head_dim}; expected num_heads={num_heads}, "
+                             f"head_dim={self.head_dim} (embed_dim / num_heads), which the pieces are built for")
         self.scaling = self.head_dim ** -0.5
         self.self_attention = True
         self.encoder_decoder_attention = False
@@ -173,6 +177,7 @@ class SelfAttention(nn.Module):
             raise RuntimeError(f"{', '.join(self._no_incremental)}: incremental decoding is not "
                                f"supported (the piece needs the whole sentence: encoder only)")
         need_weights = need_weights or need_head_weights
+        self._check_input(query, key_padding_mask, incremental_state)
         tgt_len, bsz, embed_dim = query.size()
         q, k, v, ctx = self._project(query, key_padding_mask, incremental_state)
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
@@ -194,6 +199,20 @@ class SelfAttention(nn.Module):
             weights = p.fold_weights(weights, ctx)
         weights = weights.transpose(1, 0)  # (H, B, T, S) like fairseq
         return out, (weights if need_head_weights else weights.mean(dim=0))
+
+    def _check_input(self, query: Tensor, key_padding_mask: Optional[Tensor], incremental_state) -> None:
+        """One line naming the layout expected, (T, B, C) time first, instead of torch's shape
+        error deep in a path (or, for batch-first input with a padding mask, wrong numbers)."""
+        expected = f"expected (T, B, C) = (time, batch, {self.embed_dim}), time first as in fairseq"
+        if query.dim() != 3 or query.size(2) != self.embed_dim:
+            raise ValueError(f"SelfAttention ({self.site.side} layer {self.layer_idx}): input of shape "
+                             f"{tuple(query.shape)}; {expected}")
+        if (key_padding_mask is not None and key_padding_mask.dim() > 0 and incremental_state is None
+                and tuple(key_padding_mask.shape) != (query.size(1), query.size(0))):
+            raise ValueError(f"SelfAttention ({self.site.side} layer {self.layer_idx}): input of shape "
+                             f"{tuple(query.shape)} and key_padding_mask of shape {tuple(key_padding_mask.shape)}; "
+                             f"{expected}, and key_padding_mask (B, T) with True = pad (batch-first input: "
+                             f"x.transpose(0, 1))")
 
     def layer_input(self, x: Tensor, key_padding_mask: Optional[Tensor]) -> Tensor:
         """The pieces' ``layer_input`` hooks, in order (called by the encoder layer)."""

@@ -9,6 +9,7 @@ the active pieces (:func:`check_inactive_flags`), so that a setting can never be
 ignored silently; the model build logs the active pieces per layer.
 """
 
+import difflib
 from typing import Dict, List, Tuple
 
 from .backends import check_backend, check_flex_compile
@@ -41,6 +42,18 @@ def add_attention_args(parser) -> None:
         cls.add_args(group)
 
 
+#: the core's own flags, beside the pieces' (:func:`piece_flags`)
+CORE_FLAGS = ("attn_pieces", "attn_backend", "attn_flex_compile")
+#: the model's settings that the core and the pieces read besides the flags: a namespace built
+#: for the core holds these, the flags, and nothing else (:func:`check_known_keys`); the first
+#: four are required (the layers and heads the pieces' layer lists and bounds refer to)
+MODEL_KEYS = ("encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+              "encoder_embed_dim", "decoder_embed_dim", "attention_dropout", "dropout",
+              "max_source_positions", "max_target_positions", "no_token_positional_embeddings",
+              "ddp_backend", "arch", "attn_explicit_flags")
+REQUIRED_MODEL_KEYS = MODEL_KEYS[:4]
+
+
 def attention_defaults(args) -> None:
     """Fill every plugin flag missing from ``args`` (also for old checkpoints)."""
     args.attn_pieces = getattr(args, "attn_pieces", "")
@@ -48,6 +61,33 @@ def attention_defaults(args) -> None:
     args.attn_flex_compile = getattr(args, "attn_flex_compile", "auto")
     for cls in PIECES.values():
         cls.set_defaults(args)
+
+
+def check_defaults_filled(args) -> None:
+    """One line instead of an AttributeError deep in a piece: ``args`` must have been through
+    :func:`attention_defaults` (which fills every flag not set)."""
+    missing = [k for k in CORE_FLAGS + tuple(piece_flags()) if not hasattr(args, k)]
+    if missing:
+        raise PieceConfigError(
+            f"the namespace lacks {', '.join(missing[:3])}"
+            + (f" and {len(missing) - 3} more flags" if len(missing) > 3 else "")
+            + ": call attention_defaults(args) first (it fills every flag not set with its default)")
+
+
+def check_known_keys(args) -> None:
+    """Refuse a key of a namespace built for the core that no piece or core flag declares and
+    the core does not read (:data:`MODEL_KEYS`): a misspelt flag (``csan_windw``) would be set
+    where nothing reads it. One line with the nearest names."""
+    known = set(CORE_FLAGS) | set(piece_flags()) | set(MODEL_KEYS)
+    for key in vars(args):
+        if key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=3)
+            raise PieceConfigError(
+                f"{key!r} is no flag of a piece or of the core, nor a model setting the core reads"
+                + (f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else "")
+                + f"; a namespace for the core holds the flags (fairseq-attn-pieces lists them, "
+                  f"'_' for '-') and {', '.join(MODEL_KEYS[:-1])} (a fairseq namespace, whose "
+                  f"names fairseq checked: validate_attention_args(args, fairseq_namespace=True))")
 
 
 
@@ -119,8 +159,21 @@ def selected_pieces(args) -> List[type]:
     return [PIECES[n] for n in names]
 
 
-def validate_attention_args(args) -> None:
-    """Check every flag and the compatibility of the chosen pieces; raise naming the flag."""
+def validate_attention_args(args, fairseq_namespace: bool = False) -> None:
+    """Check every flag and the compatibility of the chosen pieces; raise naming the flag.
+
+    ``args`` is by default a namespace built for the core (plain torch): its flags filled by
+    :func:`attention_defaults`, the sizes of :data:`REQUIRED_MODEL_KEYS` given, and no key the
+    core does not know (:func:`check_known_keys`). ``fairseq_namespace``: ``args`` holds all of
+    fairseq's settings, whose names fairseq's parser checked (a checkpoint's are kept as saved,
+    flags of earlier versions included): only the values are checked."""
+    check_defaults_filled(args)
+    missing = [k for k in REQUIRED_MODEL_KEYS if not hasattr(args, k)]
+    if missing:
+        raise PieceConfigError(f"the namespace lacks {', '.join(missing)}: the model's sizes, "
+                               f"which the pieces' layer lists and head counts refer to")
+    if not fairseq_namespace:
+        check_known_keys(args)
     classes = selected_pieces(args)
     names = [c.name for c in classes]
     check_inactive_flags(args, names)
@@ -164,6 +217,8 @@ def per_layer(modules, label) -> str:
 
 
 def build_pieces(args, site: AttentionSite) -> List[AttentionPiece]:
+    """The pieces of ``args`` (checked by :func:`validate_attention_args`) active at ``site``."""
+    check_defaults_filled(args)
     pieces = []
     for cls in selected_pieces(args):
         piece = cls.build(args, site)

@@ -69,13 +69,26 @@ if TYPE_CHECKING:  # the declaration's type; the kernels that read it live with 
 
 @dataclass(frozen=True)
 class AttentionSite:
-    """Where an attention module sits in the model."""
+    """Where an attention module sits in the model. Checked when made (a ``ValueError`` of one
+    line): a side or layer that no piece could cover would otherwise build no piece, silently."""
 
     side: str  # "encoder" or "decoder" (self-attention only)
     layer_idx: int  # 0-based, counted from the embeddings
     num_layers: int
     num_heads: int
     head_dim: int
+
+    def __post_init__(self):
+        if self.side not in SIDES:
+            raise ValueError(f"AttentionSite: side must be one of {list(SIDES)} (got {self.side!r})")
+        for name in ("num_layers", "num_heads", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"AttentionSite: {name} must be an integer >= 1 (got {value!r})")
+        i = self.layer_idx
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.num_layers:
+            raise ValueError(f"AttentionSite: layer_idx must be an integer in [0, {self.num_layers - 1}] "
+                             f"(0-based from the embeddings, num_layers={self.num_layers}) (got {i!r})")
 
 
 @dataclass

@@ -12,7 +12,9 @@ that ends does not abort at exit in fairseq's batch reader thread and, in
 fairseq's commands and this distribution's (never in a script or notebook that imports it),
 the plugin's refusals and mistyped flags print as one line and, in a command that imports the
 plugin before fairseq, fairseq is imported without scikit-learn and scipy.stats
-(:mod:`fairseq_attn_records.fairseq_import`).
+(:mod:`fairseq_attn_records.fairseq_import`). Importing it prints nothing: fairseq's tensorboardX
+notice and torch's known-harmless warnings are dropped by message, and this distribution's
+commands print their output without INFO lines (:mod:`.integration.quiet_imports`).
 """
 
 from fairseq_attn_records import fairseq_import

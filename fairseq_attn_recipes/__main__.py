@@ -8,7 +8,9 @@ that looks finished. Each module declares its steps' parsers beside the steps (`
 Steps: check-tools, check-arch, check-data-dest, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
-check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record. Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
+check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
+study-export, study-rescore (a committed study's outputs, and its table re-scored from them), check-variables.
+Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
 
@@ -17,13 +19,14 @@ import argparse
 from fairseq_attn_records.run_record import finished_before
 
 from . import (bible_corpus, checkpoints, concat, corpora, databins, evaluations, fairseq_args, fingerprints,
-               languages, position_limits, preflight, prepare_dest, profiles, scoring, subwords, tokenisation,
-               toy_corpus_files)
+               languages, position_limits, preflight, prepare_dest, profiles, scoring, studies, subwords,
+               tokenisation, toy_corpus_files, variables)
 
 #: the modules whose steps ``python -m fairseq_attn_recipes`` runs, each declaring its own parsers
 #: beside its steps (``add_parsers``), in the order of the help
-STEP_MODULES = (preflight, prepare_dest, corpora, fingerprints, tokenisation, subwords, databins, checkpoints, evaluations,
-                scoring, bible_corpus, toy_corpus_files, position_limits, concat, profiles, languages, fairseq_args)
+STEP_MODULES = (variables, preflight, prepare_dest, corpora, fingerprints, tokenisation, subwords, databins, checkpoints,
+                evaluations, scoring, bible_corpus, toy_corpus_files, position_limits, concat, profiles, languages,
+                fairseq_args, studies)
 
 
 def cmd_finished_before(args):

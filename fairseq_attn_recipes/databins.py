@@ -156,8 +156,9 @@ def _same_folder(a: str, b: str) -> bool:
 
 
 def cmd_run_data(args):
-    """Print the data folder of the run in --run-dir: the folder its record names (or, moved with
-    its WORK, WORK/data/<id>), holding the data_id recorded. --data (an explicit DATA) must be
+    """Print the data folder of the run in --run-dir: WORK/data/<id> where it holds the data_id
+    recorded (the WORK evaluating it: a WORK copied or moved with its runs reads its own data),
+    else the folder its record names. --data (an explicit DATA) must be
     that data. A folder that no longer exists: one line naming the run and the folder."""
     found = run_data(args.run_dir)
     if found is None:
@@ -172,9 +173,11 @@ def cmd_run_data(args):
                 f"on ({path}, data_id {data_id[:ID_LEN]}): unset DATA to evaluate on the run's own data")
         print(os.path.realpath(args.data))
         return
-    candidates = [path] if path else []
-    if args.work:
-        candidates.append(os.path.join(args.work, "data", data_id[:ID_LEN]))
+    # WORK's own folder of that data first: a run copied or moved with its WORK (or evaluated in a
+    # copy of it) reads the data of the WORK it is evaluated in, not the folder it was trained on
+    candidates = [os.path.join(args.work, "data", data_id[:ID_LEN])] if args.work else []
+    if path:
+        candidates.append(path)
     for c in candidates:
         if c and os.path.isdir(c) and _data_id(c) == data_id:
             print(os.path.realpath(c))
@@ -189,8 +192,9 @@ def cmd_run_data(args):
 # ---------------------------------------------------------------- list and prune
 def registrations(work: str):
     """The runs registered in WORK/runs.index, in registration order: ``{"run": absolute folder,
-    "data_id": the data it trains on, "data": that data's folder}``, one JSON object a line. A
-    line of an older train.sh is the folder's path alone (its data unknown: ``data_id`` None)."""
+    "data_id": the data it trains on, "data": that data's folder}``, one JSON object a line (a
+    folder inside WORK written relative to it). A line of an older train.sh is the folder's path
+    alone (its data unknown: ``data_id`` None)."""
     path = os.path.join(work, RUN_INDEX)
     if not os.path.isfile(path):
         return []
@@ -206,8 +210,22 @@ def registrations(work: str):
                 entry = None
             if not isinstance(entry, dict) or not entry.get("run"):
                 entry = {"run": line}
-            out.append({"run": entry["run"], "data_id": entry.get("data_id"), "data": entry.get("data")})
+            out.append({"run": _from_index(work, entry["run"]), "data_id": entry.get("data_id"),
+                         "data": _from_index(work, entry.get("data"))})
     return out
+
+
+# a folder inside WORK is registered relative to it (a WORK copied or moved registers its own runs
+# and data), one outside by its absolute path
+def _from_index(work: str, path):
+    return path if not path or os.path.isabs(path) else os.path.join(os.path.realpath(work), path)
+
+
+def _to_index(work: str, path):
+    if not path:
+        return path
+    rel = os.path.relpath(path, os.path.realpath(work))
+    return path if rel == os.curdir or rel == os.pardir or rel.startswith(os.pardir + os.sep) else rel
 
 
 def registered_runs(work: str):
@@ -217,7 +235,8 @@ def registered_runs(work: str):
 
 def _write_registrations(work: str, regs) -> None:
     write_lines(os.path.join(work, RUN_INDEX),
-                [json.dumps({k: r[k] for k in ("run", "data_id", "data") if r.get(k)}) for r in regs])
+                [json.dumps({k: _to_index(work, r[k]) if k != "data_id" else r[k] for k in ("run", "data_id", "data")
+                             if r.get(k)}) for r in regs])
 
 
 class _IndexLock:

@@ -58,7 +58,8 @@ class Pipeline:
 
     def stage(self, name: str, fn, *args, settings: Dict = None, inputs=()) -> None:
         """Run ``fn(*args)`` unless done before from these settings and inputs (the recipes' rule)."""
-        marker, record = self.path(".done", name), fingerprint({k: str(v) for k, v in (settings or {}).items()}, inputs)
+        marker, record = self.path(".done", name), fingerprint({k: str(v) for k, v in (settings or {}).items()}, inputs,
+                                                                 self.out)
         state, changes = stage_state(marker, record)
         if state == SAME:
             return log(f"{name}: done before, reused")

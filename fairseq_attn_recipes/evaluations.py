@@ -3,11 +3,14 @@
 An evaluation's key (``evaluated_with``, recorded in ``SUBSET/scores.json`` and the run record's
 evaluation) names everything its scores depend on: the settings given (the subset, generation:
 ``GEN_ARGS``, beam, length penalty, ``N_AVG``; BPE removal, the metrics' settings), the files
-evaluated (source and reference, the data's record: sha256 each) and the checkpoints averaged
-(file, update number, size, time). ``evaluated-before`` compares the key of an evaluation about
-to run with the one recorded in the folder it would be published to: the same evaluation, its
-outputs intact, is skipped; a changed one is redone, the changes named. The folder is the
-record's place, so a caller evaluating other test files into another folder gets its own record.
+evaluated (source and reference, the data's record: sha256 each; those of the data folder named
+relative to it, ``$DATA/raw/test.de``) and the checkpoints averaged (file, update number, size,
+sha256). ``evaluated-before`` compares the key of an evaluation about to run with the one recorded
+in the folder it would be published to: the same evaluation, its outputs intact, is skipped; a
+changed one is redone, the changes named. Contents, not places or times: a run copied (``cp -r``:
+new file times) or evaluated on a copy of its data is the same evaluation; a checkpoint whose
+content changed is not. The folder is the record's place, so a caller evaluating other test files
+into another folder gets its own record.
 """
 
 import json
@@ -18,18 +21,29 @@ from fairseq_attn_records import run_record
 from fairseq_attn_records.output_files import write_lines
 
 from .step_inputs import die, key_values
-from .fingerprints import CHANGED, NOT_DONE, SAME, describe_changes, file_digest
+from .fingerprints import CHANGED, NOT_DONE, SAME, describe_changes, file_digest, named_in, rebased
 
 KEY = "evaluated_with"
+DATA_TAG = "$DATA"
 NO_SAVE_POINT = 5  # evaluated-before's answer for a learning curve's point the run has no checkpoint of
 TWIN = 6  # evaluated-before's answer when the run holds this very evaluation in another folder
 TWIN_FILES = ("averaged.json", "generate.out", "hyp.tok.txt", "hyp.txt")
 
 
-def evaluation_key(run_dir: str, n_avg: int, settings: dict, inputs, at_update=None) -> dict:
-    """The key of evaluating the average of the newest ``n_avg`` save points of ``run_dir`` (up to
-    the one of update ``at_update``) with ``settings`` on the files ``inputs``. No save point of
-    ``at_update``: said, exit NO_SAVE_POINT."""
+def _sha256(path: str, size: int, mtime_ns: int, before: dict) -> str:
+    """The file's sha256: the one recorded ``before`` (the previous key's entry of that file) where
+    its size and time are those recorded with it (unchanged since it was read), else read."""
+    if before.get("sha256") and before.get("bytes") == size and before.get("mtime_ns") == mtime_ns:
+        return before["sha256"]
+    return file_digest(path)["sha256"]
+
+
+def evaluation_key(run_dir: str, n_avg: int, settings: dict, inputs, data=None, before=None, at_update=None) -> dict:
+    """The key of evaluating the average of the newest ``n_avg`` save points of ``run_dir`` with
+    ``settings`` on the files ``inputs`` (those inside ``data``, the data folder, named relative to
+    it). Each checkpoint's ``mtime_ns`` only says when its sha256 was read (``before``: the key
+    recorded, whose sha256 of a file unchanged since is reused); it is not part of the evaluation.
+    ``at_update``: the save points up to the one of that update; none of it: said, exit NO_SAVE_POINT."""
     from .recording import NoSavePoint, last_save_points, scan_checkpoints
 
     rec = run_record.load(run_dir) or {}
@@ -41,18 +55,55 @@ def evaluation_key(run_dir: str, n_avg: int, settings: dict, inputs, at_update=N
         sys.exit(NO_SAVE_POINT)
     except run_record.RecordError as e:
         die(str(e))
+    was = {c.get("file"): c for c in (before or {}).get("checkpoints") or [] if isinstance(c, dict)}
+    checkpoints = []
+    for p in points:
+        size, mtime = known[p["file"]]["bytes"], known[p["file"]]["mtime_ns"]
+        checkpoints.append({"file": p["file"], "num_updates": p["num_updates"], "bytes": size, "mtime_ns": mtime,
+                            "sha256": _sha256(os.path.join(run_dir, p["file"]), size, mtime, was.get(p["file"], {}))})
     return {"settings": dict(sorted(settings.items())),
-            "inputs": {os.path.abspath(f): file_digest(f)["sha256"] for f in inputs},
-            "checkpoints": [{"file": p["file"], "num_updates": p["num_updates"], "bytes": known[p["file"]]["bytes"],
-                             "mtime_ns": known[p["file"]]["mtime_ns"]} for p in points]}
+            "inputs": {named_in(f, data, DATA_TAG): file_digest(f)["sha256"] for f in inputs},
+            "checkpoints": checkpoints}
+
+
+def _what_is_evaluated(key: dict, current: dict = None) -> dict:
+    """A key without the checkpoints' times; a checkpoint an older evaluate.sh recorded without its
+    sha256 is taken as the one ``current`` names where its size and time are those recorded (the
+    rule of that evaluate.sh), else it differs."""
+    now = {c["file"]: c for c in (current or {}).get("checkpoints") or []}
+    out = []
+    for c in key.get("checkpoints") or []:
+        c = dict(c)
+        if "sha256" not in c:
+            same = now.get(c.get("file"), {})
+            c["sha256"] = same.get("sha256") if (same.get("bytes"), same.get("mtime_ns")) == (c.get("bytes"), c.get("mtime_ns")) \
+                else "not recorded"
+        c.pop("mtime_ns", None)
+        out.append(c)
+    return dict(key, checkpoints=out)
+
+
+def same_evaluation(old: dict, new: dict) -> bool:
+    new = json.loads(json.dumps(new))
+    return _what_is_evaluated(rebased(old, new, DATA_TAG), new) == _what_is_evaluated(new)
 
 
 def changes(old: dict, new: dict) -> list:
-    """What differs between two keys, one phrase each."""
+    """What differs between two keys, one phrase each: a checkpoint whose content changed is named
+    with both sha256s."""
+    old = _what_is_evaluated(rebased(old, new, DATA_TAG), new)
+    new = _what_is_evaluated(new)
     out = describe_changes(old, new)
-    if old.get("checkpoints") != new.get("checkpoints"):
-        name = lambda key: ", ".join(f"{c['file']} (update {c['num_updates']})" for c in key.get("checkpoints") or [])
-        out.append(f"checkpoints averaged: {name(old) or 'none recorded'} -> {name(new)}")
+    name = lambda c: f"{c['file']} (update {c['num_updates']})"
+    oc, nc = old.get("checkpoints") or [], new.get("checkpoints") or []
+    if [name(c) for c in oc] != [name(c) for c in nc]:
+        out.append(f"checkpoints averaged: {', '.join(map(name, oc)) or 'none recorded'} -> {', '.join(map(name, nc))}")
+    else:
+        for a, b in zip(oc, nc):
+            if a != b:
+                was = "recorded without its sha256 by an older evaluate.sh, and its size or time changed since" \
+                    if a.get("sha256") == "not recorded" else f"sha256 {str(a.get('sha256'))[:12]}, {a.get('bytes')} bytes"
+                out.append(f"{name(b)}: its content changed ({was} -> sha256 {b['sha256'][:12]}, {b['bytes']} bytes)")
     return out
 
 
@@ -89,7 +140,8 @@ def published_twin(run_dir: str, key: dict, final: str):
         return None
     for subset, entry in sorted((rec.get("evaluations") or {}).items()):
         folder = os.path.join(run_dir, entry.get("dir", ""))
-        if entry.get(KEY) != key or os.path.realpath(folder) == os.path.realpath(final):
+        if not entry.get(KEY) or os.path.realpath(folder) == os.path.realpath(final) \
+                or not same_evaluation(entry[KEY], key):
             continue
         try:
             run_record.check_evaluation(run_dir, subset, entry)
@@ -105,11 +157,11 @@ def cmd_evaluated_before(args):
     with this very key, its outputs intact (skip); 4: not evaluated before; 3: redo (why printed);
     5: --at-update names an update the run holds no checkpoint of (why printed); 6: the run holds this
     very evaluation in another folder (printed: its outputs are taken over, not decoded again)."""
-    key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs, args.at_update)
-    write_lines(args.out, [json.dumps({KEY: key}, indent=2)])
     old, why = recorded_key(args.final, args.run_dir, args.subset)
-    if old != json.loads(json.dumps(key)):
-        twin = published_twin(args.run_dir, json.loads(json.dumps(key)), args.final)
+    key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs, args.data, old, args.at_update)
+    write_lines(args.out, [json.dumps({KEY: key}, indent=2)])
+    if old is None or not same_evaluation(old, key):
+        twin = published_twin(args.run_dir, key, args.final)
         if twin:
             print(twin)
             sys.exit(TWIN)
@@ -118,7 +170,7 @@ def cmd_evaluated_before(args):
             print(why)
             sys.exit(CHANGED)
         sys.exit(NOT_DONE)
-    if old == json.loads(json.dumps(key)):
+    if same_evaluation(old, key):
         sys.exit(SAME)
     print("; ".join(changes(old, key)))
     sys.exit(CHANGED)
@@ -132,4 +184,5 @@ def add_parsers(sub) -> None:
     p.add_argument("--subset", required=True); p.add_argument("--final", required=True, help="the folder it is published to")
     p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.add_argument("--in", dest="inputs", action="append", default=[])
     p.add_argument("--at-update", type=int, help="the save points up to that update's (exit 5 when the run has none)")
+    p.add_argument("--data", help="the data folder: inputs inside it named relative to it ($DATA/...)")
     p.add_argument("--out", required=True); p.set_defaults(fn=cmd_evaluated_before)

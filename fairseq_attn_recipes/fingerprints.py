@@ -1,7 +1,15 @@
 """What a step, a data-bin and a run are made from: settings and the size, line count and
 sha256 of every input. A stage is redone when its fingerprint changed (``fingerprint``);
 ``DATA/prepare.json`` records a data-bin (``prepare-record``) and ``check-data`` refuses a
-data-bin that does not match its record, its settings or the run trained on it."""
+data-bin that does not match its record, its settings or the run trained on it.
+
+A file inside the folder a record belongs to (a step's WORK) is named relative to it
+(``$WORK/raw/test.en``), and so is a setting naming a path there: a WORK copied or moved keeps
+its records, and its steps are reused where their inputs' contents are the same. A file outside
+it (``TRAIN_SRC=/corpus/train.en``) is named by its absolute path. A record of an older
+prepare.sh names every file by its absolute path: it is read as written in the folder whose
+files it names (:func:`rebased`), so a WORK copied before records named files this way is
+reused too, and anything that does not map is redone, the reason named."""
 
 import hashlib
 import json
@@ -29,9 +37,64 @@ def file_digest(path: str) -> dict:
     return {"bytes": size, "lines": lines, "sha256": h.hexdigest()}
 
 
-def fingerprint(settings, files) -> dict:
-    return {"settings": dict(sorted(settings.items())),
-            "inputs": {os.path.abspath(f): file_digest(f) for f in files}}
+WORK_TAG = "$WORK"
+
+
+def _under(path: str, folder: str):
+    """``path`` (absolute) relative to ``folder`` (given as written or resolved), or None outside it."""
+    for base, p in ((os.path.abspath(folder), path), (os.path.realpath(folder), os.path.realpath(path))):
+        if p == base:
+            return "."
+        if p.startswith(base.rstrip(os.sep) + os.sep):
+            return os.path.relpath(p, base)
+    return None
+
+
+def named_in(path: str, folder=None, tag: str = WORK_TAG) -> str:
+    """How a record names ``path``: ``TAG/relative`` inside ``folder``, else the absolute path."""
+    full = os.path.abspath(path)
+    rel = _under(full, folder) if folder else None
+    if rel is None:
+        return full
+    return tag if rel == "." else f"{tag}/{rel}"
+
+
+def _setting_in(value, folder, tag=WORK_TAG):
+    """A setting that names a path inside ``folder`` (``DATA=$WORK/data-bin``) named relative to it."""
+    if folder and isinstance(value, str) and os.path.isabs(value) and _under(value, folder) is not None:
+        return named_in(value, folder, tag)
+    return value
+
+
+def fingerprint(settings, files, work=None) -> dict:
+    """What a step is made from; files and settings inside ``work`` named relative to it."""
+    return {"settings": {k: _setting_in(v, work) for k, v in sorted(settings.items())},
+            "inputs": {named_in(f, work): file_digest(f) for f in files}}
+
+
+def rebased(old: dict, new: dict, tag: str = WORK_TAG) -> dict:
+    """``old`` as ``new`` names files: a record that names by absolute paths files ``new`` names
+    relative to its folder (``TAG/...``: written before records did, here or in a folder since
+    copied or moved) read with those paths relative to the folder they lie in. The folder is where
+    the absolute paths end as ``new``'s relative ones do (the one that maps most of them); a
+    record with no such folder is returned as it is (its files then differ, each named)."""
+    if not isinstance(old, dict) or not isinstance(old.get("inputs"), dict):
+        return old
+    rels = [k[len(tag) + 1:] for k in new.get("inputs", {}) if k.startswith(tag + "/")]
+    counts = {}
+    for k in old["inputs"]:
+        if os.path.isabs(k):
+            for r in rels:
+                if k.endswith(os.sep + r):
+                    base = k[:-len(r) - 1]
+                    counts[base] = counts.get(base, 0) + 1
+    if not counts:
+        return old
+    base = max(sorted(counts), key=counts.get)
+    rename = lambda v: (tag if v == base else f"{tag}/{v[len(base) + 1:]}") \
+        if isinstance(v, str) and (v == base or v.startswith(base + os.sep)) else v
+    return dict(old, inputs={rename(k): v for k, v in old["inputs"].items()},
+                settings={k: rename(v) for k, v in (old.get("settings") or {}).items()})
 
 
 def describe_changes(old: dict, new: dict) -> list:
@@ -62,7 +125,7 @@ def stage_state(record_path, new: dict):
     """The resume rule of the recipes and the demo: ``(SAME, "")`` when the stage's record says it
     was done from these very settings and inputs (skipped), ``(NOT_DONE, "")`` when there is no
     record (done), ``(CHANGED, changes)`` when they changed (redone). A stage is recorded only once
-    complete."""
+    complete. A record naming files by absolute paths is read as :func:`rebased` says."""
     if not record_path or not os.path.isfile(record_path):
         return NOT_DONE, ""
     with open(record_path, encoding="utf-8") as f:
@@ -70,14 +133,22 @@ def stage_state(record_path, new: dict):
             old = json.load(f)
         except json.JSONDecodeError:
             old = {}
+    old = rebased(old, new)
     if old == json.loads(json.dumps(new)):
         return SAME, ""
-    return CHANGED, "; ".join(describe_changes(old, new) if isinstance(old, dict) else []) or "record unreadable"
+    if not isinstance(old, dict):
+        return CHANGED, "record unreadable"
+    changes = describe_changes(old, new)
+    elsewhere = [k for k in old.get("inputs") or {} if os.path.isabs(k) and k not in new["inputs"]]
+    if elsewhere and any(k.startswith(WORK_TAG + "/") for k in new["inputs"]):
+        changes.append(f"the record names files by absolute paths ({elsewhere[0]}...), as an older recipe wrote "
+                       f"them, that are not this WORK's files")
+    return CHANGED, "; ".join(changes) or "record unreadable"
 
 
 def cmd_fingerprint(args):
     """What a stage is made from. Exit 0: same as --against; 4: no record; 3: changed (printed)."""
-    new = fingerprint(key_values(args.set), args.inputs)
+    new = fingerprint(key_values(args.set), args.inputs, args.work)
     write_lines(args.out, [json.dumps(new, sort_keys=True)])
     state, changes = stage_state(args.against, new)
     if state == CHANGED:
@@ -141,7 +212,9 @@ def recorded_inputs(named, raw_record=None, downloads=None) -> list:
     out = []
     for name, path in key_values(named).items():
         path = os.path.abspath(path)
-        d = digests.get(path) or file_digest(path)
+        # the raw step's record names a file inside WORK relative to it (WORK/.done/raw: its WORK)
+        work = os.path.dirname(os.path.dirname(os.path.abspath(raw_record))) if raw_record else None
+        d = digests.get(path) or digests.get(named_in(path, work)) or file_digest(path)
         out.append({"name": name, "path": path, "bytes": d["bytes"], "sha256": d["sha256"]})
     if downloads and os.path.isfile(downloads):
         folder = os.path.join(os.path.dirname(os.path.abspath(downloads)), "downloads")
@@ -188,6 +261,27 @@ def cmd_prepare_record(args):
     write_lines(os.path.join(args.data, "prepare.json"), [json.dumps(record, indent=2)])
 
 
+def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> None:
+    """A run (its run.json or data.json) trained on other data than ``data``: one line with the fix,
+    the run's own data folder and the settings it was prepared with that differ from ``want``."""
+    from .databins import run_data
+    found = run_data(run_dir)
+    if found is None or found[1] == data_id:
+        return
+    path, run_id, settings = found
+    have, now = settable(settings), settable(want)
+    differ = " ".join(f"{k}={v}" for k, v in sorted(have.items()) if v not in ("", None) and now.get(k) != v)
+    differ += "".join(f" {k}=" for k in sorted(now) if now[k] not in ("", None) and k not in have)
+    with_settings = f" with {differ.strip()}" if differ.strip() else ""
+    if path and os.path.isdir(path):
+        fix = f"to continue it, give DATA={path}{with_settings}"
+    else:
+        fix = (f"that folder no longer exists: to continue the run, prepare its data again (prepare.sh"
+               f"{with_settings}, with the files it was given) and give DATA=<that folder>")
+    die(f"SAVE_DIR={run_dir} holds a run trained on {path} (data_id {run_id[:12]}), not on {data} "
+        f"(data_id {data_id[:12]}): {fix}; to train a new run on {data}, give another SAVE_DIR")
+
+
 def cmd_check_data(args):
     """The data-bin matches the settings of this run and its record; a run directory was
     trained on this very data-bin (--run-dir: recorded on first use, or --require it)."""
@@ -198,6 +292,8 @@ def cmd_check_data(args):
     with open(path, encoding="utf-8") as f:
         rec = json.load(f)
     want = dict(sorted(key_values(args.set).items()))
+    if args.run_dir:  # a run of other data first: its fix (the run's data) makes the other checks pass
+        refuse_other_run_data(args.run_dir, args.data, rec["data_id"], want)
     # the same data made with other settings too (data-place): any of its ways describes it
     for way in rec.get("also_prepared_as", []):
         if way.get("settings") == want and rec["settings"] != want:
@@ -227,12 +323,7 @@ def cmd_check_data(args):
     if args.run_dir:
         run_rec = os.path.join(args.run_dir, "data.json")
         if os.path.isfile(run_rec):
-            with open(run_rec, encoding="utf-8") as f:
-                trained_on = json.load(f)
-            if trained_on.get("data_id") != rec["data_id"]:
-                die(f"{args.run_dir} holds a model trained on another data-bin than {args.data} "
-                    f"(prepared with {trained_on.get('settings')}); use another SAVE_DIR, or DATA={trained_on.get('data')} "
-                    f"to continue it")
+            pass  # the data it names: refuse_other_run_data above
         elif args.require:
             die(f"{args.run_dir} has no data.json: no record of the data its model was trained on "
                 f"(trained by an older train.sh?); train it again with train.sh")
@@ -253,6 +344,7 @@ def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("fingerprint"); p.add_argument("--set", action="append"); p.add_argument("--out", required=True)
     p.add_argument("--against"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.add_argument("--work", help="the folder the record belongs to: files and settings inside it named relative to it")
     p.set_defaults(fn=cmd_fingerprint)
     p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--recipe", help="the recipe whose prepare.sh writes it (recipes/<recipe>)")

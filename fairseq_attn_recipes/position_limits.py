@@ -20,7 +20,6 @@ max_target_positions - 1)``. What this step does (``check-positions``):
 import os
 import shlex
 
-from fairseq_attn_records.fairseq_import import import_fairseq
 
 from .step_inputs import die
 
@@ -101,7 +100,9 @@ def extra_positions(arch: str, data: str, model_args, need_src: int, need_tgt: i
 
 def cmd_check_positions(args):
     """One line per architecture: ``ARCH<TAB>flags`` (flags empty when its limits suffice)."""
-    import_fairseq()  # without scikit-learn and scipy.stats, which this step never calls
+    # the plugin first: it imports fairseq without scikit-learn and scipy.stats (import_fairseq),
+    # which this step never calls, and quiets fairseq's notice and INFO lines (quiet_imports)
+    import fairseq_attn_plugins  # noqa: F401
     model_args = shlex.split(args.model_args or "")
     lengths = [longest(args.data, split, args.src, args.tgt) for split in args.splits]
     need_src, need_tgt = needed_positions(lengths, args.max_len_a, args.max_len_b)

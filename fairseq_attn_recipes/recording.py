@@ -36,6 +36,11 @@ def resolve_train_args(argv: List[str]):
         args = options.parse_args_and_arch(parser, input_args=argv)
         cfg = convert_namespace_to_omegaconf(args)
     logging.disable(logging.NOTSET)
+    # the plugin (--user-dir) was imported inside catch_warnings, which put the warning filters
+    # back as they were: its filters of known-harmless warnings again (the same entries)
+    from fairseq_attn_plugins.integration import quiet_imports
+
+    quiet_imports.install()
     return cfg
 
 
@@ -189,6 +194,31 @@ def stopped_early(rec: Dict, argv: Optional[List[str]]) -> bool:
                 and last.get("argv") == launch_key(argv) and last.get("to_update") == rec.get("num_updates"))
 
 
+def trained_in(rec: Dict) -> Optional[str]:
+    """The folder a record's run was trained in: its ``run_dir``, else (a record of an older
+    train.sh) the absolute ``--save-dir`` of its last training; None where neither says."""
+    if rec.get("run_dir"):
+        return rec["run_dir"]
+    for t in reversed(rec.get("trainings") or []):
+        argv = list(t.get("argv") or [])
+        for i, a in enumerate(argv):
+            value = argv[i + 1] if a == "--save-dir" and i + 1 < len(argv) else \
+                a.split("=", 1)[1] if a.startswith("--save-dir=") else None
+            if value is not None:
+                return os.path.realpath(value) if os.path.isabs(value) else None
+    return None
+
+
+def continued_elsewhere(run_dir: str, rec: Dict, done: int) -> Optional[Dict]:
+    """A run trained in another folder (a copy of it, or the run moved) about to be trained further
+    here: ``{"run_id", "run_dir", "num_updates"}`` of the run it continues, which it no longer is
+    (its checkpoints will differ from that run's); None when it was trained here (or nothing was)."""
+    home, here = trained_in(rec), os.path.realpath(run_dir)
+    if not done or not home or home == here:
+        return None
+    return {"run_id": rec.get("run_id"), "run_dir": home, "num_updates": done}
+
+
 def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool:
     """Before training: the run ``cfg`` is (fairseq's resolved config) against the run its
     save_dir holds. Returns True to train (a new run, or the same run continued, recorded
@@ -238,6 +268,7 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
     max_update = new["max_update"]
     if done and (stopped_early(rec, argv) or (max_update and done >= max_update)):
         if write:
+            rec["run_dir"] = trained_in(rec) or os.path.realpath(run_dir)  # before argv names this folder
             if argv is not None and rec["trainings"]:  # these arguments: skipped without a start next time
                 rec["trainings"][-1]["argv"] = launch_key(argv)
             save(run_dir, rec)
@@ -246,6 +277,14 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
                               f"evaluate it as it is, or give another SAVE_DIR for a shorter run")
         return False
     if write:
+        # trained further in another folder than its own (a copy, or moved): a run of its own
+        parent = continued_elsewhere(run_dir, rec, done)
+        if parent:
+            rec.update(run_id=uuid.uuid4().hex, continued_from=parent)
+            print(f"{run_dir}: run {parent['run_id'][:12]} was trained to update {done} in {parent['run_dir']}; "
+                  f"trained further here it is a run of its own, {rec['run_id'][:12]} (continued from "
+                  f"{parent['run_id'][:12]}; run.json continued_from)", file=sys.stderr)
+        rec["run_dir"] = os.path.realpath(run_dir)
         rec["code"] = code_version()
         rec["trainings"].append({"max_update": max_update, "from_update": done, "to_update": None,
                                  "world_size": new["batch"]["world_size"], "update_freq": new["batch"]["update_freq"],

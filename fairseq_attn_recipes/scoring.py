@@ -116,7 +116,23 @@ def cmd_score(args):
             run_record.record_evaluation(args.run_dir, out)
     except run_record.RecordError as e:
         die(str(e))
-    print(json.dumps(out, indent=2))
+    where = os.path.join(os.path.abspath(args.publish), os.path.basename(args.output)) if args.publish else \
+        os.path.abspath(args.output)
+    print(summary(out, where))
+
+
+def summary(out: dict, where: str) -> str:
+    """What the score step prints (evaluate.sh's last lines): the subset's scores in one line,
+    then where the whole evaluation is (``scores.json``: signatures, the settings, the
+    checkpoints averaged, the data check and the hypotheses' sha256), e.g.
+    ``test: BLEU 27.31, chrF++ 55.20, tokenised BLEU 28.02`` / ``full scores: .../scores.json``."""
+    from fairseq_attn_records import metrics
+
+    parts = [f"{metrics.label(key)} {cell['score']:.{metrics.digits(key)}f}"
+             for key, cell in out["scores"].items() if key != "tokenized_bleu"]
+    if "tokenized_bleu" in out["scores"]:
+        parts.append(f"tokenised BLEU {out['scores']['tokenized_bleu']['score']:.2f}")
+    return f"{out['subset']}: {', '.join(parts)}\nfull scores: {where}"
 
 
 def add_parsers(sub) -> None:

@@ -8,17 +8,22 @@ from fairseq_attn_records.output_files import write_json
 from .step_inputs import die
 
 
+SIZES_ALLOWED = "split=N for each of train, valid and test once (N >= 1), e.g. train=4000,valid=200,test=400"
+
+
+def sizes_problem(spec: str) -> str:
+    """What is wrong with a sizes spec ('' when nothing): the one rule of ``--sizes`` and QUICK_SIZES."""
+    items = [item.partition("=") for item in spec.split(",")]
+    if any(split not in ("train", "valid", "test") or not n.isdigit() or int(n) < 1 for split, _, n in items):
+        return "not split=N"
+    return "" if sorted(split for split, _, _ in items) == ["test", "train", "valid"] else "not each split once"
+
+
 def parse_sizes(spec: str):
     """``train=4000,valid=200,test=400`` -> (("train", 4000), ("valid", 200), ("test", 400))."""
-    sizes = []
-    for item in spec.split(","):
-        split, _, n = item.partition("=")
-        if split not in ("train", "valid", "test") or not n.isdigit() or int(n) < 1:
-            die(f"--sizes {spec!r}: give split=N for train, valid and test (N >= 1), e.g. train=4000,valid=200,test=400")
-        sizes.append((split, int(n)))
-    if sorted(s for s, _ in sizes) != ["test", "train", "valid"]:
-        die(f"--sizes {spec!r}: give each of train, valid and test once")
-    return tuple(sizes)
+    if sizes_problem(spec):
+        die(f"--sizes {spec!r}: give {SIZES_ALLOWED}")
+    return tuple((split, int(n)) for split, _, n in (item.partition("=") for item in spec.split(",")))
 
 
 def cmd_toy_corpus(args):

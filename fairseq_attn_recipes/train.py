@@ -22,7 +22,7 @@ import sys
 
 from fairseq_attn_records.run_record import RecordError
 
-from . import patience, recording
+from . import flag_origins, patience, recording
 
 SKIPPED = 10
 
@@ -51,6 +51,19 @@ def release_data_workers() -> None:
         _utils.MP_STATUS_CHECK_INTERVAL = interval
 
 
+def import_plugin() -> None:
+    """fairseq (without what training never calls) and the plugin, imported quietly before the
+    arguments are parsed: the plugin's one-line argparse errors are installed once, here, so that
+    :func:`.flag_origins.argument_errors_raised` holds over them while fairseq parses."""
+    logging.disable(logging.WARNING)
+    try:
+        from fairseq_attn_records.fairseq_import import import_fairseq
+        import_fairseq()
+        import fairseq_attn_plugins  # noqa: F401
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # fairseq-train's own log format, set before anything logs (the first message would
@@ -58,7 +71,12 @@ def main(argv=None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
                         datefmt="%Y-%m-%d %H:%M:%S", level=os.environ.get("LOGLEVEL", "INFO").upper(),
                         stream=sys.stdout)
-    cfg = recording.resolve_train_args(argv)
+    import_plugin()
+    try:  # an argument error of a flag a recipe variable gave (EXTRA_ARGS, MODEL_ARGS) names the variable
+        with flag_origins.argument_errors_raised():
+            cfg = recording.resolve_train_args(argv)
+    except flag_origins.ArgumentError as e:
+        return flag_origins.report(e, argv)
     rank0 = is_rank0(cfg)
     try:
         if not recording.start_run(cfg, write=rank0, argv=argv):

@@ -21,9 +21,9 @@ not in :data:`DEFERRED` (another fairseq) fails the import, naming it, instead o
 
 Called where this distribution's own code starts a process that imports fairseq: the plugin's
 ``__init__`` in a command that imports the plugin before fairseq (``running_command``: the
-``fairseq-attn-*`` commands, the recipe steps, the demo; fairseq's own commands import fairseq
-first and are left as they are), the recipes' training step (``recording.resolve_train_args``),
-the ``check-positions`` step, and fairseq's preprocess and generate as the recipes and the demo
+``fairseq-attn-*`` commands, the recipe steps (``check-positions`` among them), the demo;
+fairseq's own commands import fairseq first and are left as they are), the recipes' training
+step (``recording.resolve_train_args``), and fairseq's preprocess and generate as the recipes and the demo
 run them (:mod:`fairseq_attn_recipes.fairseq_command`). A script, a notebook or pytest importing
 the plugin imports fairseq as it always did. fairseq's files and the Python environment are not
 changed; where fairseq or one of the three modules is imported already, fairseq is imported as

@@ -11,7 +11,10 @@ Layout (``"format": 1``)::
 
     {
       "format": 1,
-      "run_id": "...",                # made when the run starts; copies of a run share it
+      "run_id": "...",                # made when the run starts; copies of a run share it, and a copy
+                                      # (or a moved run) trained further in its folder gets its own
+      "run_dir": "/abs/folder",       # the folder it was trained in (where a training last started)
+      "continued_from": {"run_id", "run_dir", "num_updates"},  # only then: the run it continues
       "arch": "transformer_csan1d_wmt_en_de",
       "model": {"csan_window": 3, ...},   # every model flag fairseq resolved (arch defaults included)
       "training": {...},              # optimizer, lr schedule, criterion, task, lr, clip, seed, fp16...
@@ -374,12 +377,25 @@ def check_evaluation(run_dir: str, subset: str, evaluation: Dict) -> str:
     return hyp
 
 
+def _copied(run_dir: str, rec: Dict, then: int) -> bool:
+    """Every checkpoint of the folder is newer than ``then`` and one the record lists, of the size
+    it lists: the run folder copied (``cp -r`` gives every file a new time), not trained on (a
+    training writes new save points and leaves the older ones as they were)."""
+    listed = rec.get("checkpoints") or {}
+    names = [n for n in os.listdir(run_dir) if CHECKPOINT_NAME.fullmatch(n)]
+    for name in names:
+        st = os.stat(os.path.join(run_dir, name))
+        if st.st_mtime_ns <= then or (listed.get(name) or {}).get("bytes") != st.st_size:
+            return False
+    return bool(names)
+
+
 def stale_evaluation(run_dir: str, rec: Dict, evaluation: Dict) -> Optional[str]:
     """Why ``evaluation`` is older than the run's newest checkpoint (a later checkpoint file, or
     a newer update count in the record), or None."""
     newest = newest_checkpoint(run_dir)
     then = evaluation.get("checkpoints_mtime_ns")
-    if newest and then is not None and newest["mtime_ns"] > then:
+    if newest and then is not None and newest["mtime_ns"] > then and not _copied(run_dir, rec, then):
         return f"{newest['file']} was written after the evaluation"
     done, evaluated = rec.get("num_updates"), evaluation.get("num_updates")
     if done is not None and evaluated is not None and done > evaluated:

@@ -111,9 +111,9 @@ def parse_layers(spec: str, n_layers: int) -> List[int]:
 # ------------------------------------------------------------------ attention
 
 def load_model(checkpoint: str, data: str, user_dir: Optional[str]):
+    # the plugin first (safe loading; registers the model; quiets fairseq's import: quiet_imports)
+    from fairseq_attn_plugins import checkpoint_safety  # noqa: F401
     from fairseq import checkpoint_utils, utils
-
-    from fairseq_attn_plugins import checkpoint_safety  # noqa: F401  (safe loading; registers the model)
 
     if user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=user_dir))

@@ -30,7 +30,6 @@ seeds table: mean ± sample std over seeds, a mark only when every seed pair is 
 Command line (called by lengths.sh): :mod:`fairseq_attn_reports.cli.by_concat`.
 """
 
-import json
 import os
 from typing import Dict, List, Mapping, Optional
 
@@ -40,6 +39,7 @@ from fairseq_attn_records.text_inputs import read_text_lines
 
 from .segmentwise import segmentwise_cell
 from .significance import fmt_ratio
+from .study_paths import load_table
 
 HEADING = "### Scores by input length: k consecutive segments of one document as one input"
 
@@ -85,6 +85,7 @@ def concat_entry(table: Dict) -> Dict:
             "hyps": {n: c["hyps"][0] if len(c["hyps"]) == 1 else c["hyps"] for n, c in systems.items()},
             "seed_hyps": {n: dict(zip(map(str, c["seeds"]), c["hyps"])) for n, c in systems.items()},
             "baseline": table["baseline"], "metrics": table["metrics"], "labels": table["labels"],
+            "tokenize": table.get("tokenize"),
             "bs_samples": table["bs_samples"], "ar_trials": table["ar_trials"], "systems": systems,
             "n_seeds": max(len(c["seeds"]) for c in systems.values())}
 
@@ -286,8 +287,7 @@ def load_tables(specs: List[str]) -> Dict[int, Dict]:
         k, sep, path = spec.partition("=")
         if not sep or not k.isdigit():
             raise ValueError(f"--k {spec}: give K=FILE.json")
-        with open(path, encoding="utf-8") as f:
-            out[int(k)] = json.load(f)
+        out[int(k)] = load_table(path)
     return out
 
 

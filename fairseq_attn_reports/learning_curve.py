@@ -12,6 +12,7 @@
   has no value there, said in ``missing``.
 """
 
+import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records import run_record
@@ -38,7 +39,7 @@ def run_training(run_dir: str) -> Dict:
     last = (rec.get("trainings") or [{}])[-1]
     updates = rec.get("num_updates")
     seen = rec.get("seen") or (seen_at(rec.get("epoch"), updates) if updates is not None else None)
-    return {"run": run_dir, "updates": updates, "cap": last.get("max_update"),
+    return {"run_dir": run_dir, "updates": updates, "cap": last.get("max_update"),
             "stopped": last.get("stopped") or ("cap" if updates is not None and updates == last.get("max_update") else None),
             "epoch": rec.get("epoch"), "seen": seen}
 
@@ -47,7 +48,7 @@ def training_table(runs: Runs) -> List[Dict]:
     rows = []
     for cond, name, dirs in runs:
         per = [run_training(d) for d in dirs]
-        row = {"condition": cond, "system": name, "runs": [p["run"] for p in per],
+        row = {"condition": cond, "system": name, "run_dirs": [p["run_dir"] for p in per],
                "cap": sorted({p["cap"] for p in per if p["cap"] is not None}),
                "stopped": [p["stopped"] for p in per], "updates": _stat([p["updates"] for p in per])}
         for key in ("epochs", "pairs", "original_pairs", "src_tokens", "tgt_tokens"):
@@ -126,7 +127,7 @@ def curve_table(runs: Runs, points: Sequence[int], subsets: Sequence[Tuple[str, 
                 for d in dirs:
                     got = point_scores(d, f"curve/u{u}/{subset}", tokenize)
                     if got is None:
-                        out["missing"].append(f"{d}: no evaluation at update {u} on {subset}")
+                        out["missing"].append(f"{cond}, {os.path.basename(d)}: no evaluation at update {u} on {subset}")
                     per.append(got)
                 row["k"][label] = {m: _stat([p[m] if p else None for p in per]) for m in ("bleu", "chrf", "length_ratio")}
                 row["k"][label]["files"] = [p and {"hyp": p["hyp"], "ref": p["ref"], "checkpoint": p["checkpoint"]} for p in per]

@@ -162,41 +162,53 @@ def collect(runs: Sequence[Tuple[str, str]], ref_path: str, tokenize: str = "13a
     sig = paired_tests(refs, systems, tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet,
                        sources=sources, scorers=scorers)
     rows, trained = [], []
-    base = sig["systems"][0]
-    base_bleu = base["bleu"]
-    for (name, d), s, info, (hyp, ev) in zip(runs, sig["systems"], infos, outputs):
+    for (name, d), scored, info, (hyp, ev) in zip(runs, score_rows(sig), infos, outputs):
         log = parse_train_log(os.path.join(d, "train.log"))
         trained.append(trained_as(info, ev, log["num_updates"]))
-        is_base = s is base
         rows.append({
             "system": name, "run_dir": d, "hyp": hyp, "subset": ev.get("subset"),
             "trained_model": info.trained_model(),  # from the run record, never from the name
             "params": log["params"], "train_wps": log["train_wps"],
-            "train_ups": log["train_ups"], "num_updates": log["num_updates"], "bleu": s["bleu"],
-            "train_time": train_time(info),
-            "delta": None if is_base else s["bleu"] - base_bleu,
-            "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
-            "length_ratio": s["length_ratio"], "sys_len": s["sys_len"], "ref_len": s["ref_len"],
-            "mark": system_mark(s, base_bleu),  # better than the baseline only
-            "scores": s["scores"],
-            "deltas": {k: None if is_base else s["scores"][k]["score"] - base["scores"][k]["score"]
-                       for k in sig["metrics"]},
-            "marks": {k: "" if is_base else M.metric_mark(k, s["scores"][k], base["scores"][k]["score"])
-                      for k in sig["metrics"]},
+            "train_ups": log["train_ups"], "num_updates": log["num_updates"],
+            "train_time": train_time(info), **scored,
             "epochs": log["epochs"], "trained": trained[-1], "stale": ev.get("stale"),
         })
-        for key in sig["metrics"]:  # a segment metric's scores per sentence
-            if f"{key}_segments" in s:
-                rows[-1][f"{key}_segments"] = s[f"{key}_segments"]
         extra = paper_scores(info, ev)
         rows[-1].update(tok_bleu=extra.get("tokenized_bleu"), tok_bleu_method=extra.get("tokenized_bleu_method"),
                         train_pairs=extra.get("train_pairs"), train_pairs_original=extra.get("train_pairs_original"),
                         train_data_partial=extra.get("train_data_partial"))
     mark_trained_differently(rows, trained)
     return {"baseline": runs[0][0], "ref": ref_path, "src": src_path, "metrics": sig["metrics"],
-            "labels": sig["labels"], "signature": sig["signature"], "bs_samples": bs_samples,
+            "labels": sig["labels"], "signature": sig["signature"], "tokenize": tokenize, "bs_samples": bs_samples,
             "ar_trials": ar_trials, "notes": notes, "rows": rows,
             "comparability": comparability([n for n, _ in runs], trained)}
+
+
+def score_rows(sig: Dict) -> List[Dict]:
+    """The scored fields of each row of a one-seed table from :func:`.significance.paired_tests`'s
+    result (baseline first): BLEU's (``bleu``, ``delta``, p-values, ``mark``), the length ratio, and
+    per metric ``scores`` / ``deltas`` / ``marks`` (and a segment metric's scores per sentence).
+    The table and the re-scoring of a committed study (:mod:`.study_bundle`) both read them here."""
+    base = sig["systems"][0]
+    out = []
+    for s in sig["systems"]:
+        is_base = s is base
+        row = {
+            "bleu": s["bleu"], "delta": None if is_base else s["bleu"] - base["bleu"],
+            "p_bootstrap": s.get("p_bootstrap"), "p_ar": s.get("p_ar"),
+            "length_ratio": s["length_ratio"], "sys_len": s["sys_len"], "ref_len": s["ref_len"],
+            "mark": system_mark(s, base["bleu"]),  # better than the baseline only
+            "scores": s["scores"],
+            "deltas": {k: None if is_base else s["scores"][k]["score"] - base["scores"][k]["score"]
+                       for k in sig["metrics"]},
+            "marks": {k: "" if is_base else M.metric_mark(k, s["scores"][k], base["scores"][k]["score"])
+                      for k in sig["metrics"]},
+        }
+        for key in sig["metrics"]:  # a segment metric's scores per sentence
+            if f"{key}_segments" in s:
+                row[f"{key}_segments"] = s[f"{key}_segments"]
+        out.append(row)
+    return out
 
 
 TRAINED_FIELDS = (("updates", "updates"), ("data_id", "data-bin"), ("tokens_per_update_max", "effective batch"))

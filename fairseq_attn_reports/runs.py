@@ -5,7 +5,7 @@ train.sh and evaluate.sh and by the demo, see :mod:`fairseq_attn_records.run_rec
 from nothing else. Every consumer (results table, seeds, Table 1, Figures 2-3) goes through here:
 
 * :func:`load_runs` -- the same run given twice (the same folder under two spellings, ``x``
-  and ``./x/``, a link, or a copy: the same ``run_id``) is an error naming both;
+  and ``./x/``, a link, or a copy: the same ``run_id`` at the same update) is an error naming both;
 * :meth:`Run.hyp_for` -- the translations of the subset whose reference is the one given
   (by content): a validation output is never scored against the test reference; the file must
   be the one the record scored (sha256), and an evaluation older than the run's newest
@@ -197,11 +197,14 @@ def _same_text(a: str, b: str) -> bool:
 def check_distinct(runs: Sequence[Run]) -> None:
     seen: Dict[Tuple[str, str], Run] = {}
     for r in runs:
-        keys = [("folder", r.path)] + ([("run_id", r.record["run_id"])] if r.record and r.record.get("run_id") else [])
+        # copies of a run share its run_id: the same run where they hold it at the same update (a copy
+        # trained further gets a run_id of its own; the run itself trained on is another point of it)
+        keys = [("folder", r.path)] + ([("run_id", r.record["run_id"], r.record.get("num_updates"))]
+                                       if r.record and r.record.get("run_id") else [])
         for key in keys:
             if key in seen:
                 why = (f"both are the folder {r.path}" if key[0] == "folder"
-                       else f"both hold run {key[1][:12]}: one is a copy of the other")
+                       else f"both hold run {key[1][:12]} at update {key[2]}: one is a copy of the other")
                 raise ValueError(f"{seen[key].given} and {r.given} are the same run ({why}); give each run once")
             seen[key] = r
 

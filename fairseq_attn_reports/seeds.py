@@ -127,34 +127,9 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
     refs, hyp_lists, sources = read_outputs([(name, outputs[d][0]) for name, _, d in runs], ref_path,
                                             src_path, notes)
     hyps = {d: h for (_, _, d), h in zip(runs, hyp_lists)}
-    base_name = next(iter(groups))
-    base_runs = [r for r in runs if r[0] == base_name]
-    others = [r for r in runs if r[0] != base_name]
-    score: Dict[str, Dict[str, float]] = {}
-    ratio: Dict[str, Optional[float]] = {}  # run -> sacreBLEU's sys_len / ref_len
-    pairs: Dict[str, Dict[str, List[Dict]]] = {name: {} for name in groups}
-    res = None
-    stats = M.SentenceStats(refs, tokenize)  # each run's statistics extracted once, read by every seed's call
-    for _, b_seed, b_dir in base_runs:  # one call per baseline seed tests every other run against it
-        res = paired_tests(refs, [(b_dir, hyps[b_dir])] + [(d, hyps[d]) for _, _, d in others],
-                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources,
-                           scorers=scorers, stats=stats)
-        base_cells = res["systems"][0]["scores"]
-        score[b_dir] = {k: c["score"] for k, c in base_cells.items()}
-        ratio[b_dir] = res["systems"][0]["length_ratio"]
-        for (name, seed, d), s in zip(others, res["systems"][1:]):
-            score[d] = {k: c["score"] for k, c in s["scores"].items()}
-            ratio[d] = s["length_ratio"]
-            for k, cell in s["scores"].items():
-                pairs[name].setdefault(k, []).append({
-                    "seed": seed, "baseline_seed": b_seed, "delta": cell["score"] - base_cells[k]["score"],
-                    "p_bootstrap": cell.get("p_bootstrap"), "p_ar": cell.get("p_ar"),
-                    # better than this baseline seed, significantly (identical outputs: never)
-                    "mark": M.metric_mark(k, cell, base_cells[k]["score"]),
-                })
-    keys = res["metrics"]
+    scored = score_seeds(OrderedDict((name, [(seed, hyps[d]) for seed, d in rs]) for name, rs in groups.items()),
+                         refs, tokenize, bs_samples, ar_trials, metrics, comet, sources, scorers)
     rows = []
-    base_means: Dict[str, float] = {}
     trained, trained_names, row_trained = [], [], []
     for name, rs in groups.items():
         logs = [parse_train_log(os.path.join(d, "train.log")) for _, d in rs]
@@ -163,10 +138,75 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
         trained_names += [name if seed is None else f"{name} seed {seed}" for seed, _ in rs]
         row_trained.append(ts)
         wps = [lg["train_wps"] for lg in logs if lg["train_wps"] is not None]
+        system_scores = scored["systems"][name]
+        rows.append({
+            "system": name, "n_seeds": len(rs), "seeds": [s for s, _ in rs], "run_dirs": [d for _, d in rs],
+            "hyps": [outputs[d][0] for _, d in rs],  # the translations scored, per seed
+            # the seeds' records agree but for the seed (group_runs): the first recorded one says it
+            "trained_model": next((m for m in (infos[d].trained_model() for _, d in rs) if m), None),
+            "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,
+            "train_time_per_seed": [train_time(infos[d]) for _, d in rs], **system_scores,
+            "stale": [s for s in (outputs[d][1].get("stale") for _, d in rs) if s],
+        })
+    for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
+        per_seed = [{} for _ in range(len(ts) + 1)]
+        mark_trained_differently(per_seed, [trained[0]] + ts)
+        r["trained_differently"] = sorted({w for p in per_seed for w in p["trained_differently"]})
+    return {"baseline": next(iter(groups)), "ref": ref_path, "src": src_path, "metrics": scored["metrics"],
+            "labels": scored["labels"], "signature": scored["signature"], "tokenize": tokenize,
+            "bs_samples": bs_samples, "ar_trials": ar_trials, "notes": notes,
+            "rows": rows, "comparability": comparability(trained_names, trained),
+            "std": "sample standard deviation over seeds (n-1)",
+            "significance": "all seed pairs against the baseline"}
+
+
+def score_seeds(systems: "OrderedDict[str, List[Tuple[Optional[int], Sequence[str]]]]", refs: Sequence[str],
+                tokenize: str = "13a", bs_samples: int = 1000, ar_trials: int = 10000,
+                metrics: Sequence[str] = M.DEFAULT_METRICS, comet=None, sources: Optional[Sequence[str]] = None,
+                scorers=None) -> Dict:
+    """The scored part of the seeds table: ``systems`` ``{name: [(seed, its outputs), ...]}``, the
+    baseline first. Every seed of the baseline is tested against every seed of every other system
+    (one :func:`.significance.paired_tests` call per baseline seed). Returns ``{"metrics", "labels",
+    "signature", "systems": {name: {"bleu_per_seed", "bleu_mean", "bleu_std", "delta", "pairs",
+    "pairs_marked", "mark", "metrics": {key: {"per_seed", "mean", "std", "delta", "pairs",
+    "pairs_marked", "mark"}}, "length_ratio_per_seed", "length_ratio_mean", "length_ratio_std"}}}``:
+    the table (:func:`collect_seeds`) and the re-scoring of a committed study (:mod:`.study_bundle`)
+    both read them here."""
+    runs = [(name, seed, (name, i), hyps) for name, rs in systems.items() for i, (seed, hyps) in enumerate(rs)]
+    base_name = next(iter(systems))
+    base_runs = [r for r in runs if r[0] == base_name]
+    others = [r for r in runs if r[0] != base_name]
+    score: Dict = {}
+    ratio: Dict = {}  # run -> sacreBLEU's sys_len / ref_len
+    pairs: Dict[str, Dict[str, List[Dict]]] = {name: {} for name in systems}
+    res = None
+    stats = M.SentenceStats(refs, tokenize)  # each run's statistics extracted once, read by every seed's call
+    for _, b_seed, b_key, b_hyps in base_runs:  # one call per baseline seed tests every other run against it
+        res = paired_tests(refs, [(str(b_key), b_hyps)] + [(str(key), h) for _, _, key, h in others],
+                           tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet, sources=sources,
+                           scorers=scorers, stats=stats)
+        base_cells = res["systems"][0]["scores"]
+        score[b_key] = {k: c["score"] for k, c in base_cells.items()}
+        ratio[b_key] = res["systems"][0]["length_ratio"]
+        for (name, seed, key, _), s in zip(others, res["systems"][1:]):
+            score[key] = {k: c["score"] for k, c in s["scores"].items()}
+            ratio[key] = s["length_ratio"]
+            for k, cell in s["scores"].items():
+                pairs[name].setdefault(k, []).append({
+                    "seed": seed, "baseline_seed": b_seed, "delta": cell["score"] - base_cells[k]["score"],
+                    "p_bootstrap": cell.get("p_bootstrap"), "p_ar": cell.get("p_ar"),
+                    # better than this baseline seed, significantly (identical outputs: never)
+                    "mark": M.metric_mark(k, cell, base_cells[k]["score"]),
+                })
+    keys = res["metrics"]
+    out: Dict[str, Dict] = {}
+    base_means: Dict[str, float] = {}
+    for name, rs in systems.items():
         is_base = name == base_name
+        run_keys = [(name, i) for i in range(len(rs))]
         per_metric = {}
         for k in keys:
-            values = [score[d][k] for _, d in rs]
+            values = [score[key][k] for key in run_keys]
             mean, std = mean_std(values)
             if is_base:
                 base_means[k] = mean
@@ -179,30 +219,14 @@ def collect_seeds(groups: "OrderedDict[str, List[Tuple[Optional[int], str]]]", r
                                                           M.higher_is_better(k)),
             }
         b = per_metric["bleu"]
-        ratios = [ratio[d] for _, d in rs]
+        ratios = [ratio[key] for key in run_keys]
         ratio_mean, ratio_std = mean_std(ratios) if None not in ratios else (None, None)
-        rows.append({
-            "system": name, "n_seeds": len(rs), "seeds": [s for s, _ in rs], "run_dirs": [d for _, d in rs],
-            "hyps": [outputs[d][0] for _, d in rs],  # the translations scored, per seed
-            # the seeds' records agree but for the seed (group_runs): the first recorded one says it
-            "trained_model": next((m for m in (infos[d].trained_model() for _, d in rs) if m), None),
-            "params": logs[0]["params"], "train_wps": mean_std(wps)[0] if wps else None,
-            "train_time_per_seed": [train_time(infos[d]) for _, d in rs],
+        out[name] = {
             "bleu_per_seed": b["per_seed"], "bleu_mean": b["mean"], "bleu_std": b["std"], "delta": b["delta"],
-            "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"],
-            "metrics": per_metric, "stale": [s for s in (outputs[d][1].get("stale") for _, d in rs) if s],
+            "pairs": b["pairs"], "pairs_marked": b["pairs_marked"], "mark": b["mark"], "metrics": per_metric,
             "length_ratio_per_seed": ratios, "length_ratio_mean": ratio_mean,
-            "length_ratio_std": ratio_std if len(rs) > 1 else None,
-        })
-    for r, ts in zip(rows, row_trained):  # a row is flagged when any of its seeds differs from the first baseline seed
-        per_seed = [{} for _ in range(len(ts) + 1)]
-        mark_trained_differently(per_seed, [trained[0]] + ts)
-        r["trained_differently"] = sorted({w for p in per_seed for w in p["trained_differently"]})
-    return {"baseline": base_name, "ref": ref_path, "src": src_path, "metrics": keys, "labels": res["labels"],
-            "signature": res["signature"], "bs_samples": bs_samples, "ar_trials": ar_trials, "notes": notes,
-            "rows": rows, "comparability": comparability(trained_names, trained),
-            "std": "sample standard deviation over seeds (n-1)",
-            "significance": "all seed pairs against the baseline"}
+            "length_ratio_std": ratio_std if len(rs) > 1 else None}
+    return {"metrics": keys, "labels": res["labels"], "signature": res["signature"], "systems": out}
 
 
 def format_markdown(table: Dict) -> str:

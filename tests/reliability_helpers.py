@@ -22,6 +22,7 @@ from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY
 from fairseq.tasks.translation import TranslationTask
 from fairseq_attn_core import PIECES, attention_defaults
+from fairseq_attn_core.flags import MODEL_KEYS
 
 TINY = {
     "encoder_layers": 2, "decoder_layers": 2,
@@ -123,8 +124,9 @@ def build_model(arch: str, extra: Dict = None, cli_extra: List[str] = (), d: Dic
 
 
 def plain_args(**flags) -> argparse.Namespace:
-    """Namespace with every plugin default, for module-level tests."""
-    args = argparse.Namespace(**TINY, **flags)
+    """Namespace built for the core (the model sizes it reads, every plugin default), for
+    module-level tests."""
+    args = argparse.Namespace(**{k: v for k, v in TINY.items() if k in MODEL_KEYS}, **flags)
     attention_defaults(args)
     return args
 

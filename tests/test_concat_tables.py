@@ -16,6 +16,7 @@ from fairseq_attn_reports.cli import by_concat as by_concat_cli
 from fairseq_attn_reports.cli import results
 from fairseq_attn_reports.cli import train_conditions as conditions_cli
 from fairseq_attn_reports.significance import paired_tests, significance_mark
+from fairseq_attn_reports.study_paths import load_table
 from fairseq_attn_records.toy_corpus import make_corpus
 from plain_stats import plain_mean_std
 
@@ -60,11 +61,12 @@ def run_dir(root, name, hyps):
     return str(d)
 
 
-def study(tmp_path, tag, quality, joined_of, segmentwise=True):
+def study(tmp_path, tag, quality, joined_of, segmentwise=True, lines=120, tests=(BS, AR)):
     """One condition's study on fake runs of three seeds: k = 1 outputs (``quality``: share kept in
     order per system and seed), k = 2 outputs ``joined_of(system, seed, segment-wise outputs)``;
-    the tables of fairseq-attn-results, then the per-k table. Returns (lengths.json, groups, files)."""
-    pairs = make_corpus(120, seed=11)
+    the tables of fairseq-attn-results (``tests``: resamples, trials), then the per-k table. Returns
+    (lengths.json, groups, files)."""
+    pairs = make_corpus(lines, seed=11)
     src, refs = [s for s, _ in pairs], [t for _, t in pairs]
     docs = [f"d{i // 7}" for i in range(len(refs))]  # documents of 7 lines: a line of each left over at k = 2
     root = tmp_path / tag
@@ -85,7 +87,7 @@ def study(tmp_path, tag, quality, joined_of, segmentwise=True):
     refs2 = str(root / "concat" / "k2.tgt")
     for k, ref, source in ((1, files["ref"], files["src"]), (2, refs2, str(root / "concat" / "k2.src"))):
         assert results.main(["--ref", ref, "--src", source, *runs[k], "--json", str(root / f"k{k}.json"),
-                             "--bs-samples", str(BS), "--ar-trials", str(AR)]) == 0
+                             "--bs-samples", str(tests[0]), "--ar-trials", str(tests[1])]) == 0
     lengths = root / "lengths.json"
     lengths.write_text("{}")
     assert by_concat_cli.main(["--study-json", str(lengths), "--study-md", str(root / "lengths.md"),
@@ -113,7 +115,7 @@ def without(tmp_path_factory):
 
 def test_segmentwise_rows_and_seed_aggregation_against_plain_computations(without):
     lengths, groups, files = without
-    concat = json.loads(lengths.read_text())["concat"]
+    concat = load_table(lengths)["concat"]  # its paths relative to its folder, read back absolute
     refs2 = files["refs2"]
     assert refs2 == [" ".join(files["refs"][i] for i in g) for g in groups]
     for name in QUALITY:
@@ -172,9 +174,9 @@ def test_training_conditions_difference_tests_every_seed_pair(tmp_path, without)
     out_md, out_json = tmp_path / "d.md", tmp_path / "d.json"
     assert conditions_cli.main(["--without", str(without), "--with", str(with_), "--train-concat", "2",
                                 "--md", str(out_md), "--json", str(out_json)]) == 0
-    diff = json.loads(out_json.read_text())
-    a = json.loads(without.read_text())["concat"]["k"]
-    b = json.loads(with_.read_text())["concat"]["k"]
+    diff = load_table(out_json)
+    a = load_table(without)["concat"]["k"]
+    b = load_table(with_)["concat"]["k"]
     for k in ("1", "2"):
         base = diff["k"][k]["base"]
         assert abs(base["delta"]["bleu"] - (b[k]["systems"]["base"]["scores"]["bleu"]
@@ -223,3 +225,101 @@ def test_equal_scores_have_p_one_and_no_mark():
     base, mean = M.paired_mean_tests([("a", [0.2, 0.4] * 20), ("b", [0.4, 0.2] * 20)], BS, AR)
     assert mean["score"] == base["score"]
     assert mean["p_bootstrap"] == mean["p_ar"] == 1.0 and not mean["same_as_baseline"]
+
+
+# ------------------------------------------------------------------ a committed study, re-scored from its outputs
+def _repack(archive, changes):
+    """The archive with some members' bytes replaced (``changes``: member -> bytes), everything else kept."""
+    import io
+    import tarfile
+    with tarfile.open(archive, "r:xz") as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    members.update(changes)
+    with tarfile.open(archive, "w:xz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_a_committed_study_is_rescored_from_its_outputs_and_every_change_is_named(tmp_path):
+    """Two tiny studies of three seeds (the per-k tables, segment by segment) and their difference,
+    committed with study-export and re-scored from the bundles; then a number, a mark, a p-value
+    and an output changed, each named."""
+    import hashlib
+    import tarfile
+
+    from fairseq_attn_reports.study_bundle import export, rescore
+
+    tiny = dict(lines=42, tests=(20, 20))
+    without, _, files = study(tmp_path, "without", QUALITY, stops_early, **tiny)
+    better = {"base": {1: 0.8, 2: 0.82, 3: 0.85}, "good": {1: 0.9, 2: 0.92, 3: 0.88}}
+    with_, _, _ = study(tmp_path, "with", better, stops_early, **tiny)
+    assert conditions_cli.main(["--without", str(without), "--with", str(with_), "--md", str(tmp_path / "d.md"),
+                                "--json", str(tmp_path / "d.json")]) == 0
+    out = tmp_path / "results"
+    manifest = export(str(without), str(out), "study")
+    # the bundle: every output the table scores (each system, seed and k, the segment-by-segment ones), the
+    # references and sources of each k and concat-test's record, below their common folder (the study's)
+    root = files["root"]
+    want = {f"{k}/{n}_seed{s}/hyp.txt" for k in ("k1", "k2") for n in QUALITY for s in SEEDS}
+    want |= {f"seg/k2/{n}/seed{s}.txt" for n in QUALITY for s in SEEDS}
+    want |= {"test.src", "test.tgt", "concat/k2.src", "concat/k2.tgt", "concat/concat.json", "test.docs"}
+    assert set(manifest["files"]) == want and manifest["table_dir"] == "."
+    with tarfile.open(out / "study" / "outputs.tar.xz", "r:xz") as tar:
+        stored = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    for name in want - {"concat/concat.json"}:  # the files themselves, byte for byte, and their digests
+        assert stored[name] == (root / name).read_bytes(), name
+        assert manifest["files"][name]["sha256"] == hashlib.sha256(stored[name]).hexdigest()
+    table = (out / "study.json").read_text()
+    assert str(tmp_path) not in table and '"/' not in table  # no absolute path
+    # exported again under the same name: refused, nothing touched; --yes (replace) writes the same bytes
+    from fairseq_attn_reports.study_bundle import BundleError
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(BundleError, match="study.json exists: give another --name, or --yes"):
+        export(str(without), str(out), "study")
+    export(str(without), str(out), "study", replace=True)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    # re-scored from the bundle: every cell as the table has it (exit 0)
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "study-rescore", str(out / "study.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 0 and p.stderr == "" and "cells re-scored from its outputs agree" in p.stdout, p.stderr
+    # the difference of the two conditions: both studies go into its bundle, every seed pair tested again
+    export(str(tmp_path / "d.json"), str(out), "conditions")
+    assert rescore(str(out / "conditions.json")).diffs == []
+    # a number, a mark, a p-value of a seed pair and a segment-by-segment std changed in the table, and one
+    # output changed in the bundle (its digest too, as a careful forger would): each named, nothing else
+    doc = json.loads(table)
+    k2 = doc["concat"]["k"]["2"]["systems"]
+    k2["good"]["scores"]["chrf"] += 0.01
+    k2["good"]["marks"]["bleu"] = "*" if k2["good"]["marks"]["bleu"] != "*" else "**"
+    doc["concat"]["k"]["1"]["systems"]["good"]["pairs"]["bleu"][4]["p_ar"] *= 1.5
+    k2["base"]["segmentwise"]["std"]["bleu"] += 1e-6
+    (out / "study.json").write_text(json.dumps(doc))
+    hyp = "k1/good_seed2/hyp.txt"
+    changed = b"\n".join(line[: len(line) // 2] for line in stored[hyp].split(b"\n"))
+    _repack(out / "study" / "outputs.tar.xz", {hyp: changed})
+    man = json.loads((out / "study" / "manifest.json").read_text())
+    man["files"][hyp]["sha256"] = hashlib.sha256(changed).hexdigest()
+    (out / "study" / "manifest.json").write_text(json.dumps(man))
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "study-rescore", str(out / "study.json")],
+                       capture_output=True, text=True)
+    said = p.stderr.splitlines()
+    assert p.returncode == 1 and said[-1].startswith("error: ") and "difference(s) in" in said[-1]
+    assert all(line.startswith("differs: ") for line in said[:-1])
+    named = {line[len("differs: "):].split(": ")[0] for line in said[:-1]}
+    assert str(out / "study" / "outputs.tar.xz") in named  # the archive's own digest
+    assert {"study.json.concat.k[2].good.scores.chrf", "study.json.concat.k[2].good.marks.bleu",
+            "study.json.concat.k[1].good.pairs.bleu[4].p_ar", "study.json.concat.k[2].base.segmentwise.std.bleu",
+            "study.json.concat.k[1].good.per_seed.bleu[1]",  # the changed output's own cells
+            "study.json.concat.k[2].good.segmentwise.per_seed.bleu[1]"} <= named
+    assert not any("base.per_seed" in n or "good.per_seed.bleu[0]" in n for n in named)  # other outputs agree
+
+
+def test_a_table_without_its_outputs_is_refused_in_one_line():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    table = os.path.join(root, "docs", "results", "lengths_bible_r2_pairs.json")
+    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "study-rescore", table],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and len(p.stderr.splitlines()) == 1 and "no bundle of its outputs" in p.stderr
+    assert "were not kept" in p.stderr

@@ -23,6 +23,7 @@ from run_records import write_record  # noqa: E402
 from test_recipes import prepared_ende, read, run  # noqa: E402
 
 from fairseq_attn_reports.cli import paper as paper_cli, results as results_cli  # noqa: E402
+from fairseq_attn_reports.study_paths import load_table  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +71,7 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     def results():
         p = cli("results", "--ref", ref, save, str(other), "--names", "base", "sys", "--bs-samples", "10",
                 "--ar-trials", "10", "--json", str(tmp_path / "results.json"))
-        table = json.load(open(tmp_path / "results.json")) if p.returncode == 0 else None
+        table = load_table(str(tmp_path / "results.json")) if p.returncode == 0 else None  # paths absolute again
         if p.returncode == 0:
             os.remove(tmp_path / "results.json")
         return p, table

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_recipes import prepared_ende, run  # noqa: E402
+from test_recipes import run, trained_ende  # noqa: E402
 
 
 def no_generate(tmp_path):
@@ -26,12 +26,10 @@ def no_generate(tmp_path):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("ende_trained_run")  # with test_copies: the tests starting from trained_ende
 def test_the_same_evaluation_is_skipped_and_a_changed_one_redone(tmp_path):
-    env = prepared_ende(tmp_path / "work")
-    save = str(tmp_path / "run")
-    env = dict(env, SAVE_DIR=save)
-    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="4"))
-    run("wmt14_en_de", "evaluate.sh", env)
+    env = trained_ende(tmp_path / "work")  # a run trained to update 4 and evaluated
+    save = os.path.join(env["WORK"], "runs", "transformer_attn_wmt_en_de")
     record = lambda: json.load(open(os.path.join(save, "run.json")))["evaluations"]["test"]
     first = record()
     used = first["evaluated_with"]

@@ -25,10 +25,10 @@ def refused_input(name, tmp_path):
         "train.sh": ((), {"DATA": nowhere}, f"no binarised data in {nowhere}"),
         "evaluate.sh": ((), {"SAVE_DIR": nowhere}, f"no checkpoints in {nowhere}"),
         "data.sh": (("register", nowhere), {}, "no such folder"),
-        "lengths.sh": ((), {"QUICK": "yes"}, "QUICK=yes: give 1"),
+        "lengths.sh": ((), {"QUICK": "yes"}, "QUICK=yes: give whether to run the quick CPU sizes, 1 (on) or 0 (off)"),
         "sweep.sh": ((), {"SWEEP": nowhere}, f"SWEEP={nowhere}: no such file"),
         "align.sh": ((), {"RUNS": ""}, "no evaluated run in"),
-        "table1.sh": ((), {"ROWS": "nope"}, "unknown row(s) nope"),
+        "table1.sh": ((), {"ROWS": "nope"}, "ROWS=nope: give the Table 1 rows, 'all' (the paper's rows) or row keys"),
         "figure2.sh": ((), {}, "no binarised data in"),
         "figure3.sh": ((), {}, "hyp.txt is missing: run table1.sh first"),
     }[name]

@@ -249,7 +249,10 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
         assert len(read(study / name / "test" / "hyp.txt")) == len(test_ref)
     # the by-length table: every test sentence in one bucket, the buckets past 7 words marked,
     # each bucket's BLEU that of sacreBLEU on its lines
-    table = json.loads((study / "lengths.json").read_text())["by_length"]
+    from fairseq_attn_reports.study_paths import load_table
+    on_disk = (study / "lengths.json").read_text()
+    assert str(tmp_path) not in on_disk  # its paths relative to its folder: ./<name>/..., ../../data/...
+    table = load_table(study / "lengths.json")["by_length"]
     assert sum(b["n"] for b in table["buckets"]) == len(test_ref)
     hyps = {name: read(study / name / "test" / "hyp.txt") for name in runs}
     for k, b in enumerate(table["buckets"]):
@@ -268,7 +271,7 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert (study / "lengths.png").stat().st_size > 10000
     # CONCAT: per k, the joined test set (one document: the test file in order), each run evaluated on
     # it by the evaluation step with its own record, its scores those of sacreBLEU on the files
-    concat = json.loads((study / "lengths.json").read_text())["concat"]
+    concat = load_table(study / "lengths.json")["concat"]
     assert list(concat["k"]) == ["1", "2"] and concat["documents"].startswith("the test file in order")
     assert "Scores by input length" in md
     one, two = concat["k"]["1"], concat["k"]["2"]
@@ -321,7 +324,33 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     from test_evaluation_reuse import no_generate
     p = lengths_sh(dict(env, PYTHON=no_generate(tmp_path)))
     assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 8  # 2 runs x k = 1, 2 x (run, CURVE)
-    assert json.loads((study / "lengths.json").read_text())["by_length"] == table
+    assert load_table(study / "lengths.json")["by_length"] == table
+
+    # committed with its outputs, and re-scored from them: every cell and mark as the table has them; one
+    # output changed in the bundle: the cells of that system and k differ, and the file's digest
+    from fairseq_attn_reports.study_bundle import export, rescore
+    out = tmp_path / "results"
+    manifest = export(str(study / "lengths.json"), str(out), "quick")
+    assert {"lengths/max7/converge2/alibi/concat/k2.test/hyp.txt", "lengths/max7/converge2/baseline/test/hyp.txt",
+            f"data/{os.path.basename(data_dir)}/raw/test.tgt"} <= set(manifest["files"])
+    assert manifest["table_dir"] == "lengths/max7/converge2" and str(tmp_path) not in (out / "quick.json").read_text()
+    assert (out / "quick.md").read_text() == (study / "lengths.md").read_text()
+    agreed = rescore(str(out / "quick.json"))
+    assert agreed.diffs == [] and agreed.checked > 200
+    import io
+    import tarfile
+    member = "lengths/max7/converge2/alibi/concat/k2.test/hyp.txt"
+    with tarfile.open(out / "quick" / "outputs.tar.xz", "r:xz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    files[member] = files[f"data/{os.path.basename(data_dir)}/raw/concat/k2.test.tgt"]  # the reference itself
+    with tarfile.open(out / "quick" / "outputs.tar.xz", "w:xz") as tar:
+        for name, blob in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    named = {d.split(": ")[0] for d in rescore(str(out / "quick.json")).diffs}
+    assert f"{member}" in named and "quick.json.concat.k[2].alibi.scores.bleu" in named
+    assert not any(".k[1]." in n or "baseline.scores" in n or "by_length" in n for n in named)
     curve_and_convergence_checks(study, runs, work)
 
 

@@ -13,11 +13,11 @@ from fairseq_attn_core import PieceConfigError
 from piece_refs import assert_padding_invariant, loop_chain64, loop_probs64
 
 
-def chained_attention(k=3, backend="explicit", pieces="chained", side="encoder", **flags):
+def chained_attention(k=3, backend="explicit", pieces="chained", side="encoder", seed=0, **flags):
     flags.setdefault("chained_layers", "0")
     if side == "decoder":
         flags.setdefault("chained_sides", "decoder")
-    return make_attention(make_args(pieces, chained_k=k, **flags), backend=backend, side=side)
+    return make_attention(make_args(pieces, chained_k=k, **flags), backend=backend, side=side, seed=seed)
 
 
 def gupta_reference(attn, x, kpm, k, causal=False):
@@ -263,5 +263,6 @@ def test_dense_checkpoint_into_shared_model_names_the_flag():
     with pytest.raises(RuntimeError, match="--chained-w-attn dense.*model-overrides"):
         shared.load_state_dict(dense.state_dict())
     again = chained_attention(4, chained_w_attn="dense", seed=5)
+    assert not torch.equal(again.pieces[0].w_attn.weight, dense.pieces[0].w_attn.weight)  # another draw
     again.load_state_dict(dense.state_dict())
     torch.testing.assert_close(again.pieces[0].w_attn.weight, dense.pieces[0].w_attn.weight)

@@ -301,7 +301,7 @@ def test_bidirect_architectures(size, heads, layout):
     assert args.encoder_attention_heads == heads
     from fairseq_attn_core import AttentionSite, build_pieces, validate_attention_args
 
-    validate_attention_args(args)
+    validate_attention_args(args, fairseq_namespace=True)  # fairseq-train's parsed namespace
     for layer in range(6):
         pieces = build_pieces(args, AttentionSite("encoder", layer, 6, heads, 64))
         if layer < 3:

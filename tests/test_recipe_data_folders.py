@@ -278,8 +278,8 @@ def test_a_gone_registration_keeps_its_data_until_forgotten(tmp_path):
     assert steps("register-run", "--work", str(work), "--run-dir", old).returncode == 0
     with open(work / "runs.index", "a") as f:
         f.write(legacy + "\n")
-    assert json.loads((work / "runs.index").read_text().splitlines()[0]) == {
-        "run": old, "data_id": "aaaaaaaaaaaa" + "0" * 52, "data": folders["aaaaaaaaaaaa"]}  # its data, from its record
+    assert json.loads((work / "runs.index").read_text().splitlines()[0]) == {  # its data, from its record
+        "run": old, "data_id": "aaaaaaaaaaaa" + "0" * 52, "data": "data/aaaaaaaaaaaa"}  # (in WORK: relative to it)
 
     def prune(*extra):
         p = steps("data-prune", str(work), *extra)

@@ -125,7 +125,8 @@ def test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work(tmp_p
     second = os.path.realpath(os.path.join(work, "data-bin"))
     assert second != first
     index = [json.loads(line) for line in open(os.path.join(work, "runs.index")).read().splitlines()]
-    assert index == [{"run": os.path.realpath(run_dir), "data_id": rec["data_id"], "data": first}
+    assert index == [{"run": os.path.realpath(run_dir), "data_id": rec["data_id"],
+                      "data": os.path.relpath(first, os.path.realpath(work))}  # a folder in WORK: relative to it
                      for run_dir in (outside, elsewhere2)]  # each with the data it trains on
     # an unreferenced folder: a copy of the second data under another id
     stray = os.path.join(work, "data", "0123456789ab")
@@ -207,6 +208,15 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
     assert f"data: {first} (the run's own" in p.stderr
     assert json.load(open(os.path.join(new, "run.json")))["evaluations"]["test"]["ref"] == os.path.join(first, "raw", "test.de")
 
+    # re-running train.sh at the new place, the data-bin naming other data: one error, with the fix (the run's
+    # data, and the settings it was prepared with where they differ from the ones given)
+    bin_, second = os.path.join(work, "data-bin"), os.path.realpath(os.path.join(work, "data-bin"))
+    for given, fix in (({}, f"give DATA={first};"), ({"BPE_MERGES": "40"}, f"give DATA={first} with BPE_MERGES=60;")):
+        p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="2", **given), check=False)
+        assert p.returncode == 1 and len(p.stderr.splitlines()) == 1, p.stderr
+        assert p.stderr == (f"error: SAVE_DIR={new} holds a run trained on {first} (data_id {os.path.basename(first)}), "
+                            f"not on {bin_} (data_id {os.path.basename(second)}): to continue it, {fix} to train a new "
+                            f"run on {bin_}, give another SAVE_DIR\n"), p.stderr
     # re-running train.sh with SAVE_DIR=<new place>: nothing trained, the new place registered
     p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="2", DATA=first))
     assert "trained before to MAX_UPDATE=2" in p.stdout + p.stderr, p.stderr[-2000:]
@@ -267,13 +277,18 @@ def test_a_mistyped_model_flag_is_one_line_naming_the_nearest(tmp_path):
     env = prepared_ende(tmp_path / "work")
     save = str(tmp_path / "run")
     p = run("wmt14_en_de", "train.sh", dict(env, ARCH="transformer_csan2d_wmt_en_de", SAVE_DIR=save, MAX_UPDATE="2",
-                                              MODEL_ARGS=f"{TINY_MODEL} --csan-layers 0 --csan-windw 3"), check=False)
+                                              MODEL_ARGS=f"{TINY_MODEL} --csan-layers 0",
+                                              EXTRA_ARGS="--csan-windw 3 --bogus-flag 1"), check=False)
     assert p.returncode == 1
     said = [line for line in (p.stdout + p.stderr).splitlines()
             if not line.startswith("[wmt14_en_de ") and not line.startswith("$ ")]
     assert len(said) <= 3, said
-    assert "--csan-windw" in said[0] and "did you mean --csan-window?" in said[0], said
-    assert "(fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de lists its flags)" in said[0], said
+    # the variable that gave the flags named, each flag with the nearest flags of the architecture (none near
+    # --bogus-flag: not fairseq's --log-file)
+    assert said[0] == ("error: EXTRA_ARGS='--csan-windw 3 --bogus-flag 1': fairseq-train with "
+                       "ARCH=transformer_csan2d_wmt_en_de has no flag --csan-windw (did you mean --csan-window?) nor "
+                       "--bogus-flag (no flag is near it) (fairseq-attn-pieces --arch transformer_csan2d_wmt_en_de "
+                       "lists the model's flags, fairseq-train --help the others)"), said
     assert "usage:" not in p.stdout + p.stderr
     assert not os.path.exists(os.path.join(save, "run.json"))
     # fairseq-train itself, with the plugin as --user-dir, on the same data: the same line

@@ -176,12 +176,21 @@ def test_missing_aspec_says_what_to_do(tmp_path):
 
 
 # ------------------------------------------------------------------ end to end
+def _ende_corpus():
+    """recipe_data's en-de pair (TRAIN_SRC... as env), written once per test run in a folder of its
+    own: its paths stay what the prepared WORK's raw step recorded (a folder built by
+    :func:`build_once` is renamed when complete)."""
+    d = os.path.join(build_once("recipes_ende_corpus", lambda root: recipe_data.write_pair(
+        os.path.join(root, "a folder with spaces"), "en", "de")), "a folder with spaces")  # every path is quoted
+    return {f"{split.upper()}_{side}": os.path.join(d, f"{split}.{lang}")
+            for split in ("train", "valid", "test") for side, lang in (("SRC", "en"), ("TGT", "de"))}
+
+
 def _prepare_ende(root):
     """recipe_data's en-de pair prepared by the wmt14 recipe, once per test run, after an
     interrupted prepare (binarisation fails half-way on a bad option; earlier steps are kept)."""
     d = os.path.join(root, "a folder with spaces")  # every path is quoted
-    env = recipe_data.write_pair(os.path.join(d, "data"), "en", "de")
-    env["WORK"] = os.path.join(d, "work")
+    env = dict(_ende_corpus(), WORK=os.path.join(d, "work"))
     p = run("wmt14_en_de", "prepare.sh", dict(env, PREPROCESS_ARGS="--no-such-option"), check=False)
     assert p.returncode == 1 and "binarise" in p.stderr
     assert not os.path.exists(os.path.join(d, "work", "data-bin")) and not os.path.exists(os.path.join(d, "work", "data-bin.tmp"))
@@ -190,14 +199,30 @@ def _prepare_ende(root):
     assert "binarise: done before" not in p.stderr
 
 
+def _ende_inputs():
+    """The corpus files of the en-de WORK prepared once (TRAIN_SRC... as env) and that WORK."""
+    root = build_once("recipes_ende", _prepare_ende)
+    return _ende_corpus(), os.path.join(root, "a folder with spaces", "work")
+
+
 def prepared_ende(work):
     """The env of a prepared en-de WORK of its own at ``work`` (a copy of the one prepared once)."""
-    root = build_once("recipes_ende", _prepare_ende)
-    d = os.path.join(root, "a folder with spaces")
-    env = {f"{split.upper()}_{side}": os.path.join(d, "data", f"{split}.{lang}")
-           for split in ("train", "valid", "test") for side, lang in (("SRC", "en"), ("TGT", "de"))}
-    env["WORK"] = copy_of(os.path.join(d, "work"), str(work))
-    return env
+    env, prepared = _ende_inputs()
+    return dict(env, WORK=copy_of(prepared, str(work)))
+
+
+def _train_ende(root):
+    env = prepared_ende(os.path.join(root, "work"))
+    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="4"))
+    run("wmt14_en_de", "evaluate.sh", env)
+
+
+def trained_ende(work):
+    """The env of :func:`prepared_ende` whose WORK also holds a tiny run, trained to update 4
+    (checkpoints at 2 and 4) and evaluated on test, in ``WORK/runs/transformer_attn_wmt_en_de``
+    (train.sh's default SAVE_DIR): a copy (as ``cp -a``) of the one trained once per test run."""
+    root = build_once("recipes_ende_trained", _train_ende)
+    return dict(_ende_inputs()[0], WORK=copy_of(os.path.join(root, "work"), str(work)))
 
 
 @pytest.fixture
@@ -249,6 +274,7 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
     assert '"train_num_updates": "4"' in log
     assert re.search(r"\| INFO \| train_inner \| \{", log)  # fairseq-train's own log format (parsed by the tables)
+    assert "pin_memory" not in log and "autocast" not in log  # torch's CPU warnings, dropped by message
     assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
     # TensorBoard logs by default, beside the checkpoints
     events = [f for _, _, fs in os.walk(os.path.join(save, "tensorboard")) for f in fs if "tfevents" in f]
@@ -280,6 +306,13 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     test_hyp = read(os.path.join(save, "test", "hyp.txt"))
     p = run("wmt14_en_de", "evaluate.sh", dict(ende, EVAL_SUBSET="valid"))
     assert read(os.path.join(save, "test", "hyp.txt")) == test_hyp
+    # it ends with the scores and where the whole file is, not the file's ~110 lines
+    valid = json.loads(open(os.path.join(save, "valid", "scores.json"), encoding="utf-8").read())["scores"]
+    *_, scored, where = p.stdout.splitlines()
+    assert scored == (f"valid: BLEU {valid['bleu']['score']:.2f}, chrF++ {valid['chrf']['score']:.2f}, "
+                      f"tokenised BLEU {valid['tokenized_bleu']['score']:.2f}"), p.stdout[-2000:]
+    assert where.startswith("full scores: ") and os.path.samefile(where[len("full scores: "):],
+                                                                  os.path.join(save, "valid", "scores.json"))
     # the hint to compare runs names the reference of the subset evaluated
     data = os.path.realpath(os.path.join(work, "data-bin"))
     assert f"compare runs: fairseq-attn-results --ref {data}/raw/valid.de RUN_DIRS" in p.stderr, p.stderr[-2000:]

@@ -386,7 +386,7 @@ def test_table1_recipe_end_to_end(toy_work):
 def test_table1_recipe_refuses_missing_rows_before_work(tmp_path):
     work = tmp_path / "work"
     p = recipe("table1.sh", {"WORK": str(work), "ROWS": "baseline,nope"}, check=False)
-    assert p.returncode == 1 and "unknown row(s) nope" in p.stderr and not work.exists()
+    assert p.returncode == 1 and "ROWS=baseline,nope: give the Table 1 rows" in p.stderr and not work.exists()
     missing = [r for r in table1.ROWS if r.arch not in ARCH_MODEL_REGISTRY]
     if not missing:
         pytest.skip("every Table 1 architecture is registered: nothing is missing")

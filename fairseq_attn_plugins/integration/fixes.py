@@ -17,7 +17,7 @@ from typing import Callable, Tuple
 
 from .. import checkpoint_safety
 from ..models import finetune
-from . import exit_safety, fairseq_fixes, model_overrides, refusals, trainer_checks
+from . import exit_safety, fairseq_fixes, model_overrides, quiet_imports, refusals, trainer_checks
 
 MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
 
@@ -125,9 +125,19 @@ def markdown_table() -> str:
             "omegaconf, numpy and meter classes) every fairseq checkpoint holds; exactly those classes "
             "are allowed instead of `weights_only=False` (`checkpoint_safety.py`) |",
             "| tensorboardX notice dropped | nothing: a filter on `fairseq.tasks.text_to_speech`'s logger, "
-            "added before fairseq is imported (`quiet_imports.py`) | in fairseq's commands and ours | "
-            "every command's first line was fairseq's advice to install tensorboardX, which only that "
-            "speech task uses; every other message passes |",
+            "added before fairseq is imported (`quiet_imports.py`) | always | "
+            "every command's first line, and the only line `import fairseq_attn_plugins` printed, was "
+            "fairseq's advice to install tensorboardX, which only that speech task uses; every other "
+            "message passes |",
+            "| known-harmless warnings filtered | nothing: `warnings.filterwarnings` on each one's message "
+            "and category (`quiet_imports.HARMLESS_WARNINGS`) | always | "
+            + "; ".join(f"`` {message} `` ({category.__name__}): {why}"
+                        for category, message, why in quiet_imports.HARMLESS_WARNINGS) + " |",
+            "| our commands' INFO lines dropped | nothing: `logging.basicConfig(level=WARNING)` before fairseq "
+            "is imported, as fairseq's commands configure theirs (`quiet_imports.py`) | in our commands "
+            "(`fairseq-attn-*`) and the recipes' steps (not the training step) | a command loading a "
+            "checkpoint or building a model printed fairseq's data and dictionary sizes and the pieces "
+            "per layer before its output; warnings and errors still print |",
             "| scikit-learn and scipy.stats deferred | nothing: while fairseq is imported, placeholders stand for "
             "`sklearn`, `sklearn.metrics` and `scipy.stats` in `sys.modules` and are taken out after; fairseq's "
             "`sentence_prediction` criterion and `audio_classification` task keep functions that import the "

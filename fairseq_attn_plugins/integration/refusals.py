@@ -41,28 +41,46 @@ def refusal_kinds():
     return PieceConfigError, CorruptCheckpointError, UnsafeCheckpointError
 
 
-def running_command(argv0=None, main_module=None) -> bool:
-    """Whether the running program is a fairseq command or one of ours: a console script named
-    ``fairseq-*``, or a module of fairseq_cli / this distribution run with ``python -m``."""
+OWN_PREFIX = "fairseq-attn-"  # this distribution's console commands
+#: the modules of this distribution's console commands (pyproject.toml's scripts), run with ``python -m``,
+#: and of the recipes' steps (``python -m fairseq_attn_recipes STEP``; not the training step's)
+OWN_COMMAND_MODULES = ("fairseq_attn_reports.cli.", "fairseq_attn_plugins.cli.", "fairseq_attn_recipes.demo",
+                       "fairseq_attn_recipes.__main__")
+
+
+def program(argv0=None, main_module=None):
+    """The running program's name (``sys.argv[0]``'s basename) and the module run with ``python
+    -m`` ("" if none); either given (the tests)."""
     argv0 = (sys.argv[0] if sys.argv else "") if argv0 is None else argv0
     if main_module is None:
         main = sys.modules.get("__main__")
         spec = main.__spec__ if main is not None else None
         main_module = spec.name if spec is not None else ""
-    return os.path.basename(argv0).startswith(COMMAND_PREFIX) or main_module.startswith(MODULE_PREFIXES)
+    return os.path.basename(argv0), main_module
+
+
+def running_command(argv0=None, main_module=None) -> bool:
+    """Whether the running program is a fairseq command or one of ours: a console script named
+    ``fairseq-*``, or a module of fairseq_cli / this distribution run with ``python -m``."""
+    name, module = program(argv0, main_module)
+    return name.startswith(COMMAND_PREFIX) or module.startswith(MODULE_PREFIXES)
+
+
+def own_command(argv0=None, main_module=None) -> bool:
+    """Whether the running program is one of this distribution's console commands
+    (``fairseq-attn-*``, or its module run with ``python -m``) or a recipe step: programs whose
+    output is their own, not fairseq's logs (fairseq-train's are the training step's output)."""
+    name, module = program(argv0, main_module)
+    return name.startswith(OWN_PREFIX) or module.startswith(OWN_COMMAND_MODULES)
 
 
 def fairseq_parser_command(argv0=None, main_module=None) -> bool:
     """Whether the running program parses fairseq's command line: fairseq's console commands
     (``fairseq-train``..., not ours, ``fairseq-attn-*``, which print their own errors), its
     modules, and the recipes' training step."""
-    argv0 = os.path.basename((sys.argv[0] if sys.argv else "") if argv0 is None else argv0)
-    if main_module is None:
-        main = sys.modules.get("__main__")
-        spec = main.__spec__ if main is not None else None
-        main_module = spec.name if spec is not None else ""
-    return ((argv0.startswith(COMMAND_PREFIX) and not argv0.startswith("fairseq-attn-"))
-            or main_module.startswith("fairseq_cli.") or main_module == "fairseq_attn_recipes.train")
+    name, module = program(argv0, main_module)
+    return ((name.startswith(COMMAND_PREFIX) and not name.startswith(OWN_PREFIX))
+            or module.startswith("fairseq_cli.") or module == "fairseq_attn_recipes.train")
 
 
 def excepthook(kind, value, tb, previous=None):

@@ -163,7 +163,7 @@ class AttnTransformerModel(TransformerModel):
         if getattr(args, "encoder_layers_to_keep", None) or getattr(args, "decoder_layers_to_keep", None):
             raise PieceConfigError("--encoder/decoder-layers-to-keep would renumber the layers "
                                    "that pieces are assigned to; not supported")
-        validate_attention_args(args)
+        validate_attention_args(args, fairseq_namespace=True)
 
     @classmethod
     def check_args(cls, args):

@@ -15,9 +15,10 @@ import os
 import sys
 
 from fairseq_attn_records import comet as comet_metric
-from fairseq_attn_records.output_files import write_json, write_text
+from fairseq_attn_records.output_files import write_text
 
 from .. import by_concat
+from ..study_paths import load_table, relative, write_table
 
 
 def main(argv=None) -> int:
@@ -46,8 +47,7 @@ def main(argv=None) -> int:
         if args.prepare:
             with open(args.prepare, encoding="utf-8") as f:
                 training = by_concat.training_note(json.load(f))
-        with open(args.study_json, encoding="utf-8") as f:
-            study = json.load(f)
+        study = load_table(args.study_json)
         comet = None
         if any("comet" in t["metrics"] for t in tables.values()):
             path = comet_metric.model_path_from_env()
@@ -55,17 +55,20 @@ def main(argv=None) -> int:
                 raise ValueError("the tables hold COMET: set COMET_MODEL to the checkpoint they were scored with")
             comet = comet_metric.load(path, batch_size=args.comet_batch_size)
         study["concat"] = by_concat.concat_section(tables, info, training)
+        if info is not None:
+            study["concat"]["info"] = os.path.abspath(args.info)  # the groups (re-scoring joins by them)
         if args.segmentwise:
             first = {k: v["first_lines"] for k, v in (info.get("k") or {}).items()}
             by_concat.add_segmentwise(study["concat"], first, args.segmentwise, args.tokenize, comet)
         if comet is not None:
             by_concat.add_comet_window(study["concat"], comet)
-        section = by_concat.format_markdown(study["concat"])
+        # the markdown names the documents' file relative to its own folder, as the JSON does
+        section = by_concat.format_markdown(relative(study["concat"], os.path.dirname(os.path.abspath(args.study_md))))
         md = open(args.study_md, encoding="utf-8").read() if os.path.isfile(args.study_md) else ""
     except (OSError, ValueError, KeyError) as e:
         print(f"by_concat: error: {e}", file=sys.stderr)
         return 1
-    write_json(args.study_json, study)
+    write_table(args.study_json, study)
     write_text(args.study_md, by_concat.replace_section(md, section))
     if args.plot:
         by_concat.plot(study["concat"], args.plot)

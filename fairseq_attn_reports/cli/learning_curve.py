@@ -12,9 +12,10 @@ import json
 import os
 import sys
 
-from fairseq_attn_records.output_files import write_json, write_text
+from fairseq_attn_records.output_files import write_text
 
 from .. import learning_curve as lc
+from ..study_paths import PATHS_KEY, load_table, write_table
 
 SECTION = "## Training length"
 
@@ -28,10 +29,11 @@ def _with_training(md_text: str, section: str) -> str:
 def _written_before(path: str, table) -> bool:
     """``path`` holds this very table (as JSON)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f) == json.loads(json.dumps(table))
+        old = load_table(path)
     except (OSError, ValueError):
         return False
+    old.pop(PATHS_KEY, None)
+    return old == json.loads(json.dumps(table))
 
 
 def main(argv=None) -> int:
@@ -55,9 +57,9 @@ def main(argv=None) -> int:
             md_path, json_path = os.path.join(d, "lengths.md"), os.path.join(d, "lengths.json")
             old = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else ""
             write_text(md_path, _with_training(old, md))
-            study = json.load(open(json_path, encoding="utf-8")) if os.path.isfile(json_path) else {}
+            study = load_table(json_path) if os.path.isfile(json_path) else {}
             study["training"] = rows
-            write_json(json_path, study, indent=2)
+            write_table(json_path, study)
             print(md)
         if args.points:
             points = [int(u) for u in args.points.split(",")]
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
             pngs = {name: os.path.join(args.plot_dir, f"curve_{name}.png") for name in args.names}
             same = _written_before(args.json, table) and all(os.path.isfile(p) for p in pngs.values())
             write_text(args.md, lc.curve_markdown(table))
-            write_json(args.json, table, indent=2)
+            write_table(args.json, table)
             if not same:  # the plots of this very table are there: not drawn again
                 for name, png in pngs.items():
                     lc.plot_system(table, name, png)

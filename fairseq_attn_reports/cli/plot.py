@@ -50,12 +50,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.exit(f"fairseq-attn-plot: checkpoint not found: {args.path}")
     if not os.path.isdir(args.data):
         sys.exit(f"fairseq-attn-plot: data dir not found: {args.data}")
-    import torch
-    from fairseq import checkpoint_utils, utils
-
-    # importing the plugin registers the model and loads checkpoints safely
+    # the plugin first: it registers the model, loads checkpoints safely and, before fairseq is
+    # imported, quiets fairseq's import-time notice and its INFO lines (quiet_imports)
     from fairseq_attn_plugins.reporting.attention_maps import (collect_attention, greedy_translate, layer_stats,
                                                                plot_layer, self_attention_sites)
+    import torch
+    from fairseq import checkpoint_utils, utils
 
     if args.user_dir:
         utils.import_user_module(argparse.Namespace(user_dir=args.user_dir))

@@ -36,9 +36,10 @@ from fairseq_attn_records.text_inputs import read_text_lines
 from .. import seeds
 from ..alignment_column import add_aer_column, aligned_runs
 from ..curves import plot_curves
-from fairseq_attn_records.output_files import check_output_paths, write_json, write_text
+from fairseq_attn_records.output_files import check_output_paths, write_text
 from ..results import collect, format_markdown
 from ..significance import check_counts
+from ..study_paths import write_table
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
 
@@ -118,7 +119,7 @@ def main(argv=None) -> int:
     if args.md:
         write_text(args.md, md + "\n")
     if args.json:
-        write_json(args.json, table)
+        write_table(args.json, table)  # its paths relative to its folder
     print_comet_hint("fairseq-attn-results", comet)
     return 0
 

@@ -4,13 +4,14 @@ TRAIN_CONCAT minus the study trained without them, per system and k, with the pa
 seeds (:mod:`fairseq_attn_reports.train_conditions`); the table printed."""
 
 import argparse
-import json
+import os
 import sys
 
 from fairseq_attn_records import comet as comet_metric
-from fairseq_attn_records.output_files import write_json, write_text
+from fairseq_attn_records.output_files import write_text
 
 from .. import train_conditions
+from ..study_paths import load_table, write_table
 
 
 def main(argv=None) -> int:
@@ -25,8 +26,7 @@ def main(argv=None) -> int:
     try:
         studies = []
         for flag, path in (("--without", args.without), ("--with", args.with_)):
-            with open(path, encoding="utf-8") as f:
-                concat = json.load(f).get("concat")
+            concat = load_table(path).get("concat")
             if not concat:
                 raise ValueError(f"{flag} {path}: no per-k table (concat) in it: run the study's report first")
             studies.append(concat)
@@ -41,7 +41,8 @@ def main(argv=None) -> int:
         print(f"train_conditions: error: {e}", file=sys.stderr)
         return 1
     md = train_conditions.format_markdown(diff, args.train_concat)
-    write_json(args.json, diff)
+    diff["studies"] = {"without": os.path.abspath(args.without), "with": os.path.abspath(args.with_)}
+    write_table(args.json, diff)  # its paths (the two studies) relative to its folder
     write_text(args.md, md + "\n")
     print(md)
     return 0

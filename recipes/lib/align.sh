@@ -6,6 +6,7 @@
 # every head too. Needs a corpus whose data folders hold gold alignments (raw/{valid,test}.align).
 align_main() {
   no_args "$@"  # settings: RUNS, ALIGN_REDO, PER_HEAD, BS_SAMPLES, AR_TRIALS
+  check_variables align
   recipe_defaults
   local d run data yes extra runs
   if [[ -z ${RUNS:-} ]]; then

@@ -45,9 +45,22 @@ no_args() {
   (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
 }
 
+# check_variables SCRIPT...: the recipe variables these scripts read (fairseq_attn_recipes/variables.py,
+# one table) checked before any step: a value that is not allowed is one line naming the variable and
+# what is allowed. Once per process and script: a study that checked train's and evaluate's variables
+# (table1.sh, lengths.sh) does not check them again per run.
+check_variables() {
+  local s todo=()
+  for s in "$@"; do [[ " ${VARIABLES_CHECKED:-} " == *" $s "* ]] || todo+=("$s"); done
+  (( ${#todo[@]} )) || return 0
+  "$PYTHON" -m fairseq_attn_recipes.variables "${todo[@]}" || exit 1
+  VARIABLES_CHECKED="${VARIABLES_CHECKED:-} ${todo[*]}"
+}
+
 # stage NAME [--set KEY=VALUE | --in FILE]... -- CMD...: run CMD unless $WORK/.done/NAME
 # records that it was done from these very settings and input files (sizes, line counts,
-# sha256). Changed settings or inputs: the step is redone (and so, through their inputs,
+# sha256; a file or setting inside WORK named relative to WORK, so a copied or moved WORK keeps
+# its steps). Changed settings or inputs: the step is redone (and so, through their inputs,
 # every later step). CMD runs in a subshell with `set -e` in force (a function called as
 # `f || die` would run with `set -e` off), so it stops at its first failing command; a
 # failed step is never marked done.
@@ -58,7 +71,8 @@ stage() {
   mkdir -p "$WORK/.done"
   local marker="$WORK/.done/$name" rc=0 changes
   # fingerprint's answer: 0 same, 3 changed, 4 never done (1 and 2: it could not answer)
-  changes=$("${STEPS[@]}" fingerprint "${fp[@]}" --against "$marker" --out "$marker.want") || rc=$?
+  # files and settings inside WORK are recorded relative to it: a WORK copied or moved reuses its steps
+  changes=$("${STEPS[@]}" fingerprint "${fp[@]}" --work "$WORK" --against "$marker" --out "$marker.want") || rc=$?
   case $rc in
     0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
     4) log "$name";;
@@ -257,6 +271,7 @@ check_pair() {
 
 prepare_main() {
   no_args "$@"
+  check_variables prepare
   recipe_defaults
   prepare_settings
   # an explicit DATA is replaced whole: only a new folder or this recipe's earlier output, never WORK,
@@ -277,9 +292,6 @@ prepare_main() {
   local tools=(fairseq sacrebleu "$BPE_TOOL") l split
   for l in "$SRC" "$TGT"; do tools+=("$(tokenizer_tool "$l" | sed 's/moses-plain/moses/')"); done
   "${STEPS[@]}" check-tools "${tools[@]}" || exit 1
-  if [[ -n ${TRAIN_MAX_LEN:-} ]] && ! [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ && $(( 10#$TRAIN_MAX_LEN )) -ge 1 ]]; then
-    die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the most source words a training pair may have, a positive integer (empty: no cap)"
-  fi
   local raw_fp=(--set "SRC=$SRC" --set "TGT=$TGT")
   for split in train valid test; do
     local s="${split^^}_SRC" t="${split^^}_TGT"
@@ -429,13 +441,13 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
     local dict_pref="$WORK/bpe/train.clean"; [[ -z ${TRAIN_MAX_LEN:-} ]] || dict_pref="$WORK/bpe/train.full"
     fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
       --set dict_only=1 --set "joint=$JOINT"
-    "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
+    RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
       || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
     dicts=(--set "srcdict=$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--set "tgtdict=$tmp.dict/dict.$TGT.txt")
   fi
   fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$train_pref" \
     --set "validpref=$WORK/bpe/valid" --set "testpref=$WORK/bpe/test" --set "joint=$JOINT" "${dicts[@]}"
-  "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
+  RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
   rm -rf "$tmp.dict"
   rm -f "$tmp/preprocess.log"  # fairseq's log (timestamped; in $WORK/preprocess.log) is not data
@@ -476,7 +488,8 @@ data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw
 data_main() {
   local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them), 'prune' (show the unreferenced ones; 'prune --yes' removes them), 'register DIR' (a moved run's new place) or 'forget DIR' (a registered run that was removed)"
   case ${1:-} in
-    list) shift; no_args "$@"; recipe_defaults; "${STEPS[@]}" data-list "$WORK";;
+    list) shift; (( $# == 0 )) || usage_error "data.sh list: unknown argument '$1': 'list' takes none (data.sh list)"
+      recipe_defaults; "${STEPS[@]}" data-list "$WORK";;
     prune)
       shift
       local yes=() forget=() a
@@ -520,6 +533,7 @@ detect_gpus() {
 
 train_main() {
   no_args "$@"
+  check_variables train
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   # ARCHS_CHECKED: the architectures a calling step (lengths.sh, table1.sh, figure2.sh) checked
@@ -617,7 +631,9 @@ train_main() {
     args+=(--distributed-rank 0)
   fi
   set +e
-  "${launch[@]}" "${args[@]}" 2>&1 | tee -a "$SAVE_DIR/train.log"
+  # the variables whose flags fairseq-train parses: its argument errors name them (flag_origins.py)
+  RECIPE_FLAG_VARIABLES="MODEL_ARGS=${MODEL_ARGS:-}"$'\n'"EXTRA_ARGS=${EXTRA_ARGS:-}" \
+    "${launch[@]}" "${args[@]}" 2>&1 | tee -a "$SAVE_DIR/train.log"
   rc=${PIPESTATUS[0]}
   set -e
   (( rc == 0 )) || kill "${pids[@]}" 2>/dev/null || true  # a rank without rank 0 would wait forever
@@ -642,6 +658,7 @@ train_main() {
 # ---------------------------------------------------------------- evaluate
 evaluate_main() {
   no_args "$@"
+  check_variables evaluate
   recipe_defaults
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
@@ -668,6 +685,9 @@ evaluate_main() {
   local refs; refs=$(data_refs)
   [[ -f "$refs/$EVAL_SUBSET.$TGT" ]] || die "no $EVAL_SUBSET reference $refs/$EVAL_SUBSET.$TGT: run prepare.sh first"
   log "data: $DATA (the run's own, recorded in $SAVE_DIR/run.json); source and reference: $refs/$EVAL_SUBSET.{$SRC,$TGT}"
+  # registered in WORK (and in the WORK holding its data) as train.sh registers it: a run only
+  # evaluated here (a copy, a moved run) keeps its data from data.sh prune too
+  "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR" --data "$DATA"
   # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
   # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
   # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
@@ -687,7 +707,7 @@ evaluate_main() {
     --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$n_avg" --set "BPE_TOOL=$BPE_TOOL" \
     --set "SACREBLEU_TOK=$SACREBLEU_TOK" --set "TOK_BLEU=$TOK_BLEU" --set "PAPER_METRIC=${PAPER_METRIC:-}" \
     --set "COMET_MODEL=${COMET_MODEL:-}" --in "$DATA/prepare.json" --in "$refs/$EVAL_SUBSET.$SRC" \
-    --in "$refs/$EVAL_SUBSET.$TGT" --out "$out/evaluated_with.json") || rc=$?
+    --in "$refs/$EVAL_SUBSET.$TGT" --data "$DATA" --out "$out/evaluated_with.json") || rc=$?
   case $rc in
     0) rm -rf "$out"; log "$final: evaluated before with the same settings, files and checkpoints: skipped"; return 0;;
     4) ;;
@@ -707,7 +727,7 @@ evaluate_main() {
       --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \
       --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
     log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
-    "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
+    RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
       || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
     mv "$out/generate.out.tmp" "$out/generate.out"
     local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
@@ -734,7 +754,7 @@ evaluate_main() {
     --text "paper_table_metric=${PAPER_METRIC:-}" \
     --subset "$key" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"
-  log "scores: $final/scores.json (and the run record $SAVE_DIR/run.json); compare runs: fairseq-attn-results --ref $refs/$EVAL_SUBSET.$TGT RUN_DIRS..."
+  log "run record: $SAVE_DIR/run.json; compare runs: fairseq-attn-results --ref $refs/$EVAL_SUBSET.$TGT RUN_DIRS..."
 }
 
 # concat_parts NAME:SRC_GLOB:TGT_GLOB...: the training corpus from aligned parts (each checked:

@@ -144,14 +144,12 @@ lengths_concat_all() {  # step 1b of lengths_main (its datas, cond_dirs; sets it
 
 lengths_main() {
   no_args "$@"
-  [[ ${QUICK:-0} =~ ^[01]$ ]] || die "QUICK=$QUICK: give 1 (the demo's corpus, toy sizes) or 0"
+  check_variables lengths prepare train evaluate
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_settings; fi
   lengths_check_concat
   check_train_concat
   check_seeds
   TRAIN_MAX_LEN=${TRAIN_MAX_LEN:-${STUDY_TRAIN_MAX_LEN:-30}}
-  [[ $TRAIN_MAX_LEN =~ ^[0-9]+$ ]] && (( TRAIN_MAX_LEN >= 1 )) \
-    || die "TRAIN_MAX_LEN=$TRAIN_MAX_LEN: give the longest training source in words, a positive integer"
   export TRAIN_MAX_LEN
   ARCHS=${ARCHS:-$LENGTHS_ARCHS_DEFAULT}
   local names=() archs=() name seen=" "
@@ -218,6 +216,7 @@ lengths_main() {
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
   fi
+  log "to commit the study with the outputs it scores (and re-check it later with study-rescore): $PYTHON -m fairseq_attn_recipes study-export ${cond_dirs[0]}/lengths.json --to docs/results --name NAME (docs/lengths.md)"
 }
 
 lengths_tables_lock() {  # two studies of one LENGTHS_DIR (e.g. its SEEDS split over two processes) write

@@ -50,6 +50,7 @@ paper_run() {
 # ---------------------------------------------------------------- Table 1
 table1_main() {
   no_args "$@"
+  check_variables table1 train evaluate
   recipe_defaults
   paper_quick_defaults
   ROWS=${ROWS:-all}
@@ -73,6 +74,7 @@ table1_main() {
 # ---------------------------------------------------------------- Figure 2
 figure2_main() {
   no_args "$@"
+  check_variables figure2 train evaluate
   recipe_defaults
   paper_quick_defaults
   WINDOWS=${WINDOWS:-3,5,7,9,11,13,15}     # 1D-CSAN --csan-window values
@@ -106,6 +108,7 @@ figure2_main() {
 # ---------------------------------------------------------------- Figure 3
 figure3_main() {
   no_args "$@"
+  check_variables figure3
   recipe_defaults
   TABLE1_DIR=${TABLE1_DIR:-$WORK/table1}
   FIG3_ROWS=${FIG3_ROWS:-csan1d,csan2d}

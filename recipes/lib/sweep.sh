@@ -23,9 +23,14 @@ sweep_lines() {  # the checked lines of SWEEP, tabs kept
     seen+="$name "
     local vars=()
     IFS=$'\t' read -r -a vars <<< "${rest#$'\t'}"
+    local sets=()
     for v in "${vars[@]}"; do
       [[ $v =~ ^[A-Z][A-Z0-9_]*= ]] || die "SWEEP=$SWEEP: '$v' (line of $name) is not VAR=VALUE"
+      sets+=(--set "$v")
     done
+    # each line's values as the recipe variables they are (one line naming the variable; SWEEP's line named first)
+    local said; said=$("$PYTHON" -m fairseq_attn_recipes.variables sweep prepare train evaluate "${sets[@]}" 2>&1) \
+      || die "SWEEP=$SWEEP, line $name: ${said#error: }"
     printf '%s\n' "$line"; n=$((n + 1))
   done < "$SWEEP"
   (( n >= 1 )) || die "SWEEP=$SWEEP: no settings in it"
@@ -33,6 +38,7 @@ sweep_lines() {  # the checked lines of SWEEP, tabs kept
 
 sweep_main() {
   no_args "$@"
+  check_variables sweep prepare train evaluate
   local lines; lines=$(sweep_lines) || exit 1
   recipe_defaults
   SWEEP_DIR=${SWEEP_DIR:-$WORK/sweep}

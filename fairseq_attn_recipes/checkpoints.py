@@ -2,6 +2,7 @@
 
 import json
 import os
+from typing import Optional
 
 from .step_inputs import die
 from fairseq_attn_records import run_record
@@ -11,7 +12,7 @@ from fairseq_attn_records.output_files import staged, write_json, write_lines
 from .recording import last_save_points, scan_checkpoints
 
 
-def checkpoints_to_average(run_dir: str, n: int):
+def checkpoints_to_average(run_dir: str, n: int, at_update: Optional[int] = None):
     """The newest ``n`` save points of a run, newest first, the final one included: every
     ``checkpoint_E_U.pt`` and ``checkpointE.pt`` (fairseq writes the epoch file instead of the
     interval one where a save point falls on an epoch end) and ``checkpoint_last.pt`` for a final
@@ -27,7 +28,7 @@ def checkpoints_to_average(run_dir: str, n: int):
     except RecordError:
         rec = {}  # averaging never depended on the record: its files are read instead
     try:
-        points = last_save_points(run_dir, n, scan_checkpoints(run_dir, rec.get("checkpoints")))
+        points = last_save_points(run_dir, n, scan_checkpoints(run_dir, rec.get("checkpoints")), at_update)
     except RecordError as e:
         die(str(e))
     return [dict(p, file=os.path.join(run_dir, p["file"])) for p in points]
@@ -146,7 +147,7 @@ def cmd_average(args):
     (``OUTPUT.made.json``: each source's size and mtime, the output's), is reused without loading
     anything: the length study evaluates each run once per k."""
     newest = newest_checkpoint(args.dir)  # before reading: a checkpoint written later makes this stale
-    points = checkpoints_to_average(args.dir, args.n)
+    points = checkpoints_to_average(args.dir, args.n, args.at_update)
     paths = [p["file"] for p in points]
     sources = [_file_state(p) for p in paths]
     settings = _made_before(args.output, sources)
@@ -180,4 +181,6 @@ def cmd_average(args):
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
-    p.add_argument("--output", required=True); p.add_argument("--record"); p.set_defaults(fn=cmd_average)
+    p.add_argument("--output", required=True); p.add_argument("--record")
+    p.add_argument("--at-update", type=int, help="the save points up to that update's, which must exist (a learning curve's point)")
+    p.set_defaults(fn=cmd_average)

@@ -25,6 +25,9 @@ from .fingerprints import CHANGED, NOT_DONE, SAME, describe_changes, file_digest
 
 KEY = "evaluated_with"
 DATA_TAG = "$DATA"
+NO_SAVE_POINT = 5  # evaluated-before's answer for a learning curve's point the run has no checkpoint of
+TWIN = 6  # evaluated-before's answer when the run holds this very evaluation in another folder
+TWIN_FILES = ("averaged.json", "generate.out", "hyp.tok.txt", "hyp.txt")
 
 
 def _sha256(path: str, size: int, mtime_ns: int, before: dict) -> str:
@@ -35,17 +38,21 @@ def _sha256(path: str, size: int, mtime_ns: int, before: dict) -> str:
     return file_digest(path)["sha256"]
 
 
-def evaluation_key(run_dir: str, n_avg: int, settings: dict, inputs, data=None, before=None) -> dict:
+def evaluation_key(run_dir: str, n_avg: int, settings: dict, inputs, data=None, before=None, at_update=None) -> dict:
     """The key of evaluating the average of the newest ``n_avg`` save points of ``run_dir`` with
     ``settings`` on the files ``inputs`` (those inside ``data``, the data folder, named relative to
     it). Each checkpoint's ``mtime_ns`` only says when its sha256 was read (``before``: the key
-    recorded, whose sha256 of a file unchanged since is reused); it is not part of the evaluation."""
-    from .recording import last_save_points, scan_checkpoints
+    recorded, whose sha256 of a file unchanged since is reused); it is not part of the evaluation.
+    ``at_update``: the save points up to the one of that update; none of it: said, exit NO_SAVE_POINT."""
+    from .recording import NoSavePoint, last_save_points, scan_checkpoints
 
     rec = run_record.load(run_dir) or {}
     known = scan_checkpoints(run_dir, rec.get("checkpoints"))
     try:
-        points = last_save_points(run_dir, n_avg, known)
+        points = last_save_points(run_dir, n_avg, known, at_update)
+    except NoSavePoint as e:
+        print(str(e))
+        sys.exit(NO_SAVE_POINT)
     except run_record.RecordError as e:
         die(str(e))
     was = {c.get("file"): c for c in (before or {}).get("checkpoints") or [] if isinstance(c, dict)}
@@ -123,12 +130,41 @@ def recorded_key(final: str, run_dir: str, subset: str):
     return old[KEY], None
 
 
+def published_twin(run_dir: str, key: dict, final: str):
+    """The folder of another evaluation the run record holds with this very key (settings, files,
+    checkpoints: e.g. a learning curve's point at the update the run's own evaluation averaged alone),
+    its outputs intact; None when there is none."""
+    try:
+        rec = run_record.load(run_dir) or {}
+    except run_record.RecordError:
+        return None
+    for subset, entry in sorted((rec.get("evaluations") or {}).items()):
+        folder = os.path.join(run_dir, entry.get("dir", ""))
+        if not entry.get(KEY) or os.path.realpath(folder) == os.path.realpath(final) \
+                or not same_evaluation(entry[KEY], key):
+            continue
+        try:
+            run_record.check_evaluation(run_dir, subset, entry)
+        except run_record.RecordError:
+            continue
+        if all(os.path.isfile(os.path.join(folder, f)) for f in TWIN_FILES):
+            return folder
+    return None
+
+
 def cmd_evaluated_before(args):
     """Write the key of this evaluation to --out ({"evaluated_with": key}). Exit 0: evaluated before
-    with this very key, its outputs intact (skip); 4: not evaluated before; 3: redo (why printed)."""
+    with this very key, its outputs intact (skip); 4: not evaluated before; 3: redo (why printed);
+    5: --at-update names an update the run holds no checkpoint of (why printed); 6: the run holds this
+    very evaluation in another folder (printed: its outputs are taken over, not decoded again)."""
     old, why = recorded_key(args.final, args.run_dir, args.subset)
-    key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs, args.data, old)
+    key = evaluation_key(args.run_dir, args.n_avg, key_values(args.set), args.inputs, args.data, old, args.at_update)
     write_lines(args.out, [json.dumps({KEY: key}, indent=2)])
+    if old is None or not same_evaluation(old, key):
+        twin = published_twin(args.run_dir, key, args.final)
+        if twin:
+            print(twin)
+            sys.exit(TWIN)
     if old is None:
         if why:
             print(why)
@@ -147,5 +183,6 @@ def add_parsers(sub) -> None:
     p.add_argument("--run-dir", required=True); p.add_argument("--n-avg", type=int, required=True)
     p.add_argument("--subset", required=True); p.add_argument("--final", required=True, help="the folder it is published to")
     p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.add_argument("--in", dest="inputs", action="append", default=[])
+    p.add_argument("--at-update", type=int, help="the save points up to that update's (exit 5 when the run has none)")
     p.add_argument("--data", help="the data folder: inputs inside it named relative to it ($DATA/...)")
     p.add_argument("--out", required=True); p.set_defaults(fn=cmd_evaluated_before)

@@ -21,7 +21,10 @@ _TRAIN = (("--optimizer", "=adam"), ("--adam-betas", "=(0.9, 0.98)"), ("--adam-e
           ("--dropout", "dropout"), ("--weight-decay", "weight_decay"), ("--max-tokens", "max_tokens"),
           ("--update-freq", "update_freq"), ("--max-update", "max_update"), ("--max-epoch", "max_epoch"),
           ("--save-dir", "save_dir"), ("--save-interval-updates", "save_interval_updates"),
-          ("--keep-interval-updates", "keep_interval_updates"), ("--log-format", "=json"),
+          ("--keep-interval-updates", "keep_interval_updates"),
+          ("--keep-interval-updates-pattern", "keep_interval_updates_pattern"), ("--patience", "patience"),
+          ("--validate-interval", "validate_interval"), ("--validate-interval-updates", "validate_interval_updates"),
+          ("--log-format", "=json"),
           ("--log-interval", "log_interval"), ("--seed", "seed"))
 
 

@@ -91,9 +91,23 @@ def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Di
     return out
 
 
-def last_save_points(run_dir: str, n: int, checkpoints: Optional[Dict] = None) -> List[Dict]:
-    """The newest ``n`` save points, newest first, the final one included; fewer is an error."""
+class NoSavePoint(RecordError):
+    """The run holds no checkpoint of the update asked for (never reached, or not kept)."""
+
+
+def last_save_points(run_dir: str, n: int, checkpoints: Optional[Dict] = None,
+                     at_update: Optional[int] = None) -> List[Dict]:
+    """The newest ``n`` save points, newest first, the final one included; fewer is an error.
+    ``at_update``: those up to the save point of that update (a learning curve's point), which must
+    exist (:class:`NoSavePoint` otherwise)."""
     points = save_points(checkpoints if checkpoints is not None else scan_checkpoints(run_dir))
+    if at_update is not None:
+        if not any(p["num_updates"] == at_update for p in points):
+            raise NoSavePoint(
+                f"{run_dir}: no checkpoint of update {at_update} (saved: updates "
+                f"{', '.join(str(p['num_updates']) for p in points) or 'none'}): the run stopped before it, or it "
+                f"was pruned (kept only with lengths.sh's CURVE, --keep-interval-updates-pattern)")
+        points = [p for p in points if p["num_updates"] <= at_update]
     if len(points) < n:
         raise RecordError(
             f"{run_dir}: {len(points)} saved checkpoints (updates {', '.join(str(p['num_updates']) for p in points) or 'none'}) "
@@ -171,6 +185,15 @@ def cpu_threads(cfg) -> Optional[int]:
     return torch.get_num_threads() if trains_on_cpu(cfg) else None
 
 
+def stopped_early(rec: Dict, argv: Optional[List[str]]) -> bool:
+    """The run's last training ended by fairseq's --patience, at its last checkpoint, and was
+    started with these very arguments: trained to convergence before (resuming it would wait
+    ``patience`` more validations from a counter fairseq does not save)."""
+    last = (rec.get("trainings") or [{}])[-1]
+    return bool(argv is not None and last.get("stopped") == "patience" and last.get("finished")
+                and last.get("argv") == launch_key(argv) and last.get("to_update") == rec.get("num_updates"))
+
+
 def trained_in(rec: Dict) -> Optional[str]:
     """The folder a record's run was trained in: its ``run_dir``, else (a record of an older
     train.sh) the absolute ``--save-dir`` of its last training; None where neither says."""
@@ -243,13 +266,13 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
     done = points[-1]["num_updates"] if points else 0
     rec["num_updates"] = done if points else None
     max_update = new["max_update"]
-    if done and max_update and done >= max_update:
+    if done and (stopped_early(rec, argv) or (max_update and done >= max_update)):
         if write:
             rec["run_dir"] = trained_in(rec) or os.path.realpath(run_dir)  # before argv names this folder
             if argv is not None and rec["trainings"]:  # these arguments: skipped without a start next time
                 rec["trainings"][-1]["argv"] = launch_key(argv)
             save(run_dir, rec)
-        if done > max_update:
+        if max_update and done > max_update:
             raise RecordError(f"{run_dir} was trained to {done} updates, more than --max-update {max_update}: "
                               f"evaluate it as it is, or give another SAVE_DIR for a shorter run")
         return False
@@ -273,8 +296,16 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
     return True
 
 
-def finish_run(run_dir: str) -> Dict:
-    """After training: the checkpoints it saved, with the update number each one holds."""
+def resume_update(run_dir: str) -> Optional[int]:
+    """The update a training of ``run_dir`` resumes from (its record's, as start_run left it)."""
+    rec = load(run_dir)
+    return (rec or {}).get("num_updates")
+
+
+def finish_run(run_dir: str, stopped: Optional[str] = None) -> Dict:
+    """After training: the checkpoints it saved, with the update number each one holds, what
+    stopped it (``"patience"``: fairseq's --patience; else None, --max-update or another limit),
+    and what it has seen (:func:`training_seen`)."""
     rec = load(run_dir)
     if rec is None:
         raise RecordError(f"{run_dir}: no run record (run.json); it is written before training")
@@ -282,6 +313,35 @@ def finish_run(run_dir: str) -> Dict:
     points = save_points(rec["checkpoints"])
     rec["num_updates"] = points[-1]["num_updates"] if points else None
     if rec["trainings"]:
-        rec["trainings"][-1].update(to_update=rec["num_updates"], finished=now())
+        rec["trainings"][-1].update(to_update=rec["num_updates"], finished=now(), stopped=stopped)
+    rec["epoch"], rec["seen"] = training_seen(run_dir, rec)
     save(run_dir, rec)
     return rec
+
+
+def training_seen(run_dir: str, rec: Dict):
+    """(``epoch``, ``seen``) of a run (:mod:`fairseq_attn_records.training_seen`): one epoch of its
+    data (updates from the per-epoch records of its train.log; pairs, original pairs and tokens from
+    the data's binarised training set) and what it has seen at its last update. Parts that cannot be
+    read (no epoch ended yet, no data folder) are None: said, never guessed."""
+    from fairseq_attn_records import training_seen as ts
+    from fairseq_attn_reports.curves import read_log_records
+
+    data = rec.get("data") or {}
+    epoch = {"updates": None, "pairs": None, "original_pairs": None, "src_tokens": None, "tgt_tokens": None}
+    log = os.path.join(run_dir, "train.log")
+    if os.path.isfile(log):
+        ends = [(int(st["epoch"]), int(float(st["train_num_updates"])))
+                for kind, st in read_log_records(log) if kind == "train" and "train_num_updates" in st]
+        try:
+            epoch["updates"] = ts.updates_per_epoch(ends)
+        except ValueError as e:  # e.g. resumed with another number of workers: said, not guessed
+            epoch["unknown"] = f"{log}: {e}"
+    settings, pairs = data.get("settings") or {}, data.get("train_pairs") or {}
+    if data.get("path") and settings.get("SRC") and settings.get("TGT"):
+        original = (pairs.get("concat") or {}).get("original", pairs.get("clean"))
+        try:
+            epoch.update(ts.epoch_content(data["path"], settings["SRC"], settings["TGT"], original))
+        except (OSError, ValueError):
+            pass
+    return epoch, ts.seen_at(epoch, rec["num_updates"]) if rec.get("num_updates") is not None else None

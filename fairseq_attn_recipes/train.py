@@ -22,7 +22,7 @@ import sys
 
 from fairseq_attn_records.run_record import RecordError
 
-from . import flag_origins, recording
+from . import flag_origins, patience, recording
 
 SKIPPED = 10
 
@@ -80,7 +80,8 @@ def main(argv=None) -> int:
     rank0 = is_rank0(cfg)
     try:
         if not recording.start_run(cfg, write=rank0, argv=argv):
-            print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update} "
+            until = " (or until --patience stopped it)" if cfg.checkpoint.patience > 0 else ""
+            print(f"{cfg.checkpoint.save_dir}: trained before to --max-update {cfg.optimization.max_update}{until} "
                   f"with the same settings: not trained again", file=sys.stderr)
             return SKIPPED
     except RecordError as e:
@@ -98,6 +99,16 @@ def main(argv=None) -> int:
 
     from fairseq_attn_plugins.integration.refusals import refusal_kinds
 
+    early_stop = patience.EarlyStopSeen()
+    if cfg.checkpoint.patience > 0:
+        logging.getLogger("fairseq_cli.train").addHandler(early_stop)
+        log = os.path.join(cfg.checkpoint.save_dir, "train.log")
+        resumed = recording.resume_update(cfg.checkpoint.save_dir)
+        state = patience.restore(log, resumed) if resumed and os.path.isfile(log) else None
+        if rank0 and state is not None:
+            print(f"--patience {cfg.checkpoint.patience}: best validation loss {state[0]} so far, "
+                  f"{state[1]} validations without improvement since (from {log})", file=sys.stderr)
+
     try:
         if cfg.common.profile or cfg.common.use_plasma_view:  # fairseq-train's own setup for these
             sys.argv = [sys.argv[0]] + list(argv)
@@ -107,10 +118,12 @@ def main(argv=None) -> int:
     except refusal_kinds() as e:  # refused by the plugin (a checkpoint, a validation set): one line
         print(f"error: {e}", file=sys.stderr)
         return 1
+    finally:
+        logging.getLogger("fairseq_cli.train").removeHandler(early_stop)
     release_data_workers()
     if rank0:
         try:
-            recording.finish_run(cfg.checkpoint.save_dir)
+            recording.finish_run(cfg.checkpoint.save_dir, stopped="patience" if early_stop.seen else None)
         except RecordError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1

@@ -267,7 +267,7 @@ def launch_key(argv: List[str]) -> List[str]:
 
 def finished_before(run_dir: str, argv: List[str]) -> bool:
     """True when the run's last training finished with these very arguments at its
-    ``--max-update`` (nothing to do: no process is started). Anything else, a changed argument
+    ``--max-update``, or stopped there by fairseq's ``--patience`` (nothing to do: no process is started). Anything else, a changed argument
     included, is decided by :func:`start_run` on fairseq's resolution."""
     try:
         rec = load(run_dir)
@@ -275,8 +275,11 @@ def finished_before(run_dir: str, argv: List[str]) -> bool:
         return False
     last = (rec or {}).get("trainings") or [{}]
     last = last[-1]
-    return bool(last.get("finished") and last.get("argv") == launch_key(argv) and last.get("max_update")
-                and (rec.get("num_updates") or 0) >= last["max_update"])
+    if not (last.get("finished") and last.get("argv") == launch_key(argv)):
+        return False
+    if last.get("stopped") == "patience":  # stopped by fairseq's --patience at its last checkpoint
+        return last.get("to_update") == rec.get("num_updates")
+    return bool(last.get("max_update") and (rec.get("num_updates") or 0) >= last["max_update"])
 
 
 def training_time(rec: Dict) -> Dict:

@@ -205,8 +205,10 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     import sacrebleu
 
     work = tmp_path / "work"
-    # CONCAT: the test set as it is, and joined 2 segments at a time; no document has 200 segments
-    env = dict(WORK=str(work), ARCHS="baseline,alibi", CONCAT="1,2,200")
+    # CONCAT: the test set as it is, and joined 2 segments at a time; no document has 200 segments.
+    # CONVERGE=2: trained until 2 validations without improvement, at most MAX_UPDATE=24 (the cap);
+    # CURVE=24: each run evaluated at its checkpoint of update 24 (the one its N_AVG=1 evaluation averages)
+    env = dict(WORK=str(work), ARCHS="baseline,alibi", CONCAT="1,2,200", CURVE="24", CONVERGE="2")
     # bad input first: nothing is prepared or trained
     assert "TRAIN_MAX_LEN=0" in one_error(lengths_sh(dict(env, TRAIN_MAX_LEN="0"), check=False))
     assert "CONCAT=1,2,2: 2 is given twice" in one_error(lengths_sh(dict(env, CONCAT="1,2,2"), check=False))
@@ -219,11 +221,13 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert "TRAIN_CONCAT=1: give how many" in one_error(lengths_sh(dict(env, TRAIN_CONCAT="1"), check=False))
     assert "seed 2 is given twice" in one_error(lengths_sh(dict(env, SEEDS="2 2"), check=False))
     assert "transformer_nope_wmt_en_de" in one_error(lengths_sh(dict(env, ARCHS="baseline,nope"), check=False))
+    assert "CURVE=12,36: 36 is beyond the cap of MAX_UPDATE=24 updates" in one_error(
+        lengths_sh(dict(env, CURVE="12,36"), check=False))
     assert not (work / "lengths").exists()
 
     p = lengths_sh(env)
     assert "no document has 200 segments" in p.stderr and "k = 200 skipped" in p.stderr
-    study = work / "lengths" / "max7"
+    study = work / "lengths" / "max7" / "converge2"  # CONVERGE's runs: their own folder
     corpus = work / "quick-corpus"
     test_src, test_ref = read(corpus / "test.src"), read(corpus / "test.tgt")
     assert max(len(s.split()) for s in test_src) > 7  # the test set holds sentences beyond the cap
@@ -319,7 +323,7 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     # decoded again (a PYTHON that refuses fairseq-generate), and the table is the same
     from test_evaluation_reuse import no_generate
     p = lengths_sh(dict(env, PYTHON=no_generate(tmp_path)))
-    assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 4  # 2 runs x k = 1, 2
+    assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 8  # 2 runs x k = 1, 2 x (run, CURVE)
     assert load_table(study / "lengths.json")["by_length"] == table
 
     # committed with its outputs, and re-scored from them: every cell and mark as the table has them; one
@@ -327,15 +331,15 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     from fairseq_attn_reports.study_bundle import export, rescore
     out = tmp_path / "results"
     manifest = export(str(study / "lengths.json"), str(out), "quick")
-    assert {"lengths/max7/alibi/concat/k2.test/hyp.txt", "lengths/max7/baseline/test/hyp.txt",
+    assert {"lengths/max7/converge2/alibi/concat/k2.test/hyp.txt", "lengths/max7/converge2/baseline/test/hyp.txt",
             f"data/{os.path.basename(data_dir)}/raw/test.tgt"} <= set(manifest["files"])
-    assert manifest["table_dir"] == "lengths/max7" and str(tmp_path) not in (out / "quick.json").read_text()
+    assert manifest["table_dir"] == "lengths/max7/converge2" and str(tmp_path) not in (out / "quick.json").read_text()
     assert (out / "quick.md").read_text() == (study / "lengths.md").read_text()
     agreed = rescore(str(out / "quick.json"))
     assert agreed.diffs == [] and agreed.checked > 200
     import io
     import tarfile
-    member = "lengths/max7/alibi/concat/k2.test/hyp.txt"
+    member = "lengths/max7/converge2/alibi/concat/k2.test/hyp.txt"
     with tarfile.open(out / "quick" / "outputs.tar.xz", "r:xz") as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
     files[member] = files[f"data/{os.path.basename(data_dir)}/raw/concat/k2.test.tgt"]  # the reference itself
@@ -347,6 +351,83 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     named = {d.split(": ")[0] for d in rescore(str(out / "quick.json")).diffs}
     assert f"{member}" in named and "quick.json.concat.k[2].alibi.scores.bleu" in named
     assert not any(".k[1]." in n or "baseline.scores" in n or "by_length" in n for n in named)
+    curve_and_convergence_checks(study, runs, work)
+
+
+def curve_and_convergence_checks(study, runs, work):
+    """CONVERGE and CURVE of the QUICK study (its outputs): the stop where a plain reading of each run's
+    validation losses puts it, the record's updates those of its last checkpoint, what it has seen counted
+    from the training text, and the curve's point the plain evaluation of the checkpoint of that update."""
+    import json
+
+    import sacrebleu
+    import torch
+
+    from fairseq_attn_recipes.checkpoints import checkpoints_to_average
+    train_src, train_tgt = read(work / "bpe" / "train.clean.src"), read(work / "bpe" / "train.clean.tgt")
+    for name in runs:
+        rec = json.loads((study / name / "run.json").read_text())
+        log = read(study / name / "train.log")
+        valid = [json.loads(line[line.index("{"):]) for line in log if "| valid |" in line]
+        # validations every SAVE_INTERVAL_UPDATES=12 updates, none at the epoch ends (8, 16)
+        assert [int(v["valid_num_updates"]) for v in valid] == [12, 24]
+        best, waited, stop = None, 0, None
+        for v in valid:
+            loss = float(v["valid_loss"])
+            if best is None or loss < best:
+                best, waited = loss, 0
+            else:
+                waited += 1
+                if waited == 2:
+                    stop = int(v["valid_num_updates"])
+                    break
+        assert rec["num_updates"] == (stop or 24)
+        assert rec["trainings"][-1]["stopped"] == ("patience" if stop else None)
+        last = torch.load(study / name / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+        assert last["optimizer_history"][-1]["num_updates"] == rec["num_updates"]
+        assert "--patience" in rec["trainings"][-1]["argv"] and "--keep-interval-updates-pattern" in rec["trainings"][-1]["argv"]
+        # what it has seen: epochs of 8 updates (the log's epoch records), each the capped training pairs once
+        ends = [int(json.loads(line[line.index("{"):])["train_num_updates"]) for line in log if "| train |" in line]
+        assert ends == [8, 16, 24] and rec["epoch"]["updates"] == 8
+        src_tokens = sum(len(line.split()) + 1 for line in train_src)  # + EOS
+        tgt_tokens = sum(len(line.split()) + 1 for line in train_tgt)
+        assert rec["seen"] == {"updates": 24, "epochs": 3.0, "pairs": 3.0 * len(train_src),
+                               "original_pairs": 3.0 * len(train_src), "src_tokens": 3.0 * src_tokens,
+                               "tgt_tokens": 3.0 * tgt_tokens}
+        # a checkpoint of an earlier update: the save point of that update, refused for one never saved
+        chosen = checkpoints_to_average(str(study / name), 1, at_update=12)
+        assert [os.path.basename(c["file"]) for c in chosen] == ["checkpoint_2_12.pt"]
+        assert torch.load(chosen[0]["file"], map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"] == 12
+
+    # the training lengths in each condition's tables
+    training = json.loads((study / "lengths.json").read_text())["training"]
+    assert [r["system"] for r in training] == list(runs)
+    for r in training:
+        assert r["updates"]["per_seed"] == [24] and r["stopped"] == ["cap"] and r["cap"] == [24]
+        assert r["original_pairs"]["mean"] == 3.0 * len(train_src)
+    assert "| pairs alone | baseline | 24 | cap | 24 | 3.0 |" in (study / "lengths.md").read_text()
+
+    # the curve: each point the single checkpoint of update 24, the one the run's own evaluation (N_AVG=1)
+    # scored; its scores sacreBLEU's on that plain evaluation's outputs
+    curve = json.loads((study / "curve.json").read_text())
+    assert curve["points"] == [24] and curve["k"] == ["1", "2"] and not curve["missing"]
+    assert [(r["system"], r["condition"], r["updates"]) for r in curve["rows"]] == [(n, "pairs alone", 24) for n in runs]
+    for row in curve["rows"]:
+        rec = json.loads((study / row["system"] / "run.json").read_text())
+        assert row["seen"]["epochs"]["mean"] == 3.0 and row["seen"]["original_pairs"]["mean"] == 3.0 * len(train_src)
+        for label, subset in (("1", "test"), ("2", "concat/k2.test")):
+            point, plain = rec["evaluations"][f"curve/u24/{subset}"], rec["evaluations"][subset]
+            assert [(a["file"], a["num_updates"]) for a in point["averaged"]] == [("checkpoint3.pt", 24)]
+            assert point["averaged"] == plain["averaged"]
+            hyps = read(study / row["system"] / "curve" / "u24" / subset / "hyp.txt")
+            assert hyps == read(study / row["system"] / subset / "hyp.txt")
+            refs = read(plain["ref"])
+            bleu = sacrebleu.corpus_bleu(hyps, [refs])
+            got = row["k"][label]
+            assert got["bleu"]["per_seed"] == [bleu.score] and point["scores"]["bleu"]["score"] == bleu.score
+            assert got["chrf"]["per_seed"] == [sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score]
+            assert got["length_ratio"]["per_seed"] == [bleu.sys_len / bleu.ref_len]
+    assert all((study / f"curve_{name}.png").stat().st_size > 10000 for name in runs)
 
 
 # ------------------------------------------------------------------ the sweep route (bad input only)

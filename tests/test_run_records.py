@@ -72,6 +72,12 @@ def test_averaging_takes_the_last_save_points_by_the_update_they_hold(tmp_path, 
     d.mkdir()
     _fairseq_save_points(d, per_epoch=6, every=10, max_update=30)
     assert [p["num_updates"] for p in checkpoints_to_average(str(d), 5)] == [30, 24, 20, 18, 12]
+    # a learning curve's point (lengths.sh's CURVE): the save points up to that update's; none of it: refused
+    assert [p["num_updates"] for p in checkpoints_to_average(str(d), 2, at_update=18)] == [18, 12]
+    with pytest.raises(SystemExit) as e:
+        checkpoints_to_average(str(d), 1, at_update=15)
+    assert e.value.code == 1
+    assert "no checkpoint of update 15 (saved: updates 6, 10, 12, 18, 20, 24, 30)" in capsys.readouterr().err
     # a run that stopped between save points: its final update lives only in checkpoint_last.pt
     d = tmp_path / "stopped"
     d.mkdir()

@@ -573,8 +573,10 @@ train_main() {
   # them); training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT
   local args=() sets=(--set "save_dir=$SAVE_DIR" --set "tensorboard=${TENSORBOARD:-1}"
                       --set "tensorboard_logdir=${TENSORBOARD_DIR:-$SAVE_DIR/tensorboard}") v
+  # PATIENCE, VALIDATE_INTERVAL(_UPDATES): fairseq's early stopping (lengths.sh's CONVERGE);
+  # KEEP_INTERVAL_UPDATES_PATTERN: interval checkpoints never pruned (lengths.sh's CURVE)
   for v in ADAM_EPS LR WARMUP LABEL_SMOOTHING DROPOUT MAX_TOKENS UPDATE_FREQ MAX_UPDATE SAVE_INTERVAL_UPDATES \
-           LOG_INTERVAL SEED JOINT SHARE_DECODER_EMBED FP16 WANDB_PROJECT MODEL_ARGS EXTRA_ARGS; do
+           KEEP_INTERVAL_UPDATES_PATTERN PATIENCE VALIDATE_INTERVAL VALIDATE_INTERVAL_UPDATES LOG_INTERVAL SEED JOINT SHARE_DECODER_EMBED FP16 WANDB_PROJECT MODEL_ARGS EXTRA_ARGS; do
     sets+=(--set "${v,,}=${!v:-}")
   done
   fairseq_args args train --data "$DATA" --user-dir "$USER_DIR" --arch "$ARCH" "${sets[@]}"
@@ -613,7 +615,7 @@ train_main() {
   "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR" --data "$DATA"
   # finished before with these very arguments (run record): nothing is started, nothing else written
   if "${STEPS[@]}" finished-before --save-dir "$SAVE_DIR" -- "${args[@]}"; then
-    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0
+    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"; return 0
   fi
   # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
@@ -640,7 +642,7 @@ train_main() {
   # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run); refused (the folder holds
   # another run, a flag or checkpoint the plugin refuses: one line "error: ...", exit 1) or a usage
   # error of fairseq-train's arguments (MODEL_ARGS, EXTRA_ARGS: exit 2) = nothing to resume
-  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE with the same settings: skipped"; return 0; }
+  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"; return 0; }
   local refused; refused=$(tail -c "+$((logged + 1))" "$SAVE_DIR/train.log" | grep -c '^error: ' || true)
   if (( rc == 2 || (rc == 1 && refused > 0) )); then
     die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
@@ -664,6 +666,14 @@ evaluate_main() {
   BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
   EVAL_SUBSET=${EVAL_SUBSET:-test}           # or valid (the CSAN paper's Figure 2)
+  # EVAL_AT_UPDATE=U (lengths.sh's CURVE): the one checkpoint of update U (no average), its outputs and
+  # record under the name curve/u<U>/<subset>; a run without that checkpoint is said and skipped
+  local key=$EVAL_SUBSET n_avg=$N_AVG at=() ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
+  if [[ -n ${EVAL_AT_UPDATE:-} ]]; then
+    [[ $EVAL_AT_UPDATE =~ ^[1-9][0-9]*$ ]] || die "EVAL_AT_UPDATE=$EVAL_AT_UPDATE: give the update of a saved checkpoint, a positive integer"
+    key="curve/u$EVAL_AT_UPDATE/$EVAL_SUBSET"; n_avg=1; at=(--at-update "$EVAL_AT_UPDATE")
+    ckpt="$SAVE_DIR/curve/u$EVAL_AT_UPDATE.pt"
+  fi
   NGPUS=${NGPUS:-$(detect_gpus)}
   (( NGPUS > 0 )) || cpu_threads 1  # generation on CPU: one process
   [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
@@ -681,7 +691,7 @@ evaluate_main() {
   # per subset: test and valid never share a file. Every output is written aside (SUBSET.tmp) and
   # moved to SUBSET in one rename once scored, then recorded in run.json with the hypotheses'
   # sha256: a stopped evaluation leaves the previous one whole, or outputs the consumers refuse
-  local final="$SAVE_DIR/$EVAL_SUBSET" out="$SAVE_DIR/$EVAL_SUBSET.tmp"
+  local final="$SAVE_DIR/$key" out="$SAVE_DIR/$key.tmp"
   rm -rf "$out" "$final.old"
   mkdir -p "$out"
   prepare_settings
@@ -689,10 +699,12 @@ evaluate_main() {
     --require --print-pairs > "$out/data.check.json.tmp" || exit 1
   mv "$out/data.check.json.tmp" "$out/data.check.json"
   # the same evaluation (settings, files, checkpoints averaged: evaluations.py) done before: skipped
-  local rc=0 why  # evaluated-before's answer: 0 same, 3 another, 4 none (1 and 2: it could not answer)
-  why=$("${STEPS[@]}" evaluated-before --run-dir "$SAVE_DIR" --n-avg "$N_AVG" --subset "$EVAL_SUBSET" --final "$final" \
+  # evaluated-before's answer: 0 same, 3 another, 4 none, 5 no checkpoint of EVAL_AT_UPDATE, 6 the same
+  # evaluation published in another folder of the run (1 and 2: it could not answer)
+  local rc=0 why
+  why=$("${STEPS[@]}" evaluated-before --run-dir "$SAVE_DIR" --n-avg "$n_avg" "${at[@]}" --subset "$key" --final "$final" \
     --set "subset=$EVAL_SUBSET" --set "ARCH=$ARCH" --set "BEAM=$BEAM" --set "LENPEN=$LENPEN" --set "GEN_ARGS=${GEN_ARGS:-}" \
-    --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$N_AVG" --set "BPE_TOOL=$BPE_TOOL" \
+    --set "GEN_MAX_TOKENS=${GEN_MAX_TOKENS:-8000}" --set "N_AVG=$n_avg" --set "BPE_TOOL=$BPE_TOOL" \
     --set "SACREBLEU_TOK=$SACREBLEU_TOK" --set "TOK_BLEU=$TOK_BLEU" --set "PAPER_METRIC=${PAPER_METRIC:-}" \
     --set "COMET_MODEL=${COMET_MODEL:-}" --in "$DATA/prepare.json" --in "$refs/$EVAL_SUBSET.$SRC" \
     --in "$refs/$EVAL_SUBSET.$TGT" --data "$DATA" --out "$out/evaluated_with.json") || rc=$?
@@ -700,23 +712,28 @@ evaluate_main() {
     0) rm -rf "$out"; log "$final: evaluated before with the same settings, files and checkpoints: skipped"; return 0;;
     4) ;;
     3) log "$final: evaluated again: $why";;
+    5) rm -rf "$out"; log "curve point skipped: $why"; return 0;;
+    6) log "$final: the same evaluation (settings, files, checkpoints) is published in $why: its outputs taken over, not decoded again";;
     *) exit 1;;
   esac
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
   "${STEPS[@]}" check-comet || exit 1
-  local ckpt="$SAVE_DIR/averaged_last$N_AVG.pt"
-  "${STEPS[@]}" average "$SAVE_DIR" --n "$N_AVG" --output "$ckpt" --record "$out/averaged.json" || exit 1
-  local cpu=0 gargs=(); (( NGPUS > 0 )) || cpu=1
-  fairseq_args gargs generate --data "$DATA" --user-dir "$USER_DIR" --set "path=$ckpt" --set "subset=$EVAL_SUBSET" \
-    --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \
-    --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
-  log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
-  RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
-    || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
-  mv "$out/generate.out.tmp" "$out/generate.out"
-  local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
-  "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"
-  "${STEPS[@]}" detok --lang "$TGT" "$out/hyp.tok.txt" "$out/hyp.txt"
+  if (( rc == 6 )); then
+    local f; for f in averaged.json generate.out hyp.tok.txt hyp.txt; do cp "$why/$f" "$out/$f"; done
+  else
+    "${STEPS[@]}" average "$SAVE_DIR" --n "$n_avg" "${at[@]}" --output "$ckpt" --record "$out/averaged.json" || exit 1
+    local cpu=0 gargs=(); (( NGPUS > 0 )) || cpu=1
+    fairseq_args gargs generate --data "$DATA" --user-dir "$USER_DIR" --set "path=$ckpt" --set "subset=$EVAL_SUBSET" \
+      --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \
+      --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
+    log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
+    RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
+      || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
+    mv "$out/generate.out.tmp" "$out/generate.out"
+    local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
+    "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"
+    "${STEPS[@]}" detok --lang "$TGT" "$out/hyp.tok.txt" "$out/hyp.txt"
+  fi
   local tokargs=()
   if [[ $TOK_BLEU == 1 && $(tokenizer_tool "$TGT") == moses ]]; then
     # tokenised BLEU as the papers report it: tokenizer.perl WITHOUT -a on the detokenised output
@@ -735,7 +752,7 @@ evaluate_main() {
     --record "$out/averaged.json" --record "$out/data.check.json" --record "$out/evaluated_with.json" \
     --text "arch_requested=$ARCH" --text "checkpoint=$ckpt" --number "beam=$BEAM" --number "lenpen=$LENPEN" \
     --text "paper_table_metric=${PAPER_METRIC:-}" \
-    --subset "$EVAL_SUBSET" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
+    --subset "$key" --run-dir "$SAVE_DIR" --src "$refs/$EVAL_SUBSET.$SRC" --output "$out/scores.json" \
     --publish "$final"
   log "run record: $SAVE_DIR/run.json; compare runs: fairseq-attn-results --ref $refs/$EVAL_SUBSET.$TGT RUN_DIRS..."
 }

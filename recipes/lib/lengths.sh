@@ -24,6 +24,12 @@
 # folder), in LENGTHS_DIR/trainconcat<ks>/ with its own tables, and the difference per system and k
 # (train_concat.md). SEEDS="1 2 3": every system and condition trained per seed (<name>_seed<N>), the per-k
 # tables as mean ± sample std with the seeds table's marks; the by-source-length table on the first seed.
+# CONVERGE=P: every run trains until its validation loss (the original valid pairs, in both conditions) has
+# not improved for P validations, one every SAVE_INTERVAL_UPDATES updates (fairseq's --patience), at most
+# MAX_UPDATE updates (the cap); its own folder LENGTHS_DIR=WORK/lengths/max<N>/converge<P>. CURVE=U1,U2,...:
+# the checkpoints of those updates are kept (never pruned) and every run is evaluated at each on k = 1 and
+# the largest k (curve.md, curve.json, curve_<name>.png). Each condition's lengths.md says every run's
+# updates, epochs and pairs and tokens seen ("Training length").
 . "$(dirname "${BASH_SOURCE[0]}")/seeds.sh"
 
 LENGTHS_ARCHS_DEFAULT=baseline,relpos,rope,alibi,t5bias,csan2d
@@ -155,6 +161,7 @@ lengths_main() {
     archs+=("$(lengths_arch "$name")")
   done
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
+  lengths_check_curve "${archs[0]}"
   "${STEPS[@]}" check-arch "${archs[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
@@ -173,13 +180,15 @@ lengths_main() {
     datas+=("$d")
   done
   recipe_defaults
-  LENGTHS_DIR=${LENGTHS_DIR:-$WORK/lengths/max$TRAIN_MAX_LEN}
+  LENGTHS_DIR=${LENGTHS_DIR:-$WORK/lengths/max$TRAIN_MAX_LEN${CONVERGE:+/converge$CONVERGE}}
   mkdir -p "$LENGTHS_DIR"
   for c in "${conds[@]}"; do
     if [[ -z $c ]]; then cond_dirs+=("$LENGTHS_DIR"); else cond_dirs+=("$LENGTHS_DIR/trainconcat${c//,/_}"); fi
   done
   log "study: $LENGTHS_DIR (training pairs up to $TRAIN_MAX_LEN source words, data ${datas[0]})"
   [[ -z ${TRAIN_CONCAT:-} ]] || log "and trained with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT: ${cond_dirs[1]} (data ${datas[1]})"
+  [[ -z ${CONVERGE:-} ]] || log "CONVERGE=$CONVERGE: each run trains until its validation loss has not improved for $CONVERGE validations (one every $VALIDATE_INTERVAL_UPDATES updates, on the valid set of original pairs), at most MAX_UPDATE=$CURVE_CAP updates (the cap)"
+  [[ -z ${CURVE:-} ]] || log "CURVE=$CURVE: the checkpoints of these updates are kept (--keep-interval-updates-pattern $KEEP_INTERVAL_UPDATES_PATTERN) and evaluated on k = 1 and the largest k"
 
   # 1b. the test set joined k segments at a time within each document (CONCAT), each k a subset of each data
   local ks=() k splits=(valid test)
@@ -200,6 +209,7 @@ lengths_main() {
   for ci in "${!conds[@]}"; do
     lengths_report "${cond_dirs[$ci]}" "${datas[$ci]}" "${ks[@]}"
   done
+  lengths_curve_report
   if [[ -n ${TRAIN_CONCAT:-} ]]; then
     "$PYTHON" -m fairseq_attn_reports.cli.train_conditions --without "${cond_dirs[0]}/lengths.json" \
       --with "${cond_dirs[1]}/lengths.json" --train-concat "$TRAIN_CONCAT" \
@@ -240,11 +250,71 @@ lengths_train_all() {  # step 3 of lengths_main (its names, archs, conds, cond_d
   done
 }
 
-lengths_train_evaluate() {  # lengths_train_evaluate K...: train SAVE_DIR, evaluate it on the test set and each joined test set
+lengths_train_evaluate() {  # lengths_train_evaluate K...: train SAVE_DIR, evaluate it on the test set and each joined
+  # test set, and with CURVE its checkpoint of each update of CURVE on the test set and the largest k's
   train_main
   EVAL_SUBSET=test evaluate_main
-  local k
+  local k u kmax
   for k in "$@"; do (( k == 1 )) || EVAL_SUBSET="concat/k$k.test" evaluate_main; done
+  [[ -n ${CURVE:-} ]] || return 0
+  kmax=$(lengths_kmax "$@")
+  for u in ${CURVE//,/ }; do
+    EVAL_AT_UPDATE=$u EVAL_SUBSET=test evaluate_main
+    (( kmax == 1 )) || EVAL_AT_UPDATE=$u EVAL_SUBSET="concat/k$kmax.test" evaluate_main
+  done
+}
+
+lengths_kmax() { local k m=1; for k in "$@"; do (( k <= m )) || m=$k; done; echo "$m"; }
+
+# lengths_check_curve ARCH: CURVE and CONVERGE, before any work, against the cap of updates and the save
+# interval of the study's training (MAX_UPDATE, SAVE_INTERVAL_UPDATES: ARCH's profile, as train.sh reads
+# it); sets fairseq's flags for them (train.sh passes them on)
+lengths_check_curve() {
+  [[ -n ${CURVE:-}${CONVERGE:-} ]] || return 0
+  local both cap interval u prev=0 g=0 a b
+  if [[ -n ${MAX_UPDATE:-} && -n ${SAVE_INTERVAL_UPDATES:-} ]]; then both="$MAX_UPDATE $SAVE_INTERVAL_UPDATES"  # given
+  else both=$(profile --arch "$1" --only MAX_UPDATE SAVE_INTERVAL_UPDATES; echo "${MAX_UPDATE:-0} ${SAVE_INTERVAL_UPDATES:-0}") || exit 1; fi
+  read -r cap interval <<< "$both"
+  [[ $cap =~ ^[0-9]+$ && $interval =~ ^[0-9]+$ ]] \
+    || die "MAX_UPDATE=$cap and SAVE_INTERVAL_UPDATES=$interval: give whole numbers (CURVE and CONVERGE are checked against them)"
+  CURVE_CAP=$cap
+  if [[ -n ${CONVERGE:-} ]]; then
+    [[ $CONVERGE =~ ^[1-9][0-9]*$ ]] || die "CONVERGE=$CONVERGE: give the patience, how many validations without improvement of the validation loss stop a run (a positive integer; the cap: MAX_UPDATE=$cap updates)"
+    (( interval > 0 )) || die "CONVERGE=$CONVERGE: it validates every SAVE_INTERVAL_UPDATES updates; give SAVE_INTERVAL_UPDATES (a positive integer)"
+    PATIENCE=$CONVERGE; VALIDATE_INTERVAL_UPDATES=$interval
+    VALIDATE_INTERVAL=1000000  # no validation at epoch ends: both conditions validate at the same updates
+  fi
+  [[ -n ${CURVE:-} ]] || return 0
+  [[ $CURVE =~ ^[0-9]+(,[0-9]+)*$ ]] || die "CURVE=$CURVE: give the updates of the learning curve, positive integers in increasing order separated by commas (e.g. 1000,2000,4000)"
+  (( interval > 0 )) || die "CURVE=$CURVE: checkpoints are kept every SAVE_INTERVAL_UPDATES updates; give SAVE_INTERVAL_UPDATES (a positive integer)"
+  for u in ${CURVE//,/ }; do
+    u=$((10#$u))
+    (( u >= 1 )) || die "CURVE=$CURVE: $u is not a positive number of updates"
+    (( u > prev )) || die "CURVE=$CURVE: give the updates in increasing order, each once ($u after $prev)"
+    (( u <= cap )) || die "CURVE=$CURVE: $u is beyond the cap of MAX_UPDATE=$cap updates"
+    (( u % interval == 0 )) || die "CURVE=$CURVE: $u is not a multiple of SAVE_INTERVAL_UPDATES=$interval (checkpoints are saved every $interval updates)"
+    prev=$u
+    a=$g; b=$u; while (( b )); do local t=$((a % b)); a=$b; b=$t; done; g=$a
+  done
+  KEEP_INTERVAL_UPDATES_PATTERN=$g  # fairseq never prunes a checkpoint whose update is a multiple of it
+}
+
+lengths_curve_report() {  # step 5b of lengths_main (its conds, cond_dirs, names, ks): each condition's
+  # "Training length" table (lengths.md, lengths.json), and with CURVE the learning curves of all conditions
+  local ci cargs=() label kmax subs=()
+  for ci in "${!conds[@]}"; do
+    if [[ -z ${conds[$ci]} ]]; then label="pairs alone"; else label="with joined pairs (TRAIN_CONCAT=${conds[$ci]})"; fi
+    cargs+=(--condition "$label=${cond_dirs[$ci]}")
+  done
+  if [[ -n ${CURVE:-} ]]; then
+    kmax=$(lengths_kmax "${ks[@]}")
+    subs=(--subset "1=test")
+    (( kmax == 1 )) || subs+=(--subset "$kmax=concat/k$kmax.test")
+    cargs+=(--points "$CURVE" "${subs[@]}" --md "$LENGTHS_DIR/curve.md" --json "$LENGTHS_DIR/curve.json" --plot-dir "$LENGTHS_DIR")
+  fi
+  "$PYTHON" -m fairseq_attn_reports.cli.learning_curve "${cargs[@]}" --names "${names[@]}" --seeds "${SEEDS:-}" \
+    > "$LENGTHS_DIR/curve.out" || { cat "$LENGTHS_DIR/curve.out" >&2; die "the training lengths or learning curves failed"; }
+  [[ -z ${CURVE:-} ]] || log "learning curves: $LENGTHS_DIR/curve.md, $LENGTHS_DIR/curve_<name>.png"
 }
 
 # lengths_report DIR DATA K...: the tables of one condition, its runs in DIR (<name>, or <name>_seed<N> for

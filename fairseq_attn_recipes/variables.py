@@ -212,6 +212,13 @@ VARIABLES: Dict[str, Variable] = {
     "LABEL_SMOOTHING": Variable("the label smoothing", _c(number(0.0, 1.0, high_open=True)), TRAIN),
     "SAVE_INTERVAL_UPDATES": Variable("the updates between save points (0: at epoch ends only)", _c(integer(0)), TRAIN),
     "LOG_INTERVAL": Variable("the updates between log lines", _c(integer(1)), TRAIN),
+    "PATIENCE": Variable("the validations without improvement that stop a training (lengths.sh: CONVERGE)",
+                         _c(integer(1)), TRAIN),
+    "VALIDATE_INTERVAL": Variable("the epochs between validations", _c(integer(1)), TRAIN),
+    "VALIDATE_INTERVAL_UPDATES": Variable("the updates between validations (0: at epoch ends only)",
+                                          _c(integer(0)), TRAIN),
+    "KEEP_INTERVAL_UPDATES_PATTERN": Variable("save points at multiples of it are never pruned (lengths.sh: CURVE)",
+                                              _c(integer(1)), TRAIN),
     "SEED": Variable("the training's random seed", _c(integer(0)), TRAIN),
     "FP16": Variable("whether to train in float16 (GPU)", _c(SWITCH), TRAIN),
     "SHARE_DECODER_EMBED": Variable("whether the decoder's input and output embeddings are tied", _c(SWITCH), TRAIN),
@@ -227,6 +234,8 @@ VARIABLES: Dict[str, Variable] = {
     "GEN_MAX_TOKENS": Variable("the tokens of a generation batch", _c(integer(1)), EVAL),
     "SACREBLEU_TOK": Variable("sacreBLEU's tokeniser", _c(sacrebleu_tokenizers()), EVAL + ("table1", "figure2", "figure3")),
     "TOK_BLEU": Variable("whether tokenised BLEU is scored too", _c(SWITCH), EVAL),
+    "EVAL_AT_UPDATE": Variable("the update whose one checkpoint is evaluated, no average (lengths.sh: CURVE)",
+                               _c(integer(1)), EVAL),
     "PAPER_METRIC": Variable("the metric the paper's table is compared with",
                              _c(one_of("bleu", "tokenized_bleu", "chrf")), EVAL),
     # studies and tables
@@ -252,6 +261,8 @@ CHECKED_IN_PLACE = {
     "CONCAT": "lengths_check_concat in recipes/lib/lengths.sh (with TEST_DOCS)",
     "ZHEN_PARTS": "zhen_missing_parts in recipes/wmt17_zh_en/env.sh",
     "CPU_THREADS": "cpu_threads in recipes/lib/common.sh (its default from OMP_NUM_THREADS too)",
+    "CURVE": "lengths_check_curve in recipes/lib/lengths.sh (against MAX_UPDATE and SAVE_INTERVAL_UPDATES)",
+    "CONVERGE": "lengths_check_curve in recipes/lib/lengths.sh (with SAVE_INTERVAL_UPDATES)",
     "SWEEP": "sweep_lines in recipes/lib/sweep.sh (each line's variables: check-variables --set)",
 }
 

@@ -34,6 +34,7 @@ from fairseq_attn_records.output_files import write_lines
 
 from .step_inputs import die
 from .fingerprints import inputs_summary, settable
+from .run_data import load_json as _load_json, run_data
 
 ID_LEN = 12
 LINK = "data-bin"
@@ -119,27 +120,6 @@ def _adopt_folder(link: str, root: str) -> None:
 
 
 # ---------------------------------------------------------------- run records
-def _load_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def run_data(run_dir: str):
-    """(path, data_id, settings) of the data a run was trained on: run.json's ``data``, else
-    data.json; None when neither records it."""
-    rec = _load_json(os.path.join(run_dir, "run.json"))
-    d = (rec or {}).get("data") if isinstance(rec, dict) else None
-    if isinstance(d, dict) and d.get("data_id"):
-        return d.get("path"), d["data_id"], d.get("settings") or {}
-    d = _load_json(os.path.join(run_dir, "data.json"))
-    if isinstance(d, dict) and d.get("data_id"):
-        return d.get("data"), d["data_id"], d.get("settings") or {}
-    return None
-
-
 def settings_summary(settings: dict) -> str:
     cap = settings.get("TRAIN_MAX_LEN") or "none"
     return (f"{settings.get('SRC')}-{settings.get('TGT')} cap={cap} "

@@ -18,6 +18,7 @@ import sys
 
 from fairseq_attn_records.output_files import write_lines
 
+from .run_data import run_data
 from .step_inputs import count_lines, die, key_values
 
 
@@ -264,7 +265,6 @@ def cmd_prepare_record(args):
 def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> None:
     """A run (its run.json or data.json) trained on other data than ``data``: one line with the fix,
     the run's own data folder and the settings it was prepared with that differ from ``want``."""
-    from .databins import run_data
     found = run_data(run_dir)
     if found is None or found[1] == data_id:
         return

@@ -1,0 +1,27 @@
+"""The data a run was trained on, as its records say (run.json's ``data``, else train.sh's
+data.json): read by the data folders' bookkeeping (:mod:`.databins`) and by check-data
+(:mod:`.fingerprints`), which refuses a run of other data."""
+
+import json
+import os
+
+
+def load_json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def run_data(run_dir: str):
+    """(path, data_id, settings) of the data a run was trained on: run.json's ``data``, else
+    data.json; None when neither records it."""
+    rec = load_json(os.path.join(run_dir, "run.json"))
+    d = (rec or {}).get("data") if isinstance(rec, dict) else None
+    if isinstance(d, dict) and d.get("data_id"):
+        return d.get("path"), d["data_id"], d.get("settings") or {}
+    d = load_json(os.path.join(run_dir, "data.json"))
+    if isinstance(d, dict) and d.get("data_id"):
+        return d.get("data"), d["data_id"], d.get("settings") or {}
+    return None

@@ -4,7 +4,7 @@
 # H100 / H200, at most 10 minutes; each step has its own limit and writes its log, and its JSON,
 # to $OUT, so what ran comes back even if a later step is cut off; at the end the logs and JSON
 # files are packed into $OUT/gpu_checks_logs.tgz: the device tool returns at most 8 files).
-# Ordered by value, the new first (issue 56: every device run times something new):
+# Ordered by value: the paths never measured on a GPU first, so every device run times something unmeasured:
 #   T. the Triton distance kernels (backends/distance/triton_*.py; tested on CPU under Triton's
 #      interpreter, never run on a GPU): numerics against float64 in fp16 and bf16 (t5bias,
 #      alibi, relpos k and kv, t5bias and relpos kv also causal: output and every gradient,

@@ -16,7 +16,7 @@ bias``, mode ``kernel``: what auto trains t5bias through on CUDA from 512; for r
 ``region split``, mode ``far``, which is also what auto trains relpos kv through: it has no
 SDPA form) and ``triton``; ``rope``: the rotation of q and k alone, the piece's torch
 ``rotate`` against the Triton kernel (:mod:`fairseq_attn_core.rope_fused`; ``stock`` there is
-``q + k``, no rotation). The protocol (issue 56, item 4): ``--batches`` input sets generated before any
+``q + k``, no rotation). The protocol: ``--batches`` input sets generated before any
 timing (lengths drawn per sentence, padded: WMT-like at ``wmt``), a warm-up pass of every
 path (compiles, autotuning, allocator) excluded, then ``--rounds`` rounds, each running every
 path over every batch in an order rotated per round (interleaved); per round the wall time

@@ -1,4 +1,4 @@
-"""RoPE's rotation as one Triton kernel, forward and backward (issue 56, item 2): the same
+"""RoPE's rotation as one Triton kernel, forward and backward: the same
 function as :func:`.pieces.rope.rotate` (the same cached cos / sin tables, the same products
 and sum in float32), in one elementwise pass instead of the cast, the pair swap, two products,
 a sum and a concatenation. CUDA; the tests run it on CPU under Triton's interpreter.

@@ -72,6 +72,32 @@ def _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABL
 
 
 @triton.jit
+def _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE, SLOPES, QA, R, clip,
+                 BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+                 ACC: tl.constexpr, PRECISION: tl.constexpr):
+    """One tile's scores as every kernel computes them (forward, backward_kv, backward_q): scale q k^T
+    plus the terms, masked (:func:`_add_terms`); with the pairs' distances, which are inside (T, S)
+    and their buckets, for the terms' gradients."""
+    s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
+    dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
+    bk = _buckets(dist, inside, S, BUCKET, BIAS)
+    s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
+                   BIAS, KEYS, CAUSAL, HAS_PAD)
+    return s, dist, inside, bk
+
+
+@triton.jit
+def _tile_ds(p, do, v, delta, dist, inside, offs_m, bh, T, R, clip, DPB, VALUES: tl.constexpr,
+             ACC: tl.constexpr, PRECISION: tl.constexpr):
+    """dS of one tile (both backward kernels): P (dP - delta), where dP = dO v^T gains Shaw's value
+    term dO_i . a_V[clip(j - i)], gathered from dPB = dO a_V^T."""
+    dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+    if VALUES:
+        dp += tl.load(DPB + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0)
+    return p * (dp - delta[:, None])
+
+
+@triton.jit
 def forward(Q, K, V, O, LSE, PB, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, start, R, clip,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -99,11 +125,8 @@ def forward(Q, K, V, O, LSE, PB, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H,
         kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
         kv_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
         k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
-        dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
-        bk = _buckets(dist, inside, S, BUCKET, BIAS)
-        s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
-                       BIAS, KEYS, CAUSAL, HAS_PAD)
+        s, dist, inside, bk = _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE,
+                                           SLOPES, QA, R, clip, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0
         p = tl.exp(s - m_use[:, None])
@@ -184,17 +207,11 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLO
         do = tl.load(DO + q_off, mask=q_mask, other=0.0)
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
-        dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
-        bk = _buckets(dist, inside, S, BUCKET, BIAS)
-        s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
-                       BIAS, KEYS, CAUSAL, HAS_PAD)
+        s, dist, inside, bk = _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE,
+                                           SLOPES, QA, R, clip, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
         p = tl.exp(s - lse[:, None])  # 0 where masked (-inf) or the row has no key (lse +inf)
         dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
-        dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
-        if VALUES:  # + dO_i . a_V[clip(j - i)], gathered from dPB = dO a_V^T
-            dp += tl.load(DPB + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0)
-        ds = p * (dp - delta[:, None])
+        ds = _tile_ds(p, do, v, delta, dist, inside, offs_m, bh, T, R, clip, DPB, VALUES, ACC, PRECISION)
         dk += tl.dot(tl.trans(ds.to(q.dtype)), q, out_dtype=ACC, input_precision=PRECISION)
         if TABLE_GRAD:
             acc_t = _per_bucket(acc_t, ds, bk, inside, NB)
@@ -236,16 +253,10 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, PAD, BUCKET, TABLE, SLOPES, QA,
         kv_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
         k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
         v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
-        s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
-        dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
-        bk = _buckets(dist, inside, S, BUCKET, BIAS)
-        s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
-                       BIAS, KEYS, CAUSAL, HAS_PAD)
+        s, dist, inside, bk = _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE,
+                                           SLOPES, QA, R, clip, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
         p = tl.exp(s - lse[:, None])
-        dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
-        if VALUES:  # + dO_i . a_V[clip(j - i)], gathered from dPB = dO a_V^T
-            dp += tl.load(DPB + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0)
-        ds = p * (dp - delta[:, None])
+        ds = _tile_ds(p, do, v, delta, dist, inside, offs_m, bh, T, R, clip, DPB, VALUES, ACC, PRECISION)
         dq += tl.dot(ds.to(k.dtype), k, out_dtype=ACC, input_precision=PRECISION)
         if KEYS:
             dqa = _per_row(dqa, ds, _rows(dist, clip), inside, RB)

@@ -20,6 +20,8 @@ import shlex
 import sys
 from typing import Dict, List, Optional
 
+from fairseq_attn_records.fairseq_argv import arch_of
+
 ENV = "RECIPE_FLAG_VARIABLES"  # VAR=VALUE lines: the recipe variables whose flags are on the command line
 
 
@@ -72,15 +74,6 @@ def near_flags(flag: str, known, n: int = 3) -> List[str]:
     return ["--" + k for k in difflib.get_close_matches(wanted, names, n=n, cutoff=0.75)]
 
 
-def _arch(argv) -> str:
-    for i, a in enumerate(argv):
-        if a.startswith("--arch="):
-            return a.split("=", 1)[1]
-        if a in ("--arch", "-a") and i + 1 < len(argv):
-            return argv[i + 1]
-    return ""
-
-
 def explain(parser: argparse.ArgumentParser, message: str, argv, given: Dict[str, List[str]],
             tool: str = "fairseq-train") -> Optional[str]:
     """The one-line error naming the variable that gave each flag the error is about (each unknown
@@ -92,7 +85,7 @@ def explain(parser: argparse.ArgumentParser, message: str, argv, given: Dict[str
     flags = [(f.split("=", 1)[0], variable_of(f)) for f in flags_named(message)]
     if not flags or any(var is None for _, var in flags):
         return None
-    arch = _arch(argv) if tool == "fairseq-train" else ""
+    arch = arch_of(argv) if tool == "fairseq-train" else ""
     if tool != "fairseq-train":
         listed = f"{tool} --help lists its flags"
     else:

@@ -28,6 +28,8 @@ import difflib
 import os
 import sys
 
+from fairseq_attn_records.fairseq_argv import arch_of
+
 # fairseq's console commands and ours all start with "fairseq-"; run by module, the programs of
 # fairseq (fairseq_cli.generate...) and of this distribution
 COMMAND_PREFIX = "fairseq-"
@@ -97,16 +99,6 @@ def nearest_flag(unknown: str, known) -> str:
     flag = unknown.split("=", 1)[0]
     close = difflib.get_close_matches(flag, [k for k in known if k.startswith("--")], n=1, cutoff=0.6)
     return close[0] if close else ""
-
-
-def arch_of(argv) -> str:
-    """The architecture named on a fairseq command line (``--arch A``, ``--arch=A``, ``-a A``), or ''."""
-    for i, a in enumerate(argv):
-        if a.startswith("--arch="):
-            return a.split("=", 1)[1]
-        if a in ("--arch", "-a") and i + 1 < len(argv):
-            return argv[i + 1]
-    return ""
 
 
 def where_flags_are_listed(argv) -> str:

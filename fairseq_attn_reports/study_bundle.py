@@ -38,6 +38,7 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Tuple
 
 from fairseq_attn_records.output_files import write_json
+from fairseq_attn_records.run_record import file_sha256
 from fairseq_attn_records.text_inputs import read_text_lines
 
 from . import by_concat
@@ -62,14 +63,6 @@ class BundleError(ValueError):
 # ------------------------------------------------------------------ export
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def named_files(table_path: str) -> Dict[str, bytes]:
@@ -202,7 +195,7 @@ def unpack(table_path: str, into: str) -> Tuple[Dict, List[str]]:
     archive = os.path.join(folder, manifest.get("archive", ARCHIVE))
     if not os.path.isfile(archive):
         raise BundleError(f"{archive}: no such archive (named by {man_path})")
-    if sha256_file(archive) != manifest["archive_sha256"]:
+    if file_sha256(archive) != manifest["archive_sha256"]:
         diffs.append(f"{archive}: sha256 differs from the manifest's")
     seen = set()
     with tarfile.open(archive, mode="r:xz") as tar:

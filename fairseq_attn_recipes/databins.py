@@ -43,14 +43,7 @@ RUN_INDEX = "runs.index"
 
 def read_prepare(folder: str):
     """prepare.json of a data folder, or None when it has none (or an unreadable one)."""
-    path = os.path.join(folder, "prepare.json")
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, json.JSONDecodeError):
-        return None
+    return _load_json(os.path.join(folder, "prepare.json"))
 
 
 def _data_id(folder: str):

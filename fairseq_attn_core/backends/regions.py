@@ -15,13 +15,13 @@ no fairseq ``attn_mask``, no attention dropout.
 """
 
 from .base import PiecePath
-from .distance import HAVE_CPU_KERNEL, distance_attention
+from .distance import NO_CPU_KERNEL, distance_attention
 
 
 class RegionSplit(PiecePath):
     name = "region split"
     takes = "far_split"
-    unavailable = None if HAVE_CPU_KERNEL else "torch has no CPU flash attention kernel (needs torch >= 2.2)"
+    unavailable = NO_CPU_KERNEL
     no_dropout = "the far regions run torch's flash kernel without it"
     queries_are_keys = True
     no_attn_mask = "the far regions are every key more than k away in the whole sentence"

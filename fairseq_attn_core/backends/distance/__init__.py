@@ -20,6 +20,6 @@ The paths live in :mod:`..`; this package imports no path module at import (the 
 it: :mod:`..base` reads :class:`DistanceForm`).
 """
 
-from .fused import HAVE_CPU_KERNEL, KERNELS, DeviceKernels  # noqa: F401
+from .fused import HAVE_CPU_KERNEL, KERNELS, NO_CPU_KERNEL, DeviceKernels  # noqa: F401
 from .modes import MODES, NEGLIGIBLE_EXP, DistanceAttention, Plan, distance_attention  # noqa: F401
 from .terms import INF, DistanceForm, DistanceTerms, without_keys  # noqa: F401

@@ -19,14 +19,14 @@ attention dropout.
 """
 
 from ..base import PiecePath
-from .fused import HAVE_CPU_KERNEL
+from .fused import NO_CPU_KERNEL
 from .modes import distance_attention
 
 
 class DistanceBias(PiecePath):
     name = "distance bias"
     takes = "bias_kernel"
-    unavailable = None if HAVE_CPU_KERNEL else "torch has no CPU flash attention kernel (needs torch >= 2.2)"
+    unavailable = NO_CPU_KERNEL
     no_dropout = "its backward recomputes the probabilities without it"
     queries_are_keys = True
     no_attn_mask = "the kernel's one mask carries the distance bias"

@@ -64,3 +64,5 @@ KERNELS = {
     "cuda": DeviceKernels(_cuda_forward, _cuda_backward),
 }
 HAVE_CPU_KERNEL = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
+#: why a path that runs torch's CPU flash kernel cannot run here (None: it can)
+NO_CPU_KERNEL = None if HAVE_CPU_KERNEL else "torch has no CPU flash attention kernel (needs torch >= 2.2)"

@@ -7,7 +7,7 @@ that looks finished. Each module declares its steps' parsers beside the steps (`
 
 Steps: check-tools, check-arch, check-data-dest, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
-data-place, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
+data-place, data-replace, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
 check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
 study-export, study-rescore (a committed study's outputs, and its table re-scored from them), check-variables.
 Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
@@ -15,30 +15,58 @@ the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_reco
 """
 
 import argparse
+import importlib
+import sys
 
-from fairseq_attn_records.run_record import finished_before
+#: every step and the module that declares its parser beside it (``add_parsers``), in the order of
+#: the help. A step's process imports that module alone (a recipe runs about twenty steps per
+#: train.sh and evaluate.sh, and importing every module, sacreBLEU and numpy among them, cost each
+#: about 0.2 s here); ``--help`` and an unknown step import them all. tests/test_step_table.py
+#: holds the table to what the modules' ``add_parsers`` declare.
+STEPS = {
+    "check-variables": "variables",
+    "check-tools": "preflight", "check-arch": "preflight",
+    "check-data-dest": "prepare_dest", "data-replace": "prepare_dest",
+    "check-script": "corpora", "unpack": "corpora", "concat-parts": "corpora", "parts-record": "corpora",
+    "extract": "corpora", "clean": "corpora", "cap-check": "corpora",
+    "fingerprint": "fingerprints", "prepare-record": "fingerprints", "check-data": "fingerprints",
+    "tokenize": "tokenisation", "detok": "tokenisation", "split-compounds": "tokenisation",
+    "bpe-learn": "subwords", "bpe-apply": "subwords",
+    "data-place": "databins", "run-data": "databins", "data-list": "databins", "data-prune": "databins",
+    "register-run": "databins", "data-register": "databins", "data-forget": "databins",
+    "average": "checkpoints",
+    "evaluated-before": "evaluations",
+    "hyps": "scoring", "score": "scoring", "check-comet": "scoring",
+    "bible-corpus": "bible_corpus",
+    "toy-corpus": "toy_corpus_files",
+    "check-positions": "position_limits",
+    "concat-test": "concat", "concat-train": "concat",
+    "profile": "profiles",
+    "language-facts": "languages",
+    "fairseq-args": "fairseq_args",
+    "study-export": "studies", "study-rescore": "studies",
+}
+#: the step modules, in the order of the help
+STEP_MODULES = tuple(dict.fromkeys(STEPS.values()))
 
-from . import (bible_corpus, checkpoints, concat, corpora, databins, evaluations, fairseq_args, fingerprints,
-               languages, position_limits, preflight, prepare_dest, profiles, scoring, studies, subwords,
-               tokenisation, toy_corpus_files, variables)
 
-#: the modules whose steps ``python -m fairseq_attn_recipes`` runs, each declaring its own parsers
-#: beside its steps (``add_parsers``), in the order of the help
-STEP_MODULES = (variables, preflight, prepare_dest, corpora, fingerprints, tokenisation, subwords, databins, checkpoints,
-                evaluations, scoring, bible_corpus, toy_corpus_files, position_limits, concat, profiles, languages,
-                fairseq_args, studies)
+def step_module(name: str):
+    return importlib.import_module(f"fairseq_attn_recipes.{name}")
 
 
 def cmd_finished_before(args):
+    from fairseq_attn_records.run_record import finished_before
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
     raise SystemExit(0 if finished_before(args.save_dir, train_args) else 1)
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    wanted = [STEPS[argv[0]]] if argv and argv[0] in STEPS else STEP_MODULES
     ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for module in STEP_MODULES:
-        module.add_parsers(sub)
+    for name in wanted:
+        step_module(name).add_parsers(sub)
     p = sub.add_parser("finished-before", help="exit 0 if the run finished with these very fairseq-train "
                        "arguments (train.sh then starts nothing), else 1")
     p.add_argument("--save-dir", required=True)

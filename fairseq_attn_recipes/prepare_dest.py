@@ -5,8 +5,9 @@ steps, a run folder, a WORK's data folder, or a folder holding any of them. Call
 step: a refusal is one line naming DATA and what is allowed, and leaves nothing behind."""
 
 import os
+import shutil
 
-from .databins import LINK, owning_work, read_prepare
+from .databins import LINK, owning_work, read_prepare, references
 from .step_inputs import die
 
 #: the folders of WORK that prepare.sh and data.sh manage themselves: never a DATA, nor inside one
@@ -14,6 +15,9 @@ WORK_FOLDERS = ("raw", "tok", "bpe", ".done", "downloads", "data")
 #: what marks a run folder (train.sh's records, fairseq's checkpoints) and a WORK (its step records)
 RUN_FILES = ("run.json", "data.json", "checkpoint_last.pt")
 WORK_MARKS = (".done", "runs.index", ".prepare.lock")
+#: written by binarise into DATA.tmp and DATA.tmp.dict before anything else (removed after the move;
+#: ``fingerprints.file_digest`` skips names ending in .tmp, so it is never part of a data_id)
+PARTIAL_MARK = "made-by-prepare.tmp"
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -75,7 +79,58 @@ def refusal(data: str, work: str, recipe: str, pair: str) -> str:
     return ""
 
 
+def leftover_refusal(data: str) -> str:
+    """Why ``DATA.tmp`` or ``DATA.tmp.dict`` must not be removed as binarise's leftover, or ''."""
+    for path in (data + ".tmp", data + ".tmp.dict"):
+        if not os.path.lexists(path):
+            continue
+        ours = os.path.isdir(path) and not os.path.islink(path) and (
+            os.path.isfile(os.path.join(path, PARTIAL_MARK)) or not os.listdir(path))
+        if not ours:
+            return (f"{path} exists and prepare.sh did not make it (it has no {PARTIAL_MARK}): prepare.sh writes "
+                    f"DATA.tmp and DATA.tmp.dict before it moves them to DATA, and removes what a killed run left "
+                    f"there; rename or remove it, or give another DATA")
+    return ""
+
+
+def runs_on(data: str, work: str):
+    """The run folders WORK knows of that were trained on the data folder ``data`` as it is now."""
+    data_id = (read_prepare(data) or {}).get("data_id")
+    where = os.path.realpath(data)
+    return sorted(run for run, (path, run_id) in references(work).items()
+                  if run_id == data_id and path and os.path.realpath(path) == where)
+
+
+def cmd_data_replace(args):
+    new_id = (read_prepare(args.tmp) or {}).get("data_id")
+    if not new_id:
+        die(f"{args.tmp} has no prepare.json: the data-bin was not recorded")
+    if os.path.isdir(args.data) and (read_prepare(args.data) or {}).get("data_id") == new_id:
+        shutil.rmtree(args.tmp)
+        print(f"DATA={args.data}: the same data was prepared there before: kept")
+        return
+    trained = runs_on(args.data, args.work) if os.path.isdir(args.data) else []
+    if trained:
+        shutil.rmtree(args.tmp)
+        die(f"DATA={args.data} holds the data {len(trained)} run(s) were trained on ({', '.join(trained[:3])}"
+            f"{', ...' if len(trained) > 3 else ''}), and these settings make other data: nothing was replaced; give "
+            f"another DATA, or no DATA (each prepared data then gets its own WORK/data/<id>); the steps are kept, "
+            f"so the re-run only binarises")
+    if os.path.islink(args.data) or os.path.isfile(args.data):
+        os.remove(args.data)
+    elif os.path.isdir(args.data):
+        shutil.rmtree(args.data)
+    os.replace(args.tmp, args.data)
+    mark = os.path.join(args.data, PARTIAL_MARK)
+    if os.path.exists(mark):
+        os.remove(mark)
+    print(f"DATA={args.data}: written")
+
+
 def cmd_check_data_dest(args):
+    left = leftover_refusal(args.data)
+    if left:
+        die(f"DATA={args.data}: {left}; nothing was changed")
     why = refusal(args.data, args.work, args.recipe, args.pair)
     if why:
         die(f"DATA={args.data} {why}: prepare.sh replaces DATA whole, so it takes only a new folder or one an "
@@ -90,3 +145,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--recipe", required=True, help="the recipe's folder name (recorded in prepare.json)")
     p.add_argument("--pair", required=True, help="SRC-TGT (a record without its recipe is matched by its pair)")
     p.set_defaults(fn=cmd_check_data_dest)
+    p = sub.add_parser("data-replace", help="put a finished explicit DATA in place, never over the data of runs")
+    p.add_argument("--tmp", required=True, help="the finished data-bin (DATA.tmp)")
+    p.add_argument("--data", required=True); p.add_argument("--work", required=True)
+    p.set_defaults(fn=cmd_data_replace)

@@ -12,7 +12,8 @@ environment does not hold yet (a line of a sweep).
 Checked elsewhere, each in one place, because the check needs more than the value
 (:data:`CHECKED_IN_PLACE` names where): ``ARCH``/``ARCHS`` (the registry), ``SEEDS`` with
 ``SEED``, ``TRAIN_CONCAT`` with ``TRAIN_DOCS``, ``CONCAT`` with ``TEST_DOCS``, ``ZHEN_PARTS``,
-``CPU_THREADS``, ``SWEEP``; paths, addresses and names (:data:`FREE`) where they are used; the
+``CPU_THREADS``, ``SWEEP``; the order of ``CLEAN_MIN`` and ``CLEAN_MAX`` (``recipe_defaults``, where their
+defaults are set) and of ``NODE_RANK`` and ``NNODES`` (``train_main``, where both are read); paths, addresses and names (:data:`FREE`) where they are used; the
 flags of ``MODEL_ARGS`` and ``EXTRA_ARGS`` by fairseq-train's own parser for the architecture, its
 errors naming the variable (:mod:`.flag_origins`). tests/test_recipe_variables.py holds that every
 variable the recipes read is in one of these tables.

@@ -43,6 +43,14 @@ def test_the_same_evaluation_is_skipped_and_a_changed_one_redone(tmp_path):
     assert "evaluated before with the same settings, files and checkpoints: skipped" in p.stderr
     assert record() == first and not os.path.exists(os.path.join(save, "test.tmp"))
 
+    # a wrong flag in GEN_ARGS: fairseq-generate's parser refuses it; the script ends with that one
+    # line naming the variable (none of generate.err's other lines), and the evaluation is kept
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, GEN_ARGS="--max-len-a 1.2 --beem 3"), check=False)
+    errors = [line for line in p.stderr.splitlines() if not line.startswith("[wmt14_en_de ")]
+    assert p.returncode == 1 and len(errors) == 1 and errors[0].startswith("error: GEN_ARGS="), p.stderr[-2000:]
+    assert "--beem" in errors[0] and p.stderr.endswith(errors[0] + "\n")
+    assert record() == first and os.path.exists(os.path.join(save, "test", "hyp.txt"))
+
     # each change is an evaluation of its own: it would decode again, the change named
     changes = dict(LENPEN="1.0", GEN_ARGS="--max-len-a 1.2 --max-len-b 3", N_AVG="1")
     for key, named in (("LENPEN", "LENPEN: '0.6' -> '1.0'"), ("GEN_ARGS", "GEN_ARGS: "), ("N_AVG", "N_AVG: '2' -> '1'")):

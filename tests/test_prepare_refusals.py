@@ -11,6 +11,8 @@ import re
 import shutil
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
 from test_recipes import RECIPES, prepared_ende, run, steps  # noqa: E402
@@ -151,3 +153,58 @@ def test_train_docs_of_another_line_count_is_refused_before_any_step(tmp_path):
         assert p.stderr == (f"error: TRAIN_DOCS={docs}: {n - 1} lines, but the training source "
                             f"(TRAIN_SRC={corpus['TRAIN_SRC']}) has {n}: give one document id per training line\n")
         assert not work.exists()  # before any step: no tokenising, not even WORK
+
+
+@pytest.mark.e2e
+def test_a_users_data_tmp_is_refused_and_a_killed_binarise_leftover_removed(tmp_path):
+    """prepare.sh writes an explicit DATA as DATA.tmp (and DATA.tmp.dict) first, then moves it. A
+    DATA.tmp it did not make (no made-by-prepare.tmp in it) is the user's: refused in one line and
+    left as it was; renamed, the same command prepares DATA. A killed binarise's marked leftover is
+    removed, and the mark never reaches DATA."""
+    env = prepared_ende(tmp_path / "work")
+    data = tmp_path / "ende"
+    for leftover in (f"{data}.tmp", f"{data}.tmp.dict"):
+        write(os.path.join(leftover, "notes.txt"), "my notes\n")
+        before = tree(tmp_path)
+        p = run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data)), check=False)
+        errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+        assert p.returncode == 1 and p.stderr.splitlines() == errors and len(errors) == 1, p.stderr
+        assert errors[0].startswith(f"error: DATA={data}: {leftover} exists and prepare.sh did not make it "
+                                    "(it has no made-by-prepare.tmp)"), errors[0]
+        assert "rename or remove it, or give another DATA" in errors[0]
+        assert tree(tmp_path) == before and not data.exists()
+        shutil.move(leftover, str(tmp_path / f"kept{len(leftover)}"))
+    # a file or a link named DATA.tmp is the user's too
+    write(f"{data}.tmp", "a file\n")
+    assert "exists and prepare.sh did not make it" in run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data)),
+                                                          check=False).stderr
+    os.remove(f"{data}.tmp")
+    # what a binarise killed before its move leaves: marked, so removed before the new one is written
+    write(f"{data}.tmp/made-by-prepare.tmp", "")
+    write(f"{data}.tmp/train.en-de.en.bin", "half written")
+    write(f"{data}.tmp.dict/made-by-prepare.tmp", "")
+    run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data)))
+    assert not os.path.lexists(f"{data}.tmp") and not os.path.lexists(f"{data}.tmp.dict")
+    assert json.load(open(data / "prepare.json"))["data_id"]
+    assert "made-by-prepare.tmp" not in os.listdir(data) and not (data / "train.en-de.en.bin").read_bytes() == b"half written"
+    # the explicit DATA holds the same data as WORK's own data folder (the mark is in no digest)
+    keyed = json.load(open(os.path.join(env["WORK"], "data-bin", "prepare.json")))
+    assert json.load(open(data / "prepare.json"))["data_id"] == keyed["data_id"]
+    # the user's folders are as they were
+    assert (tmp_path / f"kept{len(str(data)) + 4}" / "notes.txt").read_text() == "my notes\n"
+    assert (tmp_path / f"kept{len(str(data)) + 9}" / "notes.txt").read_text() == "my notes\n"
+
+    # a run trained on DATA: other settings would replace its data, so nothing is replaced and the run
+    # is named; the same settings make the same data, which is kept
+    save = os.path.join(env["WORK"], "runs", "on_data")
+    run("wmt14_en_de", "train.sh", dict(env, DATA=str(data), SAVE_DIR=save, MAX_UPDATE="1"))
+    before = tree(data)
+    p = run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data), CLEAN_MAX="18"), check=False)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert p.returncode == 1 and len(errors) == 2 and errors[1].startswith("error: step 'binarise' failed"), p.stderr[-2000:]
+    assert errors[0].startswith(f"error: DATA={data} holds the data 1 run(s) were trained on ({os.path.realpath(save)}), "
+                                "and these settings make other data: nothing was replaced"), errors[0]
+    assert tree(data) == before and not os.path.lexists(f"{data}.tmp") and not os.path.lexists(f"{data}.tmp.dict")
+    p = run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data)))
+    assert f"DATA={data}: the same data was prepared there before: kept" in p.stderr
+    assert tree(data) == before  # the run's data as it was trained on (check-data compares the same digests)

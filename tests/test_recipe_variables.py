@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
-from test_recipes import RECIPES  # noqa: E402
+from test_recipes import RECIPES, prepared_ende, run  # noqa: E402
 
 ROOT = os.path.dirname(RECIPES)
 
@@ -120,6 +120,29 @@ def test_a_wrong_setting_is_refused_by_the_script_in_one_line_before_any_step(tm
     assert len(p.stderr.splitlines()) == 1, p.stderr
     assert p.stderr.startswith(f"error: {var}={value}: give ") and allowed in p.stderr, p.stderr
     assert not work.exists()  # before any step: nothing made
+
+
+@pytest.mark.parametrize("given", [{"CLEAN_MIN": "300"}, {"CLEAN_MIN": "5", "CLEAN_MAX": "4"}])
+def test_a_cleaning_range_that_drops_every_pair_is_refused_before_any_step(tmp_path, given):
+    """CLEAN_MIN above CLEAN_MAX (the one given, or its default 250): one line naming both values."""
+    env = recipe_data.write_pair(str(tmp_path / "corpus"), "en", "de")
+    work = tmp_path / "work"
+    p = script("wmt14_en_de", "prepare.sh", env=dict(env, WORK=str(work), **given))
+    low, high = given["CLEAN_MIN"], given.get("CLEAN_MAX", "250")
+    assert p.returncode == 1 and p.stdout == "" and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"error: CLEAN_MIN={low} is above CLEAN_MAX={high}: give CLEAN_MIN at most CLEAN_MAX"), p.stderr
+    assert not work.exists()
+
+
+@pytest.mark.e2e
+def test_a_node_rank_outside_the_nodes_is_refused_before_training(tmp_path):
+    env = prepared_ende(tmp_path / "work")
+    save = tmp_path / "run"
+    p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=str(save), MAX_UPDATE="2", NNODES="2", NODE_RANK="2",
+                                            MASTER_ADDR="127.0.0.1"), check=False)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert p.returncode == 1 and errors == ["error: NODE_RANK=2: give this node's rank, 0 to NNODES-1 (1 with NNODES=2)"], p.stderr
+    assert not os.path.exists(save / "checkpoint_last.pt")
 
 
 def test_data_sh_list_names_its_subcommand(tmp_path):

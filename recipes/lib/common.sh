@@ -103,6 +103,10 @@ recipe_defaults() {
   BPE_MERGES=${BPE_MERGES:-32000}            # merges (subword-nmt) / vocabulary (sentencepiece)
   JOINT=${JOINT:-1}                          # joint BPE + joined dictionary + shared embeddings
   CLEAN_MIN=${CLEAN_MIN:-1}; CLEAN_MAX=${CLEAN_MAX:-250}; CLEAN_RATIO=${CLEAN_RATIO:-1.5}
+  # each value is checked by the variables table; their order only here, where both are known
+  if [[ $CLEAN_MIN =~ ^[0-9]+$ && $CLEAN_MAX =~ ^[0-9]+$ ]] && (( CLEAN_MIN > CLEAN_MAX )); then
+    die "CLEAN_MIN=$CLEAN_MIN is above CLEAN_MAX=$CLEAN_MAX: give CLEAN_MIN at most CLEAN_MAX (the subwords a training sentence may have; defaults 1 and 250)"
+  fi
   WORKERS=${WORKERS:-$(nproc 2>/dev/null || echo 1)}
   DATA=${DATA:-$WORK/data-bin}
   # the default layout: each prepared data in WORK/data/<id>, WORK/data-bin a symlink naming the
@@ -432,7 +436,11 @@ make_raw() {
 binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, or train.concat with TRAIN_CONCAT)
   local train_pref=${1:-$WORK/bpe/train.clean}
   local tmp="$DATA.tmp" split l; [[ $DATA_KEYED == 0 ]] || tmp="$WORK/data/binarise.tmp"
-  rm -rf "$tmp" "$tmp.dict"; mkdir -p "$(dirname "$tmp")"
+  rm -rf "$tmp" "$tmp.dict"; mkdir -p "$tmp" "$tmp.dict"
+  # an explicit DATA's DATA.tmp is marked as binarise's own before anything else: only a marked one
+  # is ever removed (prepare_dest.py; the mark's name ends in .tmp, which no data digest reads)
+  [[ $DATA_KEYED == 1 ]] || : > "$tmp/made-by-prepare.tmp"
+  [[ $DATA_KEYED == 1 ]] || : > "$tmp.dict/made-by-prepare.tmp"
   local dicts=() pargs=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
   : > "$WORK/preprocess.log"
   if [[ -n ${TRAIN_MAX_LEN:-} || -n ${TRAIN_CONCAT:-} ]]; then
@@ -472,7 +480,7 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
   if [[ $DATA_KEYED == 1 ]]; then
     "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" >&2
   else
-    rm -rf "$DATA"; mv "$tmp" "$DATA"
+    "${STEPS[@]}" data-replace --tmp "$tmp" --data "$DATA" --work "$WORK" >&2 || exit 1
   fi
 }
 
@@ -586,6 +594,8 @@ train_main() {
   if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then
     # torchrun on every node (GPUs: nccl; CPU: gloo, one process per CPU_WORKERS)
     : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
+    [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
+      || die "NODE_RANK=$NODE_RANK: give this node's rank, 0 to NNODES-1 ($(( NNODES - 1 )) with NNODES=$NNODES)"
     launch=("$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR"
             --master_port "$port" --nproc_per_node "$per_node" -m fairseq_attn_recipes.train)
     args+=(--distributed-world-size "$workers")
@@ -728,7 +738,10 @@ evaluate_main() {
       --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
     log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
     RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
-      || { tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
+      || { local gen_rc=$? last; last=$(tail -n 1 "$out/generate.err")
+           # a flag of GEN_ARGS refused: fairseq_command's one line names the variable (exit 2, argparse's)
+           if (( gen_rc == 2 )) && [[ $last == "error: "* ]]; then echo "$last" >&2; exit 1; fi
+           tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
     mv "$out/generate.out.tmp" "$out/generate.out"
     local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
     "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"

@@ -61,7 +61,7 @@ def cmd_data_place(args):
     os.makedirs(root, exist_ok=True)
     dest = os.path.join(root, data_id[:ID_LEN])
     if os.path.isdir(dest) and not os.path.islink(dest) and _data_id(dest) == data_id:
-        _also_prepared_as(dest, read_prepare(args.tmp))
+        also_prepared_as(dest, read_prepare(args.tmp))
         shutil.rmtree(args.tmp)
         kept = True
     else:
@@ -82,7 +82,7 @@ def cmd_data_place(args):
     print(f"{dest} ({'the same data was prepared before: kept' if kept else 'new'}); {link} -> data/{data_id[:ID_LEN]}")
 
 
-def _also_prepared_as(dest: str, new: dict) -> None:
+def also_prepared_as(dest: str, new: dict) -> None:
     """The same data (same data_id) made with other settings (e.g. a cap that drops only pairs the
     cleaning drops anyway): those settings are recorded beside the first ones, in
     prepare.json's ``also_prepared_as``, so that train.sh/evaluate.sh accept either."""

@@ -7,7 +7,7 @@ step: a refusal is one line naming DATA and what is allowed, and leaves nothing 
 import os
 import shutil
 
-from .databins import LINK, owning_work, read_prepare, references
+from .databins import LINK, also_prepared_as, owning_work, read_prepare, references
 from .step_inputs import die
 
 #: the folders of WORK that prepare.sh and data.sh manage themselves: never a DATA, nor inside one
@@ -106,6 +106,7 @@ def cmd_data_replace(args):
     if not new_id:
         die(f"{args.tmp} has no prepare.json: the data-bin was not recorded")
     if os.path.isdir(args.data) and (read_prepare(args.data) or {}).get("data_id") == new_id:
+        also_prepared_as(args.data, read_prepare(args.tmp))  # other settings that make the same data
         shutil.rmtree(args.tmp)
         print(f"DATA={args.data}: the same data was prepared there before: kept")
         return

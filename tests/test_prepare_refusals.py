@@ -205,6 +205,13 @@ def test_a_users_data_tmp_is_refused_and_a_killed_binarise_leftover_removed(tmp_
     assert errors[0].startswith(f"error: DATA={data} holds the data 1 run(s) were trained on ({os.path.realpath(save)}), "
                                 "and these settings make other data: nothing was replaced"), errors[0]
     assert tree(data) == before and not os.path.lexists(f"{data}.tmp") and not os.path.lexists(f"{data}.tmp.dict")
-    p = run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data)))
+    # a cap above every training sentence: other settings, the same data (kept, the settings recorded beside)
+    p = run("wmt14_en_de", "prepare.sh", dict(env, DATA=str(data), CLEAN_MAX="300"))
     assert f"DATA={data}: the same data was prepared there before: kept" in p.stderr
-    assert tree(data) == before  # the run's data as it was trained on (check-data compares the same digests)
+    after = tree(data)
+    assert {k: v for k, v in after.items() if k != "prepare.json"} == {k: v for k, v in before.items() if k != "prepare.json"}
+    rec = json.load(open(data / "prepare.json"))
+    assert rec["data_id"] == keyed["data_id"] and [w["settings"]["CLEAN"] for w in rec["also_prepared_as"]] == ["1-300-1.5"]
+    # the run's data as it was trained on: it evaluates on it, and so does a run given these settings
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, DATA=str(data), SAVE_DIR=save, CLEAN_MAX="300", N_AVG="1"))
+    assert json.load(open(os.path.join(save, "run.json")))["evaluations"]["test"]["ref"] == str(data / "raw" / "test.de")

@@ -331,8 +331,8 @@ def cmd_check_variables(args):
 
 def main(argv=None) -> None:
     """``python -m fairseq_attn_recipes.variables SCRIPT... [--set VAR=VALUE]...``: the step alone, as the
-    recipes call it before every script (this module and the one-line error: a tenth of the start of
-    ``python -m fairseq_attn_recipes``, which imports every step)."""
+    recipes call it before every script (the same as ``python -m fairseq_attn_recipes check-variables``,
+    which imports this module alone too)."""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes.variables")
     sub = ap.add_subparsers(dest="cmd")

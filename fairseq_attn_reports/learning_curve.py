@@ -10,8 +10,12 @@
   (``sys_len / ref_len``), mean ± sample std over seeds, every seed's value kept; with the epochs and
   original pairs seen at that update. A run without that checkpoint (stopped before it, or not kept)
   has no value there, said in ``missing``.
+* :func:`ranking_table`: per condition and k, the systems in the order of their mean BLEU at each
+  point, and the first point from which no two systems change order (the pairs compared where both
+  have a value), so that a reader sees whether a ranking is a property of the training length.
 """
 
+import itertools
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -155,7 +159,7 @@ def curve_markdown(table: Dict) -> str:
                      f"{_fmt(r['seen']['original_pairs'], big=True)} | " + " | ".join(cells) + " |")
     if table["missing"]:
         lines += ["", "Not evaluated: " + "; ".join(table["missing"])]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + ranking_markdown(ranking_table(table))
 
 
 def plot_system(table: Dict, system: str, png_path: str) -> None:
@@ -184,3 +188,57 @@ def plot_system(table: Dict, system: str, png_path: str) -> None:
             ax.legend(fontsize=8)
     _save(fig, png_path)
     plt.close(fig)
+
+
+# ---------------------------------------------------------------- the order of the systems
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def ranking_table(table: Dict) -> List[Dict]:
+    """Per condition and k of a :func:`curve_table`: at each point the systems with a BLEU there,
+    best first (a tie keeps the order of the table); ``stable_from``, the first point from which
+    every two systems keep their order (better, worse or tied) at every later point where both have
+    a value; None without points."""
+    out = []
+    conds = list(dict.fromkeys(r["condition"] for r in table["rows"]))
+    for cond, k in itertools.product(conds, table["k"]):
+        bleu = {}  # (system, update) -> mean BLEU
+        for r in table["rows"]:
+            stat = r["k"][k]["bleu"] if r["condition"] == cond else None
+            if stat is not None:
+                bleu[(r["system"], r["updates"])] = stat["mean"]
+        systems = list(dict.fromkeys(r["system"] for r in table["rows"] if r["condition"] == cond))
+        points = table["points"]
+        orders = [{"updates": u, "order": sorted((s for s in systems if (s, u) in bleu), key=lambda s: -bleu[(s, u)])}
+                  for u in points]
+
+        def steady(start: int) -> bool:
+            later = points[start:]
+            for a, b in itertools.combinations(systems, 2):
+                signs = {_sign(bleu[(a, u)] - bleu[(b, u)]) for u in later if (a, u) in bleu and (b, u) in bleu}
+                if len(signs) > 1:
+                    return False
+            return True
+        stable = next((points[i] for i in range(len(points)) if steady(i)), None)
+        out.append({"condition": cond, "k": k, "orders": orders, "stable_from": stable})
+    return out
+
+
+def ranking_markdown(rows: List[Dict]) -> str:
+    if not rows:
+        return ""
+    points = [o["updates"] for o in rows[0]["orders"]]
+    lines = ["## The order of the systems by BLEU", "",
+             "At each update of the curve, the systems with a checkpoint there, best BLEU first (mean over seeds; a "
+             "run that stopped before an update is not in its order). The last column: the first update from which "
+             "no two systems change order at any later update where both have a value ('the last point': the order "
+             "changed up to it).", "",
+             "| condition | k | " + " | ".join(f"{u:,}" for u in points) + " | no pair changes order from |",
+             "|---|---:|" + "---|" * len(points) + "---:|"]
+    for r in rows:
+        u = r["stable_from"]
+        since = "-" if u is None else ("the last point" if u == points[-1] and len(points) > 1 else f"{u:,}")
+        lines.append(f"| {r['condition']} | {r['k']} | " + " | ".join(" > ".join(o["order"]) or "-" for o in r["orders"])
+                     + f" | {since} |")
+    return "\n".join(lines) + "\n"

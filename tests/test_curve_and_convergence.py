@@ -91,3 +91,56 @@ def test_curve_and_converge_are_refused_in_one_line_naming_them():
             assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), (case, out)
         else:  # the flags given to fairseq: patience 2, validations every 10 updates, checkpoints of 50, 100 kept
             assert lines == ["ok 50 2 10"], (case, out)
+
+
+# ------------------------------------------------------------------ the order of the systems along the curve
+def _curve(bleu):
+    """A curve table of ``bleu``: {(condition, system, update): mean BLEU on k = 1}, None where no value."""
+    points = sorted({u for _, _, u in bleu})
+    rows = [{"condition": c, "system": s, "updates": u,
+             "k": {"1": {"bleu": None if v is None else {"mean": v, "std": 0.0, "per_seed": [v]}}}}
+            for (c, s, u), v in bleu.items()]
+    return {"points": points, "k": ["1"], "rows": rows, "missing": []}
+
+
+def _changes_after(bleu, cond, start):
+    """Plainly: True when two systems of ``cond`` are in another order (or tie) at two updates >= start."""
+    have = {(s, u): v for (c, s, u), v in bleu.items() if c == cond and v is not None and u >= start}
+    systems = sorted({s for s, _ in have})
+    for a in systems:
+        for b in systems:
+            seen = set()
+            for (s, u), v in have.items():
+                if s == a and (b, u) in have:
+                    w = have[(b, u)]
+                    seen.add("a" if v > w else "b" if w > v else "=")
+            if len(seen) > 1:
+                return True
+    return False
+
+
+def test_the_order_of_the_systems_and_the_update_it_settles():
+    from fairseq_attn_reports.learning_curve import ranking_markdown, ranking_table
+
+    bleu = {}
+    for u, (base, rel, ali) in zip((1000, 2000, 4000, 8000), ((5.0, 6.0, 4.0), (7.0, 6.5, 6.9), (8.0, 7.0, 7.5), (9.0, 8.0, None))):
+        bleu.update({("pairs", "baseline", u): base, ("pairs", "relpos", u): rel, ("pairs", "alibi", u): ali})
+    # with the joined pairs: relpos and baseline tie at 1,000, then baseline ahead; alibi stops after 2,000
+    for u, (base, rel, ali) in zip((1000, 2000, 4000, 8000), ((3.0, 3.0, 1.0), (4.0, 3.5, 5.0), (5.0, 4.0, None), (6.0, 4.5, None))):
+        bleu.update({("joined", "baseline", u): base, ("joined", "relpos", u): rel, ("joined", "alibi", u): ali})
+    rows = {r["condition"]: r for r in ranking_table(_curve(bleu))}
+    assert [o["order"] for o in rows["pairs"]["orders"]] == [["relpos", "baseline", "alibi"], ["baseline", "alibi", "relpos"],
+                                                           ["baseline", "alibi", "relpos"], ["baseline", "relpos"]]
+    assert [o["order"] for o in rows["joined"]["orders"]][:2] == [["baseline", "relpos", "alibi"], ["alibi", "baseline", "relpos"]]
+    for cond in ("pairs", "joined"):  # the first update from which nothing changes, by the plain reading
+        want = next(u for u in (1000, 2000, 4000, 8000) if not _changes_after(bleu, cond, u))
+        assert rows[cond]["stable_from"] == want
+    assert rows["pairs"]["stable_from"] == 2000 and rows["joined"]["stable_from"] == 2000
+    # an order that changes at the last update: said so
+    bleu[("pairs", "relpos", 8000)] = 9.5
+    rows = {r["condition"]: r for r in ranking_table(_curve(bleu))}
+    assert rows["pairs"]["stable_from"] == 8000 == next(u for u in (1000, 2000, 4000, 8000) if not _changes_after(bleu, "pairs", u))
+    md = ranking_markdown(list(rows.values()))
+    assert "| pairs | 1 | relpos > baseline > alibi | baseline > alibi > relpos | baseline > alibi > relpos | " \
+           "relpos > baseline | the last point |" in md
+    assert "| joined | 1 | baseline > relpos > alibi | alibi > baseline > relpos | baseline > relpos | baseline > relpos | 2,000 |" in md

@@ -65,6 +65,7 @@ def main(argv=None) -> int:
             points = [int(u) for u in args.points.split(",")]
             subsets = [s.split("=", 1) for s in args.subset]
             table = lc.curve_table(runs, points, subsets, args.tokenize)
+            table["ranking"] = lc.ranking_table(table)
             pngs = {name: os.path.join(args.plot_dir, f"curve_{name}.png") for name in args.names}
             same = _written_before(args.json, table) and all(os.path.isfile(p) for p in pngs.values())
             write_text(args.md, lc.curve_markdown(table))

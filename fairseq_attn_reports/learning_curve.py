@@ -96,8 +96,6 @@ def training_markdown(rows: List[Dict]) -> str:
 def point_scores(run_dir: str, key: str, tokenize: str = "13a") -> Optional[Dict]:
     """BLEU, chrF++ and length ratio of the run's evaluation ``key`` (None when it has none); its
     hypotheses must be the file it scored."""
-    import sacrebleu
-
     rec = run_record.load(run_dir) or {}
     entry = (rec.get("evaluations") or {}).get(key)
     if entry is None:
@@ -109,11 +107,22 @@ def point_scores(run_dir: str, key: str, tokenize: str = "13a") -> Optional[Dict
         refs = f.read().splitlines()
     if len(hyps) != len(refs):
         raise ValueError(f"{hyp_path}: {len(hyps)} lines, but its reference {entry['ref']} has {len(refs)}")
+    return dict(point_metrics(hyps, refs, tokenize), hyp=hyp_path, ref=entry["ref"],
+                checkpoint=[a["file"] for a in entry.get("averaged") or []])
+
+
+def point_metrics(hyps: Sequence[str], refs: Sequence[str], tokenize: str = "13a") -> Dict:
+    """A curve point's cells: sacreBLEU's BLEU, chrF++ and length ratio (``sys_len / ref_len``)."""
+    import sacrebleu
+
     bleu = sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize)
     chrf = sacrebleu.corpus_chrf(hyps, [refs], word_order=2)
-    return {"bleu": bleu.score, "chrf": chrf.score, "length_ratio": bleu.sys_len / bleu.ref_len,
-            "hyp": hyp_path, "ref": entry["ref"],
-            "checkpoint": [a["file"] for a in entry.get("averaged") or []]}
+    return {"bleu": bleu.score, "chrf": chrf.score, "length_ratio": bleu.sys_len / bleu.ref_len}
+
+
+def point_stats(per_seed: Sequence[Optional[Dict]]) -> Dict:
+    """The cells of one row and k from each seed's :func:`point_metrics` (None: no value there)."""
+    return {m: _stat([p[m] if p else None for p in per_seed]) for m in ("bleu", "chrf", "length_ratio")}
 
 
 def curve_table(runs: Runs, points: Sequence[int], subsets: Sequence[Tuple[str, str]],
@@ -133,7 +142,7 @@ def curve_table(runs: Runs, points: Sequence[int], subsets: Sequence[Tuple[str, 
                     if got is None:
                         out["missing"].append(f"{cond}, {os.path.basename(d)}: no evaluation at update {u} on {subset}")
                     per.append(got)
-                row["k"][label] = {m: _stat([p[m] if p else None for p in per]) for m in ("bleu", "chrf", "length_ratio")}
+                row["k"][label] = point_stats(per)
                 row["k"][label]["files"] = [p and {"hyp": p["hyp"], "ref": p["ref"], "checkpoint": p["checkpoint"]} for p in per]
             out["rows"].append(row)
     return out

@@ -18,7 +18,8 @@ outputs with real sacreBLEU and this package's own table code -- the main table'
 (:func:`.results.score_rows`, or :func:`.seeds.score_seeds` for seeds), the by-length buckets
 (:func:`.by_length.scores_by_length`), every k of the per-k table (:func:`.by_concat.system_cells`
 over the same), its segment-by-segment rows (:func:`.by_concat.add_segmentwise`) and the difference
-of two training conditions (:func:`.train_conditions.condition_difference`) -- with the table's own
+of two training conditions (:func:`.train_conditions.condition_difference`) and a learning curve's
+points with the order of the systems along it (:mod:`.learning_curve`) -- with the table's own
 settings (metrics, tokeniser, resamples, trials, edges). Every number is compared (relative
 tolerance 1e-9) and every mark exactly; the result lists each difference. Only sacreBLEU's metrics
 are re-scored (:data:`RESCORED_METRICS`): a table with COMET (its checkpoint) or AER (the gold
@@ -43,6 +44,7 @@ from fairseq_attn_records.text_inputs import read_text_lines
 
 from . import by_concat
 from .by_length import scores_by_length
+from .learning_curve import point_metrics, point_stats, ranking_table
 from .results import score_rows
 from .seeds import score_seeds
 from .significance import paired_tests
@@ -367,6 +369,23 @@ def rescore_conditions(table: Dict, cmp: Comparison, where: str) -> None:
     cmp.same(f"{where}.k", table["k"], diff["k"])
 
 
+def rescore_curve(table: Dict, cmp: Comparison, where: str) -> None:
+    """A learning curve (``curve.json``): each point's BLEU, chrF++ and length ratio per seed from its
+    outputs, mean and std over seeds, and the order of the systems derived from them."""
+    tok = _tokenize(table)
+    rescored = dict(table, rows=[])
+    for r in table["rows"]:
+        row = dict(r, k={})
+        for k, cell in r["k"].items():
+            per = [f and point_metrics(_lines(f["hyp"], "system output"), _lines(f["ref"], "reference"), tok)
+                   for f in cell["files"]]
+            row["k"][k] = point_stats(per)
+            cmp.same(f"{where}.rows[{r['system']}, {r['condition']}, {r['updates']}].k[{k}]", cell, row["k"][k])
+        rescored["rows"].append(row)
+    if "ranking" in table:
+        cmp.same(f"{where}.ranking", table["ranking"], ranking_table(rescored))
+
+
 def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
     """Every cell of the committed table at ``table_path`` against its bundle's outputs."""
     table_path = os.path.abspath(table_path)
@@ -384,15 +403,17 @@ def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
         where = os.path.basename(table_path)
         if "studies" in table:
             rescore_conditions(table, cmp, where)
-        if table.get("rows"):
+        if "points" in table:  # a learning curve: its rows are points, not a results table's systems
+            rescore_curve(table, cmp, where)
+        elif table.get("rows"):
             rescore_rows(table, cmp, where)
         if table.get("by_length"):
             rescore_by_length(table, cmp, where)
         if table.get("concat"):
             rescore_concat(table["concat"], _tokenize(table), cmp, where, scratch)
         if not cmp.checked:
-            raise BundleError(f"{table_path}: no scored table in it (rows, by_length, concat or the difference of "
-                              f"two studies)")
+            raise BundleError(f"{table_path}: no scored table in it (rows, by_length, concat, a learning curve or "
+                              f"the difference of two studies)")
         return cmp
     finally:
         if own:

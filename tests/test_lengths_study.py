@@ -428,6 +428,32 @@ def curve_and_convergence_checks(study, runs, work):
             assert got["chrf"]["per_seed"] == [sacrebleu.corpus_chrf(hyps, [refs], word_order=2).score]
             assert got["length_ratio"]["per_seed"] == [bleu.sys_len / bleu.ref_len]
     assert all((study / f"curve_{name}.png").stat().st_size > 10000 for name in runs)
+    assert [r["k"] for r in curve["ranking"]] == ["1", "2"] and all(r["stable_from"] == 24 for r in curve["ranking"])
+    for r in curve["ranking"]:  # one point: the systems by their BLEU there
+        bleu = {row["system"]: row["k"][r["k"]]["bleu"]["mean"] for row in curve["rows"]}
+        assert r["orders"][0]["order"] == sorted(bleu, key=lambda s: -bleu[s])
+
+    # the curve committed with its outputs and re-scored from them; one point's output changed: named
+    from fairseq_attn_reports.study_bundle import export, rescore
+    out = work.parent / "curve_results"
+    manifest = export(str(study / "curve.json"), str(out), "quick_curve")
+    member = "lengths/max7/converge2/alibi/curve/u24/test/hyp.txt"
+    assert member in manifest["files"]
+    agreed = rescore(str(out / "quick_curve.json"))
+    assert agreed.diffs == [] and agreed.checked >= 2 * 2 * 3 + 2, agreed.diffs
+    import io
+    import tarfile
+    with tarfile.open(out / "quick_curve" / "outputs.tar.xz", "r:xz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    files[member] = b"".join(line + b" extra\n" for line in files[member].splitlines())
+    with tarfile.open(out / "quick_curve" / "outputs.tar.xz", "w:xz") as tar:
+        for name, blob in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+    named = {d.split(": ")[0] for d in rescore(str(out / "quick_curve.json")).diffs}
+    assert member in named and "quick_curve.json.rows[alibi, pairs alone, 24].k[1].length_ratio.mean" in named, named
+    assert not any("baseline" in n or ".k[2]." in n for n in named), named
 
 
 # ------------------------------------------------------------------ the sweep route (bad input only)

@@ -179,14 +179,20 @@ def test_position_limits_refused_when_a_piece_caps_them():
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def lengths_sh(env, check=True):
+LENGTHS_SH = os.path.join(ROOT, "recipes", "wmt14_en_de", "lengths.sh")
+
+
+def lengths_env(env):
     full = dict(os.environ, PYTHON=sys.executable, WORKERS="1", OMP_NUM_THREADS="1", NGPUS="0", QUICK="1",
                 QUICK_SIZES="train=600,valid=60,test=120", MAX_UPDATE="24", SAVE_INTERVAL_UPDATES="12",
                 N_AVG="1", LOG_INTERVAL="6", BS_SAMPLES="200", AR_TRIALS="200")
     full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
     full.update(env)
-    p = subprocess.run(["bash", os.path.join(ROOT, "recipes", "wmt14_en_de", "lengths.sh")], env=full,
-                       capture_output=True, text=True)
+    return full
+
+
+def lengths_sh(env, check=True):
+    p = subprocess.run(["bash", LENGTHS_SH], env=lengths_env(env), capture_output=True, text=True)
     if check and p.returncode != 0:
         raise AssertionError(f"lengths.sh failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     return p
@@ -321,9 +327,30 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
 
     # re-run: every run trained and evaluated before with the same settings is skipped, nothing is
     # decoded again (a PYTHON that refuses fairseq-generate), and the table is the same
+    # While another study process holds a run (its .study.lock: here this test), the run is left to it
+    # and the tables wait for it to end.
     from test_evaluation_reuse import no_generate
-    p = lengths_sh(dict(env, PYTHON=no_generate(tmp_path)))
-    assert p.stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 8  # 2 runs x k = 1, 2 x (run, CURVE)
+    import fcntl
+    import time
+    held = open(study / "alibi" / ".study.lock", "a")
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    err_path = tmp_path / "rerun.err"
+    written = (study / "lengths.json").stat().st_mtime_ns
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(["bash", LENGTHS_SH], env=lengths_env(dict(env, PYTHON=no_generate(tmp_path))),
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+    waiting = f"waiting: another study process trains or evaluates {study / 'alibi'}"
+    deadline = time.time() + 300
+    while waiting not in err_path.read_text():
+        assert proc.poll() is None and time.time() < deadline, err_path.read_text()[-2000:]
+        time.sleep(0.2)
+    assert f"{study / 'alibi'}: another study process trains or evaluates this run: left to it" in err_path.read_text()
+    assert (study / "lengths.json").stat().st_mtime_ns == written  # no table written while a run is held
+    fcntl.flock(held, fcntl.LOCK_UN)
+    held.close()
+    assert proc.wait(timeout=300) == 0, err_path.read_text()[-2000:]
+    stderr = err_path.read_text()
+    assert stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 4  # baseline: k = 1, 2 x (run, CURVE)
     assert load_table(study / "lengths.json")["by_length"] == table
 
     # committed with its outputs, and re-scored from them: every cell and mark as the table has them; one

@@ -44,7 +44,7 @@ OUT_OF_RANGE = {"MAX_UPDATE": "0", "BPE_MERGES": "-5", "DROPOUT": "1", "LR": "0"
 
 #: what the recipes set for themselves (no user setting) or read from the system
 INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE_TRAIN_DOCS", "RUN_SUFFIX",
-            "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV"}
+            "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV", "TRAIN_LOCK"}
 
 
 def check(scripts, environ):
@@ -135,9 +135,19 @@ def test_a_cleaning_range_that_drops_every_pair_is_refused_before_any_step(tmp_p
 
 
 @pytest.mark.e2e
-def test_a_node_rank_outside_the_nodes_is_refused_before_training(tmp_path):
+def test_a_run_another_train_sh_trains_or_a_node_rank_outside_the_nodes_is_refused_before_training(tmp_path):
+    import fcntl
     env = prepared_ende(tmp_path / "work")
     save = tmp_path / "run"
+    # another training holds the run (its .train.lock: here this test): one line, nothing trained
+    save.mkdir()
+    with open(save / ".train.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=str(save), MAX_UPDATE="2"), check=False)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert p.returncode == 1 and errors == [f"error: SAVE_DIR={save}: another train.sh trains this run (it holds "
+                                            f"{save}/.train.lock); wait for it to end, or give another SAVE_DIR"], p.stderr
+    assert not any(f.startswith("checkpoint") or f in ("train.log", "run.json") for f in os.listdir(save)), os.listdir(save)
     p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=str(save), MAX_UPDATE="2", NNODES="2", NODE_RANK="2",
                                             MASTER_ADDR="127.0.0.1"), check=False)
     errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]

@@ -576,6 +576,11 @@ train_main() {
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
   mkdir -p "$SAVE_DIR"
+  # one training of a run at a time: a second would write the same checkpoints. Held by this shell
+  # and the training it starts; gone with them, so a killed training blocks nothing
+  [[ -z ${TRAIN_LOCK+set} ]] || exec {TRAIN_LOCK}>&-  # this shell's lock of a run it trained before
+  exec {TRAIN_LOCK}>"$SAVE_DIR/.train.lock"
+  flock -n "$TRAIN_LOCK" || die "SAVE_DIR=$SAVE_DIR: another train.sh trains this run (it holds $SAVE_DIR/.train.lock); wait for it to end, or give another SAVE_DIR"
   # fairseq-train's arguments from these variables (fairseq_args.py): tied embeddings as Vaswani et al.,
   # all three with a joint vocabulary, else the decoder's input and output (SHARE_DECODER_EMBED=0 unties
   # them); training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT

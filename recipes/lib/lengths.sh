@@ -205,6 +205,7 @@ lengths_main() {
   lengths_train_all
 
   # 4-5. the tables of each condition, then their difference
+  lengths_wait_runs
   lengths_tables_lock
   for ci in "${!conds[@]}"; do
     lengths_report "${cond_dirs[$ci]}" "${datas[$ci]}" "${ks[@]}"
@@ -217,6 +218,19 @@ lengths_main() {
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
   fi
   log "to commit the study with the outputs it scores (and re-check it later with study-rescore): $PYTHON -m fairseq_attn_recipes study-export ${cond_dirs[0]}/lengths.json --to docs/results --name NAME (docs/lengths.md)"
+}
+
+lengths_wait_runs() {  # step 3b of lengths_main (its names, conds, cond_dirs): the runs another study
+  # process trains or evaluates (their .study.lock held) are waited for, so that the tables have them whole
+  local seeds=(${SEEDS:-}) seed ci i dir fd
+  (( ${#seeds[@]} )) || seeds=("")
+  for seed in "${seeds[@]}"; do for ci in "${!conds[@]}"; do for i in "${!names[@]}"; do
+    dir="${cond_dirs[$ci]}/${names[$i]}${seed:+_seed$seed}"
+    [[ -e $dir/.study.lock ]] || continue
+    exec {fd}>"$dir/.study.lock"
+    if ! flock -n "$fd"; then log "waiting: another study process trains or evaluates $dir"; flock "$fd"; fi
+    exec {fd}>&-
+  done; done; done
 }
 
 lengths_tables_lock() {  # two studies of one LENGTHS_DIR (e.g. its SEEDS split over two processes) write
@@ -237,7 +251,13 @@ lengths_train_all() {  # step 3 of lengths_main (its names, archs, conds, cond_d
     for ci in "${!conds[@]}"; do
       for i in "${!names[@]}"; do
         (
-          ARCH=${archs[$i]}; SAVE_DIR="${cond_dirs[$ci]}/${names[$i]}"; DATA=${datas[$ci]}; TRAIN_CONCAT=${conds[$ci]}
+          ARCH=${archs[$i]}; SAVE_DIR="${cond_dirs[$ci]}/${names[$i]}${seed:+_seed$seed}"; DATA=${datas[$ci]}; TRAIN_CONCAT=${conds[$ci]}
+          # several study processes of one WORK share its runs: a run another one trains or evaluates
+          # (it holds the run's .study.lock) is left to it; the tables wait for it (lengths_wait_runs)
+          mkdir -p "$SAVE_DIR"
+          exec {RUN_LOCK}>"$SAVE_DIR/.study.lock"
+          if ! flock -n "$RUN_LOCK"; then log "$SAVE_DIR: another study process trains or evaluates this run: left to it"; exit 0; fi
+          SAVE_DIR="${cond_dirs[$ci]}/${names[$i]}"  # with_seed adds the seed's suffix
           local extra; extra=$(awk -F'\t' -v a="$ARCH" '$1 == a {print $2}' <<< "$lines")
           if [[ -n $extra ]]; then
             log "${names[$i]}: $extra (the longest valid/test sentence and output need them)"

@@ -57,7 +57,11 @@ def step_module(name: str):
 def cmd_finished_before(args):
     from fairseq_attn_records.run_record import finished_before
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    raise SystemExit(0 if finished_before(args.save_dir, train_args) else 1)
+    if not finished_before(args.save_dir, train_args):
+        raise SystemExit(1)
+    from .recording import refresh_seen
+    refresh_seen(args.save_dir)  # a record that could not say what the run has seen: read again
+    raise SystemExit(0)
 
 
 def main(argv=None):

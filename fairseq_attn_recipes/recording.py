@@ -319,6 +319,21 @@ def finish_run(run_dir: str, stopped: Optional[str] = None) -> Dict:
     return rec
 
 
+def refresh_seen(run_dir: str) -> bool:
+    """A finished run whose record could not say what it has seen (``epoch["unknown"]``, e.g. written
+    before the last epoch cut short by the stop was read as such) has it read again from its
+    train.log and data; True when the record changed."""
+    rec = load(run_dir)
+    if not rec or rec.get("num_updates") is None or not (rec.get("epoch") or {}).get("unknown"):
+        return False
+    epoch, seen = training_seen(run_dir, rec)
+    if epoch == rec.get("epoch") and seen == rec.get("seen"):
+        return False
+    rec["epoch"], rec["seen"] = epoch, seen
+    save(run_dir, rec)
+    return True
+
+
 def training_seen(run_dir: str, rec: Dict):
     """(``epoch``, ``seen``) of a run (:mod:`fairseq_attn_records.training_seen`): one epoch of its
     data (updates from the per-epoch records of its train.log; pairs, original pairs and tokens from

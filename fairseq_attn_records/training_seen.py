@@ -50,13 +50,20 @@ def epoch_content(data_dir: str, src: str, tgt: str, original_pairs: int) -> Dic
 
 def updates_per_epoch(epoch_ends: Iterable[Tuple[int, int]]) -> Optional[int]:
     """The updates of one epoch from ``(epoch, num_updates at its end)`` (fairseq's per-epoch ``train``
-    records); None when no epoch ended. Epochs of different lengths are an error (they would make
-    the counts below wrong)."""
+    records); None when no epoch ended. The last epoch may end early (a training stopped inside it,
+    by --patience or --max-update, logs it at its stop); every other epoch must take the same
+    updates, and the last at most as many: else an error (the counts below would be wrong). With one
+    epoch logged, its updates are taken as an epoch's. Not told apart: a last epoch shortened by a
+    resume with other batching (workers, MAX_TOKENS) from one the stop cut short; the run record says
+    each start's settings."""
     ends = dict(epoch_ends)  # a resumed run logs an epoch again: the later record wins
     if not ends:
         return None
-    per = {u / e for e, u in ends.items()}
-    if len(per) != 1 or not float(next(iter(per))).is_integer():
+    last = max(ends)
+    whole = {e: u for e, u in ends.items() if e != last} or ends
+    per = {u / e for e, u in whole.items()}
+    if len(per) != 1 or not float(next(iter(per))).is_integer() or not (
+            (last - 1) * next(iter(per)) < ends[last] <= last * next(iter(per))):
         raise ValueError(f"epochs of different lengths: {sorted(ends.items())} (epoch, updates at its end)")
     return int(per.pop())
 

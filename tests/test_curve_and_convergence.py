@@ -144,3 +144,28 @@ def test_the_order_of_the_systems_and_the_update_it_settles():
     assert "| pairs | 1 | relpos > baseline > alibi | baseline > alibi > relpos | baseline > alibi > relpos | " \
            "relpos > baseline | the last point |" in md
     assert "| joined | 1 | baseline > relpos > alibi | alibi > baseline > relpos | baseline > relpos | baseline > relpos | 2,000 |" in md
+
+
+# ------------------------------------------------------------------ an epoch's updates from train.log's epoch ends
+@pytest.mark.parametrize("ends, per", [
+    ([(e, 66 * e) for e in range(1, 54)] + [(54, 3500)], 66),  # stopped by the patience 2 updates into epoch 54
+    ([(1, 8), (2, 16), (3, 24)], 8),  # stopped at the cap, at an epoch's end
+    ([(1, 66), (2, 132), (2, 132), (3, 150)], 66),  # resumed (epoch 2 logged again), then stopped in epoch 3
+    ([(1, 40)], 40),
+    ([], None),
+    ([(1, 66), (2, 132), (3, 180), (4, 200)], "error"),  # epochs of 66, 48 and 20 updates before the last
+    ([(1, 66), (2, 132), (3, 200)], "error"),  # a last epoch longer than the others
+    ([(1, 66), (2, 133)], "error"),
+])
+def test_updates_per_epoch_allows_only_the_last_epoch_cut_short(ends, per):
+    from fairseq_attn_records.training_seen import updates_per_epoch
+
+    if per == "error":
+        with pytest.raises(ValueError, match="epochs of different lengths"):
+            updates_per_epoch(ends)
+        return
+    assert updates_per_epoch(ends) == per
+    if per:  # plainly: every epoch but the last ends at epoch x per, the last inside its own epoch
+        last = dict(ends)
+        top = max(last)
+        assert all(u == e * per for e, u in last.items() if e != top) and (top - 1) * per < last[top] <= top * per

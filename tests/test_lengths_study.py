@@ -332,6 +332,12 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     from test_evaluation_reuse import no_generate
     import fcntl
     import time
+    # a record written before its train.log could be read (the epoch "unknown"): read again at the re-run
+    base_rec = json.loads((study / "baseline" / "run.json").read_text())
+    known = base_rec["epoch"], base_rec["seen"]
+    assert known[0]["updates"] and known[1]["epochs"]
+    base_rec["epoch"], base_rec["seen"] = dict(known[0], updates=None, unknown="train.log: epochs of different lengths"), None
+    (study / "baseline" / "run.json").write_text(json.dumps(base_rec))
     held = open(study / "alibi" / ".study.lock", "a")
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     err_path = tmp_path / "rerun.err"
@@ -352,6 +358,8 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     stderr = err_path.read_text()
     assert stderr.count("evaluated before with the same settings, files and checkpoints: skipped") == 4  # baseline: k = 1, 2 x (run, CURVE)
     assert load_table(study / "lengths.json")["by_length"] == table
+    base_rec = json.loads((study / "baseline" / "run.json").read_text())
+    assert (base_rec["epoch"], base_rec["seen"]) == known
 
     # committed with its outputs, and re-scored from them: every cell and mark as the table has them; one
     # output changed in the bundle: the cells of that system and k differ, and the file's digest

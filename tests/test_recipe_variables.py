@@ -44,7 +44,7 @@ OUT_OF_RANGE = {"MAX_UPDATE": "0", "BPE_MERGES": "-5", "DROPOUT": "1", "LR": "0"
 
 #: what the recipes set for themselves (no user setting) or read from the system
 INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE_TRAIN_DOCS", "RUN_SUFFIX",
-            "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV", "TRAIN_LOCK"}
+            "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV", "TRAIN_LOCK", "SLURM_NODEID"}
 
 
 def check(scripts, environ):

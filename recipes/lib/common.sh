@@ -577,10 +577,15 @@ train_main() {
   SEED=${SEED:-1}
   mkdir -p "$SAVE_DIR"
   # one training of a run at a time: a second would write the same checkpoints. Held by this shell
-  # and the training it starts; gone with them, so a killed training blocks nothing
+  # and the training it starts; gone with them, so a killed training blocks nothing. The nodes of one
+  # multi-node training share SAVE_DIR (a shared file system): each node rank holds its own lock, node 0
+  # the run's
+  local lock="$SAVE_DIR/.train.lock" rank=0
+  if (( NNODES > 1 )); then rank=${NODE_RANK:-${SLURM_NODEID:-0}}; fi
+  [[ $rank == 0 ]] || lock="$SAVE_DIR/.train.node$rank.lock"
   [[ -z ${TRAIN_LOCK+set} ]] || exec {TRAIN_LOCK}>&-  # this shell's lock of a run it trained before
-  exec {TRAIN_LOCK}>"$SAVE_DIR/.train.lock"
-  flock -n "$TRAIN_LOCK" || die "SAVE_DIR=$SAVE_DIR: another train.sh trains this run (it holds $SAVE_DIR/.train.lock); wait for it to end, or give another SAVE_DIR"
+  exec {TRAIN_LOCK}>"$lock"
+  flock -n "$TRAIN_LOCK" || die "SAVE_DIR=$SAVE_DIR: another train.sh trains this run (it holds $lock); wait for it to end, or give another SAVE_DIR"
   # fairseq-train's arguments from these variables (fairseq_args.py): tied embeddings as Vaswani et al.,
   # all three with a joint vocabulary, else the decoder's input and output (SHARE_DECODER_EMBED=0 unties
   # them); training logs to watch: TensorBoard by default (TENSORBOARD=0 off), Weights & Biases with WANDB_PROJECT

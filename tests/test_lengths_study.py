@@ -198,6 +198,21 @@ def lengths_sh(env, check=True):
     return p
 
 
+def change_in_bundle(archive, member, new_bytes):
+    """Rewrite a committed study's archive with ``member`` replaced by ``new_bytes(files)`` (every
+    member's bytes by name), as a hand edit of a committed output would."""
+    import io
+    import tarfile
+    with tarfile.open(archive, "r:xz") as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    files[member] = new_bytes(files)
+    with tarfile.open(archive, "w:xz") as tar:
+        for name, blob in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(blob)
+            tar.addfile(info, io.BytesIO(blob))
+
+
 def one_error(p):
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert p.returncode == 1 and len(errors) == 1, p.stderr[-2000:]
@@ -372,17 +387,9 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert (out / "quick.md").read_text() == (study / "lengths.md").read_text()
     agreed = rescore(str(out / "quick.json"))
     assert agreed.diffs == [] and agreed.checked > 200
-    import io
-    import tarfile
     member = "lengths/max7/converge2/alibi/concat/k2.test/hyp.txt"
-    with tarfile.open(out / "quick" / "outputs.tar.xz", "r:xz") as tar:
-        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-    files[member] = files[f"data/{os.path.basename(data_dir)}/raw/concat/k2.test.tgt"]  # the reference itself
-    with tarfile.open(out / "quick" / "outputs.tar.xz", "w:xz") as tar:
-        for name, blob in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
+    ref = f"data/{os.path.basename(data_dir)}/raw/concat/k2.test.tgt"
+    change_in_bundle(out / "quick" / "outputs.tar.xz", member, lambda files: files[ref])  # the reference itself
     named = {d.split(": ")[0] for d in rescore(str(out / "quick.json")).diffs}
     assert f"{member}" in named and "quick.json.concat.k[2].alibi.scores.bleu" in named
     assert not any(".k[1]." in n or "baseline.scores" in n or "by_length" in n for n in named)
@@ -476,16 +483,8 @@ def curve_and_convergence_checks(study, runs, work):
     assert member in manifest["files"]
     agreed = rescore(str(out / "quick_curve.json"))
     assert agreed.diffs == [] and agreed.checked >= 2 * 2 * 3 + 2, agreed.diffs
-    import io
-    import tarfile
-    with tarfile.open(out / "quick_curve" / "outputs.tar.xz", "r:xz") as tar:
-        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
-    files[member] = b"".join(line + b" extra\n" for line in files[member].splitlines())
-    with tarfile.open(out / "quick_curve" / "outputs.tar.xz", "w:xz") as tar:
-        for name, blob in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(blob)
-            tar.addfile(info, io.BytesIO(blob))
+    change_in_bundle(out / "quick_curve" / "outputs.tar.xz", member,
+                     lambda files: b"".join(line + b" extra\n" for line in files[member].splitlines()))
     named = {d.split(": ")[0] for d in rescore(str(out / "quick_curve.json")).diffs}
     assert member in named and "quick_curve.json.rows[alibi, pairs alone, 24].k[1].length_ratio.mean" in named, named
     assert not any("baseline" in n or ".k[2]." in n for n in named), named

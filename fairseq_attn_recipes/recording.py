@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 from fairseq_attn_records.fairseq_import import import_fairseq
 from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
-                                             now, record_path, save, save_points)
+                                             now, record_path, same_training, save, save_points)
 
 
 def resolve_train_args(argv: List[str]):
@@ -187,11 +187,11 @@ def cpu_threads(cfg) -> Optional[int]:
 
 def stopped_early(rec: Dict, argv: Optional[List[str]]) -> bool:
     """The run's last training ended by fairseq's --patience, at its last checkpoint, and was
-    started with these very arguments: trained to convergence before (resuming it would wait
+    started with these arguments (:func:`same_training`): trained to convergence before (resuming it would wait
     ``patience`` more validations from a counter fairseq does not save)."""
     last = (rec.get("trainings") or [{}])[-1]
     return bool(argv is not None and last.get("stopped") == "patience" and last.get("finished")
-                and last.get("argv") == launch_key(argv) and last.get("to_update") == rec.get("num_updates"))
+                and same_training(last.get("argv"), argv) and last.get("to_update") == rec.get("num_updates"))
 
 
 def trained_in(rec: Dict) -> Optional[str]:

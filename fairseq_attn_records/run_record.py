@@ -247,26 +247,42 @@ def save_points(checkpoints: Dict[str, Dict]) -> List[Dict]:
 # ---------------------------------------------------------------- trainings
 # arguments that differ between the processes or launches of one training, not the training
 _LAUNCH_ONLY = {"--distributed-rank", "--distributed-init-method", "--distributed-port", "--device-id"}
+# arguments that only choose which checkpoint files a training keeps, not what it trains (a learning curve
+# made finer after the fact, lengths.sh's CURVE, changes --keep-interval-updates-pattern)
+_FILES_KEPT = {"--keep-interval-updates", "--keep-interval-updates-pattern", "--keep-last-epochs",
+               "--keep-best-checkpoints"}
 
 
-def launch_key(argv: List[str]) -> List[str]:
-    """fairseq-train's arguments without those that only say how this process was launched."""
+def _without(argv: List[str], flags) -> List[str]:
+    """``argv`` without ``flags`` and their values (``--flag value`` or ``--flag=value``)."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
-        if a in _LAUNCH_ONLY:
+        if a in flags:
             skip = True
             continue
-        if a.split("=", 1)[0] in _LAUNCH_ONLY:
+        if a.split("=", 1)[0] in flags:
             continue
         out.append(a)
     return out
 
 
+def launch_key(argv: List[str]) -> List[str]:
+    """fairseq-train's arguments without those that only say how this process was launched (what a
+    run record keeps of each training)."""
+    return _without(argv, _LAUNCH_ONLY)
+
+
+def same_training(recorded: Optional[List[str]], argv: List[str]) -> bool:
+    """A training recorded with ``recorded`` (its :func:`launch_key`) and one launched with ``argv`` train
+    the same: equal but for how they were launched and which checkpoint files they keep."""
+    return recorded is not None and _without(recorded, _FILES_KEPT) == _without(launch_key(argv), _FILES_KEPT)
+
+
 def finished_before(run_dir: str, argv: List[str]) -> bool:
-    """True when the run's last training finished with these very arguments at its
+    """True when the run's last training finished with these arguments (:func:`same_training`) at its
     ``--max-update``, or stopped there by fairseq's ``--patience`` (nothing to do: no process is started). Anything else, a changed argument
     included, is decided by :func:`start_run` on fairseq's resolution."""
     try:
@@ -275,7 +291,7 @@ def finished_before(run_dir: str, argv: List[str]) -> bool:
         return False
     last = (rec or {}).get("trainings") or [{}]
     last = last[-1]
-    if not (last.get("finished") and last.get("argv") == launch_key(argv)):
+    if not (last.get("finished") and same_training(last.get("argv"), argv)):
         return False
     if last.get("stopped") == "patience":  # stopped by fairseq's --patience at its last checkpoint
         return last.get("to_update") == rec.get("num_updates")

@@ -64,6 +64,39 @@ def test_a_run_stopped_by_patience_is_trained_and_only_with_its_arguments(tmp_pa
     assert not run_record.finished_before(str(tmp_path), argv)
 
 
+def test_a_finished_run_keeping_other_checkpoint_files_is_not_trained_again(tmp_path):
+    """A finer learning curve of a finished study (CURVE with more points) changes only which checkpoint
+    files fairseq keeps: the run stopped by its patience, or at its cap, is finished before; any flag that
+    changes what is trained is not, nor is a boolean flag added."""
+    from fairseq_attn_recipes.recording import stopped_early
+
+    argv = ["data", "--lr", "0.002", "--keep-interval-updates", "20", "--keep-interval-updates-pattern", "1000",
+            "--patience", "4", "--max-update", "12000"]
+    stored = run_record.launch_key(argv + ["--distributed-rank", "0"])
+    assert stored == argv  # the record keeps the files kept, only the launch-only flags are dropped
+    rec = {"format": run_record.FORMAT, "num_updates": 3500,
+           "trainings": [{"max_update": 12000, "finished": "t", "argv": stored, "to_update": 3500,
+                          "stopped": "patience"}]}
+    run_record.save(str(tmp_path), rec)
+    finer = argv[:6] + ["--keep-interval-updates-pattern=500"] + argv[7:]
+    assert finer != argv and run_record.finished_before(str(tmp_path), finer)
+    assert stopped_early(rec, finer) and stopped_early(rec, argv)
+    fewer = [a for a in argv if a not in ("--keep-interval-updates", "20")]
+    assert run_record.finished_before(str(tmp_path), fewer)
+    for changed in (argv[:2] + ["0.001"] + argv[3:],  # another lr
+                    argv[:-1] + ["13000"],  # another cap
+                    argv + ["--no-epoch-checkpoints"],  # a boolean flag is never taken for a value
+                    argv[:3] + ["--keep-interval-updates", "20", "--lr", "0.001"] + argv[5:]):
+        assert not run_record.finished_before(str(tmp_path), changed), changed
+        assert not stopped_early(rec, changed), changed
+    # stopped at the cap: the same
+    rec.update(num_updates=12000)
+    rec["trainings"][-1].update(to_update=12000, stopped=None)
+    run_record.save(str(tmp_path), rec)
+    assert run_record.finished_before(str(tmp_path), finer)
+    assert not run_record.finished_before(str(tmp_path), argv[:2] + ["0.001"] + argv[3:])
+
+
 def test_curve_and_converge_are_refused_in_one_line_naming_them():
     """lengths.sh's check of CURVE and CONVERGE (before any step; the e2e study shows one refusal there),
     against the cap MAX_UPDATE and the save interval: each bad value one line, in one shell."""

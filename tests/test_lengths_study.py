@@ -428,6 +428,14 @@ def curve_and_convergence_checks(study, runs, work):
         last = torch.load(study / name / "checkpoint_last.pt", map_location="cpu", weights_only=False)
         assert last["optimizer_history"][-1]["num_updates"] == rec["num_updates"]
         assert "--patience" in rec["trainings"][-1]["argv"] and "--keep-interval-updates-pattern" in rec["trainings"][-1]["argv"]
+        if name == "alibi":  # a finer curve later keeps other checkpoint files (--keep-interval-updates-pattern
+            # 12): finished before, nothing is trained; another lr is another training
+            argv = rec["trainings"][-1]["argv"]
+            i, j = argv.index("--keep-interval-updates-pattern"), argv.index("--lr")
+            finer = argv[:i + 1] + ["12"] + argv[i + 2:]
+            for args, code in ((argv, 0), (finer, 0), (argv[:j + 1] + ["1e-4"] + argv[j + 2:], 1)):
+                assert subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "finished-before", "--save-dir",
+                                       str(study / name), "--", *args], cwd=ROOT).returncode == code, args
         # what it has seen: epochs of 8 updates (the log's epoch records), each the capped training pairs once
         ends = [int(json.loads(line[line.index("{"):])["train_num_updates"]) for line in log if "| train |" in line]
         assert ends == [8, 16, 24] and rec["epoch"]["updates"] == 8

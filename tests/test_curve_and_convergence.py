@@ -202,3 +202,36 @@ def test_updates_per_epoch_allows_only_the_last_epoch_cut_short(ends, per):
         last = dict(ends)
         top = max(last)
         assert all(u == e * per for e, u in last.items() if e != top) and (top - 1) * per < last[top] <= top * per
+
+
+def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals_signs(tmp_path):
+    """The curve CLI as lengths.sh calls it with TRAIN_CONCAT: a label "(TRAIN_CONCAT=2,4)" and a folder with '='
+    in its path; each condition's lengths.md and lengths.json get the rows of its own runs' records."""
+    import json
+
+    from fairseq_attn_reports.cli import learning_curve as cli
+
+    study = tmp_path / "a=b" / "study"
+    conds = {"pairs alone": study, "with joined pairs (TRAIN_CONCAT=2,4)": study / "tc"}
+    stops = {}
+    for ci, d in enumerate(conds.values()):
+        for si, name in enumerate(("baseline", "alibi")):
+            updates, per_epoch = 3000 + 500 * ci + 500 * si, 66 + 349 * ci
+            stops[(d, name)] = updates
+            (d / name).mkdir(parents=True)
+            run_record.save(str(d / name), {
+                "format": run_record.FORMAT, "num_updates": updates,
+                "trainings": [{"max_update": 12000, "finished": "t", "stopped": "patience", "to_update": updates}],
+                "seen": {"updates": updates, "epochs": updates / per_epoch, "pairs": 10.0 * updates,
+                         "original_pairs": 4.0 * updates, "src_tokens": 100.0 * updates, "tgt_tokens": 110.0 * updates}})
+    argv = [a for label, d in conds.items() for a in ("--condition", label, str(d))] + ["--names", "baseline", "alibi"]
+    assert cli.main(argv) == 0
+    for label, d in conds.items():
+        md = (d / "lengths.md").read_text()
+        rows = json.loads((d / "lengths.json").read_text())["training"]
+        assert [(r["condition"], r["system"]) for r in rows] == [(label, "baseline"), (label, "alibi")]
+        for r in rows:
+            u = stops[(d, r["system"])]
+            assert r["updates"]["per_seed"] == [u] and r["original_pairs"]["mean"] == 4.0 * u
+            assert f"| {label} | {r['system']} | {u:,} | patience | 12000 |" in md
+            assert f"| {4 * u:,} | {210 * u:,} |" in md

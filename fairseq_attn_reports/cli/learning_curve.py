@@ -1,4 +1,4 @@
-"""``python -m fairseq_attn_reports.cli.learning_curve --condition LABEL=DIR[=LENGTHS_DIR]... --names A B...
+"""``python -m fairseq_attn_reports.cli.learning_curve --condition LABEL DIR... --names A B...
 [--seeds "1 2"] [--points U1,U2 --subset K=SUBSET... --md curve.md --json curve.json --plot-dir DIR]``:
 the long-input study's training lengths and learning curves (:mod:`fairseq_attn_reports.learning_curve`).
 
@@ -38,7 +38,8 @@ def _written_before(path: str, table) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fairseq_attn_reports.cli.learning_curve", description=__doc__)
-    p.add_argument("--condition", action="append", required=True, metavar="LABEL=DIR")
+    p.add_argument("--condition", action="append", required=True, nargs=2, metavar=("LABEL", "DIR"),
+                   help="a training condition's label and its runs' folder (two arguments: a label may hold '=')")
     p.add_argument("--names", nargs="+", required=True)
     p.add_argument("--seeds", default="")
     p.add_argument("--points", help="the updates of the curve, comma-separated")
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     seeds = args.seeds.split()
     try:
-        conds = [c.split("=", 1) for c in args.condition]
+        conds = args.condition
         runs = [(label, name, [os.path.join(d, f"{name}_seed{s}") for s in seeds] or [os.path.join(d, name)])
                 for label, d in conds for name in args.names]
         for label, d in conds:

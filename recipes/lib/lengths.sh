@@ -324,7 +324,7 @@ lengths_curve_report() {  # step 5b of lengths_main (its conds, cond_dirs, names
   local ci cargs=() label kmax subs=()
   for ci in "${!conds[@]}"; do
     if [[ -z ${conds[$ci]} ]]; then label="pairs alone"; else label="with joined pairs (TRAIN_CONCAT=${conds[$ci]})"; fi
-    cargs+=(--condition "$label=${cond_dirs[$ci]}")
+    cargs+=(--condition "$label" "${cond_dirs[$ci]}")
   done
   if [[ -n ${CURVE:-} ]]; then
     kmax=$(lengths_kmax "${ks[@]}")

@@ -153,6 +153,7 @@ def test_a_run_another_train_sh_trains_or_a_node_rank_outside_the_nodes_is_refus
     errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
     assert p.returncode == 1 and errors == ["error: NODE_RANK=2: give this node's rank, 0 to NNODES-1 (1 with NNODES=2)"], p.stderr
     assert not os.path.exists(save / "checkpoint_last.pt")
+    assert not os.path.exists(save / ".train.node2.lock")  # refused before anything is written
 
 
 def test_data_sh_list_names_its_subcommand(tmp_path):

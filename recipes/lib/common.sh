@@ -575,6 +575,11 @@ train_main() {
   fi
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
+  if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then  # torchrun on every node: before anything is written
+    : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
+    [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
+      || die "NODE_RANK=$NODE_RANK: give this node's rank, 0 to NNODES-1 ($(( NNODES - 1 )) with NNODES=$NNODES)"
+  fi
   mkdir -p "$SAVE_DIR"
   # one training of a run at a time: a second would write the same checkpoints. Held by this shell
   # and the training it starts; gone with them, so a killed training blocks nothing. The nodes of one
@@ -603,9 +608,6 @@ train_main() {
   local launch
   if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then
     # torchrun on every node (GPUs: nccl; CPU: gloo, one process per CPU_WORKERS)
-    : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
-    [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
-      || die "NODE_RANK=$NODE_RANK: give this node's rank, 0 to NNODES-1 ($(( NNODES - 1 )) with NNODES=$NNODES)"
     launch=("$PYTHON" -m torch.distributed.run --nnodes "$NNODES" --node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR"
             --master_port "$port" --nproc_per_node "$per_node" -m fairseq_attn_recipes.train)
     args+=(--distributed-world-size "$workers")

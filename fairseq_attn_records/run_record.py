@@ -278,7 +278,8 @@ def launch_key(argv: List[str]) -> List[str]:
 def same_training(recorded: Optional[List[str]], argv: List[str]) -> bool:
     """A training recorded with ``recorded`` (its :func:`launch_key`) and one launched with ``argv`` train
     the same: equal but for how they were launched and which checkpoint files they keep."""
-    return recorded is not None and _without(recorded, _FILES_KEPT) == _without(launch_key(argv), _FILES_KEPT)
+    ignored = _LAUNCH_ONLY | _FILES_KEPT
+    return recorded is not None and _without(recorded, ignored) == _without(argv, ignored)
 
 
 def finished_before(run_dir: str, argv: List[str]) -> bool:

@@ -62,10 +62,10 @@ def updates_per_epoch(epoch_ends: Iterable[Tuple[int, int]]) -> Optional[int]:
     last = max(ends)
     whole = {e: u for e, u in ends.items() if e != last} or ends
     per = {u / e for e, u in whole.items()}
-    if len(per) != 1 or not float(next(iter(per))).is_integer() or not (
-            (last - 1) * next(iter(per)) < ends[last] <= last * next(iter(per))):
+    each = next(iter(per))
+    if len(per) != 1 or not float(each).is_integer() or not (last - 1) * each < ends[last] <= last * each:
         raise ValueError(f"epochs of different lengths: {sorted(ends.items())} (epoch, updates at its end)")
-    return int(per.pop())
+    return int(each)
 
 
 def seen_at(epoch: Dict, updates: int) -> Dict:

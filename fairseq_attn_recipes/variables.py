@@ -350,7 +350,7 @@ def add_parsers(sub) -> None:
 
 
 def markdown() -> str:
-    """The table as docs/recipes.md shows it (a test keeps the two the same)."""
+    """The table as docs/reference/variables.md shows it (:mod:`.reference_docs`; a test keeps the two the same)."""
     rows = ["| variable | what it gives | allowed | read by |", "|---|---|---|---|"]
     for name, v in VARIABLES.items():
         c = v.check()

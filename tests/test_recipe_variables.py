@@ -96,7 +96,7 @@ def test_the_table_covers_every_variable_the_recipes_read():
 
 def test_the_docs_show_the_table():
     from fairseq_attn_recipes import variables
-    docs = open(os.path.join(ROOT, "docs", "recipes.md"), encoding="utf-8").read()
+    docs = open(os.path.join(ROOT, "docs", "reference", "variables.md"), encoding="utf-8").read()
     assert variables.markdown() in docs
 
 

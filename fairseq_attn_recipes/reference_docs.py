@@ -84,9 +84,9 @@ def cli_page() -> str:
         "Every command's `--help`, generated from its parser.",
         "Regenerate with `python -m fairseq_attn_recipes.reference_docs docs/reference`.",
         "A test (`tests/test_reference_docs.py`) keeps this page equal to the code.", "",
-        "Commands:", "",
+        "| command |", "|---|",
     ]
-    lines += [f"- [`{name}`](#{anchor_of(name)})" for name in helps]
+    lines += [f"| [`{name}`](#{anchor_of(name)}) |" for name in helps]
     for name, text in helps.items():
         lines += ["", f"## {name}", "", "```text", text.rstrip(), "```"]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""One exit-status rule for every command of the product (docs/recipes.md, "Exit status"): 2 for a
+"""One exit-status rule for every command of the product (docs/howto/train.md, "Exit status"): 2 for a
 usage error (an argument, flag or action the command does not take), 1 for a refused input (a
 setting, file, folder or value that is not what is allowed) or a failed step, 0 for success. Every
 recipe script and every console command is found here by itself; each is given an unknown argument
@@ -100,8 +100,8 @@ def test_the_documented_rule_is_the_one_the_code_follows():
     from fairseq_attn_recipes import train
     from fairseq_attn_recipes.fingerprints import CHANGED, NOT_DONE, SAME
 
-    with open(os.path.join(ROOT, "docs", "recipes.md"), encoding="utf-8") as f:
-        doc = f.read().split("### Exit status\n", 1)[1].split("\n### ", 1)[0]
+    with open(os.path.join(ROOT, "docs", "howto", "train.md"), encoding="utf-8") as f:
+        doc = f.read().split("## Exit status\n", 1)[1].split("\n## ", 1)[0]
     with open(os.path.join(ROOT, "recipes", "lib", "common.sh"), encoding="utf-8") as f:
         lib = f.read().splitlines()
     assert 'usage_error() { echo "error: $*" >&2; exit 2; }' in lib and 'die() { echo "error: $*" >&2; exit 1; }' in lib

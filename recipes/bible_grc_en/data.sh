@@ -1,4 +1,4 @@
 #!/usr/bin/env bash
-# bible_grc_en: list or prune the prepared data in WORK/data (steps in ../lib/common.sh; see docs/recipes.md)
+# bible_grc_en: list or prune the prepared data in WORK/data (steps in ../lib/common.sh; see docs/howto/runs.md)
 . "$(dirname "$0")/env.sh"
 data_main "$@"

@@ -6,7 +6,7 @@
 # (checks before any download) and corpus_settings (what the official data is made from:
 # --set/--in lines for the raw step's fingerprint); the scripts then call prepare_main /
 # train_main / evaluate_main. Every variable below can be overridden from the environment;
-# see docs/recipes.md.
+# see docs/howto/train.md.
 #
 # Conventions: every step writes to a temporary name and renames when complete, and records
 # in $WORK/.done/ what it was made from, so re-running resumes where it stopped and redoes
@@ -27,7 +27,7 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 FAIRSEQ=("$PYTHON" -m fairseq_attn_recipes.fairseq_command)
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
-# the exit status of every recipe script (docs/recipes.md, "Exit status"): 2 for a usage error (an
+# the exit status of every recipe script (docs/howto/train.md, "Exit status"): 2 for a usage error (an
 # argument or action the script does not take, or one missing: usage_error), 1 for a refused input
 # (a setting, file, data folder or run that is not what is allowed, flags that do not go together)
 # or a failed step (die)
@@ -42,7 +42,7 @@ print(" ".join(m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
 # (its settings are environment variables)
 no_args() {
-  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
+  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/reference/variables.md)"
 }
 
 # check_variables SCRIPT...: the recipe variables these scripts read (fairseq_attn_recipes/variables.py,
@@ -526,7 +526,7 @@ data_main() {
 # OMP_NUM_THREADS when set, else the cores this shell may use divided among PROCESSES, at least 1)
 # is exported as OMP_NUM_THREADS and MKL_NUM_THREADS, which torch reads at start. More threads than
 # free cores make every operation wait for the slowest thread: on cores shared with other jobs,
-# CPU_THREADS=1 (see docs/recipes.md, "CPU threads").
+# CPU_THREADS=1 (see docs/howto/train.md, "CPU threads").
 cpu_threads() {
   local cores; cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
   CPU_THREADS=${CPU_THREADS:-${OMP_NUM_THREADS:-$(( cores / $1 > 1 ? cores / $1 : 1 ))}}

@@ -2,7 +2,7 @@
 # data-bin: sourced after a recipe's env.sh by recipes/*/{table1,figure2,figure3}.sh.
 #
 # Each run is an ordinary train.sh + evaluate.sh run (same settings, same
-# variables, see docs/recipes.md) in its own SAVE_DIR; a run whose SUBSET/scores.json
+# variables, see docs/reference/variables.md) in its own SAVE_DIR; a run whose SUBSET/scores.json
 # exists is reused, an interrupted one resumes from its checkpoint_last.pt.
 # The rows come from fairseq_attn_reports/table1.py (ROWS=all or a list of
 # row keys); rendering and plotting is fairseq-attn-paper.

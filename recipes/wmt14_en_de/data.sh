@@ -1,4 +1,4 @@
 #!/usr/bin/env bash
-# wmt14_en_de: list or prune the prepared data in WORK/data (steps in ../lib/common.sh; see docs/recipes.md)
+# wmt14_en_de: list or prune the prepared data in WORK/data (steps in ../lib/common.sh; see docs/howto/runs.md)
 . "$(dirname "$0")/env.sh"
 data_main "$@"

@@ -87,6 +87,11 @@ def words(text: str) -> List[str]:
     return re.sub(r"`[^`]*`", "CODE", text).split()
 
 
+def paragraph_words(paragraph: List[str]) -> int:
+    """The words of a paragraph (inline code one word, list markers none)."""
+    return len(words(" ".join(LIST_ITEM.sub("", line) for line in paragraph)))
+
+
 def sentences(text: str) -> List[List[str]]:
     """The sentences of the prose, each as its words (inline code one word)."""
     out = []
@@ -111,7 +116,7 @@ def figures(text: str) -> Dict[str, float]:
         "sentences": len(lengths),
         "median": statistics.median(lengths),
         "p90": lengths[int(0.9 * (len(lengths) - 1))],
-        "max_paragraph": max((len(words(" ".join(p))) for p in paragraphs(text)), default=0),
+        "max_paragraph": max((paragraph_words(p) for p in paragraphs(text)), default=0),
     }
 
 

@@ -131,7 +131,13 @@ def fairseq_parsers():
     makers = {"fairseq-train": options.get_training_parser, "fairseq-generate": options.get_generation_parser}
 
     def problem(tool, argv):
+        """A line with ``...`` for the rest (``fairseq-train ... --save-interval-updates 1000``) gets a
+        data folder and, for training, fairseq's own ``--arch transformer``."""
         argv = [os.path.join(ROOT, "fairseq_attn_plugins") if w == "fairseq_attn_plugins" else w for w in argv if w != "..."]
+        if not argv or argv[0].startswith("-"):
+            argv = ["DATA", *argv]
+        if tool == "fairseq-train" and "--arch" not in argv and "-a" not in argv:
+            argv += ["--arch", "transformer"]
         try:
             with flag_origins.argument_errors_raised():
                 options.parse_args_and_arch(makers[tool](), input_args=argv)

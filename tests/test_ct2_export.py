@@ -1,7 +1,7 @@
 """fairseq-attn-export --to ct2: the exported CTranslate2 model computes what fairseq
 computes (per-token log-probabilities of fairseq-generate's own hypotheses, teacher-forced
 through both engines, for every exportable configuration), and the rest is refused in one
-line. Beam agreement is reported, not required (see README: near-tied hypotheses of an
+line. Beam agreement is reported, not required (see docs/howto/export.md: near-tied hypotheses of an
 undertrained model can flip on float rounding)."""
 
 import os

@@ -272,6 +272,14 @@ def test_the_blocks_a_test_runs_are_in_the_docs():
         assert os.path.exists(os.path.join(ROOT, test.split()[0])), test
 
 
+def test_ci_runs_the_readmes_test_command():
+    readme = [body for path, _, body in BLOCKS if path == "README.md"]
+    first = command_lines(readme[0])[0]
+    assert first == ["bash", "scripts/test.sh"], "README's first command block starts with the test command"
+    with open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8") as f:
+        assert "\nbash scripts/test.sh\n" in f.read()
+
+
 # ---------------------------------------------------------------- links and anchors
 
 LINK = re.compile(r"(?<!\!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")

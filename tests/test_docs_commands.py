@@ -47,9 +47,10 @@ PREFIXES = {"setsid", "nohup", "time", "env"}
 #: blocks a test runs (the command's first words -> the test that runs it)
 RUN_BY = {
     "bash scripts/test.sh": ".ci/run (CI runs it on a clean clone)",
-    "bash scripts/demo.sh": "tests/test_demo.py (fairseq-attn-demo, the command demo.sh runs after the set-up)",
-    "fairseq-attn-demo": "tests/test_demo.py",
-    "QUICK=1 ROWS=baseline,csan2d bash recipes/wmt14_en_de/table1.sh": "tests/test_table1.py",
+    "bash scripts/demo.sh": "tests/test_demo.py (fairseq-attn-demo --quick, the command demo.sh runs after the set-up)",
+    "fairseq-attn-demo": "tests/test_demo.py (with --quick)",
+    "QUICK=1 ROWS=baseline,csan2d bash recipes/wmt14_en_de/table1.sh": "tests/test_table1.py (table1.sh, QUICK=1's sizes, "
+                                                                      "other rows)",
     "python tests/doc_markdown.py": "tests/test_docs_text.py (the same functions)",
 }
 WORK_FOLDER = re.compile(r"^recipes/[^/]+/work(/|$)")

@@ -8,6 +8,7 @@ and every command's ``--help`` (from the commands' own parsers).
 
 import argparse
 import contextlib
+import functools
 import importlib
 import io
 import os
@@ -61,8 +62,10 @@ def subcommands(text: str) -> List[str]:
     return found.group(1).split(",") if found else []
 
 
+@functools.lru_cache(maxsize=1)
 def command_helps() -> Dict[str, str]:
-    """``command [sub-command]`` -> its help, for every console command and the recipes' steps."""
+    """``command [sub-command]`` -> its help, for every console command and the recipes' steps (made once
+    per process: the parsers do not change while it runs)."""
     helps = {}
     for name, target in COMMANDS + (STEPS_COMMAND,):
         text = helps[name] = help_text(name, target, [])
@@ -78,7 +81,7 @@ def anchor_of(heading: str) -> str:
 
 
 def cli_page() -> str:
-    helps = command_helps()
+    helps = dict(command_helps())
     lines = [
         "# Command reference", "",
         "Every command's `--help`, generated from its parser.",

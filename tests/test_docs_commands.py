@@ -17,6 +17,7 @@ Some blocks are also run by a test (:data:`RUN_BY`). Commands of other projects 
 tensorboard, ...) are named in :data:`OTHER_TOOLS`; their flags are theirs and not checked.
 """
 
+import functools
 import importlib.util
 import os
 import re
@@ -286,6 +287,7 @@ def test_ci_runs_the_readmes_test_command():
 LINK = re.compile(r"(?<!\!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 
 
+@functools.lru_cache(maxsize=None)
 def anchors(text: str):
     """The anchors GitHub makes of a page's headings (outside code blocks), duplicates numbered."""
     seen, out = {}, set()
@@ -305,7 +307,7 @@ def anchors(text: str):
             seen[slug] = n + 1
             out.add(slug if n == 0 else f"{slug}-{n}")
     out |= set(re.findall(r"<a\s+(?:name|id)=\"([^\"]+)\"", text))
-    return out
+    return frozenset(out)
 
 
 def links(text: str):

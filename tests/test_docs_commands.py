@@ -52,6 +52,7 @@ RUN_BY = {
     "fairseq-attn-demo": "tests/test_demo.py (with --quick)",
     "QUICK=1 ROWS=baseline,csan2d bash recipes/wmt14_en_de/table1.sh": "tests/test_table1.py (table1.sh, QUICK=1's sizes, "
                                                                       "other rows)",
+    "QUICK=1 bash recipes/wmt14_en_de/lengths.sh": "tests/test_lengths_study.py (QUICK=1, smaller QUICK_SIZES and MAX_UPDATE)",
     "python tests/doc_markdown.py": "tests/test_docs_text.py (the same functions)",
 }
 WORK_FOLDER = re.compile(r"^recipes/[^/]+/work(/|$)")

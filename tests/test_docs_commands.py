@@ -34,6 +34,7 @@ COMMAND_START = re.compile(r"^\s*(\$ )?(bash |fairseq-|python |[A-Z][A-Z0-9_]*=)
 #: variables read by something else than a recipe script, and a file that reads each
 OTHER_VARIABLES = {
     "TEST_WORKERS": "scripts/test.sh",
+    "DOC_FILES": "tests/test_docs_text.py",
     "COMET_GPUS": "fairseq_attn_records/comet.py",
     "COMET_BATCH_SIZE": "fairseq_attn_records/comet.py",
     "SACREBLEU_SEED": "fairseq_attn_reports/significance.py",

@@ -43,7 +43,7 @@
 # Run in this order: T, 2, 0, 1, 4, 3 (limits 120 + 100 + 100, 75, 80 + 80, 90, 115, 60 s; the
 # first five, 475 s, fit the 540 s budget; the rest run in what the others leave).
 # Every JSON records the card, torch, the commit (or the sources hash without .git) and the
-# paths each system's layers take at each measured shape. How to read it: docs/benchmark.md,
+# paths each system's layers take at each measured shape. How to read it: docs/explanation/benchmark.md,
 # "To be measured on GPU".
 # Needs, in .whl/ (git-ignored through .git/info/exclude; carried with the call), the wheels the
 # GPU machine lacks (its python3 is 3.12 with torch; nothing can be fetched there), made here:

@@ -4,7 +4,7 @@ Load with ``fairseq-train --user-dir fairseq_attn_plugins`` (or ``pip install``
 the package and point ``--user-dir`` at its folder). Importing it registers the
 ``transformer_attn`` model and its architectures (the attention core, with its pieces,
 is the torch-only package :mod:`fairseq_attn_core`), and installs the plugin's fixes of
-fairseq, each once (:mod:`.integration.fixes`, listed in docs/architecture.md): fairseq
+fairseq, each once (:mod:`.integration.fixes`, listed in docs/explanation/architecture.md): fairseq
 checkpoints load under torch >= 2.6 without disabling ``weights_only``, the last batch that
 fairseq's ``batch_by_size`` would drop is kept, ``--model-overrides`` are checked like training
 flags, fairseq-train can start from a checkpoint without the new pieces' parameters, a training

@@ -37,7 +37,7 @@ PROFILES: Dict[str, Dict[str, str]] = {
     "base": {**_PAPERS, "lr": "7e-4", "dropout": "0.1", "max_update": "100000", "n_avg": "5"},
     "big": {**_PAPERS, "lr": "5e-4", "dropout": "0.3", "max_update": "300000", "n_avg": "20"},
     # 32K merges would learn whole verses; one CPU replaces the papers' 8 GPUs
-    # chosen on the valid set by the sweep of docs/lengths.md ("A CPU preset")
+    # chosen on the valid set by the sweep of docs/results/lengths_study.md ("The sweep that chose the CPU preset")
     "bible": {"bpe_merges": "4000", "paper_gpus": "1", "max_tokens": "2048", "max_update": "4000",
               "lr": "2e-3", "warmup": "600", "dropout": "0.2", "save_interval_updates": "500",
               "label_smoothing": "0.1", "model_args": model_args(3, 3, 128, 256, 4)},

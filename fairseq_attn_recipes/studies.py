@@ -1,5 +1,5 @@
 """A finished study committed with its outputs, and re-checked from them
-(:mod:`fairseq_attn_reports.study_bundle`; docs/lengths.md, "Re-checking a committed study"):
+(:mod:`fairseq_attn_reports.study_bundle`; docs/howto/lengths.md, "Commit a study, and re-check a committed one"):
 
 * ``study-export TABLE.json --to DIR --name NAME [--yes]``: the table to ``DIR/NAME.json`` (its
   markdown to ``DIR/NAME.md``), every file it names packed into ``DIR/NAME/outputs.tar.xz`` with

@@ -1,7 +1,7 @@
 """What ``fairseq-attn-align`` does (:mod:`fairseq_attn_reports.cli.align` parses its arguments):
 the inputs of a run or a checkpoint and data folder, the gold, the attention and eflomal
 alignments of every subset, their AER, the choice on valid, the output folder written whole.
-See docs/alignment.md."""
+See docs/howto/alignment.md."""
 
 import argparse
 import json

@@ -149,11 +149,11 @@ def plain_torch_section(text: str) -> str:
 
 
 def test_the_documented_example_runs_and_the_readme_links_it():
-    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+    with open(os.path.join(ROOT, "docs", "explanation", "architecture.md"), encoding="utf-8") as f:
         section = plain_torch_section(f.read())
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     scope: dict = {}
-    exec(compile(code, "docs/architecture.md", "exec"), scope)
+    exec(compile(code, "docs/explanation/architecture.md", "exec"), scope)
     assert scope["out"].shape == (7, 2, 16) and [p.name for p in scope["attn"].pieces] == ["relpos", "csan2d"]
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
-        assert "(docs/architecture.md#the-core-in-a-torch-model)" in f.read()
+        assert "(docs/explanation/architecture.md#the-core-in-a-torch-model)" in f.read()

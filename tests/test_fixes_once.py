@@ -1,5 +1,5 @@
 """The plugin's changes to fairseq: one table (integration/fixes.py), one installer, each fix
-installed once however often the installer runs, and the table of docs/architecture.md is
+installed once however often the installer runs, and the table of docs/explanation/architecture.md is
 the code's (``python tests/test_fixes_once.py`` rewrites it)."""
 
 import json
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-DOC = os.path.join(ROOT, "docs", "architecture.md")
+DOC = os.path.join(ROOT, "docs", "explanation", "architecture.md")
 BLOCK = re.compile(r"(<!-- fixes -->\n)(.*?)(\n<!-- /fixes -->)", re.S)
 
 # as fairseq-train: every row's condition holds (the refusals are installed in commands only)
@@ -63,11 +63,11 @@ def test_the_architecture_doc_lists_the_fixes_of_the_table():
         block = BLOCK.search(f.read())
     assert block, f"{DOC}: no <!-- fixes --> ... <!-- /fixes --> block"
     assert block.group(2) == fixes.markdown_table(), (
-        "docs/architecture.md: the table of fixes differs from integration/fixes.py; "
+        "docs/explanation/architecture.md: the table of fixes differs from integration/fixes.py; "
         "run python tests/test_fixes_once.py")
 
 
-if __name__ == "__main__":  # rewrite the table of docs/architecture.md
+if __name__ == "__main__":  # rewrite the table of docs/explanation/architecture.md
     sys.path.insert(0, ROOT)
     from fairseq_attn_plugins.integration import fixes
 

@@ -6,7 +6,7 @@ capture, its guards, the recompile limit) is device-independent, so these tests 
 CPU with ``--attn-flex-compile aot_eager``: whole models forward (encoder and teacher-forced
 decoder) and beam search (incremental decoding) over many batch shapes, with and without
 padding, a batch of one sentence among them. They assert the number of graphs dynamo
-installs (a bound per architecture, stated in docs/architecture.md), no graph break, no
+installs (a bound per architecture, stated in docs/explanation/architecture.md), no graph break, no
 recompile-limit hit (``fail_on_recompile_limit_hit``: reaching it raises), and outputs
 equal to the explicit path; every compiled call also refuses a score_mod / mask_mod that
 captures a Python number (what inductor failed to lower for relpos on an H200). Not covered

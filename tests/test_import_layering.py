@@ -1,7 +1,7 @@
 """Imports run one way. Every module of the three packages is parsed (``ast``, nothing is
 imported or run) and each import of a module of the distribution is held against ``LAYERS``:
 a module may import modules of its own layer and of the layers below it, never one above.
-The layer table of docs/architecture.md is generated from ``LAYERS`` and the measured imports;
+The layer table of docs/explanation/architecture.md is generated from ``LAYERS`` and the measured imports;
 ``python tests/test_import_layering.py`` rewrites it."""
 
 import ast
@@ -13,7 +13,7 @@ from typing import Dict, List, Set, Tuple
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 PACKAGES = ("fairseq_attn_records", "fairseq_attn_core", "fairseq_attn_plugins", "fairseq_attn_reports",
             "fairseq_attn_recipes")
-DOC = os.path.join(ROOT, "docs", "architecture.md")
+DOC = os.path.join(ROOT, "docs", "explanation", "architecture.md")
 
 #: bottom first: (modules, what they hold). A module belongs to the entry whose name is the
 #: longest prefix of its own (``fairseq_attn_core`` holds ``catalogue.py``
@@ -128,7 +128,7 @@ def short(name: str) -> str:
 
 
 def layer_table(edges: Dict[str, Set[str]]) -> str:
-    """The Markdown table of docs/architecture.md: each layer, what it holds, and what its
+    """The Markdown table of docs/explanation/architecture.md: each layer, what it holds, and what its
     modules import of the layers below (measured)."""
     below: Dict[int, Set[str]] = {i: set() for i in range(len(LAYERS))}
     for m, targets in edges.items():
@@ -191,11 +191,11 @@ def test_every_module_has_a_layer_and_every_layer_a_module():
 
 def test_the_architecture_doc_shows_the_layers_measured():
     assert doc_table() == layer_table(graph()), (
-        "docs/architecture.md: the layer table differs from LAYERS and the imports measured; "
+        "docs/explanation/architecture.md: the layer table differs from LAYERS and the imports measured; "
         "run python tests/test_import_layering.py")
 
 
-if __name__ == "__main__":  # rewrite the table of docs/architecture.md
+if __name__ == "__main__":  # rewrite the table of docs/explanation/architecture.md
     with open(DOC, encoding="utf-8") as f:
         text = f.read()
     new = BLOCK.sub(lambda m: m.group(1) + layer_table(graph()) + m.group(3), text)

@@ -70,7 +70,7 @@ def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
     counts = [sum(1 for s in seen.values() if s == split) for split in ("train", "valid", "test")]
     chapters = len({d for d, s in chapter_split.items() if s == "test"})
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for doc in (os.path.join(root, "docs", "lengths.md"), os.path.join(root, "recipes", "bible_grc_en", "README.md")):
+    for doc in (os.path.join(root, "docs", "howto", "lengths.md"), os.path.join(root, "recipes", "bible_grc_en", "README.md")):
         text = open(doc, encoding="utf-8").read()
         triples = re.findall(r"(\d[\d,]*) / (\d[\d,]*) / (\d[\d,]*)", text)
         assert triples and all([int(n.replace(",", "")) for n in t] == counts for t in triples), (doc, triples, counts)
@@ -84,14 +84,16 @@ def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
 
 
 def test_the_joined_inputs_in_the_docs_are_those_of_the_committed_study():
-    """docs/lengths.md's counts of the bible's joined test inputs are docs/results/lengths_bible.json's."""
+    """The docs' counts of the bible's joined test inputs (the how-to and the study's report) are
+    docs/results/lengths_bible.json's."""
     import json
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     concat = json.load(open(os.path.join(root, "docs", "results", "lengths_bible.json")))["concat"]
     ks = sorted(concat["k"], key=int)
     n = [concat["k"][k]["n"] for k in ks]
-    flat = " ".join(open(os.path.join(root, "docs", "lengths.md"), encoding="utf-8").read().split())
+    docs = [os.path.join(root, "docs", "howto", "lengths.md"), os.path.join(root, "docs", "results", "lengths_study.md")]
+    flat = " ".join(" ".join(open(doc, encoding="utf-8").read().split()) for doc in docs)
     assert f"With the bible's {n[0]} test verses in {concat['n_documents']} chapters:" in flat
     assert f"k = {', '.join(ks)} give {', '.join(map(str, n))} inputs" in flat
     assert f"on the {n[0]} test verses" in flat

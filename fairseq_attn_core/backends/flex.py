@@ -20,7 +20,7 @@ and the band path :class:`FlexBand` (the flex piece path, distance terms as scor
 a flex path only with dropout 0. ``--attn-flex-compile`` decides
 how ``flex_attention`` is compiled (:func:`kernel`: inductor on CUDA by default); the
 calls keep one form per layer kind so that the number of compiled graphs stays bounded
-over batch shapes (docs/architecture.md, tests/test_flex_compile.py).
+over batch shapes (docs/explanation/architecture.md, tests/test_flex_compile.py).
 
 ``torch._dynamo`` (about a second to import, with inductor and sympy) is imported by the
 first compiled call (:func:`_run_compiled`, ``torch.compile``), not with this module: every

@@ -30,7 +30,7 @@ Parameters at base size: 32 x 8 = 256 per stack, 512 in all (``layer``:
 initializer, so TensorFlow's glorot_uniform applies (std sqrt(2 / (H + N)): 0.21 for T5-base's
 12 heads and 32 buckets, 0.24 at 4 heads, against d_model^-1/2 = 0.088 at d_model 128). Kept
 as a decision: the buckets training reaches leave their initial values far behind (root mean
-square 0.088 -> 0.31 encoder / 0.58 decoder on the bible study, docs/lengths.md), and a bucket
+square 0.088 -> 0.31 encoder / 0.58 decoder on the bible study, docs/results/lengths_study.md), and a bucket
 it never reaches keeps its initial value, which the smaller std keeps nearer to no bias.
 T5 does not scale q.k by 1/sqrt(d) (it folds the scale into the initialisation of W_q);
 here the bias is added to the scaled score as every piece does, q.k / sqrt(d) + b. W_q absorbs the difference (T5's W_q = ours / sqrt(d)

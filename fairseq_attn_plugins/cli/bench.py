@@ -9,7 +9,7 @@ Examples::
 
     fairseq-attn-bench --device cuda --preset base --mode scaling  # stock base vs big: time vs FLOP ratio
 
-See docs/benchmark.md. The code is in :mod:`fairseq_attn_plugins.bench`.
+See docs/explanation/benchmark.md. The code is in :mod:`fairseq_attn_plugins.bench`.
 """
 
 import argparse

@@ -2,7 +2,7 @@
 table, installed by one function, each once.
 
 :data:`FIXES` holds one row per replaced function: where it lives, what replaces it (a function
-of the original, which it calls) and why; docs/architecture.md lists the same rows with their
+of the original, which it calls) and why; docs/explanation/architecture.md lists the same rows with their
 reasons. :func:`install` (the package's ``__init__`` calls it) first allowlists fairseq's
 checkpoint classes for torch's ``weights_only=True`` loads (a registration with torch, not a
 replacement), then replaces each function of the table whose condition holds, unless the
@@ -118,7 +118,7 @@ FIXES: Tuple[Fix, ...] = (
 
 
 def markdown_table() -> str:
-    """The table of docs/architecture.md (between ``<!-- fixes -->`` markers; a test compares)."""
+    """The table of docs/explanation/architecture.md (between ``<!-- fixes -->`` markers; a test compares)."""
     rows = ["| fix | replaces | installed | why |", "|---|---|---|---|",
             "| checkpoint classes allowlisted | nothing: `torch.serialization.add_safe_globals` | always | "
             "torch >= 2.6 loads with `weights_only=True`, which refuses the `argparse.Namespace` (and "

@@ -14,7 +14,7 @@ Writes ``OUT/SUBSET/alignments.METHOD.LAYER.txt`` (Pharaoh, the gold's indexing;
 ``LAYER.hHEAD``) and ``OUT/aer.json``: AER, precision and recall (percent) per subset, method
 and layer; the layer and method of lowest AER on valid and its test figures (``chosen``); with
 ``--eflomal`` eflomal's; and always ``diagonal`` (target word j linked to source word
-round(j * n_src / n_tgt): what word positions alone give). See docs/alignment.md.
+round(j * n_src / n_tgt): what word positions alone give). See docs/howto/alignment.md.
 
 Gold (``--gold``): ``bible`` (default) reads ``DATA/raw/SUBSET.align``, written by the bible
 corpus step (a data folder of another corpus is refused); a folder reads ``FOLDER/SUBSET.align``.

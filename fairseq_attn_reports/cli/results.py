@@ -11,7 +11,7 @@ Usage: ``fairseq-attn-results --ref REF BASELINE_RUN RUN... [--names ...] [--src
 [--by-length EDGES|auto [--by-length-of src|ref|hyp] [--train-max-len N] [--plot FILE.png]] [--align]``.
 
 ``--align``: an AER column (lower is better) from each run's ``fairseq-attn-align`` output
-(:mod:`fairseq_attn_reports.alignment_column`, docs/alignment.md).
+(:mod:`fairseq_attn_reports.alignment_column`, docs/howto/alignment.md).
 
 ``--by-length`` (needs --src for source length; one run per system, several seeds are refused):
 every metric scored and tested per bucket of source length (``--by-length-of ref``: reference

@@ -29,7 +29,7 @@ fetch_train() {
 
 fetch_split() {  # valid / test: written with the training part (one split of the chapters), with
   # the verse id (SPLIT.ids) and the chapter (SPLIT.docs, the documents of CONCAT) of each line,
-  # and the gold word alignments (SPLIT.align, Pharaoh: docs/alignment.md)
+  # and the gold word alignments (SPLIT.align, Pharaoh: docs/howto/alignment.md)
   local f
   for f in "$SRC" "$TGT" ids docs align; do cp "$WORK/downloads/bible/$1.$f" "$WORK/raw/$1.$f"; done
 }

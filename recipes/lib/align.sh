@@ -1,4 +1,4 @@
-# align_main: attention as alignment for the runs of a WORK (see docs/alignment.md). For each evaluated
+# align_main: attention as alignment for the runs of a WORK (see docs/howto/alignment.md). For each evaluated
 # run of WORK (or RUNS="dir dir ..."; the first is the baseline): fairseq-attn-align RUN (AER of every
 # decoder layer's cross-attention, naive and Shift-Att, against the gold of the run's data folder;
 # RUN/align/aer.json), eflomal once on the baseline's data (WORK/align_eflomal), then the results table

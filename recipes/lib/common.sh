@@ -462,7 +462,7 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
   mkdir -p "$tmp/raw"
   for split in valid test; do for l in "$SRC" "$TGT"; do cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"; done; done
   # a recipe's document ids (SPLIT.docs), segment ids (SPLIT.ids) and gold word alignments
-  # (SPLIT.align, bible: docs/alignment.md), where it writes them
+  # (SPLIT.align, bible: docs/howto/alignment.md), where it writes them
   for split in valid test; do for l in docs ids align; do
     [[ ! -f "$WORK/raw/$split.$l" ]] || cp "$WORK/raw/$split.$l" "$tmp/raw/$split.$l"
   done; done

@@ -1,4 +1,4 @@
-# Train short, test long: sourced by recipes/*/lengths.sh after env.sh (see docs/lengths.md).
+# Train short, test long: sourced by recipes/*/lengths.sh after env.sh (see docs/howto/lengths.md).
 #
 # lengths_main: prepare a training set capped at TRAIN_MAX_LEN source words (valid and test stay
 # whole; its own data folder beside any other prepared data of this WORK), train every
@@ -217,7 +217,7 @@ lengths_main() {
       --md "$LENGTHS_DIR/train_concat.md" --json "$LENGTHS_DIR/train_concat.json" || die "the difference of the two conditions failed"
     log "concatenation training against the pairs alone: $LENGTHS_DIR/train_concat.md"
   fi
-  log "to commit the study with the outputs it scores (and re-check it later with study-rescore): $PYTHON -m fairseq_attn_recipes study-export ${cond_dirs[0]}/lengths.json --to docs/results --name NAME (docs/lengths.md)"
+  log "to commit the study with the outputs it scores (and re-check it later with study-rescore): $PYTHON -m fairseq_attn_recipes study-export ${cond_dirs[0]}/lengths.json --to docs/results --name NAME (docs/howto/lengths.md)"
 }
 
 lengths_wait_runs() {  # step 3b of lengths_main (its names, conds, cond_dirs): the runs another study

@@ -1,5 +1,5 @@
 # A sweep of training settings, chosen on the valid set: sourced by recipes/*/sweep.sh after env.sh
-# (see docs/lengths.md, "A CPU preset").
+# (see docs/howto/lengths.md, "Choose a CPU preset with a sweep").
 #
 # sweep_main: SWEEP=FILE, one setting a line: NAME<TAB>VAR=VALUE<TAB>VAR=VALUE... (a VALUE may hold
 # spaces: MODEL_ARGS=--encoder-layers 2 ...; '#' lines and empty lines skipped). Every line is

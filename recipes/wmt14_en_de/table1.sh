@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# wmt14_en_de: the CSAN paper's Table 1 (steps in ../lib/paper.sh; see docs/recipes.md)
+# wmt14_en_de: the CSAN paper's Table 1 (steps in ../lib/paper.sh; see docs/howto/table1.md)
 . "$(dirname "$0")/env.sh"
 . "$(dirname "$0")/../lib/paper.sh"
 table1_main "$@"

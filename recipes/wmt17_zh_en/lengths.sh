@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# wmt17_zh_en: train short, test long (settings in env.sh, steps in ../lib/lengths.sh; see docs/lengths.md)
+# wmt17_zh_en: train short, test long (settings in env.sh, steps in ../lib/lengths.sh; see docs/howto/lengths.md)
 . "$(dirname "$0")/env.sh"
 . "$(dirname "$0")/../lib/lengths.sh"
 lengths_main "$@"

@@ -331,3 +331,33 @@ def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_p
                                                       **env), capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip().endswith("lock free"), p.stdout + p.stderr
     assert "binarise: done before, skipped" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"CURVE": "1000,500"}, "CURVE=1000,500: give the updates in increasing order"),
+    ({"CONVERGE": "0"}, "CONVERGE=0: give the patience"),
+    ({"ARCHS": "baseline,relpoz"}, "ARCHS=baseline,relpoz: 'relpoz' is transformer_relpoz_wmt_en_de, not a registered"),
+    ({"ARCHS": "baseline"}, "ARCHS=baseline: the study compares systems with the first one"),
+    ({"CONCAT": "1,1"}, "CONCAT=1,1: 1 is given twice"),
+    ({"TRAIN_CONCAT": "1"}, "TRAIN_CONCAT=1: give how many training pairs are joined"),
+    ({"SEEDS": "2 2"}, 'SEEDS="2 2": seed 2 is given twice'),
+    ({"TEST_DOCS": "@DOCS@"}, "TEST_DOCS=@DOCS@: 7 lines, but the test source"),
+])
+def test_a_refused_study_setting_writes_nothing_not_even_the_quick_corpus(tmp_path, given, said):
+    """lengths.sh with QUICK=1: every setting is checked before the toy corpus is written (WORK stays
+    unmade); the error names the variable the user set (ARCHS, not the ARCH it makes)."""
+    docs = tmp_path / "docs.txt"
+    docs.write_text("d\n" * 7)
+    given = {k: v.replace("@DOCS@", str(docs)) for k, v in given.items()}
+    work = tmp_path / "work"
+    p = script("bible_grc_en", "lengths.sh", env=dict(given, WORK=str(work), QUICK="1", QUICK_SIZES="train=30,valid=5,test=12"),
+               check=False)
+    assert p.returncode == 1 and len(error_lines(p)) == 1 and error_lines(p)[0].startswith("error: " + said.replace("@DOCS@", str(docs))), p.stderr
+    assert not work.exists()
+
+
+def test_help_of_a_study_names_the_variable_it_reads(tmp_path):
+    p = script("bible_grc_en", "lengths.sh", "--help", env={"WORK": str(tmp_path / "w")}, check=False)
+    assert p.returncode == 2 and "e.g. ARCHS=baseline,relpos lengths.sh" in p.stderr and "ARCH=..." not in p.stderr, p.stderr
+    p = script("bible_grc_en", "train.sh", "--help", env={"WORK": str(tmp_path / "w")}, check=False)
+    assert p.returncode == 2 and "e.g. ARCH=... train.sh" in p.stderr, p.stderr

@@ -208,6 +208,12 @@ def test_a_run_another_train_sh_trains_or_a_node_rank_outside_the_nodes_is_refus
     assert p.returncode == 1 and errors == ["error: NODE_RANK=2: give this node's rank, 0 to NNODES-1 (1 with NNODES=2)"], p.stderr
     assert not os.path.exists(save / "checkpoint_last.pt")
     assert not os.path.exists(save / ".train.node2.lock")  # refused before anything is written
+    # threads that cannot be: refused before the run's folder (its data.json) is made
+    fresh = tmp_path / "fresh"
+    p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=str(fresh), MAX_UPDATE="2", CPU_THREADS="0"), check=False)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert p.returncode == 1 and len(errors) == 1 and errors[0].startswith("error: CPU_THREADS=0: give the threads"), p.stderr
+    assert not fresh.exists()
 
 
 def test_data_sh_list_names_its_subcommand(tmp_path):

@@ -40,9 +40,9 @@ print(" ".join(m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_
   || die "PYTHON=$PYTHON does not run: give an interpreter (e.g. PYTHON=.venv/bin/python after 'bash scripts/test.sh')"
 [[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
-# (its settings are environment variables)
+# (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...)
 no_args() {
-  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/recipes.md)"
+  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ${USAGE_EXAMPLE:-ARCH=...} $(basename "$0"); see docs/recipes.md)"
 }
 
 # check_variables SCRIPT...: the recipe variables these scripts read (fairseq_attn_recipes/variables.py,
@@ -549,16 +549,7 @@ train_main() {
   [[ " ${ARCHS_CHECKED:-} " == *" $ARCH "* ]] || "${STEPS[@]}" check-arch "$ARCH" || exit 1
   [[ -f "$DATA/prepare.json" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
-  # the data-bin must be the one prepared with these settings (another language pair: named);
-  # a run directory stays on its data
-  prepare_settings
-  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 1
-  # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
-  DATA=$(cd "$DATA" && pwd -P)
-  # a data folder carries its own record (checked above): one prepared in another WORK is taken as
-  # it is, and the run registered in that WORK too (its data.sh prune then keeps the data)
-  [[ -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA (no dict.$SRC.txt beside its prepare.json): run prepare.sh first"
-  log "data: $DATA"
+  # the processes, threads and nodes: checked before anything is written (SAVE_DIR/data.json below)
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   # the base or big setup of ARCH (profiles.py): PAPER_GPUS (the papers' 8 GPUs: their effective batch
@@ -575,11 +566,21 @@ train_main() {
   fi
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
-  if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then  # torchrun on every node: before anything is written
+  if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then  # torchrun on every node
     : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
     [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
       || die "NODE_RANK=$NODE_RANK: give this node's rank, 0 to NNODES-1 ($(( NNODES - 1 )) with NNODES=$NNODES)"
   fi
+  # the data-bin must be the one prepared with these settings (another language pair: named);
+  # a run directory stays on its data
+  prepare_settings
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 1
+  # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
+  DATA=$(cd "$DATA" && pwd -P)
+  # a data folder carries its own record (checked above): one prepared in another WORK is taken as
+  # it is, and the run registered in that WORK too (its data.sh prune then keeps the data)
+  [[ -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA (no dict.$SRC.txt beside its prepare.json): run prepare.sh first"
+  log "data: $DATA"
   mkdir -p "$SAVE_DIR"
   # one training of a run at a time: a second would write the same checkpoints. Held by this shell
   # and the training it starts; gone with them, so a killed training blocks nothing. The nodes of one

@@ -49,7 +49,7 @@ paper_run() {
 
 # ---------------------------------------------------------------- Table 1
 table1_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="ROWS=baseline,csan2d" no_args "$@"
   check_variables table1 train evaluate
   recipe_defaults
   paper_quick_defaults
@@ -73,7 +73,7 @@ table1_main() {
 
 # ---------------------------------------------------------------- Figure 2
 figure2_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="WINDOWS=3,5,7" no_args "$@"
   check_variables figure2 train evaluate
   recipe_defaults
   paper_quick_defaults
@@ -107,7 +107,7 @@ figure2_main() {
 
 # ---------------------------------------------------------------- Figure 3
 figure3_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="FIG3_ROWS=csan1d,csan2d" no_args "$@"
   check_variables figure3
   recipe_defaults
   TABLE1_DIR=${TABLE1_DIR:-$WORK/table1}

@@ -203,6 +203,15 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
     p = data_sh("prune", "--yes", env=env)
     assert p.returncode == 0 and "0 unreferenced data folder(s) removed" in p.stdout and os.path.isdir(first), p.stdout
 
+    # an ARCH other than the run's (its record's, not its folder's name): refused, the record left as it was
+    before = sha256(os.path.join(new, "run.json"))
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new, ARCH="transformer_csan2d_wmt_en_de"), check=False)
+    assert p.returncode == 1 and error_lines(p) == [
+        f"error: ARCH=transformer_csan2d_wmt_en_de: SAVE_DIR={new} holds a run trained as "
+        f"ARCH=transformer_attn_wmt_en_de (its run record {new}/run.json): leave ARCH unset (evaluate.sh takes the "
+        f"run's) or give ARCH=transformer_attn_wmt_en_de; to evaluate a transformer_csan2d_wmt_en_de run, give its "
+        f"SAVE_DIR"], p.stderr
+    assert sha256(os.path.join(new, "run.json")) == before and not os.path.exists(os.path.join(new, "test"))
     # the moved run evaluates on its own data at its new place
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new))
     assert f"data: {first} (the run's own" in p.stderr
@@ -361,3 +370,40 @@ def test_help_of_a_study_names_the_variable_it_reads(tmp_path):
     assert p.returncode == 2 and "e.g. ARCHS=baseline,relpos lengths.sh" in p.stderr and "ARCH=..." not in p.stderr, p.stderr
     p = script("bible_grc_en", "train.sh", "--help", env={"WORK": str(tmp_path / "w")}, check=False)
     assert p.returncode == 2 and "e.g. ARCH=... train.sh" in p.stderr, p.stderr
+
+
+def test_evaluate_takes_the_architecture_of_the_run_record_never_its_folder_name(tmp_path):
+    """run-arch: the run record's architecture, whatever the folder is called; another one given is
+    refused naming both; a record without one (never trained) keeps the ARCH given, else the default."""
+    from fairseq_attn_records import run_record
+    folder = tmp_path / "transformer_attn_wmt_en_de"  # the default run's folder name, holding a relpos run
+    folder.mkdir()
+    (folder / "run.json").write_text(json.dumps({"format": run_record.FORMAT, "arch": "transformer_relpos_wmt_en_de"}))
+
+    def run_arch(*args):
+        """The step in this process: (exit status, stdout, stderr), as subprocess.run would give them."""
+        import argparse
+        import contextlib
+        import io
+
+        from fairseq_attn_recipes import evaluations
+        sub = argparse.ArgumentParser().add_subparsers()
+        evaluations.add_parsers(sub)
+        ns = sub.choices["run-arch"].parse_args(["--run-dir", str(folder), "--default", "transformer_attn_wmt_en_de", *args])
+        out, err, code = io.StringIO(), io.StringIO(), 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                ns.fn(ns)
+            except SystemExit as e:
+                code = e.code
+        return subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())
+    for given in ((), ("--given", ""), ("--given", "transformer_relpos_wmt_en_de")):
+        p = run_arch(*given)
+        assert (p.returncode, p.stdout, p.stderr) == (0, "transformer_relpos_wmt_en_de\n", ""), p.stderr
+    p = run_arch("--given", "transformer_csan2d_wmt_en_de")
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.startswith(
+        f"error: ARCH=transformer_csan2d_wmt_en_de: SAVE_DIR={folder} holds a run trained as "
+        "ARCH=transformer_relpos_wmt_en_de (its run record"), p.stderr
+    (folder / "run.json").write_text(json.dumps({"format": run_record.FORMAT}))
+    assert run_arch("--given", "transformer_rope_wmt_en_de").stdout == "transformer_rope_wmt_en_de\n"
+    assert run_arch().stdout == "transformer_attn_wmt_en_de\n"

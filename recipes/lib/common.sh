@@ -63,11 +63,12 @@ check_variables() {
 # its steps). Changed settings or inputs: the step is redone (and so, through their inputs,
 # every later step). CMD runs in a subshell with `set -e` in force (a function called as
 # `f || die` would run with `set -e` off), so it stops at its first failing command; a
-# failed step is never marked done.
+# failed step is never marked done. --per-setting: the record keeps one entry per setting, each
+# naming its output (binarise's data folders, fingerprints.py): another setting's is kept.
 stage() {
   local name=$1; shift
-  local fp=()
-  while [[ $1 != -- ]]; do fp+=("$1"); shift; done; shift
+  local fp=() per=0
+  while [[ $1 != -- ]]; do [[ $1 != --per-setting ]] || per=1; fp+=("$1"); shift; done; shift
   mkdir -p "$WORK/.done"
   local marker="$WORK/.done/$name" rc=0 changes
   # fingerprint's answer: 0 same, 3 changed, 4 never done (1 and 2: it could not answer)
@@ -76,7 +77,7 @@ stage() {
   case $rc in
     0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
     4) log "$name";;
-    3) log "$name: redone, its settings or inputs changed since it was done: $changes"; rm -f "$marker";;
+    3) log "$name: redone, its settings or inputs changed since it was done: $changes"; (( per )) || rm -f "$marker";;
     *) die "step '$name': cannot read its inputs";;
   esac
   rc=0
@@ -396,9 +397,14 @@ prepare_main() {
   [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
   # TRAIN_DOCS shapes the joined pairs: recorded in prepare.json (inputs), so binarised again when it is another file
   [[ -z ${TRAIN_CONCAT:-} || -z ${TRAIN_DOCS:-} ]] || bin_in+=(--in "$TRAIN_DOCS")
-  # the latest prepared folder removed by hand (or pruned): binarised again
-  if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
-  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
+  if [[ $DATA_KEYED == 1 ]]; then
+    # one data folder per setting (WORK/data/<id>), each binarised once: a setting binarised before, its
+    # folder there, is skipped and WORK/data-bin pointed at it (a folder removed by hand or pruned: made again)
+    stage binarise --per-setting "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
+    "${STEPS[@]}" data-point --work "$WORK" --record "$WORK/.done/binarise" "${PREP_SET[@]}" --set "DATA=$DATA" >&2
+  else
+    stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
+  fi
   local where=$DATA; [[ $DATA_KEYED == 0 ]] || where="$DATA -> $(readlink "$DATA")"
   log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning${TRAIN_CONCAT:+, $(wc -l < "$train_pref.$SRC") with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT})"
   PREPARED_DATA=$(readlink -f "$DATA")  # read under the lock: another prepare may repoint data-bin after it
@@ -478,7 +484,7 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
     --clean-record "$WORK/bpe/train.clean.json" ${TRAIN_CONCAT:+--concat-record "$train_pref.json"}
   if [[ $DATA_KEYED == 1 ]]; then
-    "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" >&2
+    "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" --record "$WORK/.done/binarise.want" >&2
   else
     "${STEPS[@]}" data-replace --tmp "$tmp" --data "$DATA" --work "$WORK" >&2 || exit 1
   fi
@@ -683,8 +689,13 @@ evaluate_main() {
   no_args "$@"
   check_variables evaluate
   recipe_defaults
+  local arch_given=${ARCH:-}
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
+  [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
+  [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  # the run's architecture is its record's: an ARCH given that is another is refused, naming both
+  ARCH=$("${STEPS[@]}" run-arch --run-dir "$SAVE_DIR" --given "$arch_given" --default "$ARCH") || exit 1
   profile --arch "$ARCH" --only N_AVG   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
   BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
@@ -699,8 +710,6 @@ evaluate_main() {
   fi
   NGPUS=${NGPUS:-$(detect_gpus)}
   (( NGPUS > 0 )) || cpu_threads 1  # generation on CPU: one process
-  [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
-  [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
   # the run's own data (its record), with the raw source and reference kept in it; an explicit
   # DATA must be that data
   local given=(); [[ $DATA_KEYED == 1 ]] || given=(--data "$DATA")

@@ -644,7 +644,8 @@ train_main() {
   "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR" --data "$DATA"
   # finished before with these very arguments (run record): nothing is started, nothing else written
   if "${STEPS[@]}" finished-before --save-dir "$SAVE_DIR" -- "${args[@]}"; then
-    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"; return 0
+    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"
+    train_checkpoints_pruned "$rank"; return 0
   fi
   # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
@@ -671,7 +672,8 @@ train_main() {
   # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run); refused (the folder holds
   # another run, a flag or checkpoint the plugin refuses: one line "error: ...", exit 1) or a usage
   # error of fairseq-train's arguments (MODEL_ARGS, EXTRA_ARGS: exit 2) = nothing to resume
-  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"; return 0; }
+  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"
+                      train_checkpoints_pruned "$rank"; return 0; }
   local refused; refused=$(tail -c "+$((logged + 1))" "$SAVE_DIR/train.log" | grep -c '^error: ' || true)
   if (( rc == 2 || (rc == 1 && refused > 0) )); then
     die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
@@ -681,7 +683,16 @@ train_main() {
     [[ -f $SAVE_DIR/checkpoint_last.pt ]] || die "training failed (exit $rc) before saving a checkpoint; see $SAVE_DIR/train.log"
     die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from $SAVE_DIR/checkpoint_last.pt"
   fi
+  train_checkpoints_pruned "$rank"
   log "trained: $SAVE_DIR (run record: $SAVE_DIR/run.json)"
+}
+
+# train_checkpoints_pruned RANK: a run validated by updates (PATIENCE: lengths.sh's CONVERGE) saves a
+# checkpoint at every epoch end, which fairseq never prunes: node 0 prunes them as fairseq prunes the
+# interval ones, keeping those an average of N_AVG <= --keep-interval-updates and the learning curve read
+# (checkpoints.py), whether the run was trained now or before
+train_checkpoints_pruned() {
+  [[ -z ${PATIENCE:-} || $1 != 0 ]] || "${STEPS[@]}" prune-epoch-checkpoints --run-dir "$SAVE_DIR" || exit 1
 }
 
 # ---------------------------------------------------------------- evaluate

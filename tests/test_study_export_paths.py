@@ -1,0 +1,24 @@
+"""The re-check command study-export stores names the table from the root of the repository it is
+committed to, wherever study-export ran; outside a repository, from the table's own folder."""
+
+import os
+
+from fairseq_attn_reports.study_bundle import RESCORE_COMMAND, recheck_command
+
+
+def test_the_recheck_command_works_from_the_repository_root_whatever_the_current_folder(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)  # a clone (a worktree has a .git file: the same)
+    (repo / "docs" / "results").mkdir(parents=True)
+    for cwd in (repo, repo / "docs", tmp_path):
+        monkeypatch.chdir(cwd)
+        out = os.path.relpath(repo / "docs" / "results")  # as the user typed --to, from there
+        assert recheck_command(out, "study") == f"{RESCORE_COMMAND} docs/results/study.json", cwd
+    (repo / ".git").rmdir()
+    (repo / ".git").write_text("gitdir: /elsewhere\n")
+    assert recheck_command(str(repo / "docs" / "results"), "study") == f"{RESCORE_COMMAND} docs/results/study.json"
+    # no repository above it: from the table's own folder, no absolute path
+    plain = tmp_path / "plain" / "results"
+    plain.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert recheck_command(str(plain), "study") == f"{RESCORE_COMMAND} study.json (in the folder of study.json)"

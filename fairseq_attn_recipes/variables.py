@@ -297,7 +297,7 @@ TOKENIZER_PREFIX = "TOKENIZER_"
 INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE_TRAIN_DOCS", "RUN_SUFFIX",
             "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV", "TRAIN_LOCK", "SLURM_NODEID",
             "RECIPE_FLAG_VARIABLES", "MKL_NUM_THREADS", "COMET_GPUS", "COMET_BATCH_SIZE", "SACREBLEU_SEED",
-            "LOGLEVEL", "WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_PROCID", "USAGE_EXAMPLE"}
+            "LOGLEVEL", "WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_PROCID", "USAGE_EXAMPLE", "COMET_CHECKED"}
 
 #: what the environment itself sets (a login, a shell, a compiler toolchain, a scheduler): a name one
 #: edit from a recipe variable there is the system's, not a typo (AR and LD are one edit from LR)

@@ -282,3 +282,15 @@ def test_a_converge_runs_epoch_checkpoints_are_pruned_as_fairseq_prunes_the_inte
     # run again: nothing more to prune
     ckpts.cmd_prune_epoch_checkpoints(argparse.Namespace(run_dir=run_dir))
     assert set(os.listdir(run_dir)) - {"run.json"} == expected
+
+
+def test_a_curve_point_a_long_run_has_no_checkpoint_of_is_said_in_a_short_line():
+    """300 save points: the refusal names the count, the first and the last updates, not all 300."""
+    from fairseq_attn_recipes.recording import NoSavePoint, last_save_points, updates_listed
+    listed = {f"checkpoint_1_{u}.pt": {"num_updates": u, "epoch": 1} for u in range(10, 3010, 10)}
+    with pytest.raises(NoSavePoint) as e:
+        last_save_points("run", 1, listed, at_update=15)
+    assert str(e.value).startswith("run: no checkpoint of update 15 (saved: 300 save points, updates 10, 20, 30 ... "
+                                   "2980, 2990, 3000): the run stopped before it") and len(str(e.value)) < 250
+    few = [{"num_updates": u} for u in (6, 10, 12)]
+    assert updates_listed(few) == "updates 6, 10, 12" and updates_listed([]) == "none"

@@ -27,6 +27,9 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 FAIRSEQ=("$PYTHON" -m fairseq_attn_recipes.fairseq_command)
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
+# progress bars (tqdm: subword-nmt's learn_bpe, sacremoses) only where a person watches: a log file gets
+# none (tqdm reads TQDM_DISABLE)
+[[ -t 2 ]] || export TQDM_DISABLE=1
 # the exit status of every recipe script (docs/recipes.md, "Exit status"): 2 for a usage error (an
 # argument or action the script does not take, or one missing: usage_error), 1 for a refused input
 # (a setting, file, data folder or run that is not what is allowed, flags that do not go together)
@@ -527,6 +530,10 @@ data_main() {
   esac
 }
 
+# comet_checked: a study (lengths.sh, table1.sh, figure2.sh) checks COMET_MODEL once before its first run,
+# and says once that COMET is left out when it is unset; its evaluations then say nothing of it
+comet_checked() { "${STEPS[@]}" check-comet >&2 || exit 1; COMET_CHECKED=1; }
+
 # ---------------------------------------------------------------- CPU threads
 # cpu_threads PROCESSES: the threads each CPU process of a step computes with. CPU_THREADS (default:
 # OMP_NUM_THREADS when set, else the cores this shell may use divided among PROCESSES, at least 1)
@@ -760,7 +767,8 @@ evaluate_main() {
     *) exit 1;;
   esac
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
-  "${STEPS[@]}" check-comet || exit 1
+  # (a study checked it once, before its first run: comet_checked)
+  [[ -n ${COMET_CHECKED:-} ]] || "${STEPS[@]}" check-comet || exit 1
   if (( rc == 6 )); then
     local f; for f in averaged.json generate.out hyp.tok.txt hyp.txt; do cp "$why/$f" "$out/$f"; done
   else

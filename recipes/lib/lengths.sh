@@ -171,6 +171,7 @@ lengths_main() {
   lengths_check_curve "${archs[0]}"
   "${STEPS[@]}" check-arch --variable "ARCHS=$ARCHS" "${archs[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
+  comet_checked
   # every setting checked: the first file is written
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_corpus; fi
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
@@ -366,7 +367,7 @@ lengths_report() {
   fi
   "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/test.$TGT" --src "$src_words" \
     --by-length "${LENGTH_EDGES:-auto}" --train-max-len "$TRAIN_MAX_LEN" --names "${names[@]}" \
-    --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
+    --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --no-comet-hint \
     --md "$dir/lengths.md" --json "$dir/lengths.json" --plot "$dir/lengths.png" \
     "${first[@]}" > "$dir/results.out" || { cat "$dir/results.out" >&2; die "fairseq-attn-results failed"; }
   [[ -z $first_seed ]] || echo "(by source length: seed $first_seed of each system; per k below: seeds $SEEDS)" >> "$dir/results.out"
@@ -384,7 +385,7 @@ lengths_report() {
       "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/$sub.$SRC" "$src_words"
     fi
     "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$ref" --src "$src_words" --names "${run_names[@]}" \
-      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --json "$dir/concat/k$k.json" \
+      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --no-comet-hint --json "$dir/concat/k$k.json" \
       "${runs[@]}" > "$dir/concat/k$k.out" || { cat "$dir/concat/k$k.out" >&2; die "fairseq-attn-results failed on k = $k"; }
     per_k+=(--k "$k=$dir/concat/k$k.json")
   done

@@ -58,6 +58,7 @@ table1_main() {
   local rows line
   rows=$("${PAPER[@]}" rows --rows "$ROWS") || exit 1   # names any row whose architecture is missing
   paper_check_data
+  comet_checked
   paper_settings "$TABLE1_DIR"
   mapfile -t rows <<< "$rows"
   ARCHS_CHECKED=$(for line in "${rows[@]}"; do echo "${line#* }"; done)  # "rows" checked them all
@@ -85,6 +86,7 @@ figure2_main() {
   ARCHS_CHECKED="transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de"
   [[ -n "$WINDOWS$HEADS" ]] || die "WINDOWS and HEADS are both empty"
   paper_check_data
+  comet_checked
   paper_settings "$FIGURE2_DIR"
   local v wargs=() hargs=()
   for v in ${WINDOWS//,/ }; do

@@ -341,7 +341,7 @@ def meant(name: str) -> list:
         return [upper]
     near = sorted(k for k in known - INTERNAL if one_edit(upper, k))
     head, sep, lang = upper.rpartition("_")
-    if sep and one_edit(head + sep, TOKENIZER_PREFIX):
+    if sep and re.fullmatch(r"[A-Z]{2,3}", lang) and one_edit(head + sep, TOKENIZER_PREFIX):  # a language code
         near.append(TOKENIZER_PREFIX + lang)
     return near
 

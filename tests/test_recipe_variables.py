@@ -130,7 +130,8 @@ def test_a_typo_of_a_recipe_variable_is_refused_naming_both_never_ignored():
     assert code == 1 and "did you mean CLEAN_MAX (" in said[0] and ") or CLEAN_MIN (" in said[0], said
     # the environment's own names (AR and LD are one edit from LR), the recipes' own, this process's
     # environment and an empty value (unset) are never refused
-    for name in ("AR", "LD", "PATH", "HOME", "LC_ALL", "SEEDS", "ARCHS", "RUN_SUFFIX", "OMP_NUM_THREADS"):
+    for name in ("AR", "LD", "PATH", "HOME", "LC_ALL", "SEEDS", "ARCHS", "RUN_SUFFIX", "OMP_NUM_THREADS",
+                 "TOKENIZERS_PARALLELISM"):
         assert check(["train"], {name: "1"}) == (0, []), name
     assert check(["train"], {"MAX_UPDATES": ""}) == (0, [])
     assert check(["train", "prepare", "evaluate", "lengths"], dict(os.environ)) == (0, [])

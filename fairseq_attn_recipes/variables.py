@@ -305,7 +305,8 @@ SYSTEM = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", 
           "TZ", "MAIL", "HOSTNAME", "HOST", "DISPLAY", "EDITOR", "VISUAL", "PAGER", "TMPDIR", "TEMP", "TMP", "_",
           "AR", "AS", "CC", "CXX", "CPP", "LD", "NM", "FC", "F77", "RANLIB", "STRIP", "OBJCOPY", "OBJDUMP",
           "READELF", "SIZE", "STRINGS", "GCC", "GXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CPPFLAGS", "MAKEFLAGS",
-          "COLUMNS", "LINES", "OSTYPE", "MACHTYPE", "HOSTTYPE", "UID", "EUID", "PPID", "RANDOM", "SECONDS"}
+          "COLUMNS", "LINES", "OSTYPE", "MACHTYPE", "HOSTTYPE", "UID", "EUID", "PPID", "RANDOM", "SECONDS",
+          "NCPUS", "DATE"}  # NCPUS: PBS's (one edit from NGPUS)
 SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "SLURM_", "CUDA_", "NCCL_", "OMP_", "MKL_", "KMP_", "CONDA_", "PYTHON",
                    "PYTEST", "TORCH", "GIT_", "DBUS_", "HF_", "TRANSFORMERS_", "NVIDIA_", "LD_", "PIP_", "VIRTUAL_")
 

@@ -131,7 +131,7 @@ def test_a_typo_of_a_recipe_variable_is_refused_naming_both_never_ignored():
     # the environment's own names (AR and LD are one edit from LR), the recipes' own, this process's
     # environment and an empty value (unset) are never refused
     for name in ("AR", "LD", "PATH", "HOME", "LC_ALL", "SEEDS", "ARCHS", "RUN_SUFFIX", "OMP_NUM_THREADS",
-                 "TOKENIZERS_PARALLELISM"):
+                 "TOKENIZERS_PARALLELISM", "NCPUS"):
         assert check(["train"], {name: "1"}) == (0, []), name
     assert check(["train"], {"MAX_UPDATES": ""}) == (0, [])
     assert check(["train", "prepare", "evaluate", "lengths"], dict(os.environ)) == (0, [])

@@ -137,15 +137,18 @@ def test_a_typo_of_a_recipe_variable_is_refused_naming_both_never_ignored():
     assert check(["train", "prepare", "evaluate", "lengths"], dict(os.environ)) == (0, [])
 
 
-@pytest.mark.parametrize("recipe, name, typo", [("bible_grc_en", "train.sh", "MAX_UPDATES"),
-                                                ("wmt14_en_de", "prepare.sh", "BPE_MERGE"),
-                                                ("bible_grc_en", "lengths.sh", "CONVERG")])
-def test_a_typo_is_refused_by_the_script_before_any_step(tmp_path, recipe, name, typo):
+@pytest.mark.parametrize("recipe, name, typo, meant", [("bible_grc_en", "train.sh", "MAX_UPDATES", "MAX_UPDATE"),
+                                                       ("wmt14_en_de", "prepare.sh", "BPE_MERGE", "BPE_MERGES"),
+                                                       ("bible_grc_en", "lengths.sh", "CONVERG", "CONVERGE"),
+                                                       ("wmt14_en_de", "data.sh", "WROK", "WORK")])
+def test_a_typo_is_refused_by_the_script_before_any_step(tmp_path, recipe, name, typo, meant):
     env = recipe_data.write_pair(str(tmp_path / "corpus"), "en", "de")
     work = tmp_path / "work"
-    p = script(recipe, name, env=dict(env, WORK=str(work), **{typo: "10"}))
+    args = ("prune", "--yes") if name == "data.sh" else ()
+    p = script(recipe, name, *args, env=dict(env, WORK=str(work), **{typo: "10"}))
     assert p.returncode == 1 and p.stdout == "" and len(p.stderr.splitlines()) == 1, p.stderr
-    assert p.stderr.startswith(f"error: {typo}=10: no recipe reads {typo}; did you mean {typo[:-1] if typo.endswith('S') else ''}"), p.stderr
+    assert p.stderr.startswith(f"error: {typo}=10: no recipe reads {typo}; did you mean {meant}"), p.stderr
+    assert f"({typo} -> {meant})" in p.stderr
     assert not work.exists()
 
 

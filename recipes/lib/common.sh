@@ -503,6 +503,7 @@ data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw
 # WORK/data-bin, nor a registered run that is gone) names: shown with their sizes and why, removed
 # only with --yes. A moved run: 'register NEW_PLACE'; a removed one: 'forget OLD_PLACE'.
 data_main() {
+  check_variables data  # none of the table's, but a typo of WORK (WROK=...) is refused: prune would act on another
   local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them), 'prune' (show the unreferenced ones; 'prune --yes' removes them), 'register DIR' (a moved run's new place) or 'forget DIR' (a registered run that was removed)"
   case ${1:-} in
     list) shift; (( $# == 0 )) || usage_error "data.sh list: unknown argument '$1': 'list' takes none (data.sh list)"

@@ -55,7 +55,13 @@ REQUIRED_MODEL_KEYS = MODEL_KEYS[:4]
 
 
 def attention_defaults(args) -> None:
-    """Fill every plugin flag missing from ``args`` (also for old checkpoints)."""
+    """Fill every plugin flag missing from ``args`` (also for old checkpoints). A namespace built
+    for the core (plain torch: no architecture function ran on it, :func:`finished_configuration`)
+    has the piece flags it holds noted first as the user's, as the architecture functions note the
+    command line's (:func:`record_explicit_flags`): a flag of a piece that is not active is then
+    refused on both routes (:func:`check_inactive_flags`)."""
+    if not finished_configuration(args):
+        args.attn_explicit_flags = explicit_flags(args)
     args.attn_pieces = getattr(args, "attn_pieces", "")
     args.attn_backend = getattr(args, "attn_backend", "auto")
     args.attn_flex_compile = getattr(args, "attn_flex_compile", "auto")
@@ -122,16 +128,27 @@ def record_explicit_flags(args) -> None:
             f"--attn-pieces {args.attn_pieces!r} is empty: it would train the baseline "
             f"without a word; expected 'none' (no piece) or pieces from {sorted(PIECES)}"
         )
-    args.attn_explicit_flags = ",".join(dest for dest in piece_flags() if hasattr(args, dest))
+    args.attn_explicit_flags = explicit_flags(args)
 
 
-def check_inactive_flags(args, names: List[str]) -> None:
-    """Refuse an explicitly set flag of a piece that is not among ``names``."""
+def explicit_flags(args) -> str:
+    """The piece flags ``args`` holds before any default fills them: the user's (comma-separated)."""
+    return ",".join(dest for dest in piece_flags() if hasattr(args, dest))
+
+
+def check_inactive_flags(args, names: List[str], fairseq_namespace: bool = True) -> None:
+    """Refuse an explicitly set flag of a piece that is not among ``names``, named as the user set
+    it: the command line's flag (``--csan-window``), or a plain-torch namespace's key (``csan_window``)."""
     explicit = [d for d in str(getattr(args, "attn_explicit_flags", "") or "").split(",") if d]
     owners = piece_flags()
     for dest in explicit:
         owning = owners.get(dest, ())
         if owning and not set(owning) & set(names):
+            if not fairseq_namespace:
+                raise PieceConfigError(
+                    f"{dest}={getattr(args, dest)!r} belongs to {' / '.join(owning)}, which is not active: the "
+                    f"active pieces are {names or 'none'} (attn_pieces={args.attn_pieces!r}): add "
+                    f"{' or '.join(owning)} to attn_pieces, or drop {dest}")
             flag = "--" + dest.replace("_", "-")
             arch = getattr(args, "arch", None)
             raise PieceConfigError(
@@ -176,7 +193,7 @@ def validate_attention_args(args, fairseq_namespace: bool = False) -> None:
         check_known_keys(args)
     classes = selected_pieces(args)
     names = [c.name for c in classes]
-    check_inactive_flags(args, names)
+    check_inactive_flags(args, names, fairseq_namespace)
     for c in classes:
         for other, why in c.conflicts.items():
             if other in names:

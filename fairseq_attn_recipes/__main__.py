@@ -7,7 +7,7 @@ that looks finished. Each module declares its steps' parsers beside the steps (`
 
 Steps: check-tools, check-arch, check-data-dest, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
-data-place, data-replace, run-data, data-list, data-prune, register-run, average, evaluated-before, hyps, score, bible-corpus, toy-corpus,
+data-place, data-point, data-replace, run-data, data-list, data-prune, register-run, average, prune-epoch-checkpoints, evaluated-before, run-arch, hyps, score, bible-corpus, toy-corpus,
 check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
 study-export, study-rescore (a committed study's outputs, and its table re-scored from them), check-variables.
 Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
@@ -32,10 +32,10 @@ STEPS = {
     "fingerprint": "fingerprints", "prepare-record": "fingerprints", "check-data": "fingerprints",
     "tokenize": "tokenisation", "detok": "tokenisation", "split-compounds": "tokenisation",
     "bpe-learn": "subwords", "bpe-apply": "subwords",
-    "data-place": "databins", "run-data": "databins", "data-list": "databins", "data-prune": "databins",
+    "data-place": "databins", "data-point": "databins", "run-data": "databins", "data-list": "databins", "data-prune": "databins",
     "register-run": "databins", "data-register": "databins", "data-forget": "databins",
-    "average": "checkpoints",
-    "evaluated-before": "evaluations",
+    "average": "checkpoints", "prune-epoch-checkpoints": "checkpoints",
+    "evaluated-before": "evaluations", "run-arch": "evaluations",
     "hyps": "scoring", "score": "scoring", "check-comet": "scoring",
     "bible-corpus": "bible_corpus",
     "toy-corpus": "toy_corpus_files",

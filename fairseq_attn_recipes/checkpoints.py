@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import sys
 from typing import Optional
 
 from .step_inputs import die
@@ -178,8 +180,64 @@ def cmd_average(args):
         f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))
 
 
+EPOCH_FILE = re.compile(r"checkpoint(\d+)\.pt")
+
+
+def _flag_value(argv, flag: str) -> Optional[int]:
+    """The integer value of ``flag`` in a recorded argv (``--flag V`` or ``--flag=V``), or None."""
+    for i, a in enumerate(argv):
+        value = argv[i + 1] if a == flag and i + 1 < len(argv) else a.split("=", 1)[1] if a.startswith(flag + "=") else None
+        if value is not None and value.lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def epoch_files_to_prune(checkpoints: dict, keep: int, pattern: Optional[int]) -> list:
+    """The epoch checkpoints (``checkpointE.pt``) fairseq's rule for its interval ones would prune:
+    all but the newest ``keep`` among those whose update is not a multiple of ``pattern`` (those are
+    never pruned). The newest N save points of the run, N <= ``keep``, are the same before and after
+    (each is among the newest N of its kind), so every average of N_AVG <= keep checkpoints and every
+    learning-curve point (a multiple of ``pattern``) stays."""
+    epochs = sorted(((info["num_updates"], name) for name, info in checkpoints.items()
+                     if EPOCH_FILE.fullmatch(name) and info.get("num_updates") is not None), reverse=True)
+    prunable = [name for u, name in epochs if not (pattern and pattern > 0 and u % pattern == 0)]
+    return prunable[keep:]
+
+
+def cmd_prune_epoch_checkpoints(args):
+    """A run's epoch checkpoints pruned with the rule its last training gave fairseq for the interval
+    ones (--keep-interval-updates K, --keep-interval-updates-pattern P): a run validated by updates
+    (lengths.sh's CONVERGE) saves one at every epoch end, hundreds for a small corpus, which fairseq never
+    prunes. checkpoint_last.pt (resumption), checkpoint_best.pt and the interval checkpoints are left
+    alone; the validation history is in train.log and the run record, not in checkpoints."""
+    try:
+        rec = run_record.load(args.run_dir) or {}
+    except RecordError as e:
+        die(str(e))
+    argv = ((rec.get("trainings") or [{}])[-1].get("argv")) or []
+    keep = _flag_value(argv, "--keep-interval-updates")
+    if not keep or keep < 1:
+        return  # fairseq keeps every interval checkpoint: every epoch one is kept too
+    checkpoints = scan_checkpoints(args.run_dir, rec.get("checkpoints"))
+    pruned = epoch_files_to_prune(checkpoints, keep, _flag_value(argv, "--keep-interval-updates-pattern"))
+    if not pruned:
+        return
+    size = 0
+    for name in pruned:
+        size += checkpoints.pop(name)["bytes"]
+        os.remove(os.path.join(args.run_dir, name))
+    rec["checkpoints"] = checkpoints
+    run_record.save(args.run_dir, rec)
+    print(f"{args.run_dir}: {len(pruned)} epoch checkpoints pruned ({size / 1e6:.1f} MB), as fairseq prunes the "
+          f"interval ones (--keep-interval-updates {keep}): the newest {keep} and the learning curve's kept",
+          file=sys.stderr)
+
+
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("prune-epoch-checkpoints", help="a run's epoch checkpoints pruned as fairseq prunes its "
+                       "interval ones (--keep-interval-updates, --keep-interval-updates-pattern of its training)")
+    p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_prune_epoch_checkpoints)
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
     p.add_argument("--output", required=True); p.add_argument("--record")
     p.add_argument("--at-update", type=int, help="the save points up to that update's, which must exist (a learning curve's point)")

@@ -32,8 +32,8 @@ import sys
 
 from fairseq_attn_records.output_files import write_lines
 
-from .step_inputs import die
-from .fingerprints import inputs_summary, settable
+from .step_inputs import die, key_values
+from .fingerprints import inputs_summary, made_by_setting, mark_made, settable
 from .run_data import load_json as _load_json, run_data
 
 ID_LEN = 12
@@ -71,15 +71,37 @@ def cmd_data_place(args):
             shutil.rmtree(dest)
         os.replace(args.tmp, dest)
         kept = False
-    link = os.path.join(args.work, LINK)
+    made = os.path.join("data", data_id[:ID_LEN])
+    if args.record:  # the binarise step's record of these settings names the folder it made
+        mark_made(args.record, made)
+    link = point_link(args.work, made)
+    print(f"{dest} ({'the same data was prepared before: kept' if kept else 'new'}); {link} -> {made}")
+
+
+def point_link(work: str, made: str) -> str:
+    """Point WORK/data-bin at ``made`` (WORK/data/<id>, named relative to WORK) in one rename."""
+    link = os.path.join(work, LINK)
     if os.path.isdir(link) and not os.path.islink(link):
-        _adopt_folder(link, root)
+        _adopt_folder(link, os.path.join(work, "data"))
     tmp_link = link + ".tmp"
     if os.path.lexists(tmp_link):
         os.remove(tmp_link)
-    os.symlink(os.path.join("data", data_id[:ID_LEN]), tmp_link)
+    os.symlink(made, tmp_link)
     os.replace(tmp_link, link)  # rename(2): as `mv -T`, data-bin is never missing
-    print(f"{dest} ({'the same data was prepared before: kept' if kept else 'new'}); {link} -> data/{data_id[:ID_LEN]}")
+    return link
+
+
+def cmd_data_point(args):
+    """Point WORK/data-bin at the data folder binarise made for these settings (its per-setting
+    record): the data of a setting binarised before is reused, not made again."""
+    made = made_by_setting(args.record, key_values(args.set), args.work)
+    if not made or not os.path.isfile(os.path.join(args.work, made, "prepare.json")):
+        die(f"{args.record} names no data folder for these settings: re-run prepare.sh")
+    link = os.path.join(args.work, LINK)
+    if os.path.islink(link) and os.readlink(link) == made:
+        return
+    point_link(args.work, made)
+    print(f"{link} -> {made} (the data of these settings, binarised before)")
 
 
 def also_prepared_as(dest: str, new: dict) -> None:
@@ -495,7 +517,12 @@ def cmd_data_prune(args):
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("data-place", help="move a finished data-bin to WORK/data/<id>, point WORK/data-bin at it")
-    p.add_argument("--tmp", required=True); p.add_argument("--work", required=True); p.set_defaults(fn=cmd_data_place)
+    p.add_argument("--tmp", required=True); p.add_argument("--work", required=True)
+    p.add_argument("--record", help="the binarise step's per-setting record being made (its .want): names the folder")
+    p.set_defaults(fn=cmd_data_place)
+    p = sub.add_parser("data-point", help="point WORK/data-bin at the data folder binarise made for these settings")
+    p.add_argument("--work", required=True); p.add_argument("--record", required=True)
+    p.add_argument("--set", action="append", metavar="KEY=VALUE"); p.set_defaults(fn=cmd_data_point)
     p = sub.add_parser("run-data", help="print the data folder a run was trained on")
     p.add_argument("--run-dir", required=True); p.add_argument("--work"); p.add_argument("--data", help="an explicit DATA")
     p.set_defaults(fn=cmd_run_data)

@@ -176,8 +176,25 @@ def cmd_evaluated_before(args):
     sys.exit(CHANGED)
 
 
+def cmd_run_arch(args):
+    """Print the architecture the run of --run-dir was trained as (its run record's, never its
+    folder's name); an ARCH the user gave (--given) that is another is refused, naming both."""
+    rec = run_record.load(args.run_dir) or {}
+    arch = rec.get("arch")
+    if args.given and arch and args.given != arch:
+        die(f"ARCH={args.given}: SAVE_DIR={args.run_dir} holds a run trained as ARCH={arch} (its run record "
+            f"{run_record.record_path(args.run_dir)}): leave ARCH unset (evaluate.sh takes the run's) or give "
+            f"ARCH={arch}; to evaluate a {args.given} run, give its SAVE_DIR")
+    print(arch or args.given or args.default)
+
+
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
+    p = sub.add_parser("run-arch", help="the architecture a run was trained as (its run record); another ARCH "
+                       "given is refused")
+    p.add_argument("--run-dir", required=True); p.add_argument("--given", help="the ARCH the user set ('' unset)")
+    p.add_argument("--default", required=True, help="the architecture of a run whose record names none")
+    p.set_defaults(fn=cmd_run_arch)
     p = sub.add_parser("evaluated-before", help="the key of an evaluation (settings, files, checkpoints averaged): "
                        "exit 0 when the folder it publishes to holds this very evaluation, 4 none, 3 another (printed)")
     p.add_argument("--run-dir", required=True); p.add_argument("--n-avg", type=int, required=True)

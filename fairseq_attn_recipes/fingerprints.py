@@ -147,11 +147,75 @@ def stage_state(record_path, new: dict):
     return CHANGED, "; ".join(changes) or "record unreadable"
 
 
+#: a stage whose outputs are kept per setting (binarise: each data setting its own folder, WORK/data/<id>)
+#: records one entry per setting, ``{"per_setting": [fingerprint with "made", ...]}``, "made" naming its
+#: output relative to WORK: a study alternating two settings (lengths.sh's TRAIN_CONCAT conditions)
+#: does each once, and a setting done before is skipped while its output is there
+PER_SETTING, MADE = "per_setting", "made"
+
+
+def _load(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def setting_entries(record) -> list:
+    """The entries of a per-setting record ([] for none, or a record of one setting written before
+    records were kept per setting: its output unnamed, so the stage is done once more)."""
+    if isinstance(record, dict) and isinstance(record.get(PER_SETTING), list):
+        return [e for e in record[PER_SETTING] if isinstance(e, dict)]
+    return []
+
+
+def per_setting_state(record_path, new: dict, work: str):
+    """The resume rule of a per-setting stage: ``(state, changes, kept)``, ``kept`` the entries of
+    the other settings (and, when SAME, this one's). No entry of these settings, or its output gone:
+    NOT_DONE; the same settings and inputs: SAME; its inputs changed: CHANGED."""
+    new = json.loads(json.dumps(new))
+    entries = setting_entries(_load(record_path) if record_path else None)
+    others = [e for e in entries if e.get("settings") != new["settings"]]
+    mine = [e for e in entries if e.get("settings") == new["settings"]]
+    made = mine[-1].get(MADE) if mine else None
+    if not made or not os.path.isfile(os.path.join(work, made, "prepare.json")):
+        return NOT_DONE, "", others
+    if {k: v for k, v in mine[-1].items() if k != MADE} == new:
+        return SAME, "", entries
+    return CHANGED, "; ".join(describe_changes(mine[-1], new)) or "record unreadable", others
+
+
+def made_by_setting(record_path, settings: dict, work: str):
+    """The output (relative to ``work``) a per-setting record names for these settings, or None."""
+    want = fingerprint(settings, [], work)["settings"]
+    mine = [e for e in setting_entries(_load(record_path)) if e.get("settings") == want]
+    return mine[-1].get(MADE) if mine else None
+
+
+def mark_made(record_path, made: str) -> None:
+    """Name the output of the entry a per-setting stage is making (the last of its ``.want``)."""
+    record = _load(record_path)
+    entries = setting_entries(record)
+    if not entries:
+        die(f"{record_path}: no per-setting record to name {made} in")
+    entries[-1][MADE] = made
+    write_lines(record_path, [json.dumps({PER_SETTING: entries}, sort_keys=True)])
+
+
 def cmd_fingerprint(args):
-    """What a stage is made from. Exit 0: same as --against; 4: no record; 3: changed (printed)."""
+    """What a stage is made from. Exit 0: same as --against; 4: no record; 3: changed (printed).
+    ``--per-setting``: one entry per setting in --against (:data:`PER_SETTING`); the entry of these
+    settings is taken out of it before the stage is (re)done, so a failed stage leaves none."""
     new = fingerprint(key_values(args.set), args.inputs, args.work)
-    write_lines(args.out, [json.dumps(new, sort_keys=True)])
-    state, changes = stage_state(args.against, new)
+    if args.per_setting:
+        state, changes, kept = per_setting_state(args.against, new, args.work)
+        write_lines(args.out, [json.dumps({PER_SETTING: kept + ([] if state == SAME else [new])}, sort_keys=True)])
+        if state != SAME and args.against and os.path.isfile(args.against):
+            write_lines(args.against, [json.dumps({PER_SETTING: kept}, sort_keys=True)])
+    else:
+        write_lines(args.out, [json.dumps(new, sort_keys=True)])
+        state, changes = stage_state(args.against, new)
     if state == CHANGED:
         print(changes)
     sys.exit(state)
@@ -345,6 +409,8 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("fingerprint"); p.add_argument("--set", action="append"); p.add_argument("--out", required=True)
     p.add_argument("--against"); p.add_argument("--in", dest="inputs", action="append", default=[])
     p.add_argument("--work", help="the folder the record belongs to: files and settings inside it named relative to it")
+    p.add_argument("--per-setting", action="store_true",
+                   help="the record keeps one entry per setting, each naming its output (binarise's data folders)")
     p.set_defaults(fn=cmd_fingerprint)
     p = sub.add_parser("prepare-record"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--recipe", help="the recipe whose prepare.sh writes it (recipes/<recipe>)")

@@ -45,8 +45,13 @@ def cmd_check_arch(args):
     unknown = [a for a in args.arch if a not in names]
     if unknown:
         near = difflib.get_close_matches(unknown[0], names, n=4, cutoff=0.6)
-        die(f"unknown ARCH={unknown[0]!r}: " + (f"the nearest registered architectures are {', '.join(near)}"
-                                               if near else "no registered architecture is near it")
+        if args.variable:  # the variable the user set, as set (ARCHS=baseline,relpoz: its short names)
+            given = dict(zip(args.arch, args.variable.partition("=")[2].split(",")))[unknown[0]]
+            what = f"{args.variable}: {given!r} is {unknown[0]}, not a registered architecture"
+        else:
+            what = f"unknown ARCH={unknown[0]!r}"
+        die(f"{what}: " + (f"the nearest registered architectures are {', '.join(near)}"
+                           if near else "no registered architecture is near it")
             + " (each piece P registers transformer_P_wmt_en_de and transformer_P_vaswani_wmt_en_de_big; "
               "fairseq-attn-pieces lists the pieces)")
 
@@ -55,3 +60,5 @@ def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("check-tools"); p.add_argument("tools", nargs="+", choices=sorted(INSTALL_HINT)); p.set_defaults(fn=cmd_check_tools)
     p = sub.add_parser("check-arch"); p.add_argument("arch", nargs="+"); p.set_defaults(fn=cmd_check_arch)
+    p.add_argument("--variable", metavar="NAME=VALUE",
+                   help="the comma-separated variable the architectures were given as, one item each (ARCHS=baseline,relpos)")

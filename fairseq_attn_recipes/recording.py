@@ -95,6 +95,15 @@ class NoSavePoint(RecordError):
     """The run holds no checkpoint of the update asked for (never reached, or not kept)."""
 
 
+def updates_listed(points: List[Dict], shown: int = 3) -> str:
+    """The updates of save points in a line: all of a few, else the count, the first and the last
+    ``shown`` (a long run's list is hundreds of numbers: the line a study logs per curve point)."""
+    updates = [str(p["num_updates"]) for p in points]
+    if len(updates) <= 2 * shown + 1:
+        return f"updates {', '.join(updates)}" if updates else "none"
+    return f"{len(updates)} save points, updates {', '.join(updates[:shown])} ... {', '.join(updates[-shown:])}"
+
+
 def last_save_points(run_dir: str, n: int, checkpoints: Optional[Dict] = None,
                      at_update: Optional[int] = None) -> List[Dict]:
     """The newest ``n`` save points, newest first, the final one included; fewer is an error.
@@ -104,13 +113,13 @@ def last_save_points(run_dir: str, n: int, checkpoints: Optional[Dict] = None,
     if at_update is not None:
         if not any(p["num_updates"] == at_update for p in points):
             raise NoSavePoint(
-                f"{run_dir}: no checkpoint of update {at_update} (saved: updates "
-                f"{', '.join(str(p['num_updates']) for p in points) or 'none'}): the run stopped before it, or it "
+                f"{run_dir}: no checkpoint of update {at_update} (saved: {updates_listed(points)}): the run stopped "
+                f"before it, or it "
                 f"was pruned (kept only with lengths.sh's CURVE, --keep-interval-updates-pattern)")
         points = [p for p in points if p["num_updates"] <= at_update]
     if len(points) < n:
         raise RecordError(
-            f"{run_dir}: {len(points)} saved checkpoints (updates {', '.join(str(p['num_updates']) for p in points) or 'none'}) "
+            f"{run_dir}: {len(points)} saved checkpoints ({updates_listed(points)}) "
             f"but N_AVG={n} are to be averaged; train longer (or keep more with --keep-interval-updates), "
             f"or set N_AVG to at most {len(points)} and report it")
     return list(reversed(points))[:n]

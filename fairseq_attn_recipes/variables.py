@@ -7,7 +7,10 @@ the table that SCRIPT reads and the environment sets (an empty value is unset, a
 ``${VAR:-default}`` read it), before the script does anything: a wrong value is one line naming the variable, its value and what is allowed
 (exit 1), never a tool's error about its own flag after hours of work (``BPE_MERGES=abc`` was
 refused by the BPE step's argparse, after tokenising). ``--set VAR=VALUE`` checks a value the
-environment does not hold yet (a line of a sweep).
+environment does not hold yet (a line of a sweep). A name no recipe reads, one edit from one it
+reads (``MAX_UPDATES``, ``MAX_TOKEN``, ``max_update``: :func:`meant`), is refused first, naming both:
+a typo is never left to the default (``--max-update 100000``). The environment's own names
+(:data:`SYSTEM`: ``AR`` and ``LD`` are one edit from ``LR``) are left alone.
 
 Checked elsewhere, each in one place, because the check needs more than the value
 (:data:`CHECKED_IN_PLACE` names where): ``ARCH``/``ARCHS`` (the registry), ``SEEDS`` with
@@ -290,6 +293,71 @@ TOKENIZERS = ("moses", "moses-plain", "jieba", "mecab", "kytea")
 TOKENIZER_PREFIX = "TOKENIZER_"
 
 
+#: what the recipes set for themselves and pass to their own steps (never a user's setting)
+INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE_TRAIN_DOCS", "RUN_SUFFIX",
+            "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV", "TRAIN_LOCK", "SLURM_NODEID",
+            "RECIPE_FLAG_VARIABLES", "MKL_NUM_THREADS", "COMET_GPUS", "COMET_BATCH_SIZE", "SACREBLEU_SEED",
+            "LOGLEVEL", "WORLD_SIZE", "RANK", "LOCAL_RANK", "SLURM_PROCID", "USAGE_EXAMPLE", "COMET_CHECKED"}
+
+#: what the environment itself sets (a login, a shell, a compiler toolchain, a scheduler): a name one
+#: edit from a recipe variable there is the system's, not a typo (AR and LD are one edit from LR)
+SYSTEM = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "TERM", "LANG", "LANGUAGE",
+          "TZ", "MAIL", "HOSTNAME", "HOST", "DISPLAY", "EDITOR", "VISUAL", "PAGER", "TMPDIR", "TEMP", "TMP", "_",
+          "AR", "AS", "CC", "CXX", "CPP", "LD", "NM", "FC", "F77", "RANLIB", "STRIP", "OBJCOPY", "OBJDUMP",
+          "READELF", "SIZE", "STRINGS", "GCC", "GXX", "CFLAGS", "CXXFLAGS", "LDFLAGS", "CPPFLAGS", "MAKEFLAGS",
+          "COLUMNS", "LINES", "OSTYPE", "MACHTYPE", "HOSTTYPE", "UID", "EUID", "PPID", "RANDOM", "SECONDS",
+          "NCPUS", "DATE"}  # NCPUS: PBS's (one edit from NGPUS)
+SYSTEM_PREFIXES = ("LC_", "XDG_", "SSH_", "SLURM_", "CUDA_", "NCCL_", "OMP_", "MKL_", "KMP_", "CONDA_", "PYTHON",
+                   "PYTEST", "TORCH", "GIT_", "DBUS_", "HF_", "TRANSFORMERS_", "NVIDIA_", "LD_", "PIP_", "VIRTUAL_")
+
+
+def one_edit(a: str, b: str) -> bool:
+    """``a`` and ``b`` differ by exactly one edit: a letter added, dropped or changed, or two
+    neighbours swapped (Damerau-Levenshtein distance 1)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) > len(b):
+        a, b = b, a
+    i = 0
+    while i < len(a) and a[i] == b[i]:
+        i += 1
+    if len(a) < len(b):
+        return a[i:] == b[i + 1:]
+    return a[i + 1:] == b[i + 1:] or (i + 1 < len(a) and a[i] == b[i + 1] and a[i + 1] == b[i] and a[i + 2:] == b[i + 2:])
+
+
+def recipe_names() -> set:
+    """Every name a recipe reads from the environment (the three tables) or sets for itself."""
+    return set(VARIABLES) | set(CHECKED_IN_PLACE) | set(FREE) | INTERNAL
+
+
+def meant(name: str) -> list:
+    """The recipe variables a name the environment sets was meant to be ([] when it is one, or the
+    environment's own): the same name in capitals, or one edit away (``MAX_UPDATES``: MAX_UPDATE;
+    ``TOKENISER_EN``: TOKENIZER_EN)."""
+    known, upper = recipe_names(), name.upper()
+    if name in known or upper in SYSTEM or upper.startswith(SYSTEM_PREFIXES) or name.startswith(TOKENIZER_PREFIX):
+        return []
+    if upper in known:
+        return [upper]
+    near = sorted(k for k in known - INTERNAL if one_edit(upper, k))
+    head, sep, lang = upper.rpartition("_")
+    if sep and re.fullmatch(r"[A-Z]{2,3}", lang) and one_edit(head + sep, TOKENIZER_PREFIX):  # a language code
+        near.append(TOKENIZER_PREFIX + lang)
+    return near
+
+
+def typo_line(name: str, value: str) -> str:
+    """The one-line refusal of a variable no recipe reads, one edit from one it reads ('' otherwise)."""
+    near = meant(name) if value != "" else []
+    if not near:
+        return ""
+    gives = [f"{n} ({VARIABLES[n].gives})" if n in VARIABLES else n for n in near]
+    shown = shlex.quote(value) if value != value.strip() or " " in value else value
+    return (f"{name}={shown}: no recipe reads {name}; did you mean {' or '.join(gives)}? "
+            f"Rename it ({name} -> {near[0]}), or unset {name}")
+
+
 def variables_of(scripts: Iterable[str]) -> Dict[str, Variable]:
     wanted = set(scripts)
     return {name: v for name, v in VARIABLES.items() if wanted & set(v.scripts)}
@@ -309,8 +377,13 @@ def problem_line(name: str, value: str, variable: Optional[Variable] = None) -> 
 
 
 def check(scripts: Iterable[str], environ: Dict[str, str]) -> None:
-    """Refuse (one line, exit 1) the first variable of ``scripts`` whose value ``environ`` sets and
-    the table does not allow."""
+    """Refuse (one line, exit 1) a name ``environ`` sets one edit from a recipe variable (a typo no
+    recipe would read), then the first variable of ``scripts`` whose value ``environ`` sets and the
+    table does not allow."""
+    for name, value in sorted(environ.items()):
+        line = typo_line(name, value)
+        if line:
+            die(line)
     for name, variable in variables_of(scripts).items():
         value = environ.get(name, "")
         if value != "":

@@ -170,13 +170,28 @@ def export(table_path: str, out_dir: str, name: str, replace: bool = False) -> D
     return manifest
 
 
+def repository_root(folder: str):
+    """The root of the git repository (or worktree) ``folder`` lies in: the nearest folder above it
+    holding ``.git``; None outside one."""
+    folder = os.path.realpath(folder)
+    while True:
+        if os.path.exists(os.path.join(folder, ".git")):
+            return folder
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def recheck_command(out_dir: str, name: str) -> str:
-    """The command that re-checks the exported table: from here when it lies below the current
-    folder (docs/results/NAME.json in the repository), else from its own folder (no absolute path)."""
-    rel = os.path.relpath(os.path.join(out_dir, f"{name}.json"))
-    if rel.startswith(".."):
+    """The command that re-checks the exported table, run from the root of the repository it is
+    committed to (docs/results/NAME.json), whatever folder study-export ran from; outside a
+    repository, from its own folder (never an absolute path)."""
+    table = os.path.realpath(os.path.join(out_dir, f"{name}.json"))
+    root = repository_root(os.path.dirname(table))
+    if root is None:
         return f"{RESCORE_COMMAND} {name}.json (in the folder of {name}.json)"
-    return f"{RESCORE_COMMAND} {rel}"
+    return f"{RESCORE_COMMAND} {os.path.relpath(table, root)}"
 
 
 # ------------------------------------------------------------------ re-scoring

@@ -157,3 +157,18 @@ def test_the_documented_example_runs_and_the_readme_links_it():
     assert scope["out"].shape == (7, 2, 16) and [p.name for p in scope["attn"].pieces] == ["relpos", "csan2d"]
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
         assert "(docs/explanation/architecture.md#the-core-in-a-torch-model)" in f.read()
+
+
+@pytest.mark.parametrize("flag, value, owners", [("csan_window", 5, "csan1d / csan2d"), ("localsoft_layers", "0", "localsoft")])
+def test_a_flag_of_a_piece_that_is_not_active_is_refused_as_on_fairseqs_route(flag, value, owners):
+    """attn_pieces="relpos" with another piece's flag: refused by validate_attention_args, naming the
+    key as the namespace holds it (the command line's --flag on fairseq's route)."""
+    args = core_args(attn_pieces="relpos", **{flag: value})
+    with pytest.raises(PieceConfigError) as e:
+        validate_attention_args(args)
+    assert one_line(e) == (f"{flag}={value!r} belongs to {owners}, which is not active: the active pieces are "
+                           f"['relpos'] (attn_pieces='relpos'): add {owners.replace(' / ', ' or ')} to attn_pieces, "
+                           f"or drop {flag}")
+    # active, or a default the core filled: accepted
+    validate_attention_args(core_args(attn_pieces="relpos,localsoft", localsoft_layers="0"))
+    validate_attention_args(core_args(attn_pieces="relpos"))

@@ -235,3 +235,62 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
             assert r["updates"]["per_seed"] == [u] and r["original_pairs"]["mean"] == 4.0 * u
             assert f"| {label} | {r['system']} | {u:,} | patience | 12000 |" in md
             assert f"| {4 * u:,} | {210 * u:,} |" in md
+
+
+def test_a_converge_runs_epoch_checkpoints_are_pruned_as_fairseq_prunes_the_interval_ones(tmp_path):
+    """Epochs of 7 updates, save points every 5, 84 updates: a file at every epoch end, the interval
+    ones as fairseq left them (--keep-interval-updates 2 --keep-interval-updates-pattern 35, CURVE=35,70:
+    the newest 2 and the pattern's, which fall on epoch ends here). Pruned: the epoch files but the newest 2
+    not at a multiple of 35 and those at multiples of 35; the newest 1 and 2 save points (what N_AVG <= 2
+    averages) and the curve's points are the same before and after; last, best and interval files stay."""
+    import argparse
+    import os
+
+    from fairseq_attn_recipes import checkpoints as ckpts
+    from fairseq_attn_recipes.recording import last_save_points
+    run_dir = str(tmp_path)
+    listed = {}
+
+    def write(name, u, epoch):
+        with open(os.path.join(run_dir, name), "wb") as f:
+            f.write(b"x" * 10)
+        st = os.stat(os.path.join(run_dir, name))
+        listed[name] = {"num_updates": u, "epoch": epoch, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    for epoch in range(1, 13):
+        write(f"checkpoint{epoch}.pt", 7 * epoch, epoch)
+    for u in (75, 80):
+        write(f"checkpoint_{u // 7 + 1}_{u}.pt", u, u // 7 + 1)
+    write("checkpoint_last.pt", 84, 12)
+    with open(os.path.join(run_dir, "checkpoint_best.pt"), "wb") as f:
+        f.write(b"y")
+    argv = ["data", "--keep-interval-updates", "2", "--keep-interval-updates-pattern=35", "--patience", "3"]
+    run_record.save(run_dir, {"format": run_record.FORMAT, "checkpoints": dict(listed), "trainings": [{"argv": argv}]})
+    before = {n: last_save_points(run_dir, n, dict(listed)) for n in (1, 2)}
+    curve = {u: last_save_points(run_dir, 1, dict(listed), at_update=u) for u in (35, 70)}
+    ckpts.cmd_prune_epoch_checkpoints(argparse.Namespace(run_dir=run_dir))
+    # a plain reference: the epoch files' updates newest first; those at multiples of 35 kept, then the newest 2
+    updates = [7 * e for e in range(12, 0, -1)]
+    kept = {u for u in updates if u % 35 == 0} | set([u for u in updates if u % 35][:2])
+    assert kept == {84, 77, 70, 35}
+    expected = {f"checkpoint{u // 7}.pt" for u in kept} | {"checkpoint_11_75.pt", "checkpoint_12_80.pt",
+                                                            "checkpoint_last.pt", "checkpoint_best.pt"}
+    assert set(os.listdir(run_dir)) - {"run.json"} == expected
+    rec = run_record.load(run_dir)
+    assert set(rec["checkpoints"]) == expected - {"checkpoint_best.pt"}
+    assert {n: last_save_points(run_dir, n, rec["checkpoints"]) for n in (1, 2)} == before
+    assert {u: last_save_points(run_dir, 1, rec["checkpoints"], at_update=u) for u in (35, 70)} == curve
+    # run again: nothing more to prune
+    ckpts.cmd_prune_epoch_checkpoints(argparse.Namespace(run_dir=run_dir))
+    assert set(os.listdir(run_dir)) - {"run.json"} == expected
+
+
+def test_a_curve_point_a_long_run_has_no_checkpoint_of_is_said_in_a_short_line():
+    """300 save points: the refusal names the count, the first and the last updates, not all 300."""
+    from fairseq_attn_recipes.recording import NoSavePoint, last_save_points, updates_listed
+    listed = {f"checkpoint_1_{u}.pt": {"num_updates": u, "epoch": 1} for u in range(10, 3010, 10)}
+    with pytest.raises(NoSavePoint) as e:
+        last_save_points("run", 1, listed, at_update=15)
+    assert str(e.value).startswith("run: no checkpoint of update 15 (saved: 300 save points, updates 10, 20, 30 ... "
+                                   "2980, 2990, 3000): the run stopped before it") and len(str(e.value)) < 250
+    few = [{"num_updates": u} for u in (6, 10, 12)]
+    assert updates_listed(few) == "updates 6, 10, 12" and updates_listed([]) == "none"

@@ -250,6 +250,9 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
 
     p = lengths_sh(env)
     assert "no document has 200 segments" in p.stderr and "k = 200 skipped" in p.stderr
+    # the study's log says each thing once, with no progress bar (it is not a terminal)
+    assert (p.stdout + p.stderr).count("COMET left out") == 1, p.stderr[-3000:]
+    assert "it/s]" not in p.stderr and "%|" not in p.stderr
     study = work / "lengths" / "max7" / "converge2"  # CONVERGE's runs: their own folder
     corpus = work / "quick-corpus"
     test_src, test_ref = read(corpus / "test.src"), read(corpus / "test.tgt")

@@ -194,6 +194,11 @@ def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
     p = run("wmt14_en_de", "train.sh", dict(env, TRAIN_MAX_LEN=str(cap), MAX_UPDATE="1"), check=False)
     assert "TRAIN_CONCAT='2' there, TRAIN_CONCAT=None here" in one_error(p)
     assert "give 'list'" in one_error(data_sh(env, "nonsense", check=False), code=2)
+    # back to the first setting (lengths.sh's two conditions, each start): binarised before, not again (each
+    # setting its entry: the unit test above), data-bin pointed at its folder
+    p = run("wmt14_en_de", "prepare.sh", dict(env, TRAIN_MAX_LEN=str(cap)))
+    assert "binarise: done before, skipped" in p.stderr and "binarise: redone" not in p.stderr, p.stderr[-2000:]
+    assert latest(work) == capped
 
     # TRAIN_DOCS is recorded with its digest (the joined pairs depend on it) and named by the
     # re-prepare hint of a run on this data once its folder is gone (evaluate.sh's run-data step,
@@ -216,6 +221,37 @@ def test_train_max_len_drops_the_long_training_sources_only(tmp_path):
     assert f"TRAIN_DOCS={tmp_path / 'train.docs'} (" in hint and "TRAIN_CONCAT=2 " in hint
     assert "CLEAN_MAX=250 CLEAN_MIN=1 CLEAN_RATIO=1.5 " in hint and "CLEAN=" not in hint
     assert named_variables(hint) <= settable_variables(), named_variables(hint) - settable_variables()
+
+
+def test_a_per_setting_record_keeps_each_settings_entry_and_its_output(tmp_path):
+    """binarise's record (fingerprint --per-setting): one entry per setting, each naming the folder it
+    made; a setting done before, its folder there, is SAME; another setting's entry is kept when one is
+    (re)done; its inputs changed: CHANGED, named; its folder gone: NOT_DONE."""
+    from fairseq_attn_recipes.fingerprints import (CHANGED, NOT_DONE, SAME, fingerprint, made_by_setting,
+                                                   mark_made, per_setting_state)
+    work = str(tmp_path)
+    src = tmp_path / "train.en"
+    src.write_text("a b\n")
+    record = tmp_path / "binarise"
+    a, b = fingerprint({"TRAIN_CONCAT": ""}, [str(src)], work), fingerprint({"TRAIN_CONCAT": "2"}, [str(src)], work)
+    for name in ("data/aaa", "data/bbb"):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / "prepare.json").write_text("{}")
+    assert per_setting_state(str(record), a, work) == (NOT_DONE, "", [])
+    record.write_text(json.dumps({"per_setting": [dict(a, made="data/aaa")]}))
+    assert per_setting_state(str(record), a, work)[0] == SAME
+    state, _, kept = per_setting_state(str(record), b, work)
+    assert state == NOT_DONE and kept == [dict(a, made="data/aaa")]  # a's entry stays beside b's
+    record.write_text(json.dumps({"per_setting": kept + [b]}))
+    mark_made(str(record), "data/bbb")
+    assert made_by_setting(str(record), {"TRAIN_CONCAT": "2"}, work) == "data/bbb"
+    assert made_by_setting(str(record), {"TRAIN_CONCAT": ""}, work) == "data/aaa"
+    assert [per_setting_state(str(record), f, work)[0] for f in (a, b)] == [SAME, SAME]
+    src.write_text("a b c\n")  # an input changed: redone, the change named
+    state, changes, kept = per_setting_state(str(record), fingerprint({"TRAIN_CONCAT": ""}, [str(src)], work), work)
+    assert (state, changes) == (CHANGED, "input changed: $WORK/train.en") and [e["made"] for e in kept] == ["data/bbb"]
+    shutil.rmtree(tmp_path / "data" / "bbb")  # its folder removed by hand (or pruned): made again
+    assert per_setting_state(str(record), b, work)[0] == NOT_DONE
 
 
 def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path):

@@ -203,6 +203,15 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
     p = data_sh("prune", "--yes", env=env)
     assert p.returncode == 0 and "0 unreferenced data folder(s) removed" in p.stdout and os.path.isdir(first), p.stdout
 
+    # an ARCH other than the run's (its record's, not its folder's name): refused, the record left as it was
+    before = sha256(os.path.join(new, "run.json"))
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new, ARCH="transformer_csan2d_wmt_en_de"), check=False)
+    assert p.returncode == 1 and error_lines(p) == [
+        f"error: ARCH=transformer_csan2d_wmt_en_de: SAVE_DIR={new} holds a run trained as "
+        f"ARCH=transformer_attn_wmt_en_de (its run record {new}/run.json): leave ARCH unset (evaluate.sh takes the "
+        f"run's) or give ARCH=transformer_attn_wmt_en_de; to evaluate a transformer_csan2d_wmt_en_de run, give its "
+        f"SAVE_DIR"], p.stderr
+    assert sha256(os.path.join(new, "run.json")) == before and not os.path.exists(os.path.join(new, "test"))
     # the moved run evaluates on its own data at its new place
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new))
     assert f"data: {first} (the run's own" in p.stderr
@@ -331,3 +340,70 @@ def test_a_second_prepare_in_the_same_work_is_refused_while_the_first_runs(tmp_p
                                                       **env), capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip().endswith("lock free"), p.stdout + p.stderr
     assert "binarise: done before, skipped" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"CURVE": "1000,500"}, "CURVE=1000,500: give the updates in increasing order"),
+    ({"CONVERGE": "0"}, "CONVERGE=0: give the patience"),
+    ({"ARCHS": "baseline,relpoz"}, "ARCHS=baseline,relpoz: 'relpoz' is transformer_relpoz_wmt_en_de, not a registered"),
+    ({"ARCHS": "baseline"}, "ARCHS=baseline: the study compares systems with the first one"),
+    ({"CONCAT": "1,1"}, "CONCAT=1,1: 1 is given twice"),
+    ({"TRAIN_CONCAT": "1"}, "TRAIN_CONCAT=1: give how many training pairs are joined"),
+    ({"SEEDS": "2 2"}, 'SEEDS="2 2": seed 2 is given twice'),
+    ({"TEST_DOCS": "@DOCS@"}, "TEST_DOCS=@DOCS@: 7 lines, but the test source"),
+])
+def test_a_refused_study_setting_writes_nothing_not_even_the_quick_corpus(tmp_path, given, said):
+    """lengths.sh with QUICK=1: every setting is checked before the toy corpus is written (WORK stays
+    unmade); the error names the variable the user set (ARCHS, not the ARCH it makes)."""
+    docs = tmp_path / "docs.txt"
+    docs.write_text("d\n" * 7)
+    given = {k: v.replace("@DOCS@", str(docs)) for k, v in given.items()}
+    work = tmp_path / "work"
+    p = script("bible_grc_en", "lengths.sh", env=dict(given, WORK=str(work), QUICK="1", QUICK_SIZES="train=30,valid=5,test=12"),
+               check=False)
+    assert p.returncode == 1 and len(error_lines(p)) == 1 and error_lines(p)[0].startswith("error: " + said.replace("@DOCS@", str(docs))), p.stderr
+    assert not work.exists()
+
+
+def test_help_of_a_study_names_the_variable_it_reads(tmp_path):
+    p = script("bible_grc_en", "lengths.sh", "--help", env={"WORK": str(tmp_path / "w")}, check=False)
+    assert p.returncode == 2 and "e.g. ARCHS=baseline,relpos lengths.sh" in p.stderr and "ARCH=..." not in p.stderr, p.stderr
+    p = script("bible_grc_en", "train.sh", "--help", env={"WORK": str(tmp_path / "w")}, check=False)
+    assert p.returncode == 2 and "e.g. ARCH=... train.sh" in p.stderr, p.stderr
+
+
+def test_evaluate_takes_the_architecture_of_the_run_record_never_its_folder_name(tmp_path):
+    """run-arch: the run record's architecture, whatever the folder is called; another one given is
+    refused naming both; a record without one (never trained) keeps the ARCH given, else the default."""
+    from fairseq_attn_records import run_record
+    folder = tmp_path / "transformer_attn_wmt_en_de"  # the default run's folder name, holding a relpos run
+    folder.mkdir()
+    (folder / "run.json").write_text(json.dumps({"format": run_record.FORMAT, "arch": "transformer_relpos_wmt_en_de"}))
+
+    def run_arch(*args):
+        """The step in this process: (exit status, stdout, stderr), as subprocess.run would give them."""
+        import argparse
+        import contextlib
+        import io
+
+        from fairseq_attn_recipes import evaluations
+        sub = argparse.ArgumentParser().add_subparsers()
+        evaluations.add_parsers(sub)
+        ns = sub.choices["run-arch"].parse_args(["--run-dir", str(folder), "--default", "transformer_attn_wmt_en_de", *args])
+        out, err, code = io.StringIO(), io.StringIO(), 0
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                ns.fn(ns)
+            except SystemExit as e:
+                code = e.code
+        return subprocess.CompletedProcess([], code, out.getvalue(), err.getvalue())
+    for given in ((), ("--given", ""), ("--given", "transformer_relpos_wmt_en_de")):
+        p = run_arch(*given)
+        assert (p.returncode, p.stdout, p.stderr) == (0, "transformer_relpos_wmt_en_de\n", ""), p.stderr
+    p = run_arch("--given", "transformer_csan2d_wmt_en_de")
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.startswith(
+        f"error: ARCH=transformer_csan2d_wmt_en_de: SAVE_DIR={folder} holds a run trained as "
+        "ARCH=transformer_relpos_wmt_en_de (its run record"), p.stderr
+    (folder / "run.json").write_text(json.dumps({"format": run_record.FORMAT}))
+    assert run_arch("--given", "transformer_rope_wmt_en_de").stdout == "transformer_rope_wmt_en_de\n"
+    assert run_arch().stdout == "transformer_attn_wmt_en_de\n"

@@ -42,10 +42,6 @@ OUT_OF_RANGE = {"MAX_UPDATE": "0", "BPE_MERGES": "-5", "DROPOUT": "1", "LR": "0"
                 "MASTER_PORT": "70000", "HEADS": "1,2", "WINDOWS": "3,3", "ROWS": "csan2d", "FIG3_ROWS": "baseline",
                 "EVAL_SUBSET": "train", "JOINT": "yes", "FP16": "true", "BEAM": "4.0", "SEED": " 1", "QUICK_SIZES": "train=3,valid=4"}
 
-#: what the recipes set for themselves (no user setting) or read from the system
-INTERNAL = {"ARCHS_CHECKED", "CPU_RANKS", "LANG_FACTS_OF", "RECIPE_DIR", "RECIPE_TRAIN_DOCS", "RUN_SUFFIX",
-            "VARIABLES_CHECKED", "VAR", "SLURM_JOB_ID", "VIRTUAL_ENV", "TRAIN_LOCK", "SLURM_NODEID"}
-
 
 def check(scripts, environ):
     """check-variables in this process: (exit status, stderr lines)."""
@@ -89,9 +85,71 @@ def test_the_table_covers_every_variable_the_recipes_read():
     read = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)(?::?[-+=?]|\})", text))
     loop = re.search(r"for v in (ADAM_EPS[^;]*);", text).group(1)  # train.sh's variables read as ${!v:-}
     read |= set(loop.replace("\\", " ").split())
-    covered = set(variables.VARIABLES) | set(variables.CHECKED_IN_PLACE) | set(variables.FREE) | INTERNAL
+    covered = variables.recipe_names()
     assert read - covered == set(), "read by a recipe but in no table of fairseq_attn_recipes/variables.py"
     assert not set(variables.VARIABLES) & (set(variables.CHECKED_IN_PLACE) | set(variables.FREE))
+
+
+def typos(name):
+    """Four typos of ``name``, written plainly: its last letter dropped, a letter doubled, two
+    neighbours swapped, a letter changed."""
+    middle = len(name) // 2
+    changed = "X" if name[middle] != "X" else "Y"
+    return [name[:-1], name[:middle] + name[middle] + name[middle:],
+            name[:middle - 1] + name[middle] + name[middle - 1] + name[middle + 1:],
+            name[:middle] + changed + name[middle + 1:]]
+
+
+def test_a_typo_of_a_recipe_variable_is_refused_naming_both_never_ignored():
+    """A sweep of 30 typos over the variables table (every third variable, each kind of edit in
+    turn): every one is refused in one line naming the name set and the variable meant, by every
+    script's check; a name the recipes read, or the environment sets, is not refused."""
+    from fairseq_attn_recipes import variables
+    known = set(variables.VARIABLES) | set(variables.CHECKED_IN_PLACE) | set(variables.FREE)
+    names = sorted(known)
+    swept = []
+    for i, name in enumerate(names[::3]):
+        typo = typos(name)[i % 4]
+        if typo not in known and typo != name and len(name) > 3:
+            swept.append((typo, name))
+    swept = swept[:30]
+    assert len(swept) == 30
+    for typo, name in swept:
+        code, said = check(["prepare"], {typo: "7"})
+        assert code == 1 and len(said) == 1, (typo, said)
+        assert said[0].startswith(f"error: {typo}=7: no recipe reads {typo}; did you mean "), said
+        assert f" {name}" in said[0] and f"unset {typo}" in said[0], said
+    # the examples of the issue, and the same name in lower case, in every script
+    for typo, name in (("MAX_UPDATES", "MAX_UPDATE"), ("MAX_TOKEN", "MAX_TOKENS"), ("max_update", "MAX_UPDATE"),
+                       ("TOKENISER_EN", "TOKENIZER_EN")):
+        for scripts in (["train"], ["lengths"], ["evaluate"], ["align"]):
+            code, said = check(scripts, {typo: "10"})
+            assert code == 1 and f"did you mean {name}" in said[0] and f"({typo} -> {name})" in said[0], said
+    # two variables one edit away: both named
+    code, said = check(["prepare"], {"CLEAN_MIX": "3"})
+    assert code == 1 and "did you mean CLEAN_MAX (" in said[0] and ") or CLEAN_MIN (" in said[0], said
+    # the environment's own names (AR and LD are one edit from LR), the recipes' own, this process's
+    # environment and an empty value (unset) are never refused
+    for name in ("AR", "LD", "PATH", "HOME", "LC_ALL", "SEEDS", "ARCHS", "RUN_SUFFIX", "OMP_NUM_THREADS",
+                 "TOKENIZERS_PARALLELISM", "NCPUS"):
+        assert check(["train"], {name: "1"}) == (0, []), name
+    assert check(["train"], {"MAX_UPDATES": ""}) == (0, [])
+    assert check(["train", "prepare", "evaluate", "lengths"], dict(os.environ)) == (0, [])
+
+
+@pytest.mark.parametrize("recipe, name, typo, meant", [("bible_grc_en", "train.sh", "MAX_UPDATES", "MAX_UPDATE"),
+                                                       ("wmt14_en_de", "prepare.sh", "BPE_MERGE", "BPE_MERGES"),
+                                                       ("bible_grc_en", "lengths.sh", "CONVERG", "CONVERGE"),
+                                                       ("wmt14_en_de", "data.sh", "WROK", "WORK")])
+def test_a_typo_is_refused_by_the_script_before_any_step(tmp_path, recipe, name, typo, meant):
+    env = recipe_data.write_pair(str(tmp_path / "corpus"), "en", "de")
+    work = tmp_path / "work"
+    args = ("prune", "--yes") if name == "data.sh" else ()
+    p = script(recipe, name, *args, env=dict(env, WORK=str(work), **{typo: "10"}))
+    assert p.returncode == 1 and p.stdout == "" and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"error: {typo}=10: no recipe reads {typo}; did you mean {meant}"), p.stderr
+    assert f"({typo} -> {meant})" in p.stderr
+    assert not work.exists()
 
 
 def test_the_docs_show_the_table():
@@ -154,6 +212,12 @@ def test_a_run_another_train_sh_trains_or_a_node_rank_outside_the_nodes_is_refus
     assert p.returncode == 1 and errors == ["error: NODE_RANK=2: give this node's rank, 0 to NNODES-1 (1 with NNODES=2)"], p.stderr
     assert not os.path.exists(save / "checkpoint_last.pt")
     assert not os.path.exists(save / ".train.node2.lock")  # refused before anything is written
+    # threads that cannot be: refused before the run's folder (its data.json) is made
+    fresh = tmp_path / "fresh"
+    p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=str(fresh), MAX_UPDATE="2", CPU_THREADS="0"), check=False)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert p.returncode == 1 and len(errors) == 1 and errors[0].startswith("error: CPU_THREADS=0: give the threads"), p.stderr
+    assert not fresh.exists()
 
 
 def test_data_sh_list_names_its_subcommand(tmp_path):

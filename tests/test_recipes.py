@@ -193,6 +193,7 @@ def _prepare_ende(root):
     env = dict(_ende_corpus(), WORK=os.path.join(d, "work"))
     p = run("wmt14_en_de", "prepare.sh", dict(env, PREPROCESS_ARGS="--no-such-option"), check=False)
     assert p.returncode == 1 and "binarise" in p.stderr
+    assert "it/s]" not in p.stderr and "%|" not in p.stderr  # no progress bar (learn_bpe's) where no one watches
     assert not os.path.exists(os.path.join(d, "work", "data-bin")) and not os.path.exists(os.path.join(d, "work", "data-bin.tmp"))
     p = run("wmt14_en_de", "prepare.sh", env)
     assert "tok.en: done before, skipped" in p.stderr and "clean: done before, skipped" in p.stderr

@@ -14,6 +14,8 @@ def add_metric_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenize", default="13a", help=f"sacreBLEU tokeniser for BLEU: {', '.join(tokenizers())} "
                    "(13a; zh for Chinese, ja-mecab for Japanese)")
     p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")
+    p.add_argument("--no-comet-hint", action="store_true",
+                   help="without COMET_MODEL, do not say how to add COMET (a study's steps: it says so once)")
 
 
 def load_comet(args, prog: str, needs_src: bool = True):
@@ -27,6 +29,6 @@ def load_comet(args, prog: str, needs_src: bool = True):
     return comet_metric.load(path, batch_size=args.comet_batch_size)
 
 
-def print_comet_hint(prog: str, comet) -> None:
-    if comet is None:
+def print_comet_hint(prog: str, comet, args=None) -> None:
+    if comet is None and not getattr(args, "no_comet_hint", False):
         print(f"{prog}: {comet_metric.ENABLE_HINT}", file=sys.stderr)

@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         write_text(args.md, md + "\n")
     if args.json:
         write_table(args.json, table)  # its paths relative to its folder
-    print_comet_hint("fairseq-attn-results", comet)
+    print_comet_hint("fairseq-attn-results", comet, args)
     return 0
 
 

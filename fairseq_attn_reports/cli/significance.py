@@ -84,7 +84,7 @@ def main(argv=None) -> int:
         draw_plot(result["by_length"], args.plot)
     if args.json:
         write_json(args.json, result)
-    print_comet_hint(prog, comet)
+    print_comet_hint(prog, comet, args)
     return 0
 
 

@@ -5,7 +5,7 @@
 # with an AER column (WORK/align.md). A run aligned before is kept (ALIGN_REDO=1 redoes it); PER_HEAD=1:
 # every head too. Needs a corpus whose data folders hold gold alignments (raw/{valid,test}.align).
 align_main() {
-  no_args "$@"  # settings: RUNS, ALIGN_REDO, PER_HEAD, BS_SAMPLES, AR_TRIALS
+  USAGE_EXAMPLE="RUNS=..." no_args "$@"  # settings: RUNS, ALIGN_REDO, PER_HEAD, BS_SAMPLES, AR_TRIALS
   check_variables align
   recipe_defaults
   local d run data yes extra runs

@@ -27,6 +27,9 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 FAIRSEQ=("$PYTHON" -m fairseq_attn_recipes.fairseq_command)
 
 log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
+# progress bars (tqdm: subword-nmt's learn_bpe, sacremoses) only where a person watches: a log file gets
+# none (tqdm reads TQDM_DISABLE)
+[[ -t 2 ]] || export TQDM_DISABLE=1
 # the exit status of every recipe script (docs/howto/train.md, "Exit status"): 2 for a usage error (an
 # argument or action the script does not take, or one missing: usage_error), 1 for a refused input
 # (a setting, file, data folder or run that is not what is allowed, flags that do not go together)
@@ -40,9 +43,9 @@ print(" ".join(m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_
   || die "PYTHON=$PYTHON does not run: give an interpreter (e.g. PYTHON=.venv/bin/python after 'bash scripts/test.sh')"
 [[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
-# (its settings are environment variables)
+# (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...)
 no_args() {
-  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ARCH=... $(basename "$0"); see docs/reference/variables.md)"
+  (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ${USAGE_EXAMPLE:-ARCH=...} $(basename "$0"); see docs/reference/variables.md)"
 }
 
 # check_variables SCRIPT...: the recipe variables these scripts read (fairseq_attn_recipes/variables.py,
@@ -63,11 +66,12 @@ check_variables() {
 # its steps). Changed settings or inputs: the step is redone (and so, through their inputs,
 # every later step). CMD runs in a subshell with `set -e` in force (a function called as
 # `f || die` would run with `set -e` off), so it stops at its first failing command; a
-# failed step is never marked done.
+# failed step is never marked done. --per-setting: the record keeps one entry per setting, each
+# naming its output (binarise's data folders, fingerprints.py): another setting's is kept.
 stage() {
   local name=$1; shift
-  local fp=()
-  while [[ $1 != -- ]]; do fp+=("$1"); shift; done; shift
+  local fp=() per=0
+  while [[ $1 != -- ]]; do [[ $1 != --per-setting ]] || per=1; fp+=("$1"); shift; done; shift
   mkdir -p "$WORK/.done"
   local marker="$WORK/.done/$name" rc=0 changes
   # fingerprint's answer: 0 same, 3 changed, 4 never done (1 and 2: it could not answer)
@@ -76,7 +80,7 @@ stage() {
   case $rc in
     0) log "$name: done before, skipped (same settings and inputs)"; rm -f "$marker.want"; return 0;;
     4) log "$name";;
-    3) log "$name: redone, its settings or inputs changed since it was done: $changes"; rm -f "$marker";;
+    3) log "$name: redone, its settings or inputs changed since it was done: $changes"; (( per )) || rm -f "$marker";;
     *) die "step '$name': cannot read its inputs";;
   esac
   rc=0
@@ -396,9 +400,14 @@ prepare_main() {
   [[ -z ${TRAIN_MAX_LEN:-} ]] || bin_in+=(--in "$WORK/bpe/train.full.$SRC" --in "$WORK/bpe/train.full.$TGT")
   # TRAIN_DOCS shapes the joined pairs: recorded in prepare.json (inputs), so binarised again when it is another file
   [[ -z ${TRAIN_CONCAT:-} || -z ${TRAIN_DOCS:-} ]] || bin_in+=(--in "$TRAIN_DOCS")
-  # the latest prepared folder removed by hand (or pruned): binarised again
-  if [[ $DATA_KEYED == 1 && ! -f $DATA/prepare.json ]]; then rm -f "$WORK/.done/binarise"; fi
-  stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
+  if [[ $DATA_KEYED == 1 ]]; then
+    # one data folder per setting (WORK/data/<id>), each binarised once: a setting binarised before, its
+    # folder there, is skipped and WORK/data-bin pointed at it (a folder removed by hand or pruned: made again)
+    stage binarise --per-setting "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
+    "${STEPS[@]}" data-point --work "$WORK" --record "$WORK/.done/binarise" "${PREP_SET[@]}" --set "DATA=$DATA" >&2
+  else
+    stage binarise "${PREP_SET[@]}" --set "DATA=$DATA" "${bin_in[@]}" -- binarise "$train_pref"
+  fi
   local where=$DATA; [[ $DATA_KEYED == 0 ]] || where="$DATA -> $(readlink "$DATA")"
   log "prepared: $where ($(wc -l < "$WORK/bpe/train.clean.$SRC") training pairs after cleaning${TRAIN_CONCAT:+, $(wc -l < "$train_pref.$SRC") with the joined pairs of TRAIN_CONCAT=$TRAIN_CONCAT})"
   PREPARED_DATA=$(readlink -f "$DATA")  # read under the lock: another prepare may repoint data-bin after it
@@ -478,7 +487,7 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
     --clean-train "$WORK/bpe/train.clean.$SRC" --test-ref "$tmp/raw/test.$TGT" --parts "$WORK/raw/train.parts.json" \
     --clean-record "$WORK/bpe/train.clean.json" ${TRAIN_CONCAT:+--concat-record "$train_pref.json"}
   if [[ $DATA_KEYED == 1 ]]; then
-    "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" >&2
+    "${STEPS[@]}" data-place --tmp "$tmp" --work "$WORK" --record "$WORK/.done/binarise.want" >&2
   else
     "${STEPS[@]}" data-replace --tmp "$tmp" --data "$DATA" --work "$WORK" >&2 || exit 1
   fi
@@ -494,6 +503,7 @@ data_refs() { if [[ -d $DATA/raw ]]; then echo "$DATA/raw"; else echo "$WORK/raw
 # WORK/data-bin, nor a registered run that is gone) names: shown with their sizes and why, removed
 # only with --yes. A moved run: 'register NEW_PLACE'; a removed one: 'forget OLD_PLACE'.
 data_main() {
+  check_variables data  # none of the table's, but a typo of WORK (WROK=...) is refused: prune would act on another
   local usage="give 'list' (the prepared data of WORK=${WORK:-<recipe>/work} and the runs naming them), 'prune' (show the unreferenced ones; 'prune --yes' removes them), 'register DIR' (a moved run's new place) or 'forget DIR' (a registered run that was removed)"
   case ${1:-} in
     list) shift; (( $# == 0 )) || usage_error "data.sh list: unknown argument '$1': 'list' takes none (data.sh list)"
@@ -520,6 +530,10 @@ data_main() {
     *) usage_error "data.sh${1:+ $1}: unknown action; $usage";;
   esac
 }
+
+# comet_checked: a study (lengths.sh, table1.sh, figure2.sh) checks COMET_MODEL once before its first run,
+# and says once that COMET is left out when it is unset; its evaluations then say nothing of it
+comet_checked() { "${STEPS[@]}" check-comet >&2 || exit 1; COMET_CHECKED=1; }
 
 # ---------------------------------------------------------------- CPU threads
 # cpu_threads PROCESSES: the threads each CPU process of a step computes with. CPU_THREADS (default:
@@ -549,16 +563,7 @@ train_main() {
   [[ " ${ARCHS_CHECKED:-} " == *" $ARCH "* ]] || "${STEPS[@]}" check-arch "$ARCH" || exit 1
   [[ -f "$DATA/prepare.json" ]] || die "no binarised data in $DATA: run prepare.sh first"
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
-  # the data-bin must be the one prepared with these settings (another language pair: named);
-  # a run directory stays on its data
-  prepare_settings
-  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 1
-  # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
-  DATA=$(cd "$DATA" && pwd -P)
-  # a data folder carries its own record (checked above): one prepared in another WORK is taken as
-  # it is, and the run registered in that WORK too (its data.sh prune then keeps the data)
-  [[ -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA (no dict.$SRC.txt beside its prepare.json): run prepare.sh first"
-  log "data: $DATA"
+  # the processes, threads and nodes: checked before anything is written (SAVE_DIR/data.json below)
   NGPUS=${NGPUS:-$(detect_gpus)}
   NNODES=${NNODES:-1}
   # the base or big setup of ARCH (profiles.py): PAPER_GPUS (the papers' 8 GPUs: their effective batch
@@ -575,11 +580,21 @@ train_main() {
   fi
   FP16=${FP16:-$( ((NGPUS > 0)) && echo 1 || echo 0 )}
   SEED=${SEED:-1}
-  if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then  # torchrun on every node: before anything is written
+  if (( NNODES > 1 )) && [[ -z "${SLURM_JOB_ID:-}" ]]; then  # torchrun on every node
     : "${NODE_RANK:?set NODE_RANK (0..NNODES-1) on every node}" "${MASTER_ADDR:?set MASTER_ADDR to node 0}"
     [[ $NODE_RANK =~ ^[0-9]+$ ]] && (( NODE_RANK < NNODES )) \
       || die "NODE_RANK=$NODE_RANK: give this node's rank, 0 to NNODES-1 ($(( NNODES - 1 )) with NNODES=$NNODES)"
   fi
+  # the data-bin must be the one prepared with these settings (another language pair: named);
+  # a run directory stays on its data
+  prepare_settings
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 1
+  # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
+  DATA=$(cd "$DATA" && pwd -P)
+  # a data folder carries its own record (checked above): one prepared in another WORK is taken as
+  # it is, and the run registered in that WORK too (its data.sh prune then keeps the data)
+  [[ -f "$DATA/dict.$SRC.txt" ]] || die "no binarised data in $DATA (no dict.$SRC.txt beside its prepare.json): run prepare.sh first"
+  log "data: $DATA"
   mkdir -p "$SAVE_DIR"
   # one training of a run at a time: a second would write the same checkpoints. Held by this shell
   # and the training it starts; gone with them, so a killed training blocks nothing. The nodes of one
@@ -637,7 +652,8 @@ train_main() {
   "${STEPS[@]}" register-run --work "$WORK" --run-dir "$SAVE_DIR" --data "$DATA"
   # finished before with these very arguments (run record): nothing is started, nothing else written
   if "${STEPS[@]}" finished-before --save-dir "$SAVE_DIR" -- "${args[@]}"; then
-    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"; return 0
+    log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"
+    train_checkpoints_pruned "$rank"; return 0
   fi
   # "resuming from checkpoint_last.pt" is said by the training step once the run record accepts the run
   log "ARCH=$ARCH workers=$workers (NGPUS=$NGPUS NNODES=$NNODES) max_tokens=$MAX_TOKENS update_freq=$UPDATE_FREQ fp16=$FP16$threads"
@@ -664,7 +680,8 @@ train_main() {
   # fairseq_attn_recipes.train: 10 = trained to MAX_UPDATE before (same run); refused (the folder holds
   # another run, a flag or checkpoint the plugin refuses: one line "error: ...", exit 1) or a usage
   # error of fairseq-train's arguments (MODEL_ARGS, EXTRA_ARGS: exit 2) = nothing to resume
-  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"; return 0; }
+  (( rc != 10 )) || { log "$SAVE_DIR: trained before to MAX_UPDATE=$MAX_UPDATE${PATIENCE:+ (or until --patience $PATIENCE stopped it)} with the same settings: skipped"
+                      train_checkpoints_pruned "$rank"; return 0; }
   local refused; refused=$(tail -c "+$((logged + 1))" "$SAVE_DIR/train.log" | grep -c '^error: ' || true)
   if (( rc == 2 || (rc == 1 && refused > 0) )); then
     die "$SAVE_DIR: not trained (the reason is printed above and in $SAVE_DIR/train.log)"
@@ -674,7 +691,16 @@ train_main() {
     [[ -f $SAVE_DIR/checkpoint_last.pt ]] || die "training failed (exit $rc) before saving a checkpoint; see $SAVE_DIR/train.log"
     die "training failed (exit $rc); see $SAVE_DIR/train.log. Re-running resumes from $SAVE_DIR/checkpoint_last.pt"
   fi
+  train_checkpoints_pruned "$rank"
   log "trained: $SAVE_DIR (run record: $SAVE_DIR/run.json)"
+}
+
+# train_checkpoints_pruned RANK: a run validated by updates (PATIENCE: lengths.sh's CONVERGE) saves a
+# checkpoint at every epoch end, which fairseq never prunes: node 0 prunes them as fairseq prunes the
+# interval ones, keeping those an average of N_AVG <= --keep-interval-updates and the learning curve read
+# (checkpoints.py), whether the run was trained now or before
+train_checkpoints_pruned() {
+  [[ -z ${PATIENCE:-} || $1 != 0 ]] || "${STEPS[@]}" prune-epoch-checkpoints --run-dir "$SAVE_DIR" || exit 1
 }
 
 # ---------------------------------------------------------------- evaluate
@@ -682,8 +708,13 @@ evaluate_main() {
   no_args "$@"
   check_variables evaluate
   recipe_defaults
+  local arch_given=${ARCH:-}
   ARCH=${ARCH:-transformer_attn_wmt_en_de}
   SAVE_DIR=${SAVE_DIR:-$WORK/runs/$ARCH${RUN_SUFFIX:-}}  # RUN_SUFFIX: _seed<N> (lib/seeds.sh)
+  [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
+  [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
+  # the run's architecture is its record's: an ARCH given that is another is refused, naming both
+  ARCH=$("${STEPS[@]}" run-arch --run-dir "$SAVE_DIR" --given "$arch_given" --default "$ARCH") || exit 1
   profile --arch "$ARCH" --only N_AVG   # Vaswani et al.: last 5 (base) / 20 (big) checkpoints
   BEAM=${BEAM:-4}; LENPEN=${LENPEN:-1.0}
   SACREBLEU_TOK=${SACREBLEU_TOK:-13a}; TOK_BLEU=${TOK_BLEU:-1}
@@ -698,8 +729,6 @@ evaluate_main() {
   fi
   NGPUS=${NGPUS:-$(detect_gpus)}
   (( NGPUS > 0 )) || cpu_threads 1  # generation on CPU: one process
-  [[ -f "$SAVE_DIR/checkpoint_last.pt" ]] || die "no checkpoints in $SAVE_DIR: run train.sh (ARCH=$ARCH) first"
-  [[ -f "$SAVE_DIR/run.json" ]] || die "no run record $SAVE_DIR/run.json: run train.sh (ARCH=$ARCH) first (it records a run it finds without one)"
   # the run's own data (its record), with the raw source and reference kept in it; an explicit
   # DATA must be that data
   local given=(); [[ $DATA_KEYED == 1 ]] || given=(--data "$DATA")
@@ -739,7 +768,8 @@ evaluate_main() {
     *) exit 1;;
   esac
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
-  "${STEPS[@]}" check-comet || exit 1
+  # (a study checked it once, before its first run: comet_checked)
+  [[ -n ${COMET_CHECKED:-} ]] || "${STEPS[@]}" check-comet || exit 1
   if (( rc == 6 )); then
     local f; for f in averaged.json generate.out hyp.tok.txt hyp.txt; do cp "$why/$f" "$out/$f"; done
   else

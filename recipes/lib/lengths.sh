@@ -49,12 +49,15 @@ lengths_quick_settings() {  # the demo's corpus and toy sizes (the profile toy-s
   CORPUS_SIZES=${QUICK_SIZES:-}; BPE_MERGES=${QUICK_BPE_MERGES:-}
   profile toy-study
   QUICK_SIZES=$CORPUS_SIZES
-  mkdir -p "$WORK"
   local corpus="$WORK/quick-corpus"
-  stage quick-corpus --set "sizes=$QUICK_SIZES" -- \
-    "${STEPS[@]}" toy-corpus --out "$corpus" --src-lang "$SRC" --tgt-lang "$TGT" --sizes "$QUICK_SIZES"
   export TRAIN_SRC="$corpus/train.$SRC" TRAIN_TGT="$corpus/train.$TGT" VALID_SRC="$corpus/valid.$SRC"
   export VALID_TGT="$corpus/valid.$TGT" TEST_SRC="$corpus/test.$SRC" TEST_TGT="$corpus/test.$TGT"
+}
+
+lengths_quick_corpus() {  # the toy corpus of QUICK=1 written (after every setting is checked: a refusal writes nothing)
+  mkdir -p "$WORK"
+  stage quick-corpus --set "sizes=$QUICK_SIZES" -- \
+    "${STEPS[@]}" toy-corpus --out "$WORK/quick-corpus" --src-lang "$SRC" --tgt-lang "$TGT" --sizes "$QUICK_SIZES"
 }
 
 # text_lines FILE: its lines as text (a last line without its newline counts, as the Python steps read it)
@@ -72,8 +75,12 @@ lengths_check_concat() {  # CONCAT and TEST_DOCS, before any work (the line coun
   done
   if [[ -n ${TEST_DOCS:-} ]]; then
     [[ -f $TEST_DOCS ]] || die "TEST_DOCS=$TEST_DOCS: no such file (one document id per test line)"
-    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]] && [[ $(text_lines "$TEST_DOCS") != "$(text_lines "$TEST_SRC")" ]]; then
-      die "TEST_DOCS=$TEST_DOCS: $(text_lines "$TEST_DOCS") lines, but the test source $TEST_SRC has $(text_lines "$TEST_SRC"): give one document id per test line"
+    # the test source's lines: its file, or the toy corpus's test size before it is written (QUICK=1)
+    local lines=
+    if [[ -n ${TEST_SRC:-} && -f ${TEST_SRC:-} ]]; then lines=$(text_lines "$TEST_SRC")
+    elif [[ ${QUICK:-0} == 1 && $QUICK_SIZES =~ (^|,)test=([0-9]+) ]]; then lines=$((10#${BASH_REMATCH[2]})); fi
+    if [[ -n $lines && $(text_lines "$TEST_DOCS") != "$lines" ]]; then
+      die "TEST_DOCS=$TEST_DOCS: $(text_lines "$TEST_DOCS") lines, but the test source $TEST_SRC has $lines: give one document id per test line"
     fi
   fi
 }
@@ -143,7 +150,7 @@ lengths_concat_all() {  # step 1b of lengths_main (its datas, cond_dirs; sets it
 }
 
 lengths_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="ARCHS=baseline,relpos" no_args "$@"
   check_variables lengths prepare train evaluate
   if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_settings; fi
   lengths_check_concat
@@ -162,8 +169,11 @@ lengths_main() {
   done
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
   lengths_check_curve "${archs[0]}"
-  "${STEPS[@]}" check-arch "${archs[@]}" || exit 1
+  "${STEPS[@]}" check-arch --variable "ARCHS=$ARCHS" "${archs[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
+  comet_checked
+  # every setting checked: the first file is written
+  if [[ ${QUICK:-0} == 1 ]]; then lengths_quick_corpus; fi
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
   # fairseq's fixed 200-token default (max_len_b)
   GEN_ARGS=${GEN_ARGS:---max-len-a 2 --max-len-b 10}
@@ -357,7 +367,7 @@ lengths_report() {
   fi
   "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$data/raw/test.$TGT" --src "$src_words" \
     --by-length "${LENGTH_EDGES:-auto}" --train-max-len "$TRAIN_MAX_LEN" --names "${names[@]}" \
-    --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" \
+    --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --no-comet-hint \
     --md "$dir/lengths.md" --json "$dir/lengths.json" --plot "$dir/lengths.png" \
     "${first[@]}" > "$dir/results.out" || { cat "$dir/results.out" >&2; die "fairseq-attn-results failed"; }
   [[ -z $first_seed ]] || echo "(by source length: seed $first_seed of each system; per k below: seeds $SEEDS)" >> "$dir/results.out"
@@ -375,7 +385,7 @@ lengths_report() {
       "${STEPS[@]}" tokenize --lang "$SRC" --tool "$(tokenizer_tool "$SRC")" "$data/raw/$sub.$SRC" "$src_words"
     fi
     "$PYTHON" -m fairseq_attn_reports.cli.results --ref "$ref" --src "$src_words" --names "${run_names[@]}" \
-      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --json "$dir/concat/k$k.json" \
+      --bs-samples "${BS_SAMPLES:-1000}" --ar-trials "${AR_TRIALS:-10000}" --no-comet-hint --json "$dir/concat/k$k.json" \
       "${runs[@]}" > "$dir/concat/k$k.out" || { cat "$dir/concat/k$k.out" >&2; die "fairseq-attn-results failed on k = $k"; }
     per_k+=(--k "$k=$dir/concat/k$k.json")
   done

@@ -49,7 +49,7 @@ paper_run() {
 
 # ---------------------------------------------------------------- Table 1
 table1_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="ROWS=baseline,csan2d" no_args "$@"
   check_variables table1 train evaluate
   recipe_defaults
   paper_quick_defaults
@@ -58,6 +58,7 @@ table1_main() {
   local rows line
   rows=$("${PAPER[@]}" rows --rows "$ROWS") || exit 1   # names any row whose architecture is missing
   paper_check_data
+  comet_checked
   paper_settings "$TABLE1_DIR"
   mapfile -t rows <<< "$rows"
   ARCHS_CHECKED=$(for line in "${rows[@]}"; do echo "${line#* }"; done)  # "rows" checked them all
@@ -73,7 +74,7 @@ table1_main() {
 
 # ---------------------------------------------------------------- Figure 2
 figure2_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="WINDOWS=3,5,7" no_args "$@"
   check_variables figure2 train evaluate
   recipe_defaults
   paper_quick_defaults
@@ -85,6 +86,7 @@ figure2_main() {
   ARCHS_CHECKED="transformer_csan1d_wmt_en_de transformer_csan2d_wmt_en_de"
   [[ -n "$WINDOWS$HEADS" ]] || die "WINDOWS and HEADS are both empty"
   paper_check_data
+  comet_checked
   paper_settings "$FIGURE2_DIR"
   local v wargs=() hargs=()
   for v in ${WINDOWS//,/ }; do
@@ -107,7 +109,7 @@ figure2_main() {
 
 # ---------------------------------------------------------------- Figure 3
 figure3_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="FIG3_ROWS=csan1d,csan2d" no_args "$@"
   check_variables figure3
   recipe_defaults
   TABLE1_DIR=${TABLE1_DIR:-$WORK/table1}

@@ -37,7 +37,7 @@ sweep_lines() {  # the checked lines of SWEEP, tabs kept
 }
 
 sweep_main() {
-  no_args "$@"
+  USAGE_EXAMPLE="SWEEP=FILE" no_args "$@"
   check_variables sweep prepare train evaluate
   local lines; lines=$(sweep_lines) || exit 1
   recipe_defaults

@@ -17,7 +17,8 @@ from typing import Callable, Tuple
 
 from .. import checkpoint_safety
 from ..models import finetune
-from . import exit_safety, fairseq_fixes, model_overrides, quiet_imports, refusals, resumed_batches, trainer_checks
+from . import (exit_safety, fairseq_fixes, loss_scaler_state, model_overrides, quiet_imports, refusals,
+               resumed_batches, trainer_checks)
 
 MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
 
@@ -108,6 +109,13 @@ FIXES: Tuple[Fix, ...] = (
         "epoch trained on other batches than the uninterrupted run (parameters apart from the first "
         "update after the resume); the kept iterator is made as at epoch 1, so a resumed run is "
         "bit-identical to the uninterrupted one on CPU"),
+    *(Fix(f"{kind} loss scaler {what}", f"fairseq.optim.fp16_optimizer:{mixin}.{method}", replace,
+          "fairseq saved the fp16 loss scale but not the scaler's counters: a resumed `--fp16` or "
+          "`--memory-efficient-fp16` run doubled its scale at other updates than the uninterrupted "
+          "run; the counters are saved beside the scale and restored with it")
+      for kind, mixin in (("fp16", "_FP16OptimizerMixin"), ("memory-efficient fp16", "_MemoryEfficientFP16OptimizerMixin"))
+      for what, method, replace in (("saved", "state_dict", loss_scaler_state.with_counters),
+                                    ("restored", "load_state_dict", loss_scaler_state.counters_restored))),
     Fix("no abort at exit", "fairseq.data.iterators:BufferedIterator._create_consumer",
         exit_safety.parked_at_exit,
         "fairseq's batch reader thread, still collating the next batch when training ends, was ended "

@@ -12,7 +12,8 @@ the checkpoint's iterator state (epoch, batches consumed, shuffle) is loaded on 
 
 An iterator fairseq makes afresh each epoch in an uninterrupted run too (sharded data,
 ``--update-epoch-batch-itr``, a dataset that cannot be reused across epochs, a caller disabling
-the cache) is left as fairseq makes it: both runs make it for epoch E. Installed by :mod:`.fixes`.
+the cache), or whose batches it makes again each epoch (a task's ``rebuild_batches``), is left as
+fairseq makes it: both runs make them for epoch E. Installed by :mod:`.fixes`.
 """
 
 import logging
@@ -35,7 +36,8 @@ def kept_iterator_as_at_epoch_one(original):
             logger.info("loading train data for epoch %d", epoch)
             task.load_dataset(subset, epoch=epoch, combine=combine, data_selector=data_selector, tpu=self.tpu)
         dataset = task.dataset(subset)
-        if dataset in task.dataset_to_epoch_iter or not task.can_reuse_epoch_itr(dataset):
+        rebuilt = getattr(getattr(task, "cfg", None), "rebuild_batches", False)  # batches made per epoch
+        if dataset in task.dataset_to_epoch_iter or not task.can_reuse_epoch_itr(dataset) or rebuilt:
             return original(self, epoch, load_dataset=False, **rest)  # kept already, or made per epoch
         itr = original(self, 1, load_dataset=False, **rest)
         itr.epoch = epoch

@@ -4,8 +4,11 @@ torch >= 2.6 unpickles with ``weights_only=True`` by default, which refuses the
 ``argparse.Namespace`` (and a few other plain classes) that every fairseq
 checkpoint holds, so ``fairseq-generate`` and resuming fail. Instead of turning
 the safety off (``weights_only=False`` runs arbitrary pickled code), we
-allowlist exactly the classes fairseq itself writes into a checkpoint. Any
-other pickled object is still refused, with a message that says so.
+allowlist exactly the classes fairseq itself writes into a checkpoint, and those of
+the loaded state rank 0 sends to the other ranks of a resumed multi-process run
+(fairseq's ``broadcast_object`` goes through ``torch.load`` too: without them every
+multi-GPU or multi-process CPU run failed to resume). Any other pickled object is
+still refused, with a message that says so.
 
 Only a real refusal (the unpickler met a class outside the allowlist) talks
 about security (:class:`UnsafeCheckpointError`). A missing, empty, truncated or
@@ -23,6 +26,7 @@ import os
 import pickle
 import re
 import struct
+import typing
 import zipfile
 
 import torch
@@ -39,6 +43,10 @@ def fairseq_checkpoint_globals():
         from omegaconf.nodes import AnyNode
 
         allowed += [DictConfig, ListConfig, ContainerMetadata, Metadata, AnyNode]
+        # the types their metadata names (object, key and element types), pickled as classes when
+        # fairseq sends a loaded checkpoint's config to the other ranks of a resumed run
+        # (``broadcast_object``: torch.save, then torch.load on each rank)
+        allowed += [typing.Any, dict, list, tuple, int, float, str, bool]
     except ImportError:  # pragma: no cover
         pass
     try:  # numpy scalars (e.g. best validation loss) in extra_state
@@ -60,6 +68,12 @@ def fairseq_checkpoint_globals():
 
         allowed += [meters.AverageMeter, meters.TimeMeter, meters.StopwatchMeter,
                     meters.MetersDict, meters.SumMeter]
+    except (ImportError, AttributeError):  # pragma: no cover
+        pass
+    try:  # what stands for each tensor of a state fairseq sends to the other ranks (broadcast_object)
+        from fairseq.distributed.utils import _TensorPlaceholder
+
+        allowed.append(_TensorPlaceholder)
     except (ImportError, AttributeError):  # pragma: no cover
         pass
     return allowed

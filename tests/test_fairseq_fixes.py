@@ -1,5 +1,6 @@
 """fairseq bugs the plugin fixes: batch_by_size must not drop sentences (fairseq#5036); a process must
-not abort at exit while fairseq's batch reader thread works."""
+not abort at exit while fairseq's batch reader thread works; a resumed fp16 run keeps its loss
+scaler's schedule."""
 
 import subprocess
 import sys
@@ -113,3 +114,56 @@ def test_a_reader_that_never_parks_is_waited_for_at_most_the_timeout_and_named(c
     release.set()
     assert list(it) == [1]
     assert exit_safety.parked(it._consumer) or not it._consumer.is_alive()
+
+
+# ------------------------------------------------------------ the fp16 loss scaler across a resume
+def _fp16_optimizer(params):
+    """fairseq's --memory-efficient-fp16 Adam (its fp16 optimizer that runs on CPU), a scale
+    window of 3 updates from a scale of 4; the configuration fairseq-train gives it."""
+    from fairseq.optim import MemoryEfficientFP16Optimizer
+    from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
+    from omegaconf import OmegaConf
+
+    adam = OmegaConf.structured(FairseqAdamConfig(lr=[0.01], tpu=False))
+    cfg = OmegaConf.create({"optimizer": adam, "optimization": {"update_freq": [1]},
+                            "common": {"fp16_scale_window": 3, "fp16_init_scale": 4, "fp16_scale_tolerance": 0.0,
+                                       "threshold_loss_scale": None, "min_loss_scale": 1e-4, "bf16": False}})
+    return MemoryEfficientFP16Optimizer(cfg, params, FairseqAdam(cfg.optimizer, params))
+
+
+def _fp16_updates(optimizer, param, n):
+    """``n`` updates as fairseq's trainer makes them (an overflow skips the step); the scale after each."""
+    scales = []
+    for _ in range(n):
+        optimizer.zero_grad()
+        optimizer.backward((param.float() * 30).pow(2).sum())  # gradients ~4e3: a scale of 32 overflows fp16
+        try:
+            optimizer.clip_grad_norm(0.0)
+            optimizer.step()
+        except OverflowError:
+            pass
+        scales.append(optimizer.scaler.loss_scale)
+    return scales
+
+
+def test_a_resumed_fp16_run_rescales_at_the_updates_of_the_uninterrupted_one():
+    import io
+
+    import torch
+
+    start = torch.linspace(0.5, 2.0, 8, dtype=torch.float16)
+    param = torch.nn.Parameter(start.clone())
+    uninterrupted = _fp16_updates(_fp16_optimizer([param]), param, 12)
+    assert max(uninterrupted) > 4 and uninterrupted[-1] < max(uninterrupted)  # it grew, and an overflow cut it
+
+    first = torch.nn.Parameter(start.clone())
+    optimizer = _fp16_optimizer([first])
+    scales = _fp16_updates(optimizer, first, 4)  # killed after update 4: its next growth is due at 6
+    buffer = io.BytesIO()  # a checkpoint's round trip: the optimizer state, then a new process's optimizer
+    torch.save(optimizer.state_dict(), buffer)
+    resumed = torch.nn.Parameter(first.detach().clone())
+    optimizer = _fp16_optimizer([resumed])
+    optimizer.load_state_dict(torch.load(io.BytesIO(buffer.getvalue())))
+    scales += _fp16_updates(optimizer, resumed, 8)
+    assert scales == uninterrupted
+    assert torch.equal(resumed, param)

@@ -6,6 +6,8 @@
 * :mod:`.refusals` -- the plugin's refusals as one line in fairseq's commands (no traceback);
 * :mod:`.trainer_checks` -- a model the trainer's device cannot train (flex on CPU) refused when
   fairseq's ``Trainer`` is made, before any step;
+* :mod:`.resumed_batches`, :mod:`.loss_scaler_state` -- a resumed run equal to the uninterrupted
+  one: the batches of a later epoch, the fp16 loss scaler's counters;
 * :mod:`.quiet_imports` -- fairseq's import-time tensorboardX notice dropped in the commands.
 
 Beside them, public modules of the package: :mod:`fairseq_attn_plugins.checkpoint_safety`

@@ -17,7 +17,8 @@ from typing import Callable, Tuple
 
 from .. import checkpoint_safety
 from ..models import finetune
-from . import exit_safety, fairseq_fixes, model_overrides, quiet_imports, refusals, trainer_checks
+from . import (exit_safety, fairseq_fixes, loss_scaler_state, model_overrides, quiet_imports, refusals,
+               resumed_batches, trainer_checks)
 
 MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
 
@@ -101,6 +102,20 @@ FIXES: Tuple[Fix, ...] = (
         "a model the trainer's device cannot train (`--attn-backend flex` on CPU: torch has no "
         "flex_attention backward there) is refused in one line before any step, instead of failing "
         "at its first training step with a `crash.pt` left behind"),
+    Fix("resumed epochs' batches", "fairseq.trainer:Trainer.get_train_iterator",
+        resumed_batches.kept_iterator_as_at_epoch_one,
+        "fairseq groups the sentences into batches with a seed that includes the epoch the "
+        "iterator is made for, and keeps that iterator across epochs: a run resumed in a later "
+        "epoch trained on other batches than the uninterrupted run (parameters apart from the first "
+        "update after the resume); the kept iterator is made as at epoch 1, so a resumed run is "
+        "bit-identical to the uninterrupted one on CPU"),
+    *(Fix(f"{kind} loss scaler {what}", f"fairseq.optim.fp16_optimizer:{mixin}.{method}", replace,
+          "fairseq saved the fp16 loss scale but not the scaler's counters: a resumed `--fp16` or "
+          "`--memory-efficient-fp16` run doubled its scale at other updates than the uninterrupted "
+          "run; the counters are saved beside the scale and restored with it")
+      for kind, mixin in (("fp16", "_FP16OptimizerMixin"), ("memory-efficient fp16", "_MemoryEfficientFP16OptimizerMixin"))
+      for what, method, replace in (("saved", "state_dict", loss_scaler_state.with_counters),
+                                    ("restored", "load_state_dict", loss_scaler_state.counters_restored))),
     Fix("no abort at exit", "fairseq.data.iterators:BufferedIterator._create_consumer",
         exit_safety.parked_at_exit,
         "fairseq's batch reader thread, still collating the next batch when training ends, was ended "

@@ -88,6 +88,7 @@ class SelfAttention(nn.Module):
         bands = [p.band_half for p in pieces if p.band_half is not None]
         self._layer = backends.Layer(
             backend="auto",
+            pieces=tuple(p.name for p in pieces),
             needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
             distance=backends.distance_form(pieces),
             band_half=min(bands) if bands else None,
@@ -106,8 +107,9 @@ class SelfAttention(nn.Module):
     @backend.setter
     def backend(self, backend: str) -> None:
         """``--attn-backend``; refused here (at model build) when it cannot run this layer."""
-        backends.check_backend(backend, self._layer.needs_probs, self.dropout_module.p)
-        self._layer = dataclasses.replace(self._layer, backend=backend)
+        layer = dataclasses.replace(self._layer, backend=backend)
+        backends.check_layer(layer, self.head_dim, self.dropout_module.p)
+        self._layer = layer
 
     def reset_parameters(self) -> None:
         """fairseq's: Xavier-uniform projections (q, k, v with gain 1/sqrt(2)), zero output bias."""

@@ -154,12 +154,12 @@ def check_model_flags(cfg) -> None:
     if not is_attn_arch(arch):
         return  # fairseq's own models: checked when fairseq builds them
 
-    from fairseq_attn_core.backends import flex
+    from fairseq_attn_core import backends
 
     try:
         ARCH_MODEL_REGISTRY[arch].check_args(cfg.model)
-        # training on CPU with --attn-backend flex: refused here, before the record is written
-        flex.check_training_device(vars(cfg.model).get("attn_backend") or "auto", trains_on_cpu(cfg))
+        # training on CPU with --attn-backend flex or triton: refused here, before the record is written
+        backends.check_training_device(vars(cfg.model).get("attn_backend") or "auto", trains_on_cpu(cfg))
     except PieceConfigError as e:
         raise RecordError(str(e)) from None
 

@@ -29,6 +29,8 @@ class Layer:
     """What the chooser knows of a layer, fixed at build."""
 
     backend: str
+    #: the names of the layer's pieces, in --attn-pieces order
+    pieces: Tuple[str, ...] = ()
     #: pieces that need the probability matrix (no fused path)
     needs_probs: Tuple[str, ...] = ()
     #: the form of the distance terms of the layer's only piece (``None``: no such piece)

@@ -68,6 +68,7 @@ from .local import BlockLocal
 from .policy import DEFAULT, Policy  # noqa: F401  (re-exported)
 from .regions import RegionSplit
 from .sdpa import Fused
+from .tuning import Tuned
 
 BACKENDS = ("auto", "fused", "explicit", "flex", "triton", "tuned")
 #: the path each forced backend names (refused at build when it cannot run the model)
@@ -88,7 +89,6 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
     if backend == "triton":
         return (triton_path.FORCED,) + sdpa
     if backend == "tuned":
-        from .tuning import Tuned
         return (Tuned(),)
     # the flex paths for inference only: their compiled backward failed on an H200 (torch
     # 2.11: a stride assertion at a new batch shape, in a fresh process without inductor's
@@ -132,7 +132,7 @@ def distance_form(pieces: Sequence) -> Optional[DistanceForm]:
 
 def why_explicit(layer: Layer) -> Optional[str]:
     """Why a training call of this layer runs the explicit path (``None`` if it does not)."""
-    if not any(isinstance(p, Fused) for p in order(layer.backend, layer.policy)):
+    if layer.backend != "tuned" and not any(isinstance(p, Fused) for p in order(layer.backend, layer.policy)):
         return f"--attn-backend {layer.backend}"
     why = Fused().not_supported_reasons(layer, Call())
     return "; ".join(why) if why else None

@@ -15,7 +15,8 @@ the choice, in this order:
    :data:`CACHE_ENV` moves its folder, default ``~/.cache/fairseq_attn``, or
    ``$XDG_CACHE_HOME/fairseq_attn``): every later run on the machine takes the same choice;
 3. else it times every candidate (:func:`candidates`: the paths that can run the call, with the
-   policy's length thresholds lifted; flex for inference only, as ``auto``) on the call's own
+   policy's length thresholds lifted; flex on CUDA for inference only, as ``auto``: eager on
+   the CPU it is dense and slow) on the call's own
    q, k, v, forward and, for a training call, backward (one warm-up, :data:`ROUNDS` timed
    rounds, the fastest round; the random generators forked, so training draws the same
    numbers; a candidate that fails is dropped with a warning), and writes the fastest to the
@@ -42,7 +43,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .base import Call, Layer, Path
+from .base import CUDA, Call, Layer, Path
 from .blocks import QueryBlocks
 from .distance.bias_path import DistanceBias
 from .distance.flex_forms import FlexPiece
@@ -67,7 +68,7 @@ ROUNDS = 3
 
 @lru_cache(maxsize=None)
 def _candidates(policy: Policy) -> Tuple[Path, ...]:
-    return (FORCED, FlexPiece(trains=False), FlexBand(trains=False), RegionSplit(), QueryBlocks(),
+    return (FORCED, FlexPiece(devices=CUDA, trains=False), FlexBand(devices=CUDA, trains=False), RegionSplit(), QueryBlocks(),
             DistanceBias(), BlockLocal(block=policy.local_block), Fused(), Explicit())
 
 
@@ -98,6 +99,7 @@ def class_key(layer: Layer, call: Call, dtype: torch.dtype, heads: int, head_dim
 # ---------------------------------------------------------------------------
 # the files
 # ---------------------------------------------------------------------------
+@lru_cache(maxsize=None)
 def _version(dist: str) -> Optional[str]:
     try:
         return metadata.version(dist)

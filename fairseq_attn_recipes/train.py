@@ -87,6 +87,9 @@ def main(argv=None) -> int:
     except RecordError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    # --attn-backend tuned: the layers read the run's choices and add theirs (the record keeps them)
+    from fairseq_attn_core.backends import tuning
+    os.environ[tuning.RUN_ENV] = os.path.abspath(recording.tuned_paths_file(cfg.checkpoint.save_dir))
     threads = recording.cpu_threads(cfg)  # what the run record says of this start
     if rank0 and threads is not None:
         print(f"CPU: torch computes with {threads} threads per process "

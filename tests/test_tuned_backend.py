@@ -140,3 +140,47 @@ def test_the_run_s_choice_wins_over_the_cache(files, monkeypatch):
     tuning.write_choices(files / "run.json", {cls: "explicit"})
     attn, _, _ = run_layer(args, "encoder", "tuned")
     assert attn.tuned_choices == {cls: ("explicit", "run")} and attn.last_run[0] == "explicit"
+
+
+def test_bench_tune_fills_the_cache_a_training_then_reads(files, capsys):
+    """``fairseq-attn-bench --tune`` times every class a model meets at the given lengths; a
+    model built afterwards finds each of its classes in the cache (no timing)."""
+    from fairseq_attn_core import SelfAttention
+    from fairseq_attn_plugins.bench import PRESETS, build_model, make_dictionary
+    from fairseq_attn_plugins.cli.bench import main
+
+    assert main(["--tune", "--systems", "t5bias", "--lengths", "16", "--json", str(files / "tune.json")]) == 0
+    report = json.loads((files / "tune.json").read_text())
+    classes = report["t5bias"]
+    kinds = {c.split("|")[3] for c in classes}
+    assert kinds == {"train", "train causal", "infer", "infer causal"}, classes
+    assert {v["source"] for v in classes.values()} == {"timed"}
+    key = tuning.machine_key(torch.device("cpu"))
+    assert tuning.read_choices(tuning.cache_file(key), key) == {c: v["path"] for c, v in classes.items()}
+    d = make_dictionary(PRESETS["tiny"]["vocab"])
+    model = build_model("transformer_t5bias_wmt_en_de", d, PRESETS["tiny"]["sizes"], 2, attn_backend="tuned")
+    src = torch.randint(d.nspecial, len(d), (3, 16))
+    model(src, torch.full((3,), 16), src)[0].sum().backward()
+    seen = {c: v for m in model.modules() if isinstance(m, SelfAttention) for c, v in m.tuned_choices.items()}
+    assert seen and all(v == (classes[c]["path"], "cache") for c, v in seen.items()), seen
+    with pytest.raises(SystemExit, match="--tune fills the tuned paths' cache; drop --sweep"):
+        main(["--tune", "--sweep", "lengths"])
+
+
+def test_the_run_record_keeps_the_choices(tmp_path):
+    """The recipes' training: before it, the run's choices file holds the record's choices (and,
+    for a run resumed from its checkpoints, what the file held beyond them; a new run none);
+    after it, the record holds every choice the file got."""
+    from fairseq_attn_recipes import recording
+
+    side = tmp_path / recording.TUNED_PATHS
+    tuning.write_choices(side, {"b": "explicit"})
+    rec = {"tuned_paths": {"a": "fused"}}
+    recording.keep_tuned_paths(str(tmp_path), rec, continued=True)
+    assert tuning.read_choices(side) == {"a": "fused", "b": "explicit"} == rec["tuned_paths"]
+    tuning.write_choices(side, {"a": "distance bias", "c": "fused"})  # a layer added "c"
+    recording.record_tuned_paths(str(tmp_path), rec)
+    assert rec["tuned_paths"] == {"a": "fused", "b": "explicit", "c": "fused"}  # the record's own stay
+    fresh = {}
+    recording.keep_tuned_paths(str(tmp_path), fresh, continued=False)  # a new run in the folder
+    assert tuning.read_choices(side) == {} and "tuned_paths" not in fresh

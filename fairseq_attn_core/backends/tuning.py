@@ -4,8 +4,8 @@ on this machine.
 A layer's call belongs to a shape class (:func:`class_key`): the device type, the dtype, the
 layer's form (its pieces and their distance form, heads and head size, training or inference,
 causal, incremental, weights requested, dropout) and a length bucket (the next power of two of
-its key length, at least 16). On the first call of a class the :class:`Tuned` path looks for
-the choice, in this order:
+its key length, at least the policy's ``tune_min_bucket``, 16). On the first call of a class
+the :class:`Tuned` path looks for the choice, in this order:
 
 1. the run's choices (:data:`RUN_ENV`: a file the recipes' training keeps beside the run
    record, ``SAVE_DIR/tuned_paths.json``; the record holds them too): a resumed run keeps the
@@ -17,8 +17,8 @@ the choice, in this order:
 3. else it times every candidate (:func:`candidates`: the paths that can run the call, with the
    policy's length thresholds lifted; flex on CUDA for inference only, as ``auto``: eager on
    the CPU it is dense and slow) on the call's own
-   q, k, v, forward and, for a training call, backward (one warm-up, :data:`ROUNDS` timed
-   rounds, the fastest round; the random generators forked, so training draws the same
+   q, k, v, forward and, for a training call, backward (one warm-up, the policy's
+   ``tune_rounds`` timed rounds, the fastest round; the random generators forked, so training draws the same
    numbers; a candidate that fails is dropped with a warning), and writes the fastest to the
    cache file and the run's file.
 
@@ -62,8 +62,6 @@ CACHE_ENV = "FAIRSEQ_ATTN_CACHE_DIR"
 #: the run's choices file (the recipes' training sets it to SAVE_DIR/tuned_paths.json)
 RUN_ENV = "FAIRSEQ_ATTN_TUNED_RUN"
 FORMAT = 1
-#: timed rounds per candidate, after one warm-up
-ROUNDS = 3
 
 
 @lru_cache(maxsize=None)
@@ -77,8 +75,8 @@ def candidates(layer: Layer, call: Call) -> Tuple[Path, ...]:
     return tuple(p for p in _candidates(layer.policy) if not p.not_supported_reasons(layer, call))
 
 
-def length_bucket(n: int) -> int:
-    return max(16, 1 << (max(n, 1) - 1).bit_length())
+def length_bucket(n: int, smallest: int = 16) -> int:
+    return max(smallest, 1 << (max(n, 1) - 1).bit_length())
 
 
 def class_key(layer: Layer, call: Call, dtype: torch.dtype, heads: int, head_dim: int) -> str:
@@ -93,7 +91,7 @@ def class_key(layer: Layer, call: Call, dtype: torch.dtype, heads: int, head_dim
                     + [w for w, on in (("causal", call.attn_mask), ("incremental", call.incremental),
                                        ("weights", call.need_weights), ("dropout", call.dropout_p > 0)) if on])
     device = "cuda" if call.on_cuda else "cpu"
-    return f"{device}|{str(dtype).replace('torch.', '')}|{' '.join(form.split())}|{kind}|L{length_bucket(call.src_len)}"
+    return f"{device}|{str(dtype).replace('torch.', '')}|{' '.join(form.split())}|{kind}|L{length_bucket(call.src_len, layer.policy.tune_min_bucket)}"
 
 
 # ---------------------------------------------------------------------------
@@ -198,7 +196,7 @@ def _add(path: FilePath, cls: str, name: str, key=None, ms=None) -> None:
 # ---------------------------------------------------------------------------
 # timing and the path
 # ---------------------------------------------------------------------------
-def time_paths(paths, q, k, v, ctx, run, backward: bool, rounds: int = ROUNDS) -> Dict[str, float]:
+def time_paths(paths, q, k, v, ctx, run, backward: bool, rounds: int = 3) -> Dict[str, float]:
     """path name -> the fastest of ``rounds`` timed runs (ms) on detached copies of q, k, v,
     after one warm-up; forward, and backward for a training call (gradients of q, k, v only:
     no parameter's ``.grad`` changes). The random generators are forked: the training draws
@@ -264,7 +262,7 @@ class Tuned(Path):
             name = None
         ms = None
         if name is None:
-            ms = time_paths(tuple(paths.values()), q, k, v, ctx, run, call.backward)
+            ms = time_paths(tuple(paths.values()), q, k, v, ctx, run, call.backward, layer.policy.tune_rounds)
             name, source = (min(ms, key=ms.get) if ms else "explicit"), "timed"
             logger.info("--attn-backend tuned: %s -> %s (%s)", cls, name,
                         ", ".join(f"{n} {t:.3g} ms" for n, t in sorted(ms.items(), key=lambda x: x[1])))

@@ -67,8 +67,12 @@ def test_forced_triton_layer_equals_the_reference(results, name):
 
 def test_forced_triton_refused_per_layer(results):
     """Where CUDA is no obstacle (the interpreter): a model whose pieces declare no distance
-    terms, and heads above the kernels' largest config, refused at build in one line."""
+    terms, a layer whose pieces' terms the kernels do not run (two pieces), and heads above the
+    kernels' largest config, refused at build in one line."""
     rope, head = results["refusals"]["rope"], results["refusals"]["head_dim"]
+    assert results["refusals"]["two_pieces"] == (
+        "--attn-backend triton: pieces ['t5bias', 'csan1d'] declare no distance terms the kernels run "
+        "(one piece alone in its layer: t5bias, alibi or relpos)" + SUFFIX)
     assert rope == "--attn-backend triton: no piece of the model declares distance terms (t5bias, alibi, relpos)" + SUFFIX
     assert head.startswith("--attn-backend triton: ") and "(got 256)" in head and head.endswith(SUFFIX), head
 

@@ -64,6 +64,8 @@ def refusals():
     from fairseq_attn_core import PieceConfigError
     out = {}
     for name, build in (("rope", lambda: args_for("rope", attn_backend="triton")),
+                        ("two_pieces", lambda: layer(args_for("t5bias,csan1d", csan_layers="0", csan_window=3),
+                                                     "encoder", "triton")),
                         ("head_dim", lambda: layer(args_for("t5bias"), "encoder", "triton", embed=512, heads=2))):
         try:
             build()

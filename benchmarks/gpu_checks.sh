@@ -163,6 +163,6 @@ EXPECT_FAIL=$EXPECT TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_AUTOGRAD_CACHE=
 (cd "$OUT" && files=$(ls -- *.log *.json 2>/dev/null) && [ -n "$files" ] \
     && tar -czf gpu_checks_logs.tgz $files && rm -f $files)
 echo "== done at ${SECONDS}s; failed or out of time: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none};" \
-     "expected failures: ${EXPECTED[*]:-none}; expected to fail but passed: ${NEWS[*]:-none}" \
-     "${UNSELECTED[*]:+; not selected (GPU_CHECKS_STEPS): ${UNSELECTED[*]}}"
+     "expected failures: ${EXPECTED[*]:-none}; expected to fail but passed: ${NEWS[*]:-none}${UNSELECTED[*]:+;" \
+     "not selected (GPU_CHECKS_STEPS): ${UNSELECTED[*]}}"
 [ ${#FAILED[@]} = 0 ]

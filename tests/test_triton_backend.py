@@ -77,25 +77,13 @@ def test_forced_triton_refused_per_layer(results):
     assert head.startswith("--attn-backend triton: ") and "(got 256)" in head and head.endswith(SUFFIX), head
 
 
-def test_the_device_run_s_lengths_reuse_compiled_kernels():
+def test_the_device_run_s_lengths_reuse_compiled_kernels(results):
     """benchmarks/triton_distance_bench.py under the interpreter (what gpu_checks.sh rehearses):
     the Triton path's kernel specializations (one compile each on a GPU) are counted per length;
     a length that is a multiple of 16 reuses the kernels of another (32 after 16, as 1024 after
     512), one that is not compiles its own; --max-compiles fails the run beyond its count."""
-    import os
-    import subprocess
-    import sys
-
-    from triton_interpreter import ROOT
-    if not have_triton():
-        pytest.skip("triton is not installed (scripts/setup_env.sh installs it)")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton_distance_bench.py"), "--device", "cpu",
-                           "--time", "--dtypes", "fp32", "--methods", "alibi", "--lengths", "16,32,12", "--tokens", "16",
-                           "--batches", "1", "--rounds", "1", "--profile-passes", "0", "--max-compiles", "5"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    out = done.stdout
-    new = [line.split("alibi ")[1].split(" s, ")[1] for line in out.splitlines() if line.startswith("Warm-up")]
-    assert new == ["3 new", "0 new", "3 new"], out[-3000:]
-    assert "Triton kernel specializations (compiles on a GPU): 6, at most 5 allowed" in out
-    assert done.returncode == 1 and "more than --max-compiles 5" in done.stderr, done.stderr[-2000:]
+    bench = results["bench"]
+    new = [line.split("alibi ")[1].split(" s, ")[1] for line in bench["out"].splitlines() if line.startswith("Warm-up")]
+    assert new == ["3 new", "0 new", "3 new"], bench["out"][-3000:]
+    assert "Triton kernel specializations (compiles on a GPU): 6, at most 5 allowed" in bench["out"]
+    assert bench["status"] == 1 and "more than --max-compiles 5" in bench["err"], bench["err"][-2000:]

@@ -4,8 +4,8 @@ fairseq import). Usage: ``python tests/triton_model_cases.py OUT.pt``: per piece
 self-attention layer built with ``--attn-backend triton`` and the same layer on the reference
 backend, in float64, one padded batch (the decoder's with fairseq's future mask) forward and
 backward; saves the outputs, the input's and every parameter's gradient, the path each ran,
-and the refusals the interpreter leaves to the build (pieces the kernels do not run, a head
-size above their largest config).
+the refusals the interpreter leaves to the build (pieces the kernels do not run, a head size
+above their largest config), and the Triton bench's count of kernel specializations.
 """
 
 import argparse
@@ -75,8 +75,25 @@ def refusals():
     return out
 
 
+def bench_compiles():
+    """benchmarks/triton_distance_bench.py's timing of alibi at lengths 16, 32, 12 (what
+    gpu_checks.sh rehearses), in this process: its output and exit status."""
+    import contextlib
+    import io
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import triton_distance_bench
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = triton_distance_bench.main(
+            ["--device", "cpu", "--time", "--dtypes", "fp32", "--methods", "alibi", "--lengths", "16,32,12",
+             "--tokens", "16", "--batches", "1", "--rounds", "1", "--profile-passes", "0", "--max-compiles", "5"])
+    return dict(status=status, out=out.getvalue(), err=err.getvalue())
+
+
 if __name__ == "__main__":
-    results = {}
+    results = {"bench": bench_compiles()}
     for name, (flags, ref) in CASES.items():
         args = args_for(PIECE[name], **flags)
         for side in ("encoder", "decoder"):

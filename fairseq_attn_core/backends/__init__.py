@@ -58,9 +58,9 @@ from . import flex
 from .base import CPU, CUDA, Call, Layer, Path, Run  # noqa: F401  (re-exported)
 from .blocks import QueryBlocks
 from .distance import DistanceForm, DistanceTerms  # noqa: F401  (re-exported)
+from .distance import triton_path
 from .distance.bias_path import DistanceBias
 from .distance.flex_forms import FlexPiece
-from .distance import triton_path
 from .distance.triton_path import TritonDistance
 from .explicit import Explicit
 from .flex import FlexBand

@@ -241,6 +241,8 @@ class Tuned(Path):
 
     def choose(self, q, k, v, ctx, run) -> Path:
         layer, call = run.layer, run.call
+        if run.tuned is None:  # a run made without a layer's choices: this call's alone
+            run.tuned = {}
         B, H, T, D = q.shape
         cls = class_key(layer, call, q.dtype, H, D)
         paths = {p.name: p for p in candidates(layer, call)}

@@ -8,6 +8,7 @@ Examples::
     fairseq-attn-bench --device cuda --mode numerics              # fp16 finite + fused==explicit
 
     fairseq-attn-bench --device cuda --preset base --mode scaling  # stock base vs big: time vs FLOP ratio
+    fairseq-attn-bench --device cuda --tune --systems t5bias      # --attn-backend tuned's cache, ahead of training
 
 See docs/benchmark.md. The code is in :mod:`fairseq_attn_plugins.bench`.
 """

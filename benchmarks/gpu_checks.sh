@@ -6,16 +6,22 @@
 # files are packed into $OUT/gpu_checks_logs.tgz: the device tool returns at most 8 files).
 # Ordered by value: the paths never measured on a GPU first, so every device run times something unmeasured:
 #   T. the Triton distance kernels (backends/distance/triton_*.py; tested on CPU under Triton's
-#      interpreter, never run on a GPU): numerics against float64 in fp16 and bf16 (t5bias,
-#      alibi, relpos k and kv, t5bias and relpos kv also causal: output and every gradient,
-#      tables included), then encoder forward + backward at 512, 1024 and WMT lengths, 16k
-#      tokens per batch, against today's paths (SDPA with the term, the distance bias, the
-#      region split) and stock, and rope's fused rotation against the piece's, with the issue's timing
-#      protocol (fixed pre-generated batches, warm-up excluded, 5 interleaved rounds, wall and
-#      profiler kernel time, spread; a verdict only where the spread is smaller than the gap):
-#      benchmarks/triton_distance_bench.py, one step per dtype, tables in
-#      $OUT/triton_results_<dtype>.md (and printed as each length and method lands). Limits
-#      120 (the first compiles: 12 variants x 3 kernels) + 100 + 100 s;
+#      interpreter, never run on a GPU; --attn-backend triton / tuned run them): FIRST, ALONE, the
+#      timing in fp16: encoder forward + backward at L = 512, then 1024, then WMT lengths, 16k
+#      tokens per batch, against today's paths (SDPA with the term, the distance bias, the region
+#      split) and stock, and rope's fused rotation against the piece's (fixed pre-generated
+#      batches, a warm-up over every batch excluded, 3 interleaved rounds of wall time, then one
+#      profiler pass for kernel time; a verdict only where the rounds' spread is smaller than the
+#      gap): benchmarks/triton_distance_bench.py, tables in $OUT/triton_results_fp16.md (printed
+#      as each length and method lands). Its compiles: 24 kernel specializations at most (t5bias,
+#      alibi, relpos k, relpos kv x forward, backward_kv, backward_q x lengths a multiple of 16 or
+#      not: 512 and 1024 share their kernels, and WMT batches of 16..64 tokens padded to 64 too;
+#      rope's two kernels apart), --max-compiles 24 fails the step beyond that; counted by the CPU
+#      rehearsal (GPU_CHECKS_DRY=1 GPU_CHECKS_STEPS=triton_time_fp32, lengths 16, 32 and WMT-like
+#      4..12: 24 on 2026-11-29). Limit 150 s (24 compiles at a few seconds each, 3 lengths x 5
+#      methods x 7 passes of 3 batches). Then the numerics against float64 in fp16 and bf16
+#      (t5bias, alibi, relpos k and kv, t5bias and relpos kv also causal: output and every
+#      gradient, tables included; 100 s), then the bf16 timing (100 s);
 #   then, in the time left (a step with under 20 s left is skipped), the earlier checks, the
 #   distance kernels' regression check first:
 #   0. whole-model numerics of relpos, rope and t5bias in fp16 and bf16 (fused / flex against
@@ -40,8 +46,8 @@
 # aot_eager on CPU, which tests/test_flex_compile.py checks), the L = 512 sweep in fp16 and
 # the distance-kernel systems at L = 512 in bf16 and L = 1024 in fp16 under both policies,
 # alibi / csan1d / csan2d numerics, training at WMT lengths in bf16 and under both policies.
-# Run in this order: T, 2, 0, 1, 4, 3 (limits 120 + 100 + 100, 75, 80 + 80, 90, 115, 60 s; the
-# first five, 475 s, fit the 540 s budget; the rest run in what the others leave).
+# Run in this order: T, 2, 0, 1, 4, 3 (limits 150 + 100 + 100, 75, 80 + 80, 90, 115, 60 s; the
+# Triton steps and 2, 425 s, fit the 540 s budget; the rest run in what the others leave).
 # Every JSON records the card, torch, the commit (or the sources hash without .git) and the
 # paths each system's layers take at each measured shape. How to read it: docs/explanation/benchmark.md,
 # "To be measured on GPU".
@@ -54,8 +60,11 @@
 # (2026-11-26: 21 MB in all). Then, through the device tool: bash benchmarks/gpu_checks.sh,
 # carry .whl, timeout_s 600 (the steps share GPU_CHECKS_BUDGET = 540 s).
 # GPU_CHECKS_DRY=1 runs the same steps on this machine's CPU at tiny sizes (a check of the script;
-# fp32 stands in for fp16, which the CPU does not train; every limit times GPU_CHECKS_DRY_SCALE,
-# default 6, for a shared CPU). Exit status 1 when a step failed or ran out of its time.
+# fp32 stands in for fp16, which the CPU does not train, and Triton's interpreter runs the kernels;
+# every limit times GPU_CHECKS_DRY_SCALE, default 6, for a shared CPU). GPU_CHECKS_STEPS="NAME ..."
+# runs only the steps named (the others are listed as not selected), e.g. the rehearsal of the
+# first step: GPU_CHECKS_DRY=1 GPU_CHECKS_STEPS=triton_time_fp32 bash benchmarks/gpu_checks.sh.
+# Exit status 1 when a step failed or ran out of its time.
 set -u
 OUT=${OUT:-/tmp/gpu_checks_out}
 mkdir -p "$OUT"
@@ -77,10 +86,13 @@ NUMERICS="relpos,rope,t5bias"
 # the distance kernels on CUDA
 SWEEP_1024="relpos_k/auto,relpos_kv/auto,rope/auto,t5bias/auto,csan1d/auto,csan2d/auto"
 
-FAILED=(); SKIPPED=(); EXPECTED=(); NEWS=()
+FAILED=(); SKIPPED=(); EXPECTED=(); NEWS=(); UNSELECTED=()
 step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log in $OUT/NAME.log
     local name=$1 limit=$(($2 * SCALE)) left=$((BUDGET - SECONDS)) rc
     shift 2
+    if [ -n "${GPU_CHECKS_STEPS:-}" ] && [[ " $GPU_CHECKS_STEPS " != *" $name "* ]]; then
+        UNSELECTED+=("$name"); return
+    fi
     [ "$left" -lt "$limit" ] && limit=$left
     if [ "$limit" -lt 20 ]; then echo "== $name: skipped, ${left}s left"; SKIPPED+=("$name"); return; fi
     echo "== $name (limit ${limit}s, at ${SECONDS}s)"
@@ -110,17 +122,21 @@ step() {  # step NAME LIMIT_S COMMAND...: runs with min(LIMIT_S, time left), log
 } >"$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
 
-# T. the Triton distance kernels: numerics, then timing per dtype (the dry run: the interpreter,
-# float32, tiny shapes, 2 rounds: a check of the script, not a measurement)
+# T. the Triton distance kernels: the fp16 timing first and alone, then numerics, then the bf16
+# timing (the dry run: the interpreter, float32, tiny shapes whose lengths fall in the same
+# kernel specializations as 512, 1024 and WMT batches: a check of the script and of the compile
+# count, not a measurement)
 if [ "$DEV" = cuda ]; then
     TRITON=(python3 benchmarks/triton_distance_bench.py --device cuda); TRITON_DTYPES=(fp16 bf16)
-    TRITON_SIZES=(--lengths wmt,512,1024 --tokens 16384 --batches 3 --rounds 5)
+    TRITON_SIZES=(--lengths 512,1024,wmt --tokens 16384 --batches 3 --rounds 3 --profile-passes 1)
 else
     TRITON=(env TRITON_INTERPRET=1 python3 benchmarks/triton_distance_bench.py --device cpu); TRITON_DTYPES=(fp32)
-    TRITON_SIZES=(--lengths wmt,20 --tokens 24 --batches 2 --rounds 2)
+    TRITON_SIZES=(--lengths 16,32,wmt --tokens 32 --batches 2 --rounds 3 --profile-passes 1)
 fi
-TAIL=16 step triton_check 120 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
-for DT in "${TRITON_DTYPES[@]}"; do
+TAIL=70 step "triton_time_${TRITON_DTYPES[0]}" 150 "${TRITON[@]}" --time --dtypes "${TRITON_DTYPES[0]}" \
+    "${TRITON_SIZES[@]}" --max-compiles 24 --out "$OUT"
+TAIL=16 step triton_check 100 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
+for DT in "${TRITON_DTYPES[@]:1}"; do
     TAIL=70 step "triton_time_$DT" 100 "${TRITON[@]}" --time --dtypes "$DT" "${TRITON_SIZES[@]}" --out "$OUT"
 done
 # 2. the distance kernels' and the flex kernels' CUDA entries (on CPU, the dry run: the CPU ones)
@@ -147,5 +163,6 @@ EXPECT_FAIL=$EXPECT TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_AUTOGRAD_CACHE=
 (cd "$OUT" && files=$(ls -- *.log *.json 2>/dev/null) && [ -n "$files" ] \
     && tar -czf gpu_checks_logs.tgz $files && rm -f $files)
 echo "== done at ${SECONDS}s; failed or out of time: ${FAILED[*]:-none}; skipped: ${SKIPPED[*]:-none};" \
-     "expected failures: ${EXPECTED[*]:-none}; expected to fail but passed: ${NEWS[*]:-none}"
+     "expected failures: ${EXPECTED[*]:-none}; expected to fail but passed: ${NEWS[*]:-none}${UNSELECTED[*]:+;" \
+     "not selected (GPU_CHECKS_STEPS): ${UNSELECTED[*]}}"
 [ ${#FAILED[@]} = 0 ]

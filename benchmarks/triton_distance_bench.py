@@ -18,9 +18,11 @@ SDPA form) and ``triton``; ``rope``: the rotation of q and k alone, the piece's 
 ``rotate`` against the Triton kernel (:mod:`fairseq_attn_core.rope_fused`; ``stock`` there is
 ``q + k``, no rotation). The protocol: ``--batches`` input sets generated before any
 timing (lengths drawn per sentence, padded: WMT-like at ``wmt``), a warm-up pass of every
-path (compiles, autotuning, allocator) excluded, then ``--rounds`` rounds, each running every
+path over every batch (compiles, autotuning, allocator; its time and the Triton kernel
+specializations it compiled are printed: :class:`CountingKernels`, ``--max-compiles``) excluded, then ``--rounds`` rounds, each running every
 path over every batch in an order rotated per round (interleaved); per round the wall time
-(synchronised) and, in a second pass, the sum of device kernel time from torch.profiler. The
+(synchronised); after the rounds, ``--profile-passes`` (1) passes of each path under
+torch.profiler give the sum of device kernel time (one pass: no spread, no verdict on it). The
 table gives the median per batch, the spread (max - min) / median over rounds, the peak
 memory over the batch and the ratio to stock; a verdict of triton against today's path only
 where the gap is larger than both spreads. Each (length, method) is printed, and the files
@@ -68,6 +70,58 @@ CHECKS = (("t5bias", False), ("t5bias", True), ("alibi", False), ("relpos_k", Fa
 WMT = {"cuda": (16, 64), "cpu": (4, 12)}
 #: heads and head size: base on a GPU, a tiny layer for the interpreter
 SIZES = {"cuda": (8, 64), "cpu": (2, 8)}
+
+
+class CountingKernels:
+    """The kernels' module (:func:`triton_launch.kernels`) seen through a count of Triton's
+    compilations: every launch's specialization, what triton keys a compiled kernel by (the
+    kernel, its constexprs and launch options, each tensor's dtype and 16-byte alignment, each
+    integer's being 1, a multiple of 16, within int32). One key is one compile on a GPU; the
+    interpreter compiles nothing but sees the same keys, so the CPU rehearsal of the device run
+    counts them. Lengths that are multiples of 16 share their kernels (512 and 1024 do)."""
+
+    def __init__(self):
+        self.keys = set()
+        self._module = None
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if self._module is None:
+            from fairseq_attn_core.backends.distance.triton_launch import kernels
+            self._module = kernels()
+        attr = getattr(self._module, name)
+        if type(attr).__name__ in ("JITFunction", "InterpretedFunction"):
+            return _Counted(self, name, attr)
+        return attr
+
+
+def _spec(x):
+    if isinstance(x, torch.Tensor):
+        return ("tensor", str(x.dtype), x.data_ptr() % 16 == 0)
+    if isinstance(x, bool):
+        return ("bool", x)
+    if isinstance(x, int):
+        return ("int", x == 1, x % 16 == 0, -2 ** 31 <= x < 2 ** 31)
+    if isinstance(x, float):
+        return ("float",)
+    return ("value", repr(x))
+
+
+class _Counted:
+    def __init__(self, counter, name, kernel):
+        self.counter, self.name, self.kernel = counter, name, kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.counter.keys.add((self.name, tuple(_spec(a) for a in args),
+                                   tuple(sorted((k, repr(v)) for k, v in kwargs.items()))))
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+#: the triton path's kernels, counted (:class:`CountingKernels`)
+COUNTED = CountingKernels()
 
 
 def fail(msg: str) -> None:
@@ -238,7 +292,7 @@ def paths_for(method, H, tables, scale, configs):
         return distance_attention(terms, q, k, v, scale, "far", 64, kpm)[0]
 
     def triton(q, k, v, kpm):
-        return triton_attention(terms, q, k, v, scale, kpm, False, configs)
+        return triton_attention(terms, q, k, v, scale, kpm, False, configs, COUNTED)
 
     if method == "relpos_kv":  # no SDPA form: auto trains it through the region split on CUDA
         return {"stock": stock, "region split": region_split, "triton": triton}
@@ -287,9 +341,13 @@ def time_paths(args, device, configs):
                 rows = []
                 tables = [t.to(device, dtype).requires_grad_(True) for t in tables_for(method, H, D, device, g)]
                 paths = paths_for(method, H, tables, D ** -0.5, configs)
-                for f in paths.values():  # warm-up: compiles, autotuning, allocator
-                    run_all(f, batches[:1])
+                compiled = len(COUNTED.keys)
+                t0 = time.perf_counter()
+                for f in paths.values():  # warm-up: compiles, autotuning, allocator (every batch: each
+                    run_all(f, batches)   # batch's length may be its own specialization)
                 sync(device)
+                warm_s = time.perf_counter() - t0
+                new = len(COUNTED.keys) - compiled
                 wall = {n: [] for n in paths}
                 kern = {n: [] for n in paths}
                 peak = {}
@@ -307,15 +365,19 @@ def time_paths(args, device, configs):
                         wall[n].append((time.perf_counter() - t0) / len(batches))
                         if device.type == "cuda":
                             peak[n] = max(peak.get(n, 0), torch.cuda.max_memory_allocated() - base)
+                for _ in range(args.profile_passes):  # after the rounds: the profiler slows what it sees
+                    for n in names:
                         kern[n].append(kernel_seconds(paths[n], batches, device) / len(batches))
                 T = batches[0][0].size(2)
                 stock = statistics.median(wall["stock"])
                 for n in names:
                     rows.append(dict(dtype=dtype_name, length=str(length), T=T, B=batches[0][0].size(0),
                                      method=method, path=n, wall_ms=1e3 * statistics.median(wall[n]),
-                                     wall_spread=spread(wall[n]), kernel_ms=1e3 * statistics.median(kern[n]),
-                                     kernel_spread=spread(kern[n]), peak_mb=peak.get(n, 0) / 2 ** 20,
-                                     to_stock=statistics.median(wall[n]) / stock, rounds=wall[n]))
+                                     wall_spread=spread(wall[n]), kernel_ms=1e3 * statistics.median(kern[n]) if kern[n] else float("nan"),
+                                     kernel_spread=spread(kern[n]) if len(kern[n]) > 1 else float("nan"),
+                                     peak_mb=peak.get(n, 0) / 2 ** 20,
+                                     to_stock=statistics.median(wall[n]) / stock, rounds=wall[n],
+                                     warmup_s=warm_s, new_compiles=new, compiles=len(COUNTED.keys)))
                 yield rows
 
 
@@ -339,6 +401,8 @@ def verdicts(rows, today=("distance bias", "region split", "sdpa bias", "torch r
                 ratio = t[f"{what}_ms"] / o[f"{what}_ms"]
                 gap = abs(1 - ratio)
                 noise = max(t[f"{what}_spread"], o[f"{what}_spread"])
+                if not noise >= 0:  # one profiler pass: no spread, no verdict
+                    continue
                 word = ("faster" if ratio < 1 else "slower") if gap > noise else "no verdict"
                 out.append(f"{dtype} {length} {method}: triton / {other} ({what}) {ratio:.3f}, "
                            f"spread {noise:.1%}: {word}")
@@ -364,8 +428,12 @@ def table(rows, header) -> str:
             sel = [r for r in rows if r["dtype"] == dtype and r["length"] == length]
             if not sel:
                 continue
+            warm = ", ".join(f"{m} {r['warmup_s']:.1f} s, {r['new_compiles']} new" for m, r in
+                             {r["method"]: r for r in sel}.items())
             lines += [f"### {dtype}, length {length} (T {sel[0]['T']}, B {sel[0]['B']}, forward + backward, "
                       f"median per batch)", "",
+                      f"Warm-up, and the Triton kernel specializations it compiled (total {sel[-1]['compiles']}): "
+                      f"{warm}", "",
                       "| method | path | wall ms | spread | kernel ms | spread | peak MB | x stock (wall) |",
                       "|---|---|---|---|---|---|---|---|"]
             for r in sel:
@@ -389,6 +457,11 @@ def main(argv=None):
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tol", type=float, default=2e-2)
+    p.add_argument("--profile-passes", type=int, default=1,
+                   help="profiler passes per path after the timed rounds (kernel time; default 1)")
+    p.add_argument("--max-compiles", type=int, default=None,
+                   help="fail (exit 1) when the Triton path needed more kernel specializations than this "
+                        "(each is one compile on a GPU: the step's time limit is sized for them)")
     p.add_argument("--out", default=None, help="folder for triton_results_<dtypes>.md and .json")
     args = p.parse_args(argv)
     args.dtypes = args.dtypes.split(",")
@@ -405,8 +478,8 @@ def main(argv=None):
             fail(f"--lengths: {n!r} is neither 'wmt' nor a length")
     if not (args.check or args.time):
         fail("give --check and/or --time")
-    if args.rounds < 1 or args.batches < 1:
-        fail("--rounds and --batches must be >= 1")
+    if args.rounds < 1 or args.batches < 1 or args.profile_passes < 0:
+        fail("--rounds and --batches must be >= 1, --profile-passes >= 0")
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: no CUDA device (the dry run: --device cpu with TRITON_INTERPRET=1)")
     if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
@@ -431,6 +504,13 @@ def main(argv=None):
                 tmp = stem.with_suffix(suffix + ".partial")  # nothing half-written under the final name
                 tmp.write_text(content)
                 tmp.replace(stem.with_suffix(suffix))
+    if args.time:
+        print(f"Triton kernel specializations (compiles on a GPU): {len(COUNTED.keys)}"
+              + (f", at most {args.max_compiles} allowed" if args.max_compiles is not None else ""))
+        if args.max_compiles is not None and len(COUNTED.keys) > args.max_compiles:
+            print(f"triton_distance_bench: {len(COUNTED.keys)} kernel specializations, more than --max-compiles "
+                  f"{args.max_compiles}: the step's time limit is sized for that many compiles", file=sys.stderr)
+            ok = False
     return 0 if ok else 1
 
 

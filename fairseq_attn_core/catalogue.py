@@ -55,7 +55,8 @@ def capabilities(cls) -> str:
                                        for k, v in cls.fused_with.items()) + ", else explicit")
     sides = "sides: " + ("/".join(cls.sides) if cls.sides else "set by its flag")
     # a piece that declares its distance terms runs, alone in its layer, the kernels' paths
-    distance = "distance terms" if cls.distance_terms is not AttentionPiece.distance_terms else ""
+    distance = ("distance terms (alone in a layer: --attn-backend triton runs them)"
+                if cls.distance_terms is not AttentionPiece.distance_terms else "")
     parts = [fused, sides, "incremental decoding" if cls.incremental_ok else "no incremental decoding"]
     if cls.expands_kv:
         parts.append("widens the key axis")

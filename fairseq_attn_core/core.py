@@ -88,6 +88,7 @@ class SelfAttention(nn.Module):
         bands = [p.band_half for p in pieces if p.band_half is not None]
         self._layer = backends.Layer(
             backend="auto",
+            pieces=tuple(p.name for p in pieces),
             needs_probs=tuple(p.name for p in pieces if not p.runs_fused),
             distance=backends.distance_form(pieces),
             band_half=min(bands) if bands else None,
@@ -98,6 +99,9 @@ class SelfAttention(nn.Module):
         #: what the last call ran: its path's name and the query blocks of its kernel
         #: (``None``: one call), for diagnostics and the tests
         self.last_run: Optional[Tuple[str, Optional[int]]] = None
+        #: ``--attn-backend tuned``: shape class -> (path name, ``"run"``, ``"cache"`` or
+        #: ``"timed"``), this layer's choices so far (:mod:`.backends.tuning`)
+        self.tuned_choices: Dict[str, Tuple[str, str]] = {}
 
     @property
     def backend(self) -> str:
@@ -106,8 +110,9 @@ class SelfAttention(nn.Module):
     @backend.setter
     def backend(self, backend: str) -> None:
         """``--attn-backend``; refused here (at model build) when it cannot run this layer."""
-        backends.check_backend(backend, self._layer.needs_probs, self.dropout_module.p)
-        self._layer = dataclasses.replace(self._layer, backend=backend)
+        layer = dataclasses.replace(self._layer, backend=backend)
+        backends.check_layer(layer, self.head_dim, self.dropout_module.p)
+        self._layer = layer
 
     def reset_parameters(self) -> None:
         """fairseq's: Xavier-uniform projections (q, k, v with gain 1/sqrt(2)), zero output bias."""
@@ -181,13 +186,14 @@ class SelfAttention(nn.Module):
         tgt_len, bsz, embed_dim = query.size()
         q, k, v, ctx = self._project(query, key_padding_mask, incremental_state)
         dropout_p = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
-        path = self.path_for(backends.Call(need_weights, ctx.incremental, tgt_len, ctx.src_len,
-                                           dropout_p, q.is_cuda, attn_mask is not None,
-                                           self.training and torch.is_grad_enabled()))
+        call = backends.Call(need_weights, ctx.incremental, tgt_len, ctx.src_len, dropout_p, q.is_cuda,
+                             attn_mask is not None, self.training and torch.is_grad_enabled())
+        path = self.path_for(call)
         run = backends.Run(self.pieces, attn_mask, self.scaling, dropout_p, self.flex_compile,
-                           self._layer.band_half, self._layer.policy)
+                           self._layer.band_half, self._layer.policy, layer=self._layer, call=call,
+                           tuned=self.tuned_choices)
         heads_out, weights = path.apply(q, k, v, ctx, run)  # (B, H, T, D), probabilities or None
-        self.last_run = (path.name, run.query_blocks)
+        self.last_run = (run.ran or path.name, run.query_blocks)
         out = self.out_proj(heads_out.permute(2, 0, 1, 3).reshape(tgt_len, bsz, embed_dim))
         for p in self.pieces:
             extra = p.output_term(heads_out, ctx)

@@ -28,8 +28,12 @@ def add_attention_args(parser) -> None:
         "--attn-backend", type=str, metavar="BACKEND",
         help="attention backend: 'auto' (fused scaled_dot_product_attention whenever every "
              "piece allows it; on CUDA flex_attention for relpos kv/tied, alibi and long CSAN windows), "
-             "'fused', 'explicit', or 'flex' (flex_attention for relpos kv/tied, alibi and band-masked "
-             "layers on any device; needs --attention-dropout 0) (default auto)",
+             "'fused', 'explicit', 'flex' (flex_attention for relpos kv/tied, alibi and band-masked "
+             "layers on any device; needs --attention-dropout 0), 'triton' (the Triton kernels for "
+             "t5bias, alibi and relpos, encoder and decoder self-attention; CUDA, needs "
+             "--attention-dropout 0) or 'tuned' (per shape class the fastest of the paths that can run "
+             "it, timed on its first call and kept in a cache file: FAIRSEQ_ATTN_CACHE_DIR, default "
+             "~/.cache/fairseq_attn; fairseq-attn-bench --tune fills it) (default auto)",
     )
     group.add_argument(
         "--attn-flex-compile", type=str, metavar="MODE",
@@ -202,7 +206,8 @@ def validate_attention_args(args, fairseq_namespace: bool = False) -> None:
     for c in classes:
         c.validate(args)
     check_backend(args.attn_backend, [c.name for c in classes if not c.fused_ok_with(args)],
-                  getattr(args, "attention_dropout", 0.0))
+                  getattr(args, "attention_dropout", 0.0),
+                  [c.name for c in classes if c.distance_terms is not AttentionPiece.distance_terms])
     check_flex_compile(args.attn_flex_compile)
 
 

@@ -163,12 +163,12 @@ def check_model_flags(cfg) -> None:
     if not is_attn_arch(arch):
         return  # fairseq's own models: checked when fairseq builds them
 
-    from fairseq_attn_core.backends import flex
+    from fairseq_attn_core import backends
 
     try:
         ARCH_MODEL_REGISTRY[arch].check_args(cfg.model)
-        # training on CPU with --attn-backend flex: refused here, before the record is written
-        flex.check_training_device(vars(cfg.model).get("attn_backend") or "auto", trains_on_cpu(cfg))
+        # training on CPU with --attn-backend flex or triton: refused here, before the record is written
+        backends.check_training_device(vars(cfg.model).get("attn_backend") or "auto", trains_on_cpu(cfg))
     except PieceConfigError as e:
         raise RecordError(str(e)) from None
 
@@ -286,6 +286,7 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
                               f"evaluate it as it is, or give another SAVE_DIR for a shorter run")
         return False
     if write:
+        keep_tuned_paths(run_dir, rec, continued=done > 0)
         # trained further in another folder than its own (a copy, or moved): a run of its own
         parent = continued_elsewhere(run_dir, rec, done)
         if parent:
@@ -324,8 +325,47 @@ def finish_run(run_dir: str, stopped: Optional[str] = None) -> Dict:
     if rec["trainings"]:
         rec["trainings"][-1].update(to_update=rec["num_updates"], finished=now(), stopped=stopped)
     rec["epoch"], rec["seen"] = training_seen(run_dir, rec)
+    record_tuned_paths(run_dir, rec)
     save(run_dir, rec)
     return rec
+
+
+#: the run's ``--attn-backend tuned`` choices while it trains (the training's layers read and add
+#: to it: :data:`fairseq_attn_core.backends.tuning.RUN_ENV`); the record keeps them as ``tuned_paths``
+TUNED_PATHS = "tuned_paths.json"
+
+
+def tuned_paths_file(run_dir: str) -> str:
+    return os.path.join(run_dir, TUNED_PATHS)
+
+
+def keep_tuned_paths(run_dir: str, rec: Dict, continued: bool) -> None:
+    """Before a training: the run's choices file holds the record's ``tuned_paths`` (a resumed
+    run trains its shape classes on the paths it chose before, whatever this machine's cache
+    says), and, for a run ``continued`` from its checkpoints, what the file held beyond them (a
+    training killed before it finished); a new run starts with none."""
+    from pathlib import Path
+
+    from fairseq_attn_core.backends import tuning
+
+    path = Path(tuned_paths_file(run_dir))
+    choices = tuning.read_choices(path) if continued else {}
+    choices.update(rec.get("tuned_paths") or {})
+    if choices or path.exists():
+        tuning.write_choices(path, choices)
+    if choices:
+        rec["tuned_paths"] = choices
+
+
+def record_tuned_paths(run_dir: str, rec: Dict) -> None:
+    """After a training: the choices its tuned layers made, into the record (``tuned_paths``)."""
+    from pathlib import Path
+
+    from fairseq_attn_core.backends import tuning
+
+    choices = {**tuning.read_choices(Path(tuned_paths_file(run_dir))), **(rec.get("tuned_paths") or {})}
+    if choices:
+        rec["tuned_paths"] = choices
 
 
 def refresh_seen(run_dir: str) -> bool:

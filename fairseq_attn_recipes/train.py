@@ -109,6 +109,11 @@ def main(argv=None) -> int:
             print(f"--patience {cfg.checkpoint.patience}: best validation loss {state[0]} so far, "
                   f"{state[1]} validations without improvement since (from {log})", file=sys.stderr)
 
+    # --attn-backend tuned: the layers read the run's choices and add theirs (the record keeps
+    # them); set for this training only (its processes inherit it)
+    from fairseq_attn_core.backends import tuning
+    kept = os.environ.get(tuning.RUN_ENV)
+    os.environ[tuning.RUN_ENV] = os.path.abspath(recording.tuned_paths_file(cfg.checkpoint.save_dir))
     try:
         if cfg.common.profile or cfg.common.use_plasma_view:  # fairseq-train's own setup for these
             sys.argv = [sys.argv[0]] + list(argv)
@@ -120,6 +125,10 @@ def main(argv=None) -> int:
         return 1
     finally:
         logging.getLogger("fairseq_cli.train").removeHandler(early_stop)
+        if kept is None:
+            os.environ.pop(tuning.RUN_ENV, None)
+        else:
+            os.environ[tuning.RUN_ENV] = kept
     release_data_workers()
     if rank0:
         try:

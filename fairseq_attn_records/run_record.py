@@ -27,6 +27,9 @@ Layout (``"format": 1``)::
                      "cpu_threads"}],  # one per train.sh that trained; cpu_threads None on GPUs
       "checkpoints": {"checkpoint_2_54.pt": {"num_updates": 54, "epoch": 2, ...}, ...},
       "num_updates": 54,              # the newest checkpoint's
+      "tuned_paths": {"cuda|float16|t5bias buckets h8d64|train|L64": "fused", ...},  # only with
+                                      # --attn-backend tuned: the path of each shape class (a
+                                      # resumed run keeps them; SAVE_DIR/tuned_paths.json while it trains)
       "evaluations": {                # one per subset; test and valid never share a file
         "test": {"dir": "test", "hyp": "test/hyp.txt", "hyp_sha256": "...",  # what was scored
                  "ref": "/abs/test.de", "ref_sha256": "...",

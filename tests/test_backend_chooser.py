@@ -222,7 +222,7 @@ def test_auto_takes_the_triton_path_on_cuda_only_for_the_policy_s_triton_forms()
     assert "on cpu (taken on cuda only)" in cpu
     alibi = make_attention(make_args("alibi"), side="encoder", policy=policy)  # a bias, but not learned
     assert path_name(alibi, **call) == "fused"
-    decoder = make_attention(make_args("t5bias"), side="decoder", policy=policy)
-    assert path_name(decoder, **cuda_training_call("decoder", 512)) != "triton distance"
+    decoder = make_attention(make_args("t5bias"), side="decoder", policy=policy)  # attn_mask read as causal
+    assert path_name(decoder, **cuda_training_call("decoder", 512)) == "triton distance"
     with pytest.raises(ValueError, match="Policy.triton_forms must be a tuple of"):
         backends.Policy(triton_forms=("values",))

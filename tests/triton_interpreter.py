@@ -24,12 +24,12 @@ def have_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def run_interpreted(out: Path) -> dict:
-    """Run every case of :mod:`triton_cases` under the interpreter in one child process (one
-    start of torch); its results, kind -> case index -> tensors."""
+def run_interpreted(out: Path, script: str = "triton_cases.py") -> dict:
+    """Run every case of ``script`` (default :mod:`triton_cases`) under the interpreter in one
+    child process (one start of torch); its results (triton_cases: kind -> case index -> tensors)."""
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "triton_cases.py"), str(out)],
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / script), str(out)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return torch.load(out)

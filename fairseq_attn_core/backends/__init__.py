@@ -41,6 +41,13 @@ that needs the probability matrix). A forced backend whose named path cannot
 run any layer of the model (``fused`` with a piece that needs the probability matrix,
 ``flex`` without flex_attention or with attention dropout) is refused at model build, in
 one line naming the flag and the path's own reasons (:func:`check_backend`).
+
+``triton`` forces the Triton path (:data:`.distance.triton_path.FORCED`) for every call it runs,
+the SDPA paths for the others (incremental decoding, weights requested); it is refused at model
+build without CUDA or triton, with attention dropout, for a model without a piece that
+declares distance terms, and per layer (:func:`check_layer`) for pieces whose terms the kernels
+do not run or a head size above their largest config. ``tuned`` times the paths that can run
+each call's shape class on its first call and keeps the fastest (:mod:`.tuning`).
 """
 
 from functools import lru_cache
@@ -51,6 +58,7 @@ from . import flex
 from .base import CPU, CUDA, Call, Layer, Path, Run  # noqa: F401  (re-exported)
 from .blocks import QueryBlocks
 from .distance import DistanceForm, DistanceTerms  # noqa: F401  (re-exported)
+from .distance import triton_path
 from .distance.bias_path import DistanceBias
 from .distance.flex_forms import FlexPiece
 from .distance.triton_path import TritonDistance
@@ -60,10 +68,11 @@ from .local import BlockLocal
 from .policy import DEFAULT, Policy  # noqa: F401  (re-exported)
 from .regions import RegionSplit
 from .sdpa import Fused
+from .tuning import Tuned
 
-BACKENDS = ("auto", "fused", "explicit", "flex")
+BACKENDS = ("auto", "fused", "explicit", "flex", "triton", "tuned")
 #: the path each forced backend names (refused at build when it cannot run the model)
-NAMED = {"fused": Fused(), "flex": FlexPiece()}
+NAMED = {"fused": Fused(), "flex": FlexPiece(), "triton": triton_path.FORCED}
 
 
 @lru_cache(maxsize=None)
@@ -77,6 +86,10 @@ def order(backend: str, policy: Policy = DEFAULT) -> Tuple[Path, ...]:
         return sdpa
     if backend == "flex":
         return (FlexPiece(), FlexBand()) + sdpa
+    if backend == "triton":
+        return (triton_path.FORCED,) + sdpa
+    if backend == "tuned":
+        return (Tuned(),)
     # the flex paths for inference only: their compiled backward failed on an H200 (torch
     # 2.11: a stride assertion at a new batch shape, in a fresh process without inductor's
     # caches too) and trained slower than the SDPA paths (benchmarks/RESULTS.md, "GPU
@@ -119,27 +132,56 @@ def distance_form(pieces: Sequence) -> Optional[DistanceForm]:
 
 def why_explicit(layer: Layer) -> Optional[str]:
     """Why a training call of this layer runs the explicit path (``None`` if it does not)."""
-    if not any(isinstance(p, Fused) for p in order(layer.backend, layer.policy)):
+    if layer.backend != "tuned" and not any(isinstance(p, Fused) for p in order(layer.backend, layer.policy)):
         return f"--attn-backend {layer.backend}"
     why = Fused().not_supported_reasons(layer, Call())
     return "; ".join(why) if why else None
 
 
-def backend_refusals(backend: str, needs_probs: Sequence[str], dropout: float) -> List[str]:
+def backend_refusals(backend: str, needs_probs: Sequence[str], dropout: float,
+                     terms_pieces: Optional[Sequence[str]] = None) -> List[str]:
     """Why ``--attn-backend backend`` (one of :data:`BACKENDS`) cannot run a model at all:
-    the reasons of the path it names (empty: it can)."""
+    the reasons of the path it names (empty: it can). ``terms_pieces``: the model's pieces
+    that declare distance terms (``None``: not known here)."""
+    if backend == "triton":
+        reasons = triton_path.device_refusals(dropout)
+        if terms_pieces is not None and not terms_pieces:
+            reasons.append("no piece of the model declares distance terms (t5bias, alibi, relpos)")
+        return reasons
     named = NAMED.get(backend)
     return named.model_reasons(needs_probs, dropout) if named else []
 
 
-def check_backend(backend: str, needs_probs: Sequence[str], dropout: float) -> None:
-    """Refuse a backend that cannot run the model: one line naming the flag and each reason."""
-    if backend not in BACKENDS:
-        raise PieceConfigError(f"--attn-backend must be one of {list(BACKENDS)} (got {backend!r})")
-    refusals = backend_refusals(backend, needs_probs, dropout)
+def refuse(backend: str, refusals: Sequence[str]) -> None:
+    """One line naming the flag and each reason."""
     if refusals:
         raise PieceConfigError(f"--attn-backend {backend}: {'; '.join(refusals)}; "
                                f"--attn-backend auto or explicit runs every layer, on the explicit path where needed")
+
+
+def check_backend(backend: str, needs_probs: Sequence[str], dropout: float,
+                  terms_pieces: Optional[Sequence[str]] = None) -> None:
+    """Refuse a backend that cannot run the model: one line naming the flag and each reason."""
+    if backend not in BACKENDS:
+        raise PieceConfigError(f"--attn-backend must be one of {list(BACKENDS)} (got {backend!r})")
+    refuse(backend, backend_refusals(backend, needs_probs, dropout, terms_pieces))
+
+
+def check_layer(layer: Layer, head_dim: int, dropout: float) -> None:
+    """Refuse, at build, a backend that cannot run this layer (one line): ``triton`` where the
+    kernels do not run its pieces' terms or its head size (:func:`check_backend` first)."""
+    check_backend(layer.backend, layer.needs_probs, dropout)
+    if layer.backend == "triton":
+        refuse("triton", triton_path.layer_refusals(layer.distance, layer.pieces, head_dim))
+
+
+def check_training_device(backend: str, cpu: bool) -> None:
+    """Refuse training ``--attn-backend backend`` on CPU where its path has no CPU training
+    (flex: no backward there; triton: CUDA kernels), before anything is trained or written."""
+    flex.check_training_device(backend, cpu)
+    why = triton_path.training_refusal(cpu) if backend == "triton" else None
+    if why:
+        raise PieceConfigError(why)
 
 
 def check_flex_compile(mode: str) -> None:

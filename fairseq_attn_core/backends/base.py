@@ -13,7 +13,7 @@ A path declares what it supports as data (class attributes, as xformers'
 """
 
 from dataclasses import dataclass
-from typing import ClassVar, List, Optional, Sequence, Tuple
+from typing import ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from torch import Tensor
 
@@ -29,6 +29,8 @@ class Layer:
     """What the chooser knows of a layer, fixed at build."""
 
     backend: str
+    #: the names of the layer's pieces, in --attn-pieces order
+    pieces: Tuple[str, ...] = ()
     #: pieces that need the probability matrix (no fused path)
     needs_probs: Tuple[str, ...] = ()
     #: the form of the distance terms of the layer's only piece (``None``: no such piece)
@@ -68,6 +70,13 @@ class Run:
     policy: Policy = DEFAULT
     #: the query blocks the path's kernel ran (set by the blocked paths; ``None``: one call)
     query_blocks: Optional[int] = None
+    #: the layer and the call the chooser was asked about (read by ``--attn-backend tuned``)
+    layer: Optional[Layer] = None
+    call: Optional[Call] = None
+    #: the layer's choices per shape class (``--attn-backend tuned``: :mod:`.tuning`)
+    tuned: Optional[Dict[str, Tuple[str, str]]] = None
+    #: the path that ran, where the chosen one delegates (``tuned``)
+    ran: Optional[str] = None
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,12 @@ class Policy:
     triton_forms: Tuple[str, ...] = ()
     #: the shortest query length of the Triton path's calls
     triton_min_len: int = 1
+    #: ``--attn-backend tuned`` (:mod:`.tuning`): the timed rounds per candidate path, after
+    #: one warm-up (the fastest round counts)
+    tune_rounds: int = 3
+    #: ``--attn-backend tuned``: a shape class's length bucket is the next power of two of its
+    #: key length, at least this
+    tune_min_bucket: int = 16
 
     def __post_init__(self):
         for name, value in vars(self).items():

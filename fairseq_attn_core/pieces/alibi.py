@@ -42,6 +42,10 @@ On CPU, ``auto`` runs an encoder self-attention from the policy's ``distance_bia
 (128) positions on the distance-bias path (:mod:`..backends.distance.bias_path`), whose backward
 keeps the far keys' negligible probabilities out of subnormal arithmetic. The penalty is
 computed in float32 for fp16/bf16/fp32 models, in float64 for a float64 one, on every path.
+``--attn-backend triton`` runs the slopes' penalty through the Triton flash kernels
+(:mod:`..backends.distance.triton_path`; CUDA, attention dropout 0, the piece alone in its layer),
+encoder and decoder self-attention (fairseq's future mask read as the causal flag); ``--attn-backend
+tuned`` times it beside the other paths and keeps the fastest per shape class.
 """
 
 import math

@@ -61,6 +61,10 @@ strip of ``block + 2k`` keys explicitly), and ``kv``/``tied`` in query blocks fo
 decoder's masked self-attention; on CUDA, the training calls of ``kv``/``tied`` from the
 policy's ``cuda_training_min_len`` (512) positions in the region split too (measured faster
 there than the explicit path; ``k`` stays fused, faster). The explicit path stays the reference.
+``--attn-backend triton`` runs every mode (the key term as QA = q w_K^T, the value term from each row's mass per distance) through the Triton flash kernels
+(:mod:`..backends.distance.triton_path`; CUDA, attention dropout 0, the piece alone in its layer),
+encoder and decoder self-attention (fairseq's future mask read as the causal flag); ``--attn-backend
+tuned`` times it beside the other paths and keeps the fastest per shape class.
 """
 
 from typing import Optional

@@ -56,6 +56,10 @@ blocked backward gives the table its gradient), which keeps no (B, H, T, S) tens
 a bias that needs a gradient leaves the flash kernel. On CUDA ``auto`` takes the same path for
 training calls from the policy's ``cuda_training_min_len`` (512) positions (torch's
 memory-efficient kernel; measured on an H200, benchmarks/RESULTS.md).
+``--attn-backend triton`` runs the bias by bucket, its table's gradient included, through the Triton flash kernels
+(:mod:`..backends.distance.triton_path`; CUDA, attention dropout 0, the piece alone in its layer),
+encoder and decoder self-attention (fairseq's future mask read as the causal flag); ``--attn-backend
+tuned`` times it beside the other paths and keeps the fastest per shape class.
 """
 
 import math

@@ -12,6 +12,7 @@ system once, in a rotated order), so machine drift hits them alike. Modules by c
   base-vs-big check (``--mode scaling``: time ratio next to the FLOP ratio);
 * :mod:`.infer`: beam-4 SequenceGenerator sentences/s; :mod:`.sweep`: the encoder alone
   at lengths 32 ... 1024; :mod:`.numerics`: fp16 check, fused/flex == explicit;
+* :mod:`.tune`: ``--tune``, the cache of ``--attn-backend tuned`` filled ahead of training;
 * :mod:`.report`: PASS / MISS / unmeasured verdicts and Markdown; :mod:`.run`: the driver.
 
 The command-line front end is :mod:`fairseq_attn_plugins.cli.bench` (``fairseq-attn-bench``).
@@ -30,6 +31,7 @@ from .systems import (DTYPES, FAIRSEQ_SIZES, POSITION_METHODS, position_sweep_sy
 from .timing import (MAX_SPREAD, PeakMemory, TensorPeak, Timer, paired_ratios, target_status, summarize, fmt_ratio,
                      interleaved, is_measured, spread)
 from .train import MasterAdam, bench_scaling, bench_train, run_pass, train_flops, train_step
+from .tune import TUNE_LENGTHS, tune
 
 __all__ = [
     "DTYPES",
@@ -47,6 +49,7 @@ __all__ = [
     "SPEED_TARGETS",
     "STOCK",
     "System",
+    "TUNE_LENGTHS",
     "TensorPeak",
     "Timer",
     "WINDOWED",
@@ -81,6 +84,7 @@ __all__ = [
     "target_status",
     "train_flops",
     "train_step",
+    "tune",
     "verdicts",
     "wmt_lengths",
 ]

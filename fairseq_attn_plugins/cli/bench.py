@@ -8,6 +8,7 @@ Examples::
     fairseq-attn-bench --device cuda --mode numerics              # fp16 finite + fused==explicit
 
     fairseq-attn-bench --device cuda --preset base --mode scaling  # stock base vs big: time vs FLOP ratio
+    fairseq-attn-bench --device cuda --tune --systems t5bias      # --attn-backend tuned's cache, ahead of training
 
 See docs/explanation/benchmark.md. The code is in :mod:`fairseq_attn_plugins.bench`.
 """
@@ -56,7 +57,15 @@ def build_parser():
                         "where it picks it), time and memory ratios to stock")
     p.add_argument("--lengths", type=_lengths, metavar="L1,L2,...",
                    help="with --sweep lengths: the lengths to measure, positive integers in "
-                        "increasing order (default 32,64,128,256,512,1024)")
+                        "increasing order (default 32,64,128,256,512,1024); with --tune: the "
+                        "lengths to tune (default 16,32,64,128,256)")
+    p.add_argument("--tune", action="store_true",
+                   help="fill this machine's cache of --attn-backend tuned ahead of training: each "
+                        "system (--systems; default every architecture) built with --attn-backend tuned "
+                        "on --device in --dtype times the paths of every shape class it meets at "
+                        "--lengths (a training step and an inference pass each) and writes the fastest "
+                        "to the cache file (folder: FAIRSEQ_ATTN_CACHE_DIR, default ~/.cache/fairseq_attn); "
+                        "default preset tiny on cpu, base on cuda")
     p.add_argument("--systems", type=str,
                    help="comma list of variant names or patterns to run besides stock fairseq "
                         "(default: every registered architecture)")
@@ -128,8 +137,23 @@ def main(argv=None):
     patterns = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else None
     log = lambda *a: print(*a, flush=True)  # noqa: E731
 
+    if args.tune:
+        mixed = [f for f, v in (("--sweep", args.sweep), ("--distance-devices", args.distance_devices),
+                                ("--markdown", args.markdown), ("--no-infer", args.no_infer),
+                                ("--repeats", args.repeats)) if v] + (
+            [f"--mode {args.mode}"] if args.mode != "train" else [])
+        if mixed:
+            raise SystemExit(f"fairseq-attn-bench: --tune fills the tuned paths' cache; drop {', '.join(mixed)}")
+        try:
+            report = B.tune(args.device, args.dtype, args.preset, patterns, args.lengths or B.TUNE_LENGTHS,
+                            args.seed, log)
+        except ValueError as e:
+            raise SystemExit(f"fairseq-attn-bench: {e}")
+        if args.json:
+            _write_atomic(args.json, json.dumps(report, indent=1) + "\n")
+        return 0
     if args.lengths and not args.sweep:
-        raise SystemExit("fairseq-attn-bench: --lengths belongs to --sweep lengths")
+        raise SystemExit("fairseq-attn-bench: --lengths belongs to --sweep lengths or --tune")
     if args.sweep and args.mode not in ("train", "sweep"):
         raise SystemExit(f"fairseq-attn-bench: --sweep {args.sweep} is a sweep; drop --mode {args.mode}")
     if args.distance_devices and args.mode in ("numerics", "scaling"):

@@ -4,21 +4,22 @@ fairseq builds a model the same way for training and for generation, so the mode
 tell whether a backward will run. fairseq's ``Trainer`` is made only by the training commands
 (fairseq-train, fairseq-hydra-train, the recipes' training step), after the model is built and
 before anything is trained or saved: there, a model with a layer on ``--attn-backend flex`` on
-CPU, where torch has no flex_attention backward, is refused in one line
-(:func:`fairseq_attn_core.backends.flex.check_training_device`) instead of failing at its first
+CPU, where torch has no flex_attention backward, or on ``--attn-backend triton`` on CPU (``--cpu``
+on a machine with CUDA: its kernels run on CUDA), is refused in one line
+(:func:`fairseq_attn_core.backends.check_training_device`) instead of failing at its first
 training step with a ``crash.pt`` left behind. Generation on CPU keeps the flex paths.
 """
 
 import torch
 
 from fairseq_attn_core import SelfAttention
-from fairseq_attn_core.backends import flex
+from fairseq_attn_core import backends
 
 
 def check_model(model, cpu: bool) -> None:
     """Refuse training ``model`` on the device ``cpu`` says, for the backend its layers run."""
     for backend in sorted({m.backend for m in model.modules() if isinstance(m, SelfAttention)}):
-        flex.check_training_device(backend, cpu)
+        backends.check_training_device(backend, cpu)
 
 
 def checked_init(original):

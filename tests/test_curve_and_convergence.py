@@ -98,8 +98,8 @@ def test_a_finished_run_keeping_other_checkpoint_files_is_not_trained_again(tmp_
 
 
 def test_curve_and_converge_are_refused_in_one_line_naming_them():
-    """lengths.sh's check of CURVE and CONVERGE (before any step; the e2e study shows one refusal there),
-    against the cap MAX_UPDATE and the save interval: each bad value one line, in one shell."""
+    """The one check of CURVE and CONVERGE (converge.sh: lengths.sh, table1.sh and figure2.sh; before any
+    step), against the cap MAX_UPDATE and the save interval: each bad value one line, in one shell."""
     import os
     import subprocess
     import sys
@@ -113,7 +113,7 @@ def test_curve_and_converge_are_refused_in_one_line_naming_them():
              "CONVERGE=0": "CONVERGE=0: give the patience",
              "CONVERGE=2 CURVE=50,100": ""}
     script = f'. "{lib}/common.sh"; . "{lib}/lengths.sh"\n' + "".join(
-        f'( {case} lengths_check_curve transformer_attn_wmt_en_de; echo "ok $KEEP_INTERVAL_UPDATES_PATTERN '
+        f'( {case} check_converge_curve transformer_attn_wmt_en_de; echo "ok $KEEP_INTERVAL_UPDATES_PATTERN '
         f'${{PATIENCE:-}} ${{VALIDATE_INTERVAL_UPDATES:-}}" ) 2>&1 || true; echo "--"\n' for case in cases)
     p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
     got = p.stdout.split("--\n")[:-1]

@@ -17,6 +17,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 from fairseq_attn_reports.cli import paper
 from fairseq_attn_recipes import demo
 from fairseq_attn_reports import figures, results, table1
+from fairseq_attn_reports.study_paths import load_table
 from fairseq_attn_records.toy_corpus import make_corpus, write_corpus
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -152,7 +153,7 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
                        "--heads", f"1={runs['h1']}", f"3={runs['h3']}", "--png", str(tmp_path / "f2.png"),
                        "--json", str(tmp_path / "f2.json")]) == 0
     assert (tmp_path / "f2.png").read_bytes()[:8] == PNG
-    f2 = json.loads((tmp_path / "f2.json").read_text())
+    f2 = load_table(str(tmp_path / "f2.json"))  # its paths relative to its folder, read back
     assert [p["value"] for p in f2["windows"]] == [3, 11] and [p["value"] for p in f2["heads"]] == [1, 3]
     for p in f2["windows"] + f2["heads"]:
         assert p["bleu"] == pytest.approx(sacrebleu.corpus_bleu(read(os.path.join(p["run_dir"], "hyp.txt")),
@@ -300,7 +301,7 @@ def real_param_count(run_dir):
 
 def check_table1(work, keys):
     out = os.path.join(work, "table1")
-    table = json.load(open(os.path.join(out, "table1.json")))
+    table = load_table(os.path.join(out, "table1.json"))
     md = read(os.path.join(out, "table1.md"))
     head = [c.strip() for c in md[0].split("|")[1:-1]]
     refs = read(os.path.join(work, "raw", "test.de"))
@@ -403,7 +404,7 @@ def test_figure2_recipe(toy_work):
     assert "1D-CSAN window 3: BLEU" in p.stdout and "2D-CSAN heads 3: BLEU" in p.stdout
     out = os.path.join(work, "figure2")
     assert open(os.path.join(out, "figure2.png"), "rb").read(8) == PNG
-    f2 = json.load(open(os.path.join(out, "figure2.json")))
+    f2 = load_table(os.path.join(out, "figure2.json"))
     refs = read(os.path.join(work, "raw", "valid.de"))  # the paper's Figure 2 is on the validation set
     for p_, run, flags in ((f2["windows"][0], "csan1d_w3", "--csan-window 3"),
                            (f2["heads"][0], "csan2d_h3", "--csan-window 11 --csan-heads 3")):

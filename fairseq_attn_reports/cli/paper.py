@@ -7,7 +7,8 @@ and evaluate the runs, then call these):
   paper's order; fails naming any row whose architecture is not registered;
 * ``table1 --ref REF --runs-dir DIR [--rows ...]`` -- renders Table 1 from
   ``DIR/<key>/{train.log,hyp.txt}`` (markdown on stdout, ``--md``, ``--json``);
-* ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F``;
+* ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
+  again: another seed of that point; mean ± std over seeds);
 * ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``.
 
 Every run folder is checked against its run record (``run.json``; for runs trained without
@@ -29,6 +30,7 @@ from .. import figures
 from .. import table1
 from fairseq_attn_records.output_files import write_json, write_text
 from ..runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
+from ..study_paths import write_table
 from .metric_options import load_comet, print_comet_hint
 
 
@@ -54,19 +56,24 @@ def cmd_rows(args) -> None:
 
 def cmd_table1(args) -> None:
     rows = table1.resolve_rows(args.rows)
+    seeds = args.seeds.split()
     if args.rows.strip() == "all":  # the extra rows (RoPE, ALiBi, T5 bias) whose runs are there
-        rows = table1.with_present_extras(rows, args.runs_dir, args.by)
+        rows = table1.with_present_extras(rows, args.runs_dir, args.by, seeds)
     metrics = parse_metrics(args.metrics)
     comet = load_comet(args, "fairseq-attn-paper table1")
-    table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, args.tokenize,
-                               args.bs_samples, args.ar_trials, base_size=not args.no_base_size,
-                               metrics=metrics, comet=comet, src_path=args.src)
-    md = table1.format_markdown(table)
+    common = dict(tokenize=args.tokenize, bs_samples=args.bs_samples, ar_trials=args.ar_trials,
+                  base_size=not args.no_base_size, metrics=metrics, comet=comet, src_path=args.src)
+    if seeds:
+        table = table1.build_seeds_table(table1.seed_run_dirs(rows, args.runs_dir, seeds, args.by), args.ref, **common)
+        md = table1.format_seeds_markdown(table)
+    else:
+        table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, **common)
+        md = table1.format_markdown(table)
     print(md)
     if args.md:
         write_text(args.md, md + "\n")
     if args.json:
-        write_json(args.json, table)
+        write_table(args.json, table)  # its paths relative to its folder (study-export)
     print_comet_hint("fairseq-attn-paper table1", comet)
 
 
@@ -78,14 +85,15 @@ def cmd_figure2(args) -> None:
     if not windows and not heads:
         raise ValueError("give --window W=RUN_DIR and/or --heads N=RUN_DIR")
     figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
-    data = {"ref": args.ref, "window_2d": args.window_2d, "windows": windows, "heads": heads,
-            "baseline_bleu": args.baseline_bleu}
+    data = {"ref": args.ref, "tokenize": args.tokenize, "window_2d": args.window_2d, "windows": windows,
+            "heads": heads, "baseline_bleu": args.baseline_bleu}
     for name, pts in (("1D-CSAN window", windows), ("2D-CSAN heads", heads)):
         for p in pts:
             stale = f" ‡ evaluated before its newest checkpoint ({p['stale']})" if p.get("stale") else ""
-            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{stale}")
+            spread = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f} (mean ± std of {len(p['seeds'])} seeds)"
+            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{spread}{stale}")
     if args.json:
-        write_json(args.json, data)
+        write_table(args.json, data)  # its paths relative to its folder (study-export)
 
 
 def cmd_figure3(args) -> None:
@@ -138,6 +146,9 @@ def main(argv=None) -> int:
                    help="run directories are named by row key (recipes) or by architecture (demo)")
     p.add_argument("--no-base-size", action="store_true",
                    help="skip building each architecture at base size for the parameter column")
+    p.add_argument("--seeds", default="", metavar='"1 2 3"',
+                   help="the seeds of every row: its runs are RUNS_DIR/<key>_seed<N> (SEEDS of table1.sh); scores "
+                   "as mean ± std over seeds, a row marked only when every seed pair against the baseline is")
     p.add_argument("--metrics", default="bleu,chrf", help=METRICS_HELP)
     p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
     p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")

@@ -126,6 +126,19 @@ def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str =
     return sorted(points, key=lambda p: p["value"])
 
 
+def figure2_markdown(data: Dict) -> str:
+    """Figure 2's points as a table: BLEU on the validation set, mean ± sample std over seeds."""
+    out = ["| sweep | value | seeds | BLEU (mean ± std) | BLEU per seed |", "|---|---:|---:|---:|---|"]
+    for sweep, label in (("windows", "1D-CSAN window"), ("heads", f"2D-CSAN heads (window {data['window_2d']})")):
+        for p in data.get(sweep) or []:
+            std = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f}"
+            per = ", ".join(f"{s}: {b:.2f}" for s, b in zip(p["seeds"], p["bleu_per_seed"]))
+            out.append(f"| {label} | {p['value']} | {len(p['seeds'])} | {p['bleu']:.2f}{std} | {per} |")
+    out += ["", f"sacreBLEU BLEU (tokenize {data.get('tokenize', '13a')}) of each run's translations of the "
+            "validation set (the paper's Figure 2); mean ± sample standard deviation (n-1) over seeds."]
+    return "\n".join(out)
+
+
 def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = None) -> List[str]:
     """Figure 3's translations of one system: ``path`` a run folder (the subset evaluated on
     ``ref_path``; ``expect``: what the run must be, see :meth:`Run.expect`) or a file."""

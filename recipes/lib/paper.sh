@@ -86,8 +86,8 @@ paper_run() {
     # subshells: train_main/evaluate_main set globals (SAVE_DIR, UPDATE_FREQ, ...) per run
     ( ARCH=$arch SAVE_DIR=$dir EXTRA_ARGS="${EXTRA_ARGS:-} $*"; train_main )
     ( ARCH=$arch SAVE_DIR=$dir; evaluate_main )
-    local u
-    for u in ${CURVE//,/ }; do ( ARCH=$arch SAVE_DIR=$dir EVAL_AT_UPDATE=$u; evaluate_main ); done
+    local u curve=${CURVE:-}
+    for u in ${curve//,/ }; do ( ARCH=$arch SAVE_DIR=$dir EVAL_AT_UPDATE=$u; evaluate_main ); done
   )
 }
 
@@ -203,12 +203,13 @@ figure2_main() {
     while read -r run; do hargs+=("$v=$run"); done < <(paper_run_dirs "$FIGURE2_DIR/runs" "csan2d_h$v")
   done
   local args=(--ref "$(data_refs)/valid.$TGT" --window-2d "$FIG2_WINDOW" --tokenize "${SACREBLEU_TOK:-13a}"
-              --png "$FIGURE2_DIR/figure2.png" --json "$FIGURE2_DIR/figure2.json")
+              --png "$FIGURE2_DIR/figure2.png" --md "$FIGURE2_DIR/figure2.md" --json "$FIGURE2_DIR/figure2.json")
   (( ${#wargs[@]} )) && args+=(--window "${wargs[@]}")
   (( ${#hargs[@]} )) && args+=(--heads "${hargs[@]}")
   "${PAPER[@]}" figure2 "${args[@]}" || exit 1
   paper_training "$FIGURE2_DIR" "$FIGURE2_DIR/runs" "$FIGURE2_DIR/figure2" valid "${names[@]}"
-  log "Figure 2: $FIGURE2_DIR/figure2.png (and figure2.json)"
+  log "Figure 2: $FIGURE2_DIR/figure2.png (and figure2.md, figure2.json)"
+  log "to commit it with the outputs it scores (re-check: study-rescore): $PYTHON -m fairseq_attn_recipes study-export $FIGURE2_DIR/figure2.json --to docs/results --name NAME"
 }
 
 # ---------------------------------------------------------------- Figure 3
@@ -218,12 +219,16 @@ figure3_main() {
   recipe_defaults
   TABLE1_DIR=$(table1_dir)
   FIG3_ROWS=${FIG3_ROWS:-csan1d,csan2d}
-  local runs="$TABLE1_DIR/runs" key sys=()
+  check_seeds
+  # with SEEDS (Table 1's), the runs of its first seed
+  local runs="$TABLE1_DIR/runs" key sys=() first suffix=""
+  read -r first _ <<< "${SEEDS:-}"
+  if [[ -n $first ]]; then suffix="_seed$first"; log "SEEDS=\"$SEEDS\": Figure 3 of seed $first"; fi
   for key in baseline ${FIG3_ROWS//,/ }; do
-    [[ -f "$runs/$key/test/hyp.txt" ]] || die "$runs/$key/test/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
-    [[ $key == baseline ]] || sys+=("$key=$runs/$key")
+    [[ -f "$runs/$key$suffix/test/hyp.txt" ]] || die "$runs/$key$suffix/test/hyp.txt is missing: run table1.sh first (with row $key in ROWS)"
+    [[ $key == baseline ]] || sys+=("$key=$runs/$key$suffix")
   done
-  "${PAPER[@]}" figure3 --ref "$(data_refs)/test.$TGT" --baseline "baseline=$runs/baseline" --system "${sys[@]}" \
+  "${PAPER[@]}" figure3 --ref "$(data_refs)/test.$TGT" --baseline "baseline=$runs/baseline$suffix" --system "${sys[@]}" \
     --tokenize "${SACREBLEU_TOK:-13a}" --png "$TABLE1_DIR/figure3.png" --json "$TABLE1_DIR/figure3.json" || exit 1
   log "Figure 3: $TABLE1_DIR/figure3.png (and figure3.json)"
 }

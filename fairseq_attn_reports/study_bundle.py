@@ -1,7 +1,8 @@
 """A finished study's outputs committed beside its table, and the table re-scored from them.
 
 **Export** (:func:`export`): a study table (``lengths.json`` of the long-input study,
-``train_concat.json``, or any ``fairseq-attn-results --json``) is copied to ``DIR/NAME.json``
+``train_concat.json``, a learning curve's ``curve.json``, ``table1.json`` and ``figure2.json`` of the
+CSAN paper's recipes, or any ``fairseq-attn-results --json``) is copied to ``DIR/NAME.json``
 (its markdown, ``lengths.md`` / ``train_concat.md``, to ``DIR/NAME.md``), and every file it names
 (:data:`.study_paths.PATH_KEYS`: references, sources, each system's outputs per seed and k, the
 segment-by-segment outputs, concat-test's record of the groups; a table it names, such as the two

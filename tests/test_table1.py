@@ -392,6 +392,11 @@ def test_table1_recipe_end_to_end(toy_work, tmp_path):
     study_bundle.export(os.path.join(out, "table1.json"), str(tmp_path / "results"), "table1_toy")
     cmp = study_bundle.rescore(str(tmp_path / "results" / "table1_toy.json"))
     assert cmp.diffs == [] and cmp.checked > 20
+    # the claims again from the committed study alone (its outputs read from the bundle)
+    assert paper.main(["claims", "--table1", str(tmp_path / "results" / "table1_toy.json"),
+                       "--json", str(tmp_path / "again.json")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())["claims"]
+    assert [(c["verdict"], c["comparisons"]) for c in again] == [(c["verdict"], c["comparisons"]) for c in said.values()]
 
     # Figure 3 from the first seed of the Table 1 runs: sacreBLEU's statistics, checked by plain counting
     recipe("figure3.sh", dict(env, FIG3_ROWS="csan2d"))

@@ -235,3 +235,25 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
             assert r["updates"]["per_seed"] == [u] and r["original_pairs"]["mean"] == 4.0 * u
             assert f"| {label} | {r['system']} | {u:,} | patience | 12000 |" in md
             assert f"| {4 * u:,} | {210 * u:,} |" in md
+
+
+def test_a_run_is_scored_on_its_own_evaluation_not_its_curve_point(tmp_path):
+    """A run evaluated on the valid set and, with CURVE, its checkpoint of one update on the same set
+    (curve/u<U>/valid, recorded first when the curve point was evaluated before the run's own): every
+    table (Figure 2's points, Table 1's rows) reads the run's own evaluation, the average of its last
+    checkpoints, whatever the order of its record."""
+    from fairseq_attn_records import run_record
+    from fairseq_attn_reports.runs import Run
+
+    ref = tmp_path / "valid.ref"
+    ref.write_text("a b c\n")
+    evals = {}
+    for subset, text in (("curve/u8/valid", "the curve point\n"), ("valid", "the run's own\n")):
+        hyp = tmp_path / "run" / subset / "hyp.txt"
+        hyp.parent.mkdir(parents=True)
+        hyp.write_text(text)
+        evals[subset] = {"hyp": f"{subset}/hyp.txt", "hyp_sha256": run_record.file_sha256(str(hyp)),
+                         "ref_sha256": run_record.file_sha256(str(ref))}
+    run_record.save(str(tmp_path / "run"), {"format": run_record.FORMAT, "evaluations": evals})
+    hyp, ev = Run(str(tmp_path / "run")).hyp_for(str(ref))
+    assert open(hyp).read() == "the run's own\n" and ev["subset"] == "valid"

@@ -451,8 +451,14 @@ def test_figure2_recipe(toy_work, tmp_path):
     assert "## Training length" in read(os.path.join(out, "figure2.md"))
     from fairseq_attn_reports import study_bundle
     study_bundle.export(os.path.join(out, "figure2.json"), str(tmp_path / "results"), "figure2_toy")
-    cmp = study_bundle.rescore(str(tmp_path / "results" / "figure2_toy.json"))
+    committed = tmp_path / "results" / "figure2_toy.json"
+    cmp = study_bundle.rescore(str(committed))
     assert cmp.diffs == [] and cmp.checked >= 6
+    doc = json.loads(committed.read_text())  # a point's BLEU changed in the committed table: named
+    doc["heads"][0]["bleu_per_seed"][0] += 0.01
+    committed.write_text(json.dumps(doc))
+    assert [d.split(": ")[0] for d in study_bundle.rescore(str(committed)).diffs] == \
+        ["figure2_toy.json.heads[3].bleu_per_seed[0]"]
 
 
 def test_demo_writes_table1_only_for_table1_rows(tmp_path):

@@ -461,6 +461,22 @@ def test_figure2_recipe(toy_work, tmp_path):
         ["figure2_toy.json.heads[3].bleu_per_seed[0]"]
 
 
+@pytest.mark.parametrize("script, env, says", [
+    ("table1.sh", {"SEEDS": "1 2 1"}, 'SEEDS="1 2 1": seed 1 is given twice'),
+    ("figure2.sh", {"HEADS": "1,5"}, "HEADS=1,5: 5 is above the encoder's 4 attention heads"),
+])
+def test_bible_studies_refuse_a_setting_before_any_work(tmp_path, script, env, says):
+    """The bible's Table 1 and Figure 2 (its CPU preset: 4 encoder heads): a setting that cannot run is
+    one line before anything is written."""
+    work = tmp_path / "work"
+    full = dict(os.environ, PYTHON=sys.executable, WORK=str(work), **env)
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    p = subprocess.run(["bash", os.path.join(ROOT, "recipes", "bible_grc_en", script)], env=full,
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.splitlines()[-1].startswith(f"error: {says}"), p.stderr
+    assert not work.exists()
+
+
 def test_demo_writes_table1_only_for_table1_rows(tmp_path):
     out = tmp_path / "demo"
     refs = [t for _, t in make_corpus(80, seed=6)]

@@ -148,16 +148,39 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
         write_record(d, arch, *flags)
         (d / "hyp.txt").write_text("\n".join(perturbed(refs, len(name) + int(p * 10), p)) + "\n")
         runs[name] = d
+    # a second seed of heads 3: the same run record but for its seed
+    seed2 = tmp_path / "h3_seed2"
+    rec = json.loads((runs["h3"] / "run.json").read_text())
+    rec.update(run_id=rec["run_id"][::-1], seed=2, training=dict(rec["training"], seed=2))
+    seed2.mkdir()
+    (seed2 / "run.json").write_text(json.dumps(rec))
+    (seed2 / "hyp.txt").write_text("\n".join(perturbed(refs, 99, 0.3)) + "\n")
     ref = str(tmp_path / "ref")
     assert paper.main(["figure2", "--ref", ref, "--window", f"11={runs['w11']}", f"3={runs['w3']}",
-                       "--heads", f"1={runs['h1']}", f"3={runs['h3']}", "--png", str(tmp_path / "f2.png"),
-                       "--json", str(tmp_path / "f2.json")]) == 0
+                       "--heads", f"1={runs['h1']}", f"3={runs['h3']}", f"3={seed2}", "--png", str(tmp_path / "f2.png"),
+                       "--json", str(tmp_path / "f2.json"), "--md", str(tmp_path / "f2.md")]) == 0
     assert (tmp_path / "f2.png").read_bytes()[:8] == PNG
     f2 = load_table(str(tmp_path / "f2.json"))  # its paths relative to its folder, read back
     assert [p["value"] for p in f2["windows"]] == [3, 11] and [p["value"] for p in f2["heads"]] == [1, 3]
     for p in f2["windows"] + f2["heads"]:
-        assert p["bleu"] == pytest.approx(sacrebleu.corpus_bleu(read(os.path.join(p["run_dir"], "hyp.txt")),
-                                                                [refs]).score)
+        per = [sacrebleu.corpus_bleu(read(os.path.join(d, "hyp.txt")), [refs]).score for d in p["run_dirs"]]
+        assert p["bleu_per_seed"] == pytest.approx(per)
+        mean = sum(per) / len(per)
+        std = (sum((b - mean) ** 2 for b in per) / (len(per) - 1)) ** 0.5 if len(per) > 1 else None
+        assert p["bleu"] == pytest.approx(mean) and p["bleu_std"] == (None if std is None else pytest.approx(std))
+    assert f2["heads"][1]["seeds"] == [1, 2] and f2["heads"][1]["run_dirs"] == [str(runs["h3"]), str(seed2)]
+    h3 = f2["heads"][1]
+    assert f"| 2D-CSAN heads (window 11) | 3 | 2 | {h3['bleu']:.2f} ± {h3['bleu_std']:.2f} |" in (tmp_path / "f2.md").read_text()
+    # committed (study-export) and re-scored from its outputs; a point's BLEU changed: named
+    from fairseq_attn_reports import study_bundle
+    study_bundle.export(str(tmp_path / "f2.json"), str(tmp_path / "results"), "f2")
+    committed = tmp_path / "results" / "f2.json"
+    cmp = study_bundle.rescore(str(committed))
+    assert cmp.diffs == [] and cmp.checked == sum(len(p["seeds"]) + 2 for p in f2["windows"] + f2["heads"])  # seeds, mean, std
+    doc = json.loads(committed.read_text())
+    doc["heads"][1]["bleu_per_seed"][1] += 0.01
+    committed.write_text(json.dumps(doc))
+    assert [d.split(": ")[0] for d in study_bundle.rescore(str(committed)).diffs] == ["f2.json.heads[3].bleu_per_seed[1]"]
     assert paper.main(["figure3", "--ref", ref, "--baseline", f"base={runs['w3']}/hyp.txt",
                        "--system", f"a={runs['w11']}/hyp.txt", f"b={runs['h3']}/hyp.txt",
                        "--png", str(tmp_path / "f3.png"), "--json", str(tmp_path / "f3.json")]) == 0
@@ -428,7 +451,7 @@ def test_table1_recipe_refuses_missing_rows_before_work(tmp_path):
 @pytest.mark.e2e
 def test_figure2_recipe(toy_work, tmp_path):
     """Figure 2 by figure2.sh, with CURVE: each run's checkpoint of that update evaluated too (the point
-    of Figure 2 stays the run's own average); committed and re-scored from its outputs."""
+    of Figure 2 stays the run's own average), and the Training length of its runs."""
     work = toy_work["WORK"]
     p = recipe("figure2.sh", dict(toy_work, WINDOWS="3", HEADS="3", CURVE=str(UPDATES)))
     assert "1D-CSAN window 3: BLEU" in p.stdout and "2D-CSAN heads 3: BLEU" in p.stdout
@@ -449,16 +472,6 @@ def test_figure2_recipe(toy_work, tmp_path):
         row = next(r for r in load_table(os.path.join(out, "curve.json"))["rows"] if r["system"] == run)
         assert row["k"]["1"]["bleu"]["per_seed"] == [pytest.approx(sacrebleu.corpus_bleu(curve, [refs]).score)]
     assert "## Training length" in read(os.path.join(out, "figure2.md"))
-    from fairseq_attn_reports import study_bundle
-    study_bundle.export(os.path.join(out, "figure2.json"), str(tmp_path / "results"), "figure2_toy")
-    committed = tmp_path / "results" / "figure2_toy.json"
-    cmp = study_bundle.rescore(str(committed))
-    assert cmp.diffs == [] and cmp.checked >= 6
-    doc = json.loads(committed.read_text())  # a point's BLEU changed in the committed table: named
-    doc["heads"][0]["bleu_per_seed"][0] += 0.01
-    committed.write_text(json.dumps(doc))
-    assert [d.split(": ")[0] for d in study_bundle.rescore(str(committed)).diffs] == \
-        ["figure2_toy.json.heads[3].bleu_per_seed[0]"]
 
 
 @pytest.mark.parametrize("script, env, says", [

@@ -43,7 +43,8 @@ def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("study-export", help="commit a finished study: its table, and every output it scores packed "
                        "with sha256 digests, under --to")
-    p.add_argument("table", help="the study's table (lengths.json, train_concat.json, fairseq-attn-results --json)")
+    p.add_argument("table", help="the study's table (lengths.json, train_concat.json, curve.json, table1.json, "
+                   "figure2.json, fairseq-attn-results --json)")
     p.add_argument("--to", required=True, help="the folder of committed results (docs/results)")
     p.add_argument("--name", required=True, help="the name of the table there (NAME.json, NAME.md, NAME/)")
     p.add_argument("--yes", action="store_true", help="replace a NAME already there")

@@ -265,8 +265,8 @@ CHECKED_IN_PLACE = {
     "CONCAT": "lengths_check_concat in recipes/lib/lengths.sh (with TEST_DOCS)",
     "ZHEN_PARTS": "zhen_missing_parts in recipes/wmt17_zh_en/env.sh",
     "CPU_THREADS": "cpu_threads in recipes/lib/common.sh (its default from OMP_NUM_THREADS too)",
-    "CURVE": "lengths_check_curve in recipes/lib/lengths.sh (against MAX_UPDATE and SAVE_INTERVAL_UPDATES)",
-    "CONVERGE": "lengths_check_curve in recipes/lib/lengths.sh (with SAVE_INTERVAL_UPDATES)",
+    "CURVE": "check_converge_curve in recipes/lib/converge.sh (against MAX_UPDATE and SAVE_INTERVAL_UPDATES)",
+    "CONVERGE": "check_converge_curve in recipes/lib/converge.sh (with SAVE_INTERVAL_UPDATES)",
     "SWEEP": "sweep_lines in recipes/lib/sweep.sh (each line's variables: check-variables --set)",
 }
 

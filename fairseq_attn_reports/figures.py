@@ -2,7 +2,8 @@
 
 * Figure 2 -- BLEU on the validation set (a) of 1D-CSAN against the window
   size ``--csan-window`` and (b) of 2D-CSAN against the number of attended
-  heads ``--csan-heads`` with the window fixed to 11.
+  heads ``--csan-heads`` with the window fixed to 11; with several seeds per
+  point, their mean and sample std (error bars).
 * Figure 3 -- the improvement of the n-gram accuracy (BLEU's modified n-gram
   precision, n = 1..4) of each system over the baseline, in percentage points,
   from sacreBLEU's own statistics (``BLEUScore.counts`` / ``.totals``: clipped
@@ -94,20 +95,48 @@ def plot_figure3(data: Dict, png_path: str) -> None:
 
 def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str = "13a",
                  expect: Optional[Callable[[int], Dict]] = None) -> List[Dict]:
-    """(value, run_dir) -> [{"value", "bleu", "run_dir"}] sorted by value: BLEU of the run's
-    translations of the subset evaluated on ``ref_path``. ``expect(value)``: the keyword
-    arguments of :meth:`Run.expect` (label, architecture, flags) each run must satisfy."""
+    """(value, run_dir) -> one point per value, sorted by value: BLEU of the translations of the
+    subset evaluated on ``ref_path``. A value given more than once: the runs are its seeds (they must
+    be one run but for the seed: :func:`.seeds.group_runs`); the point holds each seed's BLEU
+    (``bleu_per_seed``, ``seeds``, ``run_dirs``, ``hyps``), their mean (``bleu``) and sample std
+    (``bleu_std``, None for one seed). ``expect(value)``: the keyword arguments of :meth:`Run.expect`
+    (label, architecture, flags) each run must satisfy."""
+    from .curves import mean_std
+    from .seeds import group_runs
+
     refs = read_text_lines(ref_path, "reference")
-    points = []
+    scored = {}
     for (value, d), run in zip(runs, load_runs([d for _, d in runs])):
         if expect is not None:
             run.expect(**expect(int(value)))
         hyp_path, ev = run.hyp_for(ref_path)
         hyps = read_text_lines(hyp_path, "system output")
         check_aligned(ref_path, refs, hyp_path, hyps)
-        points.append({"value": int(value), "bleu": BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score,
-                       "run_dir": d, "stale": ev.get("stale")})
+        scored[d] = (hyp_path, BLEU(tokenize=tokenize).corpus_score(hyps, [refs]).score, ev.get("stale"))
+    groups = group_runs([str(int(v)) for v, _ in runs], [d for _, d in runs])
+    points = []
+    for value, seeds in groups.items():
+        dirs = [d for _, d in seeds]
+        per_seed = [scored[d][1] for d in dirs]
+        mean, std = mean_std(per_seed)
+        points.append({"value": int(value), "bleu": mean, "bleu_std": std if len(dirs) > 1 else None,
+                       "bleu_per_seed": per_seed, "seeds": [s for s, _ in seeds], "run_dir": dirs[0], "run_dirs": dirs,
+                       "hyps": [scored[d][0] for d in dirs],
+                       "stale": "; ".join(scored[d][2] for d in dirs if scored[d][2]) or None})
     return sorted(points, key=lambda p: p["value"])
+
+
+def figure2_markdown(data: Dict) -> str:
+    """Figure 2's points as a table: BLEU on the validation set, mean ± sample std over seeds."""
+    out = ["| sweep | value | seeds | BLEU (mean ± std) | BLEU per seed |", "|---|---:|---:|---:|---|"]
+    for sweep, label in (("windows", "1D-CSAN window"), ("heads", f"2D-CSAN heads (window {data['window_2d']})")):
+        for p in data.get(sweep) or []:
+            std = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f}"
+            per = ", ".join(f"{s}: {b:.2f}" for s, b in zip(p["seeds"], p["bleu_per_seed"]))
+            out.append(f"| {label} | {p['value']} | {len(p['seeds'])} | {p['bleu']:.2f}{std} | {per} |")
+    out += ["", f"sacreBLEU BLEU (tokenize {data.get('tokenize', '13a')}) of each run's translations of the "
+            "validation set (the paper's Figure 2); mean ± sample standard deviation (n-1) over seeds."]
+    return "\n".join(out)
 
 
 def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = None) -> List[str]:
@@ -129,7 +158,8 @@ def plot_figure2(windows: List[Dict], heads: List[Dict], png_path: str,
         (heads, f"(b) 2D-CSANs, window {window_2d}", "attended heads (--csan-heads)")) if p]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
     for ax, (points, title, xlabel) in zip(axes[0], panels):
-        ax.plot([p["value"] for p in points], [p["bleu"] for p in points], marker="o")
+        ax.errorbar([p["value"] for p in points], [p["bleu"] for p in points], marker="o", capsize=3,
+                    yerr=[p.get("bleu_std") or 0.0 for p in points])
         if baseline_bleu is not None:
             ax.axhline(baseline_bleu, color="gray", linestyle="--", label="baseline")
             ax.legend(fontsize=8)

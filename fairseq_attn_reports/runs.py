@@ -70,7 +70,9 @@ class Run:
         evals = (self.record or {}).get("evaluations") or {}
         if evals:
             digest = run_record.file_sha256(ref_path)
-            for subset, ev in sorted(evals.items(), key=lambda kv: kv[0] != "test"):
+            # the run's own evaluation before a learning curve's single checkpoint (curve/u<U>/<subset>, the
+            # same reference), and test first
+            for subset, ev in sorted(evals.items(), key=lambda kv: (kv[0].startswith("curve/"), kv[0] != "test")):
                 if ev.get("ref_sha256") == digest:
                     hyp = run_record.check_evaluation(self.path, subset, ev)  # the file it scored
                     stale = run_record.stale_evaluation(self.path, self.record, ev)

@@ -1,7 +1,8 @@
 """A finished study's outputs committed beside its table, and the table re-scored from them.
 
 **Export** (:func:`export`): a study table (``lengths.json`` of the long-input study,
-``train_concat.json``, or any ``fairseq-attn-results --json``) is copied to ``DIR/NAME.json``
+``train_concat.json``, a learning curve's ``curve.json``, ``table1.json`` and ``figure2.json`` of the
+CSAN paper's recipes, or any ``fairseq-attn-results --json``) is copied to ``DIR/NAME.json``
 (its markdown, ``lengths.md`` / ``train_concat.md``, to ``DIR/NAME.md``), and every file it names
 (:data:`.study_paths.PATH_KEYS`: references, sources, each system's outputs per seed and k, the
 segment-by-segment outputs, concat-test's record of the groups; a table it names, such as the two
@@ -18,8 +19,9 @@ outputs with real sacreBLEU and this package's own table code -- the main table'
 (:func:`.results.score_rows`, or :func:`.seeds.score_seeds` for seeds), the by-length buckets
 (:func:`.by_length.scores_by_length`), every k of the per-k table (:func:`.by_concat.system_cells`
 over the same), its segment-by-segment rows (:func:`.by_concat.add_segmentwise`) and the difference
-of two training conditions (:func:`.train_conditions.condition_difference`) and a learning curve's
-points with the order of the systems along it (:mod:`.learning_curve`) -- with the table's own
+of two training conditions (:func:`.train_conditions.condition_difference`), a learning curve's
+points with the order of the systems along it (:mod:`.learning_curve`) and Figure 2's points
+(``fairseq-attn-paper figure2``; Table 1's rows are a results table's, over seeds or not) -- with the table's own
 settings (metrics, tokeniser, resamples, trials, edges). Every number is compared (relative
 tolerance 1e-9) and every mark exactly; the result lists each difference. Only sacreBLEU's metrics
 are re-scored (:data:`RESCORED_METRICS`): a table with COMET (its checkpoint) or AER (the gold
@@ -236,6 +238,22 @@ def unpack(table_path: str, into: str) -> Tuple[Dict, List[str]]:
     return manifest, diffs
 
 
+def with_outputs(table_path: str, into: str) -> Dict:
+    """A committed table (:func:`export`), its paths resolved into its outputs unpacked under ``into``;
+    an archive or member whose sha256 differs from the manifest's is an error naming it."""
+    manifest, diffs = unpack(table_path, into)
+    if diffs:
+        raise BundleError(f"{table_path}: its outputs are not those committed: " + "; ".join(diffs))
+    with open(table_path, encoding="utf-8") as f:
+        return resolved(json.load(f), os.path.join(into, *manifest["table_dir"].split("/")))
+
+
+def is_committed(table_path: str) -> bool:
+    """The table was written by :func:`export` (its outputs in a bundle beside it)."""
+    with open(table_path, encoding="utf-8") as f:
+        return bool((json.load(f).get(OUTPUTS_KEY) or {}).get("committed"))
+
+
 class Comparison:
     """Every cell compared: ``checked`` counts them, ``diffs`` says each difference."""
 
@@ -266,7 +284,7 @@ class Comparison:
             self.diffs.append(f"{where}: table {table!r}, re-scored {rescored!r}")
 
 
-def _tokenize(table: Dict) -> str:
+def table_tokenize(table: Dict) -> str:
     """The tokeniser the table was scored with: its own field, else its BLEU signature's ``tok:``, else
     sacreBLEU's default the tables use (13a)."""
     if table.get("tokenize"):
@@ -299,7 +317,7 @@ def rescore_rows(table: Dict, cmp: Comparison, where: str) -> None:
     seeds table's per-seed scores, mean ± std, every pair's test and the all-pairs marks)."""
     _check_metrics(where, table["metrics"])
     refs = _lines(table["ref"], "reference")
-    tok, bs, ar = _tokenize(table), table["bs_samples"], table["ar_trials"]
+    tok, bs, ar = table_tokenize(table), table["bs_samples"], table["ar_trials"]
     rows = table["rows"]
     if rows and "n_seeds" in rows[0]:
         systems = OrderedDict((r["system"], [(s, _lines(h, "system output")) for s, h in zip(r["seeds"], r["hyps"])])
@@ -380,14 +398,14 @@ def rescore_concat(concat: Dict, tokenize: str, cmp: Comparison, where: str, scr
 def rescore_conditions(table: Dict, cmp: Comparison, where: str) -> None:
     """The difference of two training conditions, every seed pair tested again."""
     without, with_ = (load_table(table["studies"][side]) for side in ("without", "with"))
-    diff = condition_difference(without["concat"], with_["concat"], _tokenize(without))
+    diff = condition_difference(without["concat"], with_["concat"], table_tokenize(without))
     cmp.same(f"{where}.k", table["k"], diff["k"])
 
 
 def rescore_curve(table: Dict, cmp: Comparison, where: str) -> None:
     """A learning curve (``curve.json``): each point's BLEU, chrF++ and length ratio per seed from its
     outputs, mean and std over seeds, and the order of the systems derived from them."""
-    tok = _tokenize(table)
+    tok = table_tokenize(table)
     rescored = dict(table, rows=[])
     for r in table["rows"]:
         row = dict(r, k={})
@@ -399,6 +417,21 @@ def rescore_curve(table: Dict, cmp: Comparison, where: str) -> None:
         rescored["rows"].append(row)
     if "ranking" in table:
         cmp.same(f"{where}.ranking", table["ranking"], ranking_table(rescored))
+
+
+def rescore_figure2(table: Dict, cmp: Comparison, where: str) -> None:
+    """Figure 2's points (``fairseq-attn-paper figure2 --json``): each seed's BLEU from its outputs, their
+    mean and std."""
+    from .curves import mean_std
+
+    refs = _lines(table["ref"], "reference")
+    tok = table_tokenize(table)
+    for sweep in ("windows", "heads"):
+        for p in table.get(sweep) or []:
+            per = [point_metrics(_lines(h, "system output"), refs, tok)["bleu"] for h in p["hyps"]]
+            mean, std = mean_std(per)
+            cmp.same(f"{where}.{sweep}[{p['value']}]", {k: p[k] for k in ("bleu_per_seed", "bleu", "bleu_std")},
+                     {"bleu_per_seed": per, "bleu": mean, "bleu_std": std if len(per) > 1 else None})
 
 
 def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
@@ -418,6 +451,8 @@ def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
         where = os.path.basename(table_path)
         if "studies" in table:
             rescore_conditions(table, cmp, where)
+        if "window_2d" in table:  # Figure 2
+            rescore_figure2(table, cmp, where)
         if "points" in table:  # a learning curve: its rows are points, not a results table's systems
             rescore_curve(table, cmp, where)
         elif table.get("rows"):
@@ -425,7 +460,7 @@ def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
         if table.get("by_length"):
             rescore_by_length(table, cmp, where)
         if table.get("concat"):
-            rescore_concat(table["concat"], _tokenize(table), cmp, where, scratch)
+            rescore_concat(table["concat"], table_tokenize(table), cmp, where, scratch)
         if not cmp.checked:
             raise BundleError(f"{table_path}: no scored table in it (rows, by_length, concat, a learning curve or "
                               f"the difference of two studies)")

@@ -23,6 +23,11 @@ marks of the package's paired tests (``fairseq_attn_reports.results.collect``,
 sacreBLEU's bootstrap and approximate randomisation), each row's parameter
 delta at Transformer-base size (the models built with their default settings)
 and the paper's numbers beside ours.
+
+Several seeds per row (:func:`build_seeds_table`, ``SEEDS="1 2 3"``): BLEU and chrF++ as mean ±
+sample std over seeds, a row marked only when every pair of its seeds and the baseline's is
+significant (:mod:`.seeds`, as ``fairseq-attn-results``), parameters measured in each run (one count
+for all seeds) and steps per second as mean ± std over the seeds' trainings.
 """
 
 import os
@@ -32,8 +37,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_attn_records.metrics import DEFAULT_METRICS, digits
 
 from .arch_names import registered_arch_names
-from .results import collect, comparability_lines, signature_lines
+from .curves import mean_std
+from .results import collect, comparability_lines, parse_train_log, signature_lines
 from .runs import load_runs
+from .seeds import collect_seeds, group_runs
 
 BASELINE = "baseline"
 
@@ -172,14 +179,111 @@ def build_table(runs: Sequence[Tuple[Row, str]], ref_path: str, tokenize: str = 
             speed_delta=None if first else r["train_ups"] - base["train_ups"],
             base_size_params=full,
             base_size_params_delta=None if (first or full is None) else full - base_full,
-            paper={"params": row.paper_params, "speed": row.paper_speed, "bleu": row.paper_bleu,
-                   "delta": None if first or row.paper_bleu is None
-                   else round(row.paper_bleu - ROWS[0].paper_bleu, 2)},
+            paper=_paper(row),
         ))
     return {"baseline": base["system"], "ref": ref_path, "signature": table["signature"],
             "metrics": table["metrics"], "labels": table["labels"], "bs_samples": bs_samples,
             "ar_trials": ar_trials, "notes": table["notes"], "rows": out_rows,
             "comparability": table["comparability"]}
+
+
+def build_seeds_table(runs: Sequence[Tuple[Row, Sequence[str]]], ref_path: str, tokenize: str = "13a",
+                      bs_samples: int = 1000, ar_trials: int = 10000, base_size: bool = True,
+                      metrics: Sequence[str] = DEFAULT_METRICS, comet=None, src_path: Optional[str] = None) -> Dict:
+    """Table 1 over seeds: ``runs`` (row, the run folders of its seeds), the baseline first. Each row
+    is :func:`.seeds.collect_seeds`'s (its ``system`` the row key; the all-pairs marks) with the
+    parameters measured in its runs (``params``, the same in every seed), steps per second per seed
+    (``train_ups_per_seed``), their mean and std (``train_ups``, ``train_ups_std``), the differences
+    with the baseline's means and the paper's numbers."""
+    if not runs or runs[0][0].key != BASELINE:
+        raise Table1Error("Table 1 needs the baseline run first")
+    flat = [(row, d) for row, dirs in runs for d in dirs]
+    for (row, _), run in zip(flat, load_runs([d for _, d in flat])):  # the run record says what each run is
+        run.expect(f"Table 1 row {row.key} ({row.name})", arch=row.arch)
+    groups = group_runs([row.key for row, _ in flat], [d for _, d in flat])
+    table = collect_seeds(groups, ref_path, tokenize, bs_samples, ar_trials, metrics=metrics, comet=comet,
+                          src_path=src_path)
+    base_full = base_size_params(runs[0][0].arch) if base_size else None
+    out_rows = []
+    for (row, _), r in zip(runs, table["rows"]):
+        logs = [parse_train_log(os.path.join(d, "train.log")) for d in r["run_dirs"]]
+        counts, ups = {lg["params"] for lg in logs}, [lg["train_ups"] for lg in logs]
+        if None in counts or None in ups:
+            raise Table1Error(f"{row.key}: a train.log of {', '.join(r['run_dirs'])} has no parameter count or "
+                              "training speed (is the training finished?)")
+        if len(counts) > 1:
+            raise Table1Error(f"{row.key}: its seeds count {', '.join(map(str, sorted(counts)))} parameters: "
+                              "not one model")
+        first = row.key == BASELINE
+        ups_mean, ups_std = mean_std(ups)
+        if first:
+            base_params, base_ups = r["params"], ups_mean
+        full = (base_full if first else base_size_params(row.arch)) if base_size else None
+        out_rows.append(dict(
+            r, key=row.key, label=row.label, arch=row.arch, train_ups_per_seed=ups, train_ups=ups_mean,
+            train_ups_std=ups_std if len(ups) > 1 else None,
+            params_delta=None if first else r["params"] - base_params,
+            speed_delta=None if first else ups_mean - base_ups,
+            base_size_params=full, base_size_params_delta=None if (first or full is None) else full - base_full,
+            paper=_paper(row)))
+    return dict(table, rows=out_rows)
+
+
+def _paper(row: Row) -> Dict:
+    first = row.key == BASELINE
+    return {"params": row.paper_params, "speed": row.paper_speed, "bleu": row.paper_bleu,
+            "delta": None if first or row.paper_bleu is None else round(row.paper_bleu - ROWS[0].paper_bleu, 2)}
+
+
+def _paper_cells(pp: Dict, first: bool) -> str:
+    if pp["bleu"] is None:  # an extra row: not in the paper
+        return "- | - | - | - |"
+    return (f"{pp['params']:.1f}M | {pp['speed']:.2f} | {pp['bleu']:.2f} | -" if first else
+            f"+{pp['params']:.1f}M | {pp['speed']:+.2f} | {pp['bleu']:.2f} | {pp['delta']:+.2f}") + " |"
+
+
+def format_seeds_markdown(table: Dict) -> str:
+    """Table 1 over seeds as the paper lays it out, each score mean ± std with the all-pairs mark."""
+    keys = table.get("metrics", ["bleu"])
+    labels = table.get("labels", {})
+    out = ["| Model | Seeds | Parameter | Speed | steps/s (mean ± std) |"
+           + "".join(f" {labels.get(k, k)} (mean ± std) | △ | pairs sig. |" for k in keys)
+           + " Parameter, base size | paper: Parameter | Speed | BLEU | △ |",
+           "|---|---:|---:|---:|---:|" + "---:|---:|---:|" * len(keys) + "---:|---:|---:|---:|---:|"]
+    for r in table["rows"]:
+        first = r["params_delta"] is None
+        params = fmt_params(r["params"]) if first else fmt_params_delta(r["params_delta"])
+        speed = f"{r['train_ups']:.2f}" if first else f"{r['speed_delta']:+.2f}"
+        ups = f"{r['train_ups']:.2f}" + ("" if r["train_ups_std"] is None else f" ± {r['train_ups_std']:.2f}")
+        cells = ""
+        for k in keys:
+            m, nd = r["metrics"][k], digits(k)
+            std = "" if m["std"] is None else f" ± {m['std']:.{nd}f}"
+            delta = "-" if m["delta"] is None else f"{m['delta']:+.{nd}f}"
+            marked = "-" if m["pairs_marked"] is None else f"{m['pairs_marked']}/{len(m['pairs'])}"
+            cells += f" {m['mean']:.{nd}f}{std}{mark_arrow(m['mark'], m['delta'])} | {delta} | {marked} |"
+        if r["base_size_params"] is None:
+            full = "-"
+        else:
+            full = fmt_params(r["base_size_params"]) if first else fmt_params_delta(r["base_size_params_delta"])
+        dagger = (" †" if r.get("trained_differently") else "") + (" ‡" if r.get("stale") else "")
+        out.append(f"| {r['label']}{dagger} | {r['n_seeds']} | {params} | {speed} | {ups} |{cells} {full} | "
+                   + _paper_cells(r["paper"], first))
+    out += ["",
+            "Seeds: the runs of each row (their seeds: `seeds` of the JSON). Parameter: the parameters counted in the "
+            "runs (baseline) and the increase over the baseline; Speed: training steps (updates) per second of the "
+            "baseline, and each row's difference, means over seeds (fairseq's per-epoch averages of each run); "
+            "△: the mean over the baseline's. ↑/⇑ after a score: better than the baseline with p < 0.05 / 0.01 in "
+            f"both paired bootstrap resampling ({table.get('bs_samples', 1000)} resamples) and paired approximate "
+            f"randomisation ({table.get('ar_trials', 10000)} trials) for EVERY pair of a seed of the row and a seed "
+            "of the baseline (the weakest shown); 'pairs sig.' counts the pairs that are. Scores: mean ± sample "
+            "standard deviation (n-1) over seeds. \"Parameter, base size\": each architecture built at "
+            "Transformer-base size with its default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 "
+            "En-De); \"-\" for rows it does not have."]
+    out += comparability_lines(table)
+    out += signature_lines(table["signature"])
+    out += table.get("notes", [])
+    return "\n".join(out)
 
 
 def fmt_params_delta(n: int) -> str:
@@ -267,8 +371,15 @@ def run_dirs(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Tuple[
     return [(r, os.path.join(runs_dir, getattr(r, by))) for r in rows]
 
 
-def with_present_extras(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Row]:
-    """``rows`` plus each extra row not among them whose run is present (train.log and hyp.txt)."""
+def with_present_extras(rows: Sequence[Row], runs_dir: str, by: str = "key", seeds: Sequence[str] = ()) -> List[Row]:
+    """``rows`` plus each extra row not among them whose run is present (train.log and hyp.txt; with
+    ``seeds``, the run of each seed)."""
     have = {r.key for r in rows}
+    suffixes = [f"_seed{s}" for s in seeds] or [""]
     return list(rows) + [r for r in EXTRA_ROWS if r.key not in have and all(
-        os.path.isfile(os.path.join(runs_dir, getattr(r, by), f)) for f in ("train.log", "hyp.txt"))]
+        os.path.isfile(os.path.join(runs_dir, getattr(r, by) + x, f)) for x in suffixes for f in ("train.log", "hyp.txt"))]
+
+
+def seed_run_dirs(rows: Sequence[Row], runs_dir: str, seeds: Sequence[str], by: str = "key") -> List[Tuple[Row, List[str]]]:
+    """(row, [runs_dir/<key>_seed<N> for each seed]) for each row."""
+    return [(r, [os.path.join(runs_dir, f"{getattr(r, by)}_seed{s}") for s in seeds]) for r in rows]

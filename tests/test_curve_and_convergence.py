@@ -98,8 +98,8 @@ def test_a_finished_run_keeping_other_checkpoint_files_is_not_trained_again(tmp_
 
 
 def test_curve_and_converge_are_refused_in_one_line_naming_them():
-    """lengths.sh's check of CURVE and CONVERGE (before any step; the e2e study shows one refusal there),
-    against the cap MAX_UPDATE and the save interval: each bad value one line, in one shell."""
+    """The one check of CURVE and CONVERGE (converge.sh: lengths.sh, table1.sh and figure2.sh; before any
+    step), against the cap MAX_UPDATE and the save interval: each bad value one line, in one shell."""
     import os
     import subprocess
     import sys
@@ -113,7 +113,7 @@ def test_curve_and_converge_are_refused_in_one_line_naming_them():
              "CONVERGE=0": "CONVERGE=0: give the patience",
              "CONVERGE=2 CURVE=50,100": ""}
     script = f'. "{lib}/common.sh"; . "{lib}/lengths.sh"\n' + "".join(
-        f'( {case} lengths_check_curve transformer_attn_wmt_en_de; echo "ok $KEEP_INTERVAL_UPDATES_PATTERN '
+        f'( {case} check_converge_curve transformer_attn_wmt_en_de; echo "ok $KEEP_INTERVAL_UPDATES_PATTERN '
         f'${{PATIENCE:-}} ${{VALIDATE_INTERVAL_UPDATES:-}}" ) 2>&1 || true; echo "--"\n' for case in cases)
     p = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
     got = p.stdout.split("--\n")[:-1]
@@ -294,3 +294,25 @@ def test_a_curve_point_a_long_run_has_no_checkpoint_of_is_said_in_a_short_line()
                                    "2980, 2990, 3000): the run stopped before it") and len(str(e.value)) < 250
     few = [{"num_updates": u} for u in (6, 10, 12)]
     assert updates_listed(few) == "updates 6, 10, 12" and updates_listed([]) == "none"
+
+
+def test_a_run_is_scored_on_its_own_evaluation_not_its_curve_point(tmp_path):
+    """A run evaluated on the valid set and, with CURVE, its checkpoint of one update on the same set
+    (curve/u<U>/valid, recorded first when the curve point was evaluated before the run's own): every
+    table (Figure 2's points, Table 1's rows) reads the run's own evaluation, the average of its last
+    checkpoints, whatever the order of its record."""
+    from fairseq_attn_records import run_record
+    from fairseq_attn_reports.runs import Run
+
+    ref = tmp_path / "valid.ref"
+    ref.write_text("a b c\n")
+    evals = {}
+    for subset, text in (("curve/u8/valid", "the curve point\n"), ("valid", "the run's own\n")):
+        hyp = tmp_path / "run" / subset / "hyp.txt"
+        hyp.parent.mkdir(parents=True)
+        hyp.write_text(text)
+        evals[subset] = {"hyp": f"{subset}/hyp.txt", "hyp_sha256": run_record.file_sha256(str(hyp)),
+                         "ref_sha256": run_record.file_sha256(str(ref))}
+    run_record.save(str(tmp_path / "run"), {"format": run_record.FORMAT, "evaluations": evals})
+    hyp, ev = Run(str(tmp_path / "run")).hyp_for(str(ref))
+    assert open(hyp).read() == "the run's own\n" and ev["subset"] == "valid"

@@ -14,9 +14,11 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401  registers the architectures
 from fairseq.models import ARCH_MODEL_REGISTRY
+from fairseq_attn_reports import claims as claims_mod
 from fairseq_attn_reports.cli import paper
 from fairseq_attn_recipes import demo
 from fairseq_attn_reports import figures, results, table1
+from fairseq_attn_reports.study_paths import load_table
 from fairseq_attn_records.toy_corpus import make_corpus, write_corpus
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -25,7 +27,6 @@ from shared_builds import build_once, copy_of  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECIPE = os.path.join(ROOT, "recipes", "wmt14_en_de")
-# a table of some of the rows (the end-to-end test renders it from the runs of every row)
 CI_ROWS = "baseline,rel_pos,csan1d,csan2d"
 PNG = b"\x89PNG\r\n\x1a\n"
 # the runs of the recipe tests: QUICK=1's sizes, trained 8 updates with a save point every 4 (the two
@@ -147,16 +148,39 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
         write_record(d, arch, *flags)
         (d / "hyp.txt").write_text("\n".join(perturbed(refs, len(name) + int(p * 10), p)) + "\n")
         runs[name] = d
+    # a second seed of heads 3: the same run record but for its seed
+    seed2 = tmp_path / "h3_seed2"
+    rec = json.loads((runs["h3"] / "run.json").read_text())
+    rec.update(run_id=rec["run_id"][::-1], seed=2, training=dict(rec["training"], seed=2))
+    seed2.mkdir()
+    (seed2 / "run.json").write_text(json.dumps(rec))
+    (seed2 / "hyp.txt").write_text("\n".join(perturbed(refs, 99, 0.3)) + "\n")
     ref = str(tmp_path / "ref")
     assert paper.main(["figure2", "--ref", ref, "--window", f"11={runs['w11']}", f"3={runs['w3']}",
-                       "--heads", f"1={runs['h1']}", f"3={runs['h3']}", "--png", str(tmp_path / "f2.png"),
-                       "--json", str(tmp_path / "f2.json")]) == 0
+                       "--heads", f"1={runs['h1']}", f"3={runs['h3']}", f"3={seed2}", "--png", str(tmp_path / "f2.png"),
+                       "--json", str(tmp_path / "f2.json"), "--md", str(tmp_path / "f2.md")]) == 0
     assert (tmp_path / "f2.png").read_bytes()[:8] == PNG
-    f2 = json.loads((tmp_path / "f2.json").read_text())
+    f2 = load_table(str(tmp_path / "f2.json"))  # its paths relative to its folder, read back
     assert [p["value"] for p in f2["windows"]] == [3, 11] and [p["value"] for p in f2["heads"]] == [1, 3]
     for p in f2["windows"] + f2["heads"]:
-        assert p["bleu"] == pytest.approx(sacrebleu.corpus_bleu(read(os.path.join(p["run_dir"], "hyp.txt")),
-                                                                [refs]).score)
+        per = [sacrebleu.corpus_bleu(read(os.path.join(d, "hyp.txt")), [refs]).score for d in p["run_dirs"]]
+        assert p["bleu_per_seed"] == pytest.approx(per)
+        mean = sum(per) / len(per)
+        std = (sum((b - mean) ** 2 for b in per) / (len(per) - 1)) ** 0.5 if len(per) > 1 else None
+        assert p["bleu"] == pytest.approx(mean) and p["bleu_std"] == (None if std is None else pytest.approx(std))
+    assert f2["heads"][1]["seeds"] == [1, 2] and f2["heads"][1]["run_dirs"] == [str(runs["h3"]), str(seed2)]
+    h3 = f2["heads"][1]
+    assert f"| 2D-CSAN heads (window 11) | 3 | 2 | {h3['bleu']:.2f} ± {h3['bleu_std']:.2f} |" in (tmp_path / "f2.md").read_text()
+    # committed (study-export) and re-scored from its outputs; a point's BLEU changed: named
+    from fairseq_attn_reports import study_bundle
+    study_bundle.export(str(tmp_path / "f2.json"), str(tmp_path / "results"), "f2")
+    committed = tmp_path / "results" / "f2.json"
+    cmp = study_bundle.rescore(str(committed))
+    assert cmp.diffs == [] and cmp.checked == sum(len(p["seeds"]) + 2 for p in f2["windows"] + f2["heads"])  # seeds, mean, std
+    doc = json.loads(committed.read_text())
+    doc["heads"][1]["bleu_per_seed"][1] += 0.01
+    committed.write_text(json.dumps(doc))
+    assert [d.split(": ")[0] for d in study_bundle.rescore(str(committed)).diffs] == ["f2.json.heads[3].bleu_per_seed[1]"]
     assert paper.main(["figure3", "--ref", ref, "--baseline", f"base={runs['w3']}/hyp.txt",
                        "--system", f"a={runs['w11']}/hyp.txt", f"b={runs['h3']}/hyp.txt",
                        "--png", str(tmp_path / "f3.png"), "--json", str(tmp_path / "f3.json")]) == 0
@@ -298,89 +322,117 @@ def real_param_count(run_dir):
     return sum(p.numel() for p in models[0].parameters())
 
 
-def check_table1(work, keys):
-    out = os.path.join(work, "table1")
-    table = json.load(open(os.path.join(out, "table1.json")))
+def plain_mean_std(values):
+    m = sum(values) / len(values)
+    return m, (sum((v - m) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+
+
+def check_table1(out, work, keys, seeds):
+    """Table 1 over seeds against each run's own files: its translations scored again by sacreBLEU,
+    its parameters counted in its checkpoint, its steps per second read from its train.log."""
+    table = load_table(os.path.join(out, "table1.json"))
     md = read(os.path.join(out, "table1.md"))
     head = [c.strip() for c in md[0].split("|")[1:-1]]
     refs = read(os.path.join(work, "raw", "test.de"))
     assert [r["key"] for r in table["rows"]] == keys
     base = table["rows"][0]
-    base_count = real_param_count(base["run_dir"])
-    base_log = results.parse_train_log(os.path.join(base["run_dir"], "train.log"))
     base_full = table1.base_size_params(base["arch"])
     for i, r in enumerate(table["rows"]):
-        assert r["run_dir"] == os.path.join(out, "runs", r["key"])
-        assert r["hyp"] == os.path.join(r["run_dir"], "test", "hyp.txt") and r["subset"] == "test"
-        hyps = read(r["hyp"])
-        assert len(hyps) == len(refs)
-        assert r["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
-        count = real_param_count(r["run_dir"])
-        assert r["params"] == count
-        log = results.parse_train_log(os.path.join(r["run_dir"], "train.log"))
-        assert r["train_ups"] == pytest.approx(log["train_ups"]) and log["num_updates"] == UPDATES
-        line = md[2 + i]
-        assert line.startswith(f"| {table1.ROW_BY_KEY[r['key']].label} |"), line
+        dirs = [os.path.join(out, "runs", f"{r['key']}_seed{s}") for s in seeds]
+        assert r["run_dirs"] == dirs and r["seeds"] == [int(s) for s in seeds]
+        assert r["hyps"] == [os.path.join(d, "test", "hyp.txt") for d in dirs]
+        bleu = [sacrebleu.corpus_bleu(read(h), [refs]).score for h in r["hyps"]]
+        assert r["bleu_per_seed"] == pytest.approx(bleu)
+        mean, std = plain_mean_std(bleu)
+        assert r["bleu_mean"] == pytest.approx(mean) and r["bleu_std"] == pytest.approx(std)
+        assert {real_param_count(d) for d in dirs} == {r["params"]}
+        logs = [results.parse_train_log(os.path.join(d, "train.log")) for d in dirs]
+        assert r["train_ups_per_seed"] == pytest.approx([lg["train_ups"] for lg in logs])
+        assert [lg["num_updates"] for lg in logs] == [UPDATES] * len(seeds)
+        cells = [c.strip() for c in md[2 + i].split("|")[1:-1]]
+        assert cells[0] == table1.ROW_BY_KEY[r["key"]].label and cells[1] == str(len(seeds))
+        assert cells[head.index("BLEU (mean ± std)")].startswith(f"{mean:.2f} ± {std:.2f}")
         if i == 0:
-            assert r["base_size_params"] == base_full
+            assert r["base_size_params"] == base_full and cells[2] == table1.fmt_params(r["params"])
             continue
-        assert r["params_delta"] == count - base_count
-        assert r["speed_delta"] == pytest.approx(log["train_ups"] - base_log["train_ups"])
-        assert r["delta"] == pytest.approx(r["bleu"] - base["bleu"])
-        full = table1.base_size_params(r["arch"])
-        assert r["base_size_params_delta"] == full - base_full
-        cells = [c.strip() for c in line.split("|")[1:-1]]
-        assert cells[1] == table1.fmt_params_delta(count - base_count)
-        assert cells[2] == f"{r['speed_delta']:+.2f}" and cells[3].startswith(f"{r['bleu']:.2f}")
-        assert cells[4] == f"{r['delta']:+.2f}" and cells[head.index("Parameter, base size")] == \
-            table1.fmt_params_delta(full - base_full)
-        # the paper's metric from the run's scores.json, and its difference
-        tok = json.load(open(os.path.join(r["run_dir"], "test", "scores.json")))["scores"]["tokenized_bleu"]["score"]
-        assert cells[head.index("tok. BLEU")] == f"{tok:.2f}"
-        assert cells[head.index("tok. △")] == f"{tok - base['tok_bleu']:+.2f}"
+        # the row's mark only when every seed pair is marked (the pairs: each seed against each baseline seed)
+        assert len(r["pairs"]) == len(seeds) ** 2
+        assert cells[head.index("pairs sig.")] == f"{sum(1 for p in r['pairs'] if p['mark'])}/{len(seeds) ** 2}"
+        assert r["mark"] == "" or all(p["mark"] for p in r["pairs"])
+        assert r["params_delta"] == r["params"] - base["params"] and cells[2] == table1.fmt_params_delta(r["params_delta"])
+        assert r["speed_delta"] == pytest.approx(plain_mean_std(r["train_ups_per_seed"])[0]
+                                                 - plain_mean_std(base["train_ups_per_seed"])[0])
+        assert cells[3] == f"{r['speed_delta']:+.2f}"
+        assert r["base_size_params_delta"] == table1.base_size_params(r["arch"]) - base_full
     return table
 
 
 @pytest.mark.e2e
-def test_table1_recipe_end_to_end(toy_work):
-    """Rows of Table 1 (the baseline, the row that adds parameters, both CSAN rows) trained,
-    evaluated and tabled by table1.sh; a table of some rows from the same runs; re-runs reuse
-    every finished row; other settings are refused; Figure 3 from the Table 1 runs. (Every
-    architecture of the table trains in test_e2e_cli; ROWS=all is resolved in the tests above.)"""
+def test_table1_recipe_end_to_end(toy_work, tmp_path):
+    """Table 1 over two seeds trained to CONVERGE's rule by table1.sh (the baseline and 2D-CSAN: the
+    seeds' all-pairs marks, steps per second measured per run, the Training length of every run);
+    a re-run trains nothing; other settings are refused; the claims of the paper from its record;
+    the study exported and re-scored; Figure 3 from the first seed. (Every architecture of the table
+    trains in test_e2e_cli; ROWS=all is resolved in the tests above.)"""
     work = toy_work["WORK"]
-    keys = CI_ROWS.split(",")
-    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS))
-    assert "| Model | Parameter | Speed | BLEU |" in p.stdout
-    table = check_table1(work, keys)
-    # Rel_Pos adds its tables; the CSAN rows add nothing (the paper's +0.0M)
-    rows = {r["key"]: r for r in table["rows"]}
-    assert rows["rel_pos"]["params_delta"] > 0 and rows["rel_pos"]["base_size_params_delta"] > 0
-    assert rows["csan1d"]["params_delta"] == 0 and rows["csan2d"]["base_size_params_delta"] == 0
+    keys, seeds = ["baseline", "csan2d"], ["1", "2"]
+    env = dict(toy_work, ROWS=",".join(keys), SEEDS=" ".join(seeds), CONVERGE="1")
+    p = recipe("table1.sh", env)
+    out = os.path.join(work, "table1_converge1")  # CONVERGE's own folder
+    assert "| Model | Seeds | Parameter | Speed |" in p.stdout
+    table = check_table1(out, work, keys, seeds)
+    assert table["rows"][1]["params_delta"] == 0 and table["rows"][1]["base_size_params_delta"] == 0  # +0.0M
+    # CONVERGE: fairseq's patience on every run, and where each stopped, from its run record
+    for key in keys:
+        for s in seeds:
+            assert "--patience 1" in open(os.path.join(out, "runs", f"{key}_seed{s}", "train.log")).read()
+    assert "## Training length" in read(os.path.join(out, "table1.md"))
+    assert [(t["system"], t["updates"]["per_seed"]) for t in table["training"]] == [(k, [UPDATES] * 2) for k in keys]
+    assert all(set(t["stopped"]) <= {"cap", "patience"} for t in table["training"])
 
-    # some of the rows: every run reused, the table of just those rows, from the same runs
-    some_keys = ["baseline", "csan2d"]
-    p = recipe("table1.sh", dict(toy_work, ROWS=",".join(some_keys)))
-    for key in some_keys:
-        assert f"table1 {key}: done before, reused" in p.stderr
-    some = check_table1(work, some_keys)
-    assert [r["bleu"] for r in some["rows"]] == [rows[k]["bleu"] for k in some_keys]
+    # a re-run: every run reused, nothing trained again
+    p = recipe("table1.sh", env)
+    for key in keys:
+        for s in seeds:
+            assert f"table1 {key} seed {s}: done before, reused" in p.stderr
+    assert "ARCH=" not in p.stderr
     # other settings in the same folder are refused
-    p = recipe("table1.sh", dict(toy_work, ROWS=CI_ROWS, MAX_UPDATE=str(UPDATES + 1)), check=False)
+    p = recipe("table1.sh", dict(env, MAX_UPDATE=str(UPDATES + 1)), check=False)
     assert p.returncode == 1 and "other settings" in p.stderr
 
-    # Figure 3 from the Table 1 runs: sacreBLEU's statistics, checked by plain counting
-    recipe("figure3.sh", toy_work)
-    f3 = json.load(open(os.path.join(work, "table1", "figure3.json")))
-    assert open(os.path.join(work, "table1", "figure3.png"), "rb").read(8) == PNG
+    # the paper's claims from the study's record: each comparison is the table's own test
+    claims = tmp_path / "claims.json"
+    assert paper.main(["claims", "--table1", os.path.join(out, "table1.json"), "--json", str(claims),
+                       "--md", str(tmp_path / "claims.md")]) == 0
+    said = {c["id"]: c for c in json.loads(claims.read_text())["claims"]}
+    first = said["improve"]["comparisons"][0]
+    assert (first["better"], first["than"]) == ("csan2d", "baseline")
+    assert first["pairs_better"] == table["rows"][1]["pairs_marked"]
+    assert said["outperform"]["verdict"] == claims_mod.OPEN  # no existing work in this table
+
+    # committed and re-checked: every cell re-scored from the exported outputs
+    from fairseq_attn_reports import study_bundle
+    study_bundle.export(os.path.join(out, "table1.json"), str(tmp_path / "results"), "table1_toy")
+    cmp = study_bundle.rescore(str(tmp_path / "results" / "table1_toy.json"))
+    assert cmp.diffs == [] and cmp.checked > 20
+    # the claims again from the committed study alone (its outputs read from the bundle)
+    assert paper.main(["claims", "--table1", str(tmp_path / "results" / "table1_toy.json"),
+                       "--json", str(tmp_path / "again.json")]) == 0
+    again = json.loads((tmp_path / "again.json").read_text())["claims"]
+    assert [(c["verdict"], c["comparisons"]) for c in again] == [(c["verdict"], c["comparisons"]) for c in said.values()]
+
+    # Figure 3 from the first seed of the Table 1 runs: sacreBLEU's statistics, checked by plain counting
+    recipe("figure3.sh", dict(env, FIG3_ROWS="csan2d"))
+    f3 = json.load(open(os.path.join(out, "figure3.json")))
+    assert open(os.path.join(out, "figure3.png"), "rb").read(8) == PNG
     refs = read(os.path.join(work, "raw", "test.de"))
-    base_c, base_t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", "baseline", "test", "hyp.txt")), refs)
-    assert [s["name"] for s in f3["systems"]] == ["csan1d", "csan2d"]
-    for s in f3["systems"]:
-        c, t = plain_ngram_stats(read(os.path.join(work, "table1", "runs", s["name"], "test", "hyp.txt")), refs)
-        gap = [100.0 * a / b - 100.0 * x / y if b and y else None for a, b, x, y in zip(c, t, base_c, base_t)]
-        for g, want in zip(s["improvement"], gap):
-            if want is not None:
-                assert g == pytest.approx(want)
+    base_c, base_t = plain_ngram_stats(read(os.path.join(out, "runs", "baseline_seed1", "test", "hyp.txt")), refs)
+    assert [s["name"] for s in f3["systems"]] == ["csan2d"]
+    c, t = plain_ngram_stats(read(os.path.join(out, "runs", "csan2d_seed1", "test", "hyp.txt")), refs)
+    gap = [100.0 * a / b - 100.0 * x / y if b and y else None for a, b, x, y in zip(c, t, base_c, base_t)]
+    for g, want in zip(f3["systems"][0]["improvement"], gap):
+        if want is not None:
+            assert g == pytest.approx(want)
 
 
 def test_table1_recipe_refuses_missing_rows_before_work(tmp_path):
@@ -397,21 +449,45 @@ def test_table1_recipe_refuses_missing_rows_before_work(tmp_path):
 
 
 @pytest.mark.e2e
-def test_figure2_recipe(toy_work):
+def test_figure2_recipe(toy_work, tmp_path):
+    """Figure 2 by figure2.sh, with CURVE: each run's checkpoint of that update evaluated too (the point
+    of Figure 2 stays the run's own average), and the Training length of its runs."""
     work = toy_work["WORK"]
-    p = recipe("figure2.sh", dict(toy_work, WINDOWS="3", HEADS="3"))
+    p = recipe("figure2.sh", dict(toy_work, WINDOWS="3", HEADS="3", CURVE=str(UPDATES)))
     assert "1D-CSAN window 3: BLEU" in p.stdout and "2D-CSAN heads 3: BLEU" in p.stdout
     out = os.path.join(work, "figure2")
     assert open(os.path.join(out, "figure2.png"), "rb").read(8) == PNG
-    f2 = json.load(open(os.path.join(out, "figure2.json")))
+    f2 = load_table(os.path.join(out, "figure2.json"))
     refs = read(os.path.join(work, "raw", "valid.de"))  # the paper's Figure 2 is on the validation set
     for p_, run, flags in ((f2["windows"][0], "csan1d_w3", "--csan-window 3"),
                            (f2["heads"][0], "csan2d_h3", "--csan-window 11 --csan-heads 3")):
         assert p_["run_dir"] == os.path.join(out, "runs", run) and p_["value"] == 3
+        assert p_["hyps"] == [os.path.join(p_["run_dir"], "valid", "hyp.txt")]
         hyps = read(os.path.join(p_["run_dir"], "valid", "hyp.txt"))
         assert p_["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
         log = open(os.path.join(p_["run_dir"], "train.log"), encoding="utf-8").read()
         assert flags in log  # the sweep's flag reached fairseq-train
+        # CURVE: the single checkpoint of that update, evaluated on the same subset, in the curve's table
+        curve = read(os.path.join(p_["run_dir"], "curve", f"u{UPDATES}", "valid", "hyp.txt"))
+        row = next(r for r in load_table(os.path.join(out, "curve.json"))["rows"] if r["system"] == run)
+        assert row["k"]["1"]["bleu"]["per_seed"] == [pytest.approx(sacrebleu.corpus_bleu(curve, [refs]).score)]
+    assert "## Training length" in read(os.path.join(out, "figure2.md"))
+
+
+@pytest.mark.parametrize("script, env, says", [
+    ("table1.sh", {"SEEDS": "1 2 1"}, 'SEEDS="1 2 1": seed 1 is given twice'),
+    ("figure2.sh", {"HEADS": "1,5"}, "HEADS=1,5: 5 is above the encoder's 4 attention heads"),
+])
+def test_bible_studies_refuse_a_setting_before_any_work(tmp_path, script, env, says):
+    """The bible's Table 1 and Figure 2 (its CPU preset: 4 encoder heads): a setting that cannot run is
+    one line before anything is written."""
+    work = tmp_path / "work"
+    full = dict(os.environ, PYTHON=sys.executable, WORK=str(work), **env)
+    full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
+    p = subprocess.run(["bash", os.path.join(ROOT, "recipes", "bible_grc_en", script)], env=full,
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and p.stderr.splitlines()[-1].startswith(f"error: {says}"), p.stderr
+    assert not work.exists()
 
 
 def test_demo_writes_table1_only_for_table1_rows(tmp_path):

@@ -4,7 +4,8 @@ the long-input study's training lengths and learning curves (:mod:`fairseq_attn_
 
 Each condition's runs are ``DIR/<name>`` (or ``DIR/<name>_seed<N>`` for each of ``--seeds``). Its table
 "Training length" is written into ``DIR/lengths.md`` (replacing one written before) and ``training`` of
-``DIR/lengths.json``. With ``--points``: the curve table (``--md``, ``--json``) and one plot per system,
+``DIR/lengths.json``, or with ``--into PREFIX`` (one condition: Table 1's and Figure 2's runs) into
+``PREFIX.md`` and ``PREFIX.json``. With ``--points``: the curve table (``--md``, ``--json``) and one plot per system,
 ``--plot-dir/curve_<name>.png``."""
 
 import argparse
@@ -44,10 +45,14 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="")
     p.add_argument("--points", help="the updates of the curve, comma-separated")
     p.add_argument("--subset", action="append", default=[], metavar="K=SUBSET")
+    p.add_argument("--into", metavar="PREFIX", help="the training table into PREFIX.md and PREFIX.json (one "
+                   "--condition; default: DIR/lengths.md and DIR/lengths.json)")
     p.add_argument("--tokenize", default="13a")
     p.add_argument("--md"); p.add_argument("--json"); p.add_argument("--plot-dir")
     args = p.parse_args(argv)
     seeds = args.seeds.split()
+    if args.into and len(args.condition) != 1:
+        p.error("--into: give one --condition (its training table goes into PREFIX.md and PREFIX.json)")
     try:
         conds = args.condition
         runs = [(label, name, [os.path.join(d, f"{name}_seed{s}") for s in seeds] or [os.path.join(d, name)])
@@ -55,7 +60,8 @@ def main(argv=None) -> int:
         for label, d in conds:
             rows = lc.training_table([r for r in runs if r[0] == label])
             md = lc.training_markdown(rows)
-            md_path, json_path = os.path.join(d, "lengths.md"), os.path.join(d, "lengths.json")
+            prefix = args.into or os.path.join(d, "lengths")
+            md_path, json_path = prefix + ".md", prefix + ".json"
             old = open(md_path, encoding="utf-8").read() if os.path.isfile(md_path) else ""
             write_text(md_path, _with_training(old, md))
             study = load_table(json_path) if os.path.isfile(json_path) else {}

@@ -7,8 +7,12 @@ and evaluate the runs, then call these):
   paper's order; fails naming any row whose architecture is not registered;
 * ``table1 --ref REF --runs-dir DIR [--rows ...]`` -- renders Table 1 from
   ``DIR/<key>/{train.log,hyp.txt}`` (markdown on stdout, ``--md``, ``--json``);
-* ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F``;
-* ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``.
+* ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
+  again: another seed of that point; mean ± std over seeds);
+* ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``;
+* ``claims --table1 TABLE1.json --figure2 FIGURE2.json [--md F --json F]`` -- a verdict per claim of
+  the paper from the studies' outputs (:mod:`fairseq_attn_reports.claims`: the rule, paired tests
+  over every seed pair); a committed study (``study-export``) is read from its own bundle.
 
 Every run folder is checked against its run record (``run.json``; for runs trained without
 one, the configuration of their ``checkpoint_last.pt``): a Table 1 row, a ``--window W`` /
@@ -20,15 +24,18 @@ translations are those of the subset evaluated on ``--ref``.
 import argparse
 import os
 import sys
-from typing import List, Tuple
+import tempfile
+from typing import Dict, List, Sequence, Tuple
 
 from fairseq_attn_records.metrics import METRICS_HELP, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
-from .. import figures
+from .. import claims, figures
 from .. import table1
-from fairseq_attn_records.output_files import write_json, write_text
+from fairseq_attn_records.output_files import check_output_paths, write_json, write_text
 from ..runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
+from ..study_bundle import is_committed, table_tokenize, with_outputs
+from ..study_paths import load_table, write_table
 from .metric_options import load_comet, print_comet_hint
 
 
@@ -54,19 +61,24 @@ def cmd_rows(args) -> None:
 
 def cmd_table1(args) -> None:
     rows = table1.resolve_rows(args.rows)
+    seeds = args.seeds.split()
     if args.rows.strip() == "all":  # the extra rows (RoPE, ALiBi, T5 bias) whose runs are there
-        rows = table1.with_present_extras(rows, args.runs_dir, args.by)
+        rows = table1.with_present_extras(rows, args.runs_dir, args.by, seeds)
     metrics = parse_metrics(args.metrics)
     comet = load_comet(args, "fairseq-attn-paper table1")
-    table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, args.tokenize,
-                               args.bs_samples, args.ar_trials, base_size=not args.no_base_size,
-                               metrics=metrics, comet=comet, src_path=args.src)
-    md = table1.format_markdown(table)
+    common = dict(tokenize=args.tokenize, bs_samples=args.bs_samples, ar_trials=args.ar_trials,
+                  base_size=not args.no_base_size, metrics=metrics, comet=comet, src_path=args.src)
+    if seeds:
+        table = table1.build_seeds_table(table1.seed_run_dirs(rows, args.runs_dir, seeds, args.by), args.ref, **common)
+        md = table1.format_seeds_markdown(table)
+    else:
+        table = table1.build_table(table1.run_dirs(rows, args.runs_dir, args.by), args.ref, **common)
+        md = table1.format_markdown(table)
     print(md)
     if args.md:
         write_text(args.md, md + "\n")
     if args.json:
-        write_json(args.json, table)
+        write_table(args.json, table)  # its paths relative to its folder (study-export)
     print_comet_hint("fairseq-attn-paper table1", comet)
 
 
@@ -78,14 +90,17 @@ def cmd_figure2(args) -> None:
     if not windows and not heads:
         raise ValueError("give --window W=RUN_DIR and/or --heads N=RUN_DIR")
     figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
-    data = {"ref": args.ref, "window_2d": args.window_2d, "windows": windows, "heads": heads,
-            "baseline_bleu": args.baseline_bleu}
+    data = {"ref": args.ref, "tokenize": args.tokenize, "window_2d": args.window_2d, "windows": windows,
+            "heads": heads, "baseline_bleu": args.baseline_bleu}
     for name, pts in (("1D-CSAN window", windows), ("2D-CSAN heads", heads)):
         for p in pts:
             stale = f" ‡ evaluated before its newest checkpoint ({p['stale']})" if p.get("stale") else ""
-            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{stale}")
+            spread = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f} (mean ± std of {len(p['seeds'])} seeds)"
+            print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{spread}{stale}")
+    if args.md:
+        write_text(args.md, figures.figure2_markdown(data) + "\n")
     if args.json:
-        write_json(args.json, data)
+        write_table(args.json, data)  # its paths relative to its folder (study-export)
 
 
 def cmd_figure3(args) -> None:
@@ -118,6 +133,62 @@ def cmd_figure3(args) -> None:
         write_json(args.json, data)
 
 
+def _read_runs(paths: Sequence[str], seeds: Sequence) -> List[Tuple]:
+    return [(s, read_text_lines(h, "system output")) for s, h in zip(seeds, paths)]
+
+
+def _claims_table1(table: Dict, args) -> List[Dict]:
+    rows = {}
+    for r in table["rows"]:
+        if "hyps" in r:  # over seeds
+            runs, ups = _read_runs(r["hyps"], r["seeds"]), r["train_ups_per_seed"]
+        else:
+            runs, ups = _read_runs([r["hyp"]], [None]), [r["train_ups"]]
+        rows[r["key"]] = {"runs": runs, "params": r["params"], "ups": ups}
+    refs = read_text_lines(table["ref"], "reference")
+    return claims.table1_claims(rows, refs, table_tokenize(table), args.bs_samples or table.get("bs_samples", 1000),
+                                args.ar_trials or table.get("ar_trials", 10000))
+
+
+def _claims_figure2(data: Dict, args) -> List[Dict]:
+    sweeps = [{p["value"]: _read_runs(p["hyps"], p["seeds"]) for p in data.get(k) or []} for k in ("windows", "heads")]
+    return claims.figure2_claims(*sweeps, read_text_lines(data["ref"], "reference"), data.get("tokenize", "13a"),
+                                 args.bs_samples or 1000, args.ar_trials or 10000, data.get("window_2d", 11))
+
+
+def _load_study(path: str, scratch: str) -> Dict:
+    """A study's JSON: a committed one (study-export) read from its own outputs, unpacked into ``scratch``."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such table")
+    if is_committed(path):
+        return with_outputs(path, os.path.join(scratch, os.path.basename(path)))
+    return load_table(path)
+
+
+def cmd_claims(args) -> None:
+    if not args.table1 and not args.figure2:
+        raise ValueError("give --table1 TABLE1.json and/or --figure2 FIGURE2.json")
+    check_output_paths(args.json, args.md)
+    with tempfile.TemporaryDirectory(prefix="claims.") as scratch:
+        found = []
+        if args.table1:
+            found += _claims_table1(_load_study(args.table1, scratch), args)
+        if args.figure2:
+            found += _claims_figure2(_load_study(args.figure2, scratch), args)
+    report = {"claims": found, "table1": args.table1, "figure2": args.figure2,
+              "bs_samples": args.bs_samples or 1000, "ar_trials": args.ar_trials or 10000}
+    if args.table1:  # the tests' counts: the table's own unless given
+        t1 = load_table(args.table1)
+        report.update(bs_samples=args.bs_samples or t1.get("bs_samples", 1000),
+                      ar_trials=args.ar_trials or t1.get("ar_trials", 10000))
+    md = claims.markdown(report)
+    print(md)
+    if args.md:
+        write_text(args.md, md + "\n")
+    if args.json:
+        write_table(args.json, report)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fairseq-attn-paper", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -138,6 +209,9 @@ def main(argv=None) -> int:
                    help="run directories are named by row key (recipes) or by architecture (demo)")
     p.add_argument("--no-base-size", action="store_true",
                    help="skip building each architecture at base size for the parameter column")
+    p.add_argument("--seeds", default="", metavar='"1 2 3"',
+                   help="the seeds of every row: its runs are RUNS_DIR/<key>_seed<N> (SEEDS of table1.sh); scores "
+                   "as mean ± std over seeds, a row marked only when every seed pair against the baseline is")
     p.add_argument("--metrics", default="bleu,chrf", help=METRICS_HELP)
     p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
     p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")
@@ -159,13 +233,23 @@ def main(argv=None) -> int:
     p.add_argument("--png", required=True)
     p.set_defaults(fn=cmd_figure3)
 
+    p = sub.add_parser("claims", help="a verdict per claim of the paper from finished Table 1 / Figure 2 studies")
+    p.add_argument("--table1", metavar="TABLE1.json", help="Table 1's table (table1.sh; a committed one: study-export)")
+    p.add_argument("--figure2", metavar="FIGURE2.json", help="Figure 2's points (figure2.sh; or a committed one)")
+    p.add_argument("--bs-samples", type=int, help="bootstrap resamples (default: Table 1's, else 1000)")
+    p.add_argument("--ar-trials", type=int, help="randomisation trials (default: Table 1's, else 10000)")
+    p.add_argument("--md", metavar="FILE", help="also write the verdicts as markdown")
+    p.add_argument("--json", metavar="FILE", help="also write the verdicts as JSON")
+    p.set_defaults(fn=cmd_claims)
+
     for p in sub.choices.values():
-        if p.prog.endswith(" rows"):
+        if p.prog.endswith(" rows") or p.prog.endswith(" claims"):
             continue
         p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")
         p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
-        if p.prog.endswith(" table1"):
+        if p.prog.endswith(" table1") or p.prog.endswith(" figure2"):
             p.add_argument("--md", metavar="FILE", help="also write the table as markdown")
+        if p.prog.endswith(" table1"):
             p.add_argument("--bs-samples", type=int, default=1000)
             p.add_argument("--ar-trials", type=int, default=10000)
     args = ap.parse_args(argv)

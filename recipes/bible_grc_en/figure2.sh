@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# bible_grc_en: the CSAN paper's Figure 2 on the Greek-English bible's valid set, with the CPU preset of
+# env.sh (steps in ../lib/paper.sh; SEEDS, CONVERGE, CURVE as there; see docs/recipes.md)
+. "$(dirname "$0")/env.sh"
+. "$(dirname "$0")/../lib/paper.sh"
+# the windows of the paper's text; the 2D-CSAN areas the preset's 4 encoder heads allow (odd: an area
+# is centred on its head). Both overridable (HEADS up to 7 with --encoder-attention-heads 8 in MODEL_ARGS)
+WINDOWS=${WINDOWS:-3,5,7,11,15}
+HEADS=${HEADS:-1,3}
+figure2_main "$@"

@@ -224,6 +224,17 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
                 "trainings": [{"max_update": 12000, "finished": "t", "stopped": "patience", "to_update": updates}],
                 "seen": {"updates": updates, "epochs": updates / per_epoch, "pairs": 10.0 * updates,
                          "original_pairs": 4.0 * updates, "src_tokens": 100.0 * updates, "tgt_tokens": 110.0 * updates}})
+    # a run of patience 2, stopped by it at 3,000, continued with patience 3 to 3,500 (its stop): trained
+    # past its patience-2 stop (the validation losses of its log), never called converged
+    past = study / "alibi"
+    rec = run_record.load(str(past))
+    rec["trainings"] = [dict(rec["trainings"][0], argv=["data", "--patience", "2"], to_update=3000),
+                        dict(rec["trainings"][0], argv=["data", "--patience", "3"])]
+    run_record.save(str(past), rec)
+    losses = [6.0, 5.0, 4.0, 3.9, 4.0, 4.1, 4.2]  # best at 2,000, then 1, 2, 3 validations without improvement
+    (past / "train.log").write_text("".join(
+        f'2026-11-29 00:00:00 | INFO | valid | {{"epoch": 1, "valid_loss": "{v}", "valid_num_updates": "{500 * (i + 1)}"}}\n'
+        for i, v in enumerate(losses)))
     argv = [a for label, d in conds.items() for a in ("--condition", label, str(d))] + ["--names", "baseline", "alibi"]
     assert cli.main(argv) == 0
     for label, d in conds.items():
@@ -233,5 +244,7 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
         for r in rows:
             u = stops[(d, r["system"])]
             assert r["updates"]["per_seed"] == [u] and r["original_pairs"]["mean"] == 4.0 * u
-            assert f"| {label} | {r['system']} | {u:,} | patience | 12000 |" in md
+            stopped = "past its stop (patience 2: 3,000)" if d / r["system"] == past else "patience"
+            assert r["stopped"] == [stopped]
+            assert f"| {label} | {r['system']} | {u:,} | {stopped} | 12000 |" in md
             assert f"| {4 * u:,} | {210 * u:,} |" in md

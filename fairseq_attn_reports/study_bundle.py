@@ -10,7 +10,12 @@ studies of ``train_concat.json``, with the files that one names) is packed into
 member. The archive mirrors the files' tree below their common folder; every JSON in it and the
 copied table name their files relative to their own folder (:mod:`.study_paths`), so the table's
 ``./`` and ``../`` paths are the archive's members seen from ``manifest["table_dir"]``. The archive
-is the same bytes for the same files (members sorted, times and owners zeroed).
+is the same bytes for the same files (members sorted, times and owners zeroed). Every file must be the
+one the table scored (the sha256 the table recorded, :data:`.study_paths.SCORED_KEY`): an output
+evaluated again since (evaluate.sh with another BEAM) is refused in one line naming the run, the file
+and both sha256 (:func:`check_scored`), before anything is written. The manifest names the versions
+of sacreBLEU, numpy and torch (:func:`versions`) and holds the sha256 of the committed ``NAME.json``
+(and of each of its top-level fields) and ``NAME.md`` (:func:`committed_digests`).
 
 **Re-scoring** (:func:`rescore`): the archive and each member checked against the manifest,
 unpacked into a temporary folder, and every scored cell of the table computed again from the
@@ -21,7 +26,9 @@ over the same), its segment-by-segment rows (:func:`.by_concat.add_segmentwise`)
 of two training conditions (:func:`.train_conditions.condition_difference`) and a learning curve's
 points with the order of the systems along it (:mod:`.learning_curve`) -- with the table's own
 settings (metrics, tokeniser, resamples, trials, edges). Every number is compared (relative
-tolerance 1e-9) and every mark exactly; the result lists each difference. Only sacreBLEU's metrics
+tolerance 1e-9) and every mark exactly; what cannot be computed again from the outputs (the markdown's
+text, fields such as ``train_ups``) is compared with the manifest's sha256 (:func:`check_committed`,
+naming the changed fields); the result lists each difference. Only sacreBLEU's metrics
 are re-scored (:data:`RESCORED_METRICS`): a table with COMET (its checkpoint) or AER (the gold
 alignments and the models' attention) is refused.
 """

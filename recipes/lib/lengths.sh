@@ -163,6 +163,9 @@ lengths_main() {
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
   lengths_check_curve "${archs[0]}"
   "${STEPS[@]}" check-arch "${archs[@]}" || exit 1
+  # a study folder given (LENGTHS_DIR) is the study of the settings it was made with: others refused before any step
+  local study_set=(--set "TRAIN_MAX_LEN=$TRAIN_MAX_LEN" --set "CONVERGE=${CONVERGE:-}")
+  [[ -z ${LENGTHS_DIR:-} ]] || "${STEPS[@]}" study-folder --dir "$LENGTHS_DIR" "${study_set[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
   # fairseq's fixed 200-token default (max_len_b)
@@ -182,6 +185,7 @@ lengths_main() {
   recipe_defaults
   LENGTHS_DIR=${LENGTHS_DIR:-$WORK/lengths/max$TRAIN_MAX_LEN${CONVERGE:+/converge$CONVERGE}}
   mkdir -p "$LENGTHS_DIR"
+  "${STEPS[@]}" study-folder --dir "$LENGTHS_DIR" "${study_set[@]}" --write || exit 1
   for c in "${conds[@]}"; do
     if [[ -z $c ]]; then cond_dirs+=("$LENGTHS_DIR"); else cond_dirs+=("$LENGTHS_DIR/trainconcat${c//,/_}"); fi
   done

@@ -16,13 +16,6 @@ from typing import Optional, Tuple
 EARLY_STOP = "early stop since valid performance hasn't improved"
 
 
-def validation_losses(log_path: str, upto: int):
-    """``[(updates, valid_loss)]`` of a train.log, oldest first, the validations at <= ``upto`` updates
-    (a validation logged again after a resume: the later record)."""
-    from fairseq_attn_reports.curves import validation_losses as losses
-    return losses(log_path, upto)
-
-
 def patience_state(losses) -> Tuple[Optional[float], int]:
     """(best loss, validations since it improved) after ``losses``, as fairseq's
     ``should_stop_early`` counts them (lower is better; an equal loss does not improve)."""
@@ -38,6 +31,7 @@ def restore(log_path: str, upto: int) -> Optional[Tuple[float, int]]:
     returns it (None: no validation logged yet)."""
     from fairseq_cli import train as fairseq_train
 
+    from fairseq_attn_reports.curves import validation_losses
     best, runs = patience_state(validation_losses(log_path, upto))
     if best is None:
         return None

@@ -56,7 +56,8 @@ def cmd_study_rescore(args):
 
 def folder_settings(folder: str) -> tuple:
     """(settings, where they were read) of a study folder: its settings file, else the CONVERGE its
-    runs' records say (the one --patience their trainings had; every run folder below it), else ({}, None)."""
+    runs' records say (the --patience of the first training of its first run, a folder below it), else
+    ({}, None)."""
     path = os.path.join(folder, SETTINGS)
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
@@ -67,9 +68,9 @@ def folder_settings(folder: str) -> tuple:
             rec = load(os.path.dirname(rec_path)) or {}
         except RecordError:
             continue
-        patiences = trained_patiences(rec)
-        if rec.get("trainings"):
-            return {"CONVERGE": ",".join(map(str, patiences))}, f"{rec_path}: its trainings' --patience"
+        if rec.get("trainings"):  # the patience the folder's study was made with: its runs' first training's
+            first = trained_patiences({"trainings": rec["trainings"][:1]})
+            return {"CONVERGE": str(first[0]) if first else ""}, f"{rec_path}: its first training's --patience"
     return {}, None
 
 

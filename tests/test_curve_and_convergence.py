@@ -1,6 +1,7 @@
 """CONVERGE's pieces (lengths.sh; fairseq's --patience): the patience counter read back from a run's log
 for a resumed training, and a run stopped by it known as trained."""
 
+import json
 import logging
 import types
 
@@ -248,3 +249,28 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
             assert r["stopped"] == [stopped]
             assert f"| {label} | {r['system']} | {u:,} | {stopped} | 12000 |" in md
             assert f"| {4 * u:,} | {210 * u:,} |" in md
+
+
+def test_a_study_folder_is_the_study_of_its_settings(tmp_path, capsys):
+    """lengths.sh's LENGTHS_DIR: a folder made before it recorded its settings is the study of the patience
+    its runs were first trained with (the converge2 folder whose runs a CONVERGE=3 study continued);
+    CONVERGE=3 there is refused in one line naming both, CONVERGE=2 accepted and then recorded."""
+    from fairseq_attn_recipes.__main__ import main
+
+    (tmp_path / "baseline").mkdir()
+    run_record.save(str(tmp_path / "baseline"), {"format": run_record.FORMAT, "trainings": [
+        {"argv": ["data", "--patience", "2"]}, {"argv": ["data", "--patience", "3"]}]})
+    ask = ["study-folder", "--dir", str(tmp_path), "--set", "TRAIN_MAX_LEN=20"]
+    with pytest.raises(SystemExit):
+        main(ask + ["--set", "CONVERGE=3", "--write"])
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: LENGTHS_DIR={tmp_path} is the study of CONVERGE=2 ({tmp_path / 'baseline' / 'run.json'}: its "
+                   f"first training's --patience); CONVERGE=3 is another study: give it its own folder (leave "
+                   f"LENGTHS_DIR unset: each setting has its own), or CONVERGE=2")
+    assert not (tmp_path / "study_settings.json").exists()
+    main(ask + ["--set", "CONVERGE=2", "--write"])
+    assert json.loads((tmp_path / "study_settings.json").read_text()) == {"settings": {"CONVERGE": "2",
+                                                                                      "TRAIN_MAX_LEN": "20"}}
+    with pytest.raises(SystemExit):
+        main(["study-folder", "--dir", str(tmp_path), "--set", "TRAIN_MAX_LEN=30", "--set", "CONVERGE=2"])
+    assert "is the study of TRAIN_MAX_LEN=20" in capsys.readouterr().err

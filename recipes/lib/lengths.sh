@@ -26,7 +26,8 @@
 # tables as mean ± sample std with the seeds table's marks; the by-source-length table on the first seed.
 # CONVERGE=P: every run trains until its validation loss (the original valid pairs, in both conditions) has
 # not improved for P validations, one every SAVE_INTERVAL_UPDATES updates (fairseq's --patience), at most
-# MAX_UPDATE updates (the cap); its own folder LENGTHS_DIR=WORK/lengths/max<N>/converge<P>. CURVE=U1,U2,...:
+# MAX_UPDATE updates (the cap); its own folder LENGTHS_DIR=WORK/lengths/max<N>/converge<P> (a folder is the study of
+# its TRAIN_MAX_LEN and CONVERGE, LENGTHS_DIR/study_settings.json: others there are refused). CURVE=U1,U2,...:
 # the checkpoints of those updates are kept (never pruned) and every run is evaluated at each on k = 1 and
 # the largest k (curve.md, curve.json, curve_<name>.png). Each condition's lengths.md says every run's
 # updates, epochs and pairs and tokens seen ("Training length").

@@ -163,10 +163,10 @@ lengths_main() {
   done
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
   lengths_check_curve "${archs[0]}"
-  "${STEPS[@]}" check-arch "${archs[@]}" || exit 1
   # a study folder given (LENGTHS_DIR) is the study of the settings it was made with: others refused before any step
   local study_set=(--set "TRAIN_MAX_LEN=$TRAIN_MAX_LEN" --set "CONVERGE=${CONVERGE:-}")
   [[ -z ${LENGTHS_DIR:-} ]] || "${STEPS[@]}" study-folder --dir "$LENGTHS_DIR" "${study_set[@]}" || exit 1
+  "${STEPS[@]}" check-arch "${archs[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
   # GEN_ARGS: outputs may grow with the source, so long test sentences are never cut at
   # fairseq's fixed 200-token default (max_len_b)

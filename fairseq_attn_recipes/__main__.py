@@ -9,7 +9,7 @@ Steps: check-tools, check-arch, check-data-dest, check-script, check-data, finge
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, data-point, data-replace, run-data, data-list, data-prune, register-run, average, prune-epoch-checkpoints, evaluated-before, run-arch, hyps, score, bible-corpus, toy-corpus,
 check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
-study-export, study-rescore (a committed study's outputs, and its table re-scored from them), check-variables.
+study-export, study-rescore (a committed study's outputs, and its table re-scored from them), study-folder, check-variables.
 Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
@@ -44,7 +44,7 @@ STEPS = {
     "profile": "profiles",
     "language-facts": "languages",
     "fairseq-args": "fairseq_args",
-    "study-export": "studies", "study-rescore": "studies",
+    "study-export": "studies", "study-rescore": "studies", "study-folder": "studies",
 }
 #: the step modules, in the order of the help
 STEP_MODULES = tuple(dict.fromkeys(STEPS.values()))

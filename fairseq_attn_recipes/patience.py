@@ -16,30 +16,14 @@ from typing import Optional, Tuple
 EARLY_STOP = "early stop since valid performance hasn't improved"
 
 
-def validation_losses(log_path: str, upto: int):
-    """``[(updates, valid_loss)]`` of a train.log, oldest first, the validations at <= ``upto``
-    updates (a validation logged again after a resume: the later record)."""
-    from fairseq_attn_reports.curves import read_log_records
-
-    by_update = {}
-    for kind, st in read_log_records(log_path):
-        if kind == "valid" and "valid_loss" in st:
-            u = int(float(st["valid_num_updates"]))
-            if u <= upto:
-                by_update[u] = float(st["valid_loss"])
-    return sorted(by_update.items())
-
-
 def patience_state(losses) -> Tuple[Optional[float], int]:
     """(best loss, validations since it improved) after ``losses``, as fairseq's
     ``should_stop_early`` counts them (lower is better; an equal loss does not improve)."""
-    best, runs = None, 0
-    for _, loss in losses:
-        if best is None or loss < best:
-            best, runs = loss, 0
-        else:
-            runs += 1
-    return best, runs
+    from fairseq_attn_reports.curves import patience_counts
+    last = (None, None, 0)
+    for last in patience_counts(losses):
+        pass
+    return last[1], last[2]
 
 
 def restore(log_path: str, upto: int) -> Optional[Tuple[float, int]]:
@@ -47,6 +31,7 @@ def restore(log_path: str, upto: int) -> Optional[Tuple[float, int]]:
     returns it (None: no validation logged yet)."""
     from fairseq_cli import train as fairseq_train
 
+    from fairseq_attn_reports.curves import validation_losses
     best, runs = patience_state(validation_losses(log_path, upto))
     if best is None:
         return None

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 
 from fairseq_attn_records.fairseq_import import import_fairseq
 from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
-                                             now, record_path, same_training, save, save_points)
+                                             now, record_path, same_training, save, save_points, trained_patiences)
 
 
 def resolve_train_args(argv: List[str]):
@@ -275,7 +275,10 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
     done = points[-1]["num_updates"] if points else 0
     rec["num_updates"] = done if points else None
     max_update = new["max_update"]
-    if done and (stopped_early(rec, argv) or (max_update and done >= max_update)):
+    stop = patience_stop_before(run_dir, cfg.checkpoint.patience, done)
+    if stop is not None and stop < done:
+        raise RecordError(past_stop_message(run_dir, rec, cfg.checkpoint.patience, stop, done))
+    if done and (stopped_early(rec, argv) or stop == done or (max_update and done >= max_update)):
         if write:
             rec["run_dir"] = trained_in(rec) or os.path.realpath(run_dir)  # before argv names this folder
             if argv is not None and rec["trainings"]:  # these arguments: skipped without a start next time
@@ -304,6 +307,25 @@ def start_run(cfg, write: bool = True, argv: Optional[List[str]] = None) -> bool
                                  "adopted_from_checkpoints": adopted or None})
         save(run_dir, rec)
     return True
+
+
+def patience_stop_before(run_dir: str, patience: int, done: int) -> Optional[int]:
+    """The update by ``done`` at which fairseq's ``--patience`` stops the run, from the validation losses
+    of its train.log (:func:`fairseq_attn_reports.curves.patience_stop`); None: not by then (or no log)."""
+    log = os.path.join(run_dir, "train.log")
+    if not patience or patience <= 0 or not done or not os.path.isfile(log):
+        return None
+    from fairseq_attn_reports.curves import patience_stop, validation_losses
+    return patience_stop(validation_losses(log, done), patience)
+
+
+def past_stop_message(run_dir: str, rec: Dict, patience: int, stop: int, done: int) -> str:
+    """A run trained past the stop of ``patience``, refused in one line naming both."""
+    trained = trained_patiences(rec)
+    how = f" (trained with --patience {', '.join(map(str, trained))})" if trained else ""
+    return (f"{run_dir} was trained to update {done}{how}, past where --patience {patience} stops it: update {stop} "
+            f"(the validation losses of its train.log); a run past its stop is not trained further: give a "
+            f"--patience {patience} run its own folder (SAVE_DIR), or train this one with the patience it had")
 
 
 def resume_update(run_dir: str) -> Optional[int]:

@@ -9,10 +9,11 @@ of the run record's evaluations.
 
 * **BLEU** (sacreBLEU, detokenised, ``--tokenize``), **chrF++** (sacreBLEU's chrF with
   word n-grams of order 2: ``-m chrf --chrf-word-order 2``) and, with ``--metrics``,
-  **TER** (lower is better) are computed and tested through sacreBLEU's own
-  :class:`sacrebleu.significance.PairedTest`, all metrics in one call: the numbers equal
-  ``sacrebleu REF -i BASE SYS... -m bleu chrf --chrf-word-order 2 --paired-bs`` /
-  ``--paired-ar`` on the same files.
+  **TER** (lower is better) are tested as sacreBLEU's :class:`sacrebleu.significance.PairedTest`
+  tests them (:func:`sacrebleu_paired_tests`), all metrics in one call: its resamples, trials,
+  test statistics and p-values, each resample scored by the metric's own sacreBLEU formula; the
+  numbers are those of ``sacrebleu REF -i BASE SYS... -m bleu chrf --chrf-word-order 2
+  --paired-bs`` / ``--paired-ar`` on the same files up to float32 rounding (below).
 * **Segment-mean metrics** (COMET, :mod:`.comet`): the system score is the mean of the
   segment scores. Their paired tests (:func:`paired_mean_tests`) draw the very
   resampling indices and coin flips that sacreBLEU draws for the same seed
@@ -26,11 +27,15 @@ Differences from sacreBLEU's output, each deliberate:
   exactly (two different outputs both at BLEU 0.0): sacreBLEU counts only the trials whose
   difference *exceeds* the observed one, so where no trial differs it prints the smallest p,
   1/(n+1), for a difference of 0; p = 1 is the share of trials differing by at least 0;
-* every number is a plain float: sacreBLEU computes chrF's resampled scores in float32,
-  and its own ``-f json`` writer crashes on them in paired mode.
+* every resample is summed in float64 and scored from plain Python floats
+  (:func:`resampled_scores`), whatever numpy version is installed: sacreBLEU sums float32
+  statistics and scores numpy float32 scalars, and numpy 2's promotion rules keep float32
+  where numpy 1 went to float64, so its bootstrap means and intervals differ between the two
+  (relative 1e-6); here they are the same under both, and every number is a plain float
+  (sacreBLEU's own ``-f json`` writer crashes on chrF's float32 in paired mode).
 """
 
-import logging
+import math
 import os
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -197,27 +202,9 @@ class SentenceStats:
             self._stats[k] = self.metric(key)._extract_corpus_statistics(list(hyps), None)
         return self._stats[k]
 
-    def for_paired_test(self, key: str) -> "_StatsFromCache":
-        """A metric object for :class:`sacrebleu.significance.PairedTest` that reads the statistics here."""
-        return _StatsFromCache(self, key)
-
     def length_ratio(self, hyps: Sequence[str]) -> Dict:
         """:func:`length_ratio` from the BLEU statistics held here."""
         return _ratio_of(self.metric("bleu")._aggregate_and_compute(self.stats("bleu", hyps)))
-
-
-class _StatsFromCache:
-    """sacreBLEU's metric object, its statistics served by a :class:`SentenceStats` (PairedTest calls
-    ``_extract_corpus_statistics`` for the baseline and for every system; the rest is the metric's own)."""
-
-    def __init__(self, cache: SentenceStats, key: str):
-        self._cache, self._key, self._metric = cache, key, cache.metric(key)
-
-    def __getattr__(self, name):
-        return getattr(self._metric, name)
-
-    def _extract_corpus_statistics(self, hypotheses, references):
-        return self._cache.stats(self._key, hypotheses)
 
 
 def length_ratio(refs: Sequence[str], hyps: Sequence[str], tokenize: str = "13a") -> Dict:
@@ -250,14 +237,13 @@ def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Seq
     ``systems[0]`` is the baseline. ``stats``: the per-sentence statistics on these references
     (:class:`SentenceStats`), shared by the calls of one table; a new one when None.
 
+    sacreBLEU's tests (its ``PairedTest``: the same draws, counts and p-values) with its metric's own
+    scoring of each resample, the statistics summed in float64 (:func:`paired_stat_tests`).
+
     Returns ``{"metrics": [keys], "signature": {key: {"bs": str, "ar": str}},
     "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci", "p_bootstrap",
     "p_ar", "same_as_baseline"}}}]}``; the baseline has no p-values.
     """
-    from sacrebleu.significance import PairedTest
-
-    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # its per-step INFO lines
-
     if len(systems) < 2:
         raise ValueError("need a baseline and at least one system to compare")
     if not refs:
@@ -272,32 +258,32 @@ def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Seq
     named = [(name, list(hyps)) for name, hyps in systems]
     out = {"metrics": list(metrics), "signature": {k: {} for k in metrics},
            "systems": [{"name": name, "scores": {k: {} for k in metrics}} for name, _ in named]}
-    for key in metrics:  # identical per-sentence statistics: no difference to test
+    for key in metrics:
+        metric = stats.metric(key)
         per_system = [stats.stats(key, hyps) for _, hyps in named]
-        for row, st in zip(out["systems"][1:], per_system[1:]):
-            row["scores"][key]["same_as_baseline"] = st == per_system[0]
-    for test, n in (("bs", bs_samples), ("ar", ar_trials)):
-        ps = PairedTest(named, {key: stats.for_paired_test(key) for key in metrics}, references=None,
-                        test_type=test, n_samples=n, n_jobs=1)
-        sigs, scores = ps()
-        # PairedTest keys its results by the score's own name (BLEU, chrF2++, TER), in our order
-        by_name = [k for k in scores if k != "System"]
-        for key, name in zip(metrics, by_name):
-            out["signature"][key][test] = sigs[name].format()
-            for row, res in zip(out["systems"], scores[name]):
-                cell = row["scores"][key]
-                cell["score"] = float(res.score)
-                if test == "bs":
-                    cell["bs_mean"], cell["bs_ci"] = _float(res.mean), _float(res.ci)
-                    cell["p_bootstrap"] = _float(res.p_value)
-                else:
-                    cell["p_ar"] = _float(res.p_value)
-    base = out["systems"][0]["scores"]
-    for row in out["systems"][1:]:
-        for key, cell in row["scores"].items():
-            if cell["same_as_baseline"] or cell["score"] == base[key]["score"]:  # no difference (module doc)
-                cell["p_bootstrap"] = cell["p_ar"] = 1.0
+        cells = paired_stat_tests([np.asarray(st, dtype=np.float64) for st in per_system], score_of(metric),
+                                  bs_samples, ar_trials,
+                                  scores=[float(metric._aggregate_and_compute(st).score) for st in per_system])
+        out["systems"][0]["scores"][key] = dict(cells[0], p_bootstrap=None, p_ar=None)
+        for row, st, cell in zip(out["systems"][1:], per_system[1:], cells[1:]):
+            cell.pop("same_as_baseline")  # identical per-sentence statistics: no difference to test
+            row["scores"][key] = {"same_as_baseline": st == per_system[0], **cell}
+        out["signature"][key] = {"bs": test_signature(metric, "bs", bs_samples),
+                                 "ar": test_signature(metric, "ar", ar_trials)}
     return out
+
+
+def score_of(metric) -> Callable[[list], float]:
+    """The score of summed statistics (plain Python floats) by a sacreBLEU metric's own formula."""
+    return lambda summed: float(metric._compute_score_from_stats(summed).score)
+
+
+def test_signature(metric, test: str, n: int) -> str:
+    """The signature sacreBLEU's ``PairedTest`` prints for ``test`` ("bs" or "ar") with ``n`` resamples or trials."""
+    sig = metric.get_signature()
+    sig.update("seed", str(sacrebleu_seed()[0]).lower())
+    sig.update(test, n)
+    return sig.format()
 
 
 # -- segment-mean metrics (COMET): sacreBLEU's draws, reproduced ----------------------
@@ -327,11 +313,16 @@ def ar_selectors(n_items: int, n_trials: int) -> np.ndarray:
     return rng.integers(2, size=(n_trials, n_items), dtype=bool)
 
 
-def estimate_ci(scores: np.ndarray) -> Tuple[float, float]:
-    """sacreBLEU's bootstrap mean and 95% half-width (its ``estimate_ci``)."""
-    s = np.sort(scores)
+def estimate_ci(scores: Sequence[float]) -> Tuple[float, float]:
+    """sacreBLEU's bootstrap mean and 95% half-width (its ``estimate_ci``), the mean correctly rounded
+    (``math.fsum``: no summation order of any numpy version)."""
+    s = sorted(float(v) for v in scores)
     lower = len(s) // 40
-    return float(s.mean()), float(0.5 * (s[len(s) - lower - 1] - s[lower]))
+    return _mean(s), 0.5 * (s[len(s) - lower - 1] - s[lower])
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
 
 
 def _p_value(stats: np.ndarray, real_difference: float) -> float:
@@ -345,20 +336,32 @@ def _mean_stats(segments: Sequence[float]) -> np.ndarray:
 
 
 def _mean_of(stats: np.ndarray) -> float:
-    total = stats.sum(axis=0)
-    return float(total[0]) / float(total[1]) if total[1] else 0.0
+    return _ratio_of_sums(stats.sum(axis=0).tolist())
+
+
+def _ratio_of_sums(summed: list) -> float:
+    """numerator / denominator, 0 where the denominator is 0 (no links at all)."""
+    return summed[0] / summed[1] if summed[1] else 0.0
+
+
+def resampled_scores(score: Callable[[list], float], stats: np.ndarray, idxs: np.ndarray) -> np.ndarray:
+    """The score of every resample (a row of ``idxs`` picks the sentences of one): its per-sentence
+    statistics summed in float64 and scored from plain Python floats, so that no step depends on
+    numpy's type promotion. (sacreBLEU sums float32 statistics and scores numpy float32 scalars,
+    which numpy 1 and numpy 2 round differently.)"""
+    stats = np.asarray(stats, dtype=np.float64)
+    return np.array([score(stats[i].sum(axis=0).tolist()) for i in idxs], dtype=np.float64)
 
 
 def _resampled_means(stats: np.ndarray, idxs: np.ndarray) -> np.ndarray:
-    """sacreBLEU's bootstrap arithmetic: float32 statistics, one sum per resample."""
-    stats32 = stats.astype("float32")
-    return np.array([float(s[0]) / float(s[1]) if s[1] else 0.0 for s in (stats32[i].sum(0) for i in idxs)])
+    """The resampled ratios of statistics ``(numerator, denominator)`` (a segment mean: (score, 1))."""
+    return resampled_scores(_ratio_of_sums, stats, idxs)
 
 
 def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_samples: int = 1000,
                       ar_trials: int = 10000) -> List[Dict]:
     """Paired bootstrap and approximate randomisation of a segment-mean metric, with
-    sacreBLEU's draws and arithmetic (its ``_paired_bs_test`` / ``_paired_ar_test`` on the
+    sacreBLEU's draws and tests (its ``_paired_bs_test`` / ``_paired_ar_test`` on the
     statistics (score, 1) per segment); ``segments[0]`` is the baseline.
 
     Returns one dict per system, like a cell of :func:`sacrebleu_paired_tests`
@@ -374,40 +377,45 @@ def paired_mean_tests(segments: Sequence[Tuple[str, Sequence[float]]], bs_sample
 def ratio_paired_tests(stats: Sequence[np.ndarray], bs_samples: int = 1000, ar_trials: int = 10000) -> List[Dict]:
     """The paired tests of a score that is a ratio of sums of per-sentence statistics
     ``(numerator, denominator)`` (``stats[k]``: (n, 2) of system k, ``stats[0]`` the baseline):
-    a segment mean is (score, 1), an alignment F1 (2 |A & G|, |A| + |G|). sacreBLEU's draws for
-    the seed and sentence count, its arithmetic; one dict per system (``score`` the ratio)."""
-    base = np.asarray(stats[0], dtype=np.float64)
+    a segment mean is (score, 1), an alignment F1 (2 |A & G|, |A| + |G|) (:func:`paired_stat_tests`)."""
+    return paired_stat_tests([np.asarray(s, dtype=np.float64) for s in stats], _ratio_of_sums, bs_samples, ar_trials)
+
+
+def paired_stat_tests(stats: Sequence[np.ndarray], score: Callable[[list], float], bs_samples: int = 1000,
+                      ar_trials: int = 10000, scores: Optional[Sequence[float]] = None) -> List[Dict]:
+    """Paired bootstrap resampling and approximate randomisation of a score computed from summed
+    per-sentence statistics (``stats[k]``: (sentences, statistics) of system k, float64; ``stats[0]``
+    the baseline; ``score``: summed statistics as Python floats -> the score). sacreBLEU's draws for the
+    seed and sentence count (:func:`bootstrap_indices`, :func:`ar_selectors`), its test statistics and
+    p-values (``_paired_bs_test``, ``_paired_ar_test``, ``_bootstrap_resample`` for the baseline's
+    interval); every sum in float64 and every score from Python floats (:func:`resampled_scores`), so the
+    numbers are the same under every numpy version. ``scores``: each system's score (default: ``score``
+    of its summed statistics). One dict per system: ``score``, ``bs_mean``, ``bs_ci`` and, but for the
+    baseline, ``p_bootstrap``, ``p_ar`` and ``same_as_baseline`` (no difference: p = 1, module doc)."""
+    base = stats[0]
     n = len(base)
+    scores = [score(s.sum(axis=0).tolist()) for s in stats] if scores is None else list(scores)
     bs_idx = bootstrap_indices(n, bs_samples)
-    base_ci = estimate_ci(_resampled_means(base, bootstrap_indices(n, bs_samples, comparison=False)))
+    base_mean, base_ci = estimate_ci(resampled_scores(score, base, bootstrap_indices(n, bs_samples, comparison=False)))
     pos = ar_selectors(n, ar_trials)
     neg = ~pos
-    base_bs = _resampled_means(base, bs_idx)
-    base_score = _mean_of(base)
-    out = [{"score": base_score, "bs_mean": base_ci[0], "bs_ci": base_ci[1]}]
-    for sys_ in stats[1:]:
-        sys_ = np.asarray(sys_, dtype=np.float64)
-        score = _mean_of(sys_)
-        diff = abs(base_score - score)
-        sys_bs = _resampled_means(sys_, bs_idx)
+    base_bs = resampled_scores(score, base, bs_idx)
+    out = [{"score": scores[0], "bs_mean": base_mean, "bs_ci": base_ci}]
+    for sys_, sys_score in zip(stats[1:], scores[1:]):
+        diff = abs(scores[0] - sys_score)
+        sys_bs = resampled_scores(score, sys_, bs_idx)
         sample_diffs = np.abs(sys_bs - base_bs)
-        shuf_a = pos @ base + neg @ sys_  # pseudo-system A: the baseline's segment where the coin says so
+        shuf_a = pos @ base + neg @ sys_  # pseudo-system A: the baseline's sentence where the coin says so
         shuf_b = neg @ base + pos @ sys_
-        ar_diffs = np.abs(_ratio(shuf_a) - _ratio(shuf_b))
+        ar_diffs = np.abs(np.array([score(a) - score(b) for a, b in zip(shuf_a.tolist(), shuf_b.tolist())]))
         same = bool(np.array_equal(sys_, base))
         none = same or diff == 0  # no difference: p = 1 (module doc)
         mean, ci = estimate_ci(sys_bs)
-        out.append({"score": score, "bs_mean": mean, "bs_ci": ci,
-                    "p_bootstrap": 1.0 if none else _p_value(sample_diffs - sample_diffs.mean(), diff),
+        out.append({"score": sys_score, "bs_mean": mean, "bs_ci": ci,
+                    "p_bootstrap": 1.0 if none else _p_value(sample_diffs - _mean(sample_diffs.tolist()), diff),
                     "p_ar": 1.0 if none else _p_value(ar_diffs, diff),
                     "same_as_baseline": same})
     return out
-
-
-def _ratio(sums: np.ndarray) -> np.ndarray:
-    """numerator / denominator per row, 0 where the denominator is 0 (no links at all)."""
-    den = sums[:, 1]
-    return np.divide(sums[:, 0], den, out=np.zeros_like(den), where=den != 0)
 
 
 def significance_mark(p_values: Sequence) -> str:

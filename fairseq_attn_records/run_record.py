@@ -302,6 +302,12 @@ def finished_before(run_dir: str, argv: List[str]) -> bool:
     return bool(last.get("max_update") and (rec.get("num_updates") or 0) >= last["max_update"])
 
 
+def trained_patiences(rec: Dict) -> List[int]:
+    """The ``--patience`` values the run's trainings were started with, in increasing order."""
+    return sorted({int(a[i + 1]) for a in (t.get("argv") or [] for t in rec.get("trainings") or [])
+                   for i in range(len(a) - 1) if a[i] == "--patience" and a[i + 1].isdigit()})
+
+
 def training_time(rec: Dict) -> Dict:
     """The wall-clock time of a run's trainings, from its record: ``{"seconds", "trainings", "cut"}``.
 

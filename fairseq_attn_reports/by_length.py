@@ -278,18 +278,18 @@ def scores_by_length(refs: Sequence[str], systems: Sequence[Tuple[str, Sequence[
 def bootstrap_cell(key: str, refs: Sequence[str], hyps: Sequence[str], tokenize: str, bs_samples: int,
                    segments: Optional[Sequence[float]] = None) -> Dict:
     """One system's score on some sentences with sacreBLEU's 95% bootstrap interval of a single
-    system (its ``_bootstrap_resample`` and ``estimate_ci``, ``SACREBLEU_SEED``); a segment metric
+    system (the draw of its ``_bootstrap_resample``, ``SACREBLEU_SEED``, and its ``estimate_ci``, each resample
+    summed in float64: :func:`fairseq_attn_records.metrics.resampled_scores`); a segment metric
     (``segments``): the mean, resampled with the same draw."""
     if segments is not None:
         stats = M._mean_stats(segments)
         mean, ci = M.estimate_ci(M._resampled_means(stats, M.bootstrap_indices(len(stats), bs_samples,
                                                                                   comparison=False)))
         return {"score": M._mean_of(stats), "bs_mean": mean, "bs_ci": ci}
-    from sacrebleu.significance import _bootstrap_resample
     metric = M.make_metric(key, tokenize)
     stats = metric._extract_corpus_statistics(list(hyps), [list(refs)])
-    _, resampled = _bootstrap_resample(stats, metric, bs_samples)
-    mean, ci = M.estimate_ci([s.score for s in resampled])
+    mean, ci = M.estimate_ci(M.resampled_scores(M.score_of(metric), stats,
+                                                M.bootstrap_indices(len(stats), bs_samples, comparison=False)))
     score = M.make_metric(key, tokenize).corpus_score(list(hyps), [list(refs)]).score
     return {"score": float(score), "bs_mean": mean, "bs_ci": ci}
 

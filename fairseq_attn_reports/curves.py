@@ -1,8 +1,9 @@
 """Learning curves from fairseq-train's own json logs (``--log-format json``).
 
 One reader, :func:`read_log_records`, serves the results table
-(:func:`fairseq_attn_reports.results.parse_train_log`), the demo's plot and
-``fairseq-attn-results --curves``. A log line of interest looks like::
+(:func:`fairseq_attn_reports.results.parse_train_log`), the demo's plot,
+``fairseq-attn-results --curves`` and the validation losses that say where fairseq's ``--patience``
+stops a run (:func:`patience_stop`: the resumed counter, a run trained past its stop). A log line of interest looks like::
 
     2026-11-23 13:04:38 | INFO | train_inner | {"epoch": 1, ..., "num_updates": "2", "wall": "1"}
     2026-11-23 13:04:38 | INFO | valid | {"epoch": 1, "valid_loss": "8.384", "valid_bleu": "0", "valid_num_updates": "4"}
@@ -40,7 +41,7 @@ import json
 import math
 import os
 import re
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records.output_files import staged
 
@@ -69,6 +70,36 @@ def read_log_records(path: str) -> Iterator[Tuple[str, Dict]]:
             m = _RESUME.search(line)
             if m:
                 yield "resume", {"num_updates": int(m.group(1))}
+
+
+def validation_losses(log_path: str, upto: Optional[int] = None) -> List[Tuple[int, float]]:
+    """``[(updates, valid_loss)]`` of a train.log, oldest first, the validations at <= ``upto`` updates
+    (all: None); a validation logged again after a resume: the later record."""
+    by_update = {}
+    for kind, st in read_log_records(log_path):
+        if kind == "valid" and "valid_loss" in st:
+            u = int(float(st["valid_num_updates"]))
+            if upto is None or u <= upto:
+                by_update[u] = float(st["valid_loss"])
+    return sorted(by_update.items())
+
+
+def patience_counts(losses: Sequence[Tuple[int, float]]) -> Iterator[Tuple[int, float, int]]:
+    """``(updates, best loss, validations since it improved)`` after each validation, as fairseq's
+    ``should_stop_early`` counts them (lower is better; an equal loss does not improve)."""
+    best, runs = None, 0
+    for u, loss in losses:
+        if best is None or loss < best:
+            best, runs = loss, 0
+        else:
+            runs += 1
+        yield u, best, runs
+
+
+def patience_stop(losses: Sequence[Tuple[int, float]], patience: int) -> Optional[int]:
+    """The update at which fairseq's ``--patience`` stops a training with these validation losses
+    (the first validation after ``patience`` without improvement), or None: not yet."""
+    return next((u for u, _, runs in patience_counts(losses) if runs >= patience), None)
 
 
 def _append(series: List[Point], point: Point) -> None:

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from fairseq_attn_records import run_record
 from fairseq_attn_records.training_seen import seen_at
 
-from .curves import mean_std
+from .curves import mean_std, patience_stop, validation_losses
 
 Runs = Sequence[Tuple[str, str, Sequence[str]]]  # (condition label, system name, run dirs of its seeds)
 
@@ -43,9 +43,24 @@ def run_training(run_dir: str) -> Dict:
     last = (rec.get("trainings") or [{}])[-1]
     updates = rec.get("num_updates")
     seen = rec.get("seen") or (seen_at(rec.get("epoch"), updates) if updates is not None else None)
+    stopped = last.get("stopped") or ("cap" if updates is not None and updates == last.get("max_update") else None)
     return {"run_dir": run_dir, "updates": updates, "cap": last.get("max_update"),
-            "stopped": last.get("stopped") or ("cap" if updates is not None and updates == last.get("max_update") else None),
-            "epoch": rec.get("epoch"), "seen": seen}
+            "stopped": past_stop(run_dir, rec) or stopped, "epoch": rec.get("epoch"), "seen": seen}
+
+
+def past_stop(run_dir: str, rec: Dict) -> Optional[str]:
+    """``"past its stop (patience P: U)"`` when a patience the run was trained with would have stopped it at
+    update U before the updates it holds (its train.log's validation losses): a run trained on past its stop
+    (continued with a higher patience, or a higher cap) is never called converged; else None."""
+    updates, log = rec.get("num_updates"), os.path.join(run_dir, "train.log")
+    if not updates or not os.path.isfile(log):
+        return None
+    losses = validation_losses(log, updates)
+    for p in run_record.trained_patiences(rec):
+        stop = patience_stop(losses, p) if p > 0 else None
+        if stop is not None and stop < updates:
+            return f"past its stop (patience {p}: {stop:,})"
+    return None
 
 
 def training_table(runs: Runs) -> List[Dict]:

@@ -11,7 +11,12 @@ studies of ``train_concat.json``, with the files that one names) is packed into
 member. The archive mirrors the files' tree below their common folder; every JSON in it and the
 copied table name their files relative to their own folder (:mod:`.study_paths`), so the table's
 ``./`` and ``../`` paths are the archive's members seen from ``manifest["table_dir"]``. The archive
-is the same bytes for the same files (members sorted, times and owners zeroed).
+is the same bytes for the same files (members sorted, times and owners zeroed). Every file must be the
+one the table scored (the sha256 the table recorded, :data:`.study_paths.SCORED_KEY`): an output
+evaluated again since (evaluate.sh with another BEAM) is refused in one line naming the run, the file
+and both sha256 (:func:`check_scored`), before anything is written. The manifest names the versions
+of sacreBLEU, numpy and torch (:func:`versions`) and holds the sha256 of the committed ``NAME.json``
+(and of each of its top-level fields) and ``NAME.md`` (:func:`committed_digests`).
 
 **Re-scoring** (:func:`rescore`): the archive and each member checked against the manifest,
 unpacked into a temporary folder, and every scored cell of the table computed again from the
@@ -23,7 +28,9 @@ of two training conditions (:func:`.train_conditions.condition_difference`), a l
 points with the order of the systems along it (:mod:`.learning_curve`) and Figure 2's points
 (``fairseq-attn-paper figure2``; Table 1's rows are a results table's, over seeds or not) -- with the table's own
 settings (metrics, tokeniser, resamples, trials, edges). Every number is compared (relative
-tolerance 1e-9) and every mark exactly; the result lists each difference. Only sacreBLEU's metrics
+tolerance 1e-9) and every mark exactly; what cannot be computed again from the outputs (the markdown's
+text, fields such as ``train_ups``) is compared with the manifest's sha256 (:func:`check_committed`,
+naming the changed fields); the result lists each difference. Only sacreBLEU's metrics
 are re-scored (:data:`RESCORED_METRICS`): a table with COMET (its checkpoint) or AER (the gold
 alignments and the models' attention) is refused.
 """
@@ -50,7 +57,8 @@ from .learning_curve import point_metrics, point_stats, ranking_table
 from .results import score_rows
 from .seeds import score_seeds
 from .significance import paired_tests
-from .study_paths import PATHS_KEY, PATHS_NOTE, load_table, path_strings, relative, resolved
+from .study_paths import (PATHS_KEY, PATHS_NOTE, SCORED_KEY, changed_since_scored, load_table, path_strings,
+                          relative, resolved)
 from .train_conditions import condition_difference
 
 ARCHIVE = "outputs.tar.xz"
@@ -76,13 +84,18 @@ def named_files(table_path: str) -> Dict[str, bytes]:
     run's) is not stored; a named path that is neither is an error naming it."""
     stored: Dict[str, bytes] = {}
     tables: List[str] = []
+    studies = set()
     todo = [os.path.abspath(table_path)]
     while todo:
         path = todo.pop()
         if path in tables:
             continue
         tables.append(path)
-        for named in path_strings(load_table(path)):
+        table = load_table(path)
+        if path == tables[0] or path in studies:  # a table (not a record such as concat-test's)
+            check_scored(path, table)
+        studies.update(path_strings(table.get("studies") or {}))  # a difference's tables of two studies
+        for named in path_strings({k: v for k, v in table.items() if k != SCORED_KEY}):
             if not os.path.isabs(named):  # a sentence in a path field ("the test file in order ...")
                 continue
             if os.path.isdir(named) or named in stored:
@@ -97,6 +110,31 @@ def named_files(table_path: str) -> Dict[str, bytes]:
                 with open(named, "rb") as f:
                     stored[named] = f.read()
     return stored
+
+
+def check_scored(path: str, table: Dict) -> None:
+    """Every file ``table`` (at ``path``) scored is still the one it scored (its sha256,
+    :func:`.study_paths.changed_since_scored`); BundleError naming the run, the file and both sha256
+    otherwise, or when the table holds no sha256 of its files (made before tables recorded them)."""
+    if SCORED_KEY not in table:
+        raise BundleError(f"{path} holds no sha256 of the outputs it scored ({SCORED_KEY}), so the outputs here "
+                          f"cannot be told to be those: make its tables again (re-run the study: trained and "
+                          f"evaluated runs are skipped), then export")
+    for file, scored, now in changed_since_scored(table):
+        raise BundleError(f"{path}: {file} of run {run_of(file)} is not the output the table scored (sha256 "
+                          f"{scored} scored, {now} now: evaluated again since, e.g. with another BEAM?): make the "
+                          f"study's tables again from the outputs there, or restore the one it scored")
+
+
+def run_of(path: str) -> str:
+    """The run folder a file lies in (the nearest folder above it with a run record or a train.log),
+    else the file's own folder."""
+    d = os.path.dirname(path)
+    while d != os.path.dirname(d):
+        if os.path.isfile(os.path.join(d, "run.json")) or os.path.isfile(os.path.join(d, "train.log")):
+            return d
+        d = os.path.dirname(d)
+    return os.path.dirname(path)
 
 
 def json_bytes(obj) -> bytes:
@@ -143,11 +181,10 @@ def export(table_path: str, out_dir: str, name: str, replace: bool = False) -> D
     if there and not replace:
         raise BundleError(f"{there[0]} exists: give another --name, or --yes to replace "
                           + ", ".join(there))
-    import sacrebleu
     manifest = {"table": f"{name}.json", "table_dir": table_dir, "archive": ARCHIVE,
                 "archive_sha256": sha256_bytes(archive),
                 "files": {m: {"sha256": sha256_bytes(d), "bytes": len(d)} for m, d in sorted(members.items())},
-                "sacrebleu": sacrebleu.__version__, "recheck": recheck_command(out_dir, name)}
+                **versions(), "recheck": recheck_command(out_dir, name)}
     committed = relative(table, os.path.dirname(table_path))
     committed[PATHS_KEY] = (f"{PATHS_NOTE} as it was written, i.e. of {table_dir}/ in {name}/{ARCHIVE} "
                             f"(the study's files, below their common folder)")
@@ -159,10 +196,11 @@ def export(table_path: str, out_dir: str, name: str, replace: bool = False) -> D
         os.makedirs(os.path.join(stage, name))
         with open(os.path.join(stage, name, ARCHIVE), "wb") as f:
             f.write(archive)
-        write_json(os.path.join(stage, name, MANIFEST), manifest, end="\n")
         write_json(os.path.join(stage, f"{name}.json"), committed, end="\n")
         if os.path.isfile(md_src):
             shutil.copyfile(md_src, os.path.join(stage, f"{name}.md"))
+        manifest.update(committed_digests(stage, name))
+        write_json(os.path.join(stage, name, MANIFEST), manifest, end="\n")
         for t in there:  # only with replace
             shutil.rmtree(t) if os.path.isdir(t) and not os.path.islink(t) else os.remove(t)
         for entry in sorted(os.listdir(stage)):
@@ -183,6 +221,61 @@ def repository_root(folder: str):
         if parent == folder:
             return None
         folder = parent
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """The versions the numbers were computed with: sacreBLEU (the metrics), numpy (the resampling) and
+    torch (the models that wrote the outputs; None where it is not installed), read without importing
+    torch."""
+    from importlib import metadata
+
+    import numpy
+    import sacrebleu
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = None
+    return {"sacrebleu": sacrebleu.__version__, "numpy": numpy.__version__, "torch": torch}
+
+
+def committed_digests(out_dir: str, name: str) -> Dict:
+    """The sha256 of the committed ``NAME.json`` and ``NAME.md`` in ``out_dir`` (None: no markdown), and
+    of each top-level field of the table (so that the re-check names the field that changed): what
+    the re-check cannot compute again from the outputs (the markdown's text, fields such as
+    ``train_ups``), it compares with these."""
+    table = os.path.join(out_dir, f"{name}.json")
+    md = os.path.join(out_dir, f"{name}.md")
+    with open(table, encoding="utf-8") as f:
+        fields = json.load(f)
+    return {"table_sha256": file_sha256(table), "markdown": f"{name}.md" if os.path.isfile(md) else None,
+            "markdown_sha256": file_sha256(md) if os.path.isfile(md) else None,
+            "table_fields_sha256": {k: _field_sha256(v) for k, v in fields.items()}}
+
+
+def _field_sha256(value) -> str:
+    return sha256_bytes(json.dumps(value, sort_keys=True).encode("utf-8"))
+
+
+def check_committed(table_path: str, manifest: Dict) -> List[str]:
+    """The committed ``NAME.json`` and ``NAME.md`` against the manifest's sha256 (:func:`committed_digests`):
+    one difference per changed field of the table and one for the markdown."""
+    folder, name = os.path.split(os.path.splitext(table_path)[0])
+    if "table_sha256" not in manifest:
+        return [f"{os.path.join(folder, name, MANIFEST)}: it holds no sha256 of {name}.json and {name}.md, so "
+                f"their fields not re-scored (train_ups, the markdown's text) cannot be checked: export the study "
+                f"again"]
+    now = committed_digests(folder, name)
+    diffs = []
+    if now["table_sha256"] != manifest["table_sha256"]:
+        want = manifest.get("table_fields_sha256") or {}
+        fields = sorted(set(want) | set(now["table_fields_sha256"]))
+        changed = [k for k in fields if want.get(k) != now["table_fields_sha256"].get(k)]
+        diffs.append(f"{name}.json: sha256 differs from the manifest's: changed since it was exported"
+                     + (f" (fields: {', '.join(changed)})" if changed else " (its layout)"))
+    if now["markdown_sha256"] != manifest.get("markdown_sha256"):
+        diffs.append(f"{name}.md: sha256 differs from the manifest's: changed since it was exported (the re-check "
+                     f"cannot compute the markdown again; export the study again to commit a new text)")
+    return diffs
 
 
 def recheck_command(out_dir: str, name: str) -> str:
@@ -445,7 +538,7 @@ def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:
         files = os.path.join(scratch, "files")
         manifest, diffs = unpack(table_path, files)
         cmp = Comparison()
-        cmp.diffs += diffs
+        cmp.diffs += diffs + check_committed(table_path, manifest)
         with open(table_path, encoding="utf-8") as f:
             table = resolved(json.load(f), os.path.join(files, *manifest["table_dir"].split("/")))
         where = os.path.basename(table_path)

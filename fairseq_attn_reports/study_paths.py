@@ -10,19 +10,27 @@ that a study folder copied or moved elsewhere, or exported into the repository
 * Read back with :func:`load_table`: every ``./`` or ``../`` string of those fields is joined to
   the file's folder (:func:`resolved`); an absolute path (a table written before this rule) stays
   as it is, so older tables read as before.
+* What a table scored: :func:`write_table` records in :data:`SCORED_KEY` the sha256 of every file
+  it names (outputs, references, sources; not the tables it names, which record their own), taken
+  when the file is first named and carried through later writes of the same table (a section added
+  by another step), so that an output rewritten after the table was made (evaluate.sh again, with
+  another BEAM) is told from the one the table scored (:func:`changed_since_scored`).
 """
 
 import json
 import os
-from typing import Any
+from typing import Any, List, Tuple
 
 from fairseq_attn_records.output_files import write_json
+from fairseq_attn_records.run_record import file_sha256
 
 #: the fields of the study tables that name a file or folder
 PATH_KEYS = frozenset({"ref", "src", "hyp", "hyps", "run_dir", "run_dirs", "data", "seed_hyps", "documents",
-                       "info", "studies"})
+                       "info", "studies", "file"})
 PATHS_KEY = "paths"
 PATHS_NOTE = "relative to the folder of this file (./ and ../)"
+#: ``[{"file", "sha256"}]``: every file the table names, as it was when the table scored it
+SCORED_KEY = "scored_files"
 
 
 def _is_relative(s: str) -> bool:
@@ -64,9 +72,35 @@ def path_strings(obj: Any) -> list:
     return found
 
 
+def scored_files(table: dict) -> List[dict]:
+    """:data:`SCORED_KEY` of ``table`` (its paths absolute): the sha256 it holds of a file it still
+    names, else the file's sha256 now; JSON files (tables, records) and folders are not listed."""
+    known = {e["file"]: e["sha256"] for e in table.get(SCORED_KEY) or []}
+    out, seen = [], set()
+    for path in path_strings({k: v for k, v in table.items() if k != SCORED_KEY}):
+        if not os.path.isabs(path) or path in seen or path.endswith(".json") or not os.path.isfile(path):
+            continue
+        seen.add(path)
+        out.append({"file": path, "sha256": known.get(path) or file_sha256(path)})
+    return out
+
+
+def changed_since_scored(table: dict) -> List[Tuple[str, str, str]]:
+    """``(file, sha256 scored, sha256 now)`` of every file of ``table`` (paths absolute) that is not
+    the one the table scored (a missing file: now ``"missing"``)."""
+    changed = []
+    for e in table.get(SCORED_KEY) or []:
+        now = file_sha256(e["file"]) if os.path.isfile(e["file"]) else "missing"
+        if now != e["sha256"]:
+            changed.append((e["file"], e["sha256"], now))
+    return changed
+
+
 def write_table(path: str, table: dict) -> None:
     """Write ``table`` (its paths absolute, as the code holds them) to ``path``, its paths relative
-    to the folder of ``path``, whole (tmp, then rename)."""
+    to the folder of ``path``, with the sha256 of the files it scored (:func:`scored_files`), whole
+    (tmp, then rename)."""
+    table = dict(table, **{SCORED_KEY: scored_files(table)})
     out = relative(table, os.path.dirname(os.path.abspath(path)))
     out[PATHS_KEY] = PATHS_NOTE
     write_json(path, out)

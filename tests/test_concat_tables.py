@@ -4,6 +4,7 @@ all-seeds marks by hand, and the difference between two training conditions."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -273,8 +274,23 @@ def test_a_committed_study_is_rescored_from_its_outputs_and_every_change_is_name
         assert manifest["files"][name]["sha256"] == hashlib.sha256(stored[name]).hexdigest()
     table = (out / "study.json").read_text()
     assert str(tmp_path) not in table and '"/' not in table  # no absolute path
-    # exported again under the same name: refused, nothing touched; --yes (replace) writes the same bytes
+    import numpy
+    assert (manifest["numpy"], manifest["sacrebleu"], manifest["torch"]) == (numpy.__version__, sacrebleu.__version__,
+                                                                            torch.__version__)
     from fairseq_attn_reports.study_bundle import BundleError
+    # an output evaluated again after the tables were made (another BEAM): not the one the table scored,
+    # refused in one line naming the run, the file and both sha256; nothing written
+    rewritten = root / "k2" / "good_seed3" / "hyp.txt"
+    scored = rewritten.read_bytes()
+    rewritten.write_bytes(scored.replace(b"\n", b" .\n"))
+    with pytest.raises(BundleError) as refused:
+        export(str(without), str(out), "again")
+    said = str(refused.value)
+    assert "\n" not in said and f"{rewritten} of run {rewritten.parent} is not the output the table scored" in said
+    assert hashlib.sha256(scored).hexdigest() in said and hashlib.sha256(rewritten.read_bytes()).hexdigest() in said
+    assert not list(out.glob("again*"))
+    rewritten.write_bytes(scored)
+    # exported again under the same name: refused, nothing touched; --yes (replace) writes the same bytes
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     with pytest.raises(BundleError, match="study.json exists: give another --name, or --yes"):
         export(str(without), str(out), "study")
@@ -295,7 +311,11 @@ def test_a_committed_study_is_rescored_from_its_outputs_and_every_change_is_name
     k2["good"]["marks"]["bleu"] = "*" if k2["good"]["marks"]["bleu"] != "*" else "**"
     doc["concat"]["k"]["1"]["systems"]["good"]["pairs"]["bleu"][4]["p_ar"] *= 1.5
     k2["base"]["segmentwise"]["std"]["bleu"] += 1e-6
+    doc["concat"]["n_documents"] += 1  # a field the re-check does not compute: its digest tells it
     (out / "study.json").write_text(json.dumps(doc))
+    md = (out / "study.md").read_text()
+    number = re.search(r"\d+\.\d\d", md).group(0)
+    (out / "study.md").write_text(md.replace(number, f"{float(number) + 0.01:.2f}", 1))  # a number of the text
     hyp = "k1/good_seed2/hyp.txt"
     changed = b"\n".join(line[: len(line) // 2] for line in stored[hyp].split(b"\n"))
     _repack(out / "study" / "outputs.tar.xz", {hyp: changed})
@@ -312,7 +332,8 @@ def test_a_committed_study_is_rescored_from_its_outputs_and_every_change_is_name
     assert {"study.json.concat.k[2].good.scores.chrf", "study.json.concat.k[2].good.marks.bleu",
             "study.json.concat.k[1].good.pairs.bleu[4].p_ar", "study.json.concat.k[2].base.segmentwise.std.bleu",
             "study.json.concat.k[1].good.per_seed.bleu[1]",  # the changed output's own cells
-            "study.json.concat.k[2].good.segmentwise.per_seed.bleu[1]"} <= named
+            "study.json.concat.k[2].good.segmentwise.per_seed.bleu[1]", "study.json", "study.md"} <= named
+    assert "differs: study.json: sha256 differs from the manifest's: changed since it was exported (fields: concat)" in said
     assert not any("base.per_seed" in n or "good.per_seed.bleu[0]" in n for n in named)  # other outputs agree
 
 

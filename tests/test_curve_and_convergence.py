@@ -1,6 +1,7 @@
 """CONVERGE's pieces (lengths.sh; fairseq's --patience): the patience counter read back from a run's log
 for a resumed training, and a run stopped by it known as trained."""
 
+import json
 import logging
 import types
 
@@ -224,6 +225,17 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
                 "trainings": [{"max_update": 12000, "finished": "t", "stopped": "patience", "to_update": updates}],
                 "seen": {"updates": updates, "epochs": updates / per_epoch, "pairs": 10.0 * updates,
                          "original_pairs": 4.0 * updates, "src_tokens": 100.0 * updates, "tgt_tokens": 110.0 * updates}})
+    # a run of patience 2, stopped by it at 3,000, continued with patience 3 to 3,500 (its stop): trained
+    # past its patience-2 stop (the validation losses of its log), never called converged
+    past = study / "alibi"
+    rec = run_record.load(str(past))
+    rec["trainings"] = [dict(rec["trainings"][0], argv=["data", "--patience", "2"], to_update=3000),
+                        dict(rec["trainings"][0], argv=["data", "--patience", "3"])]
+    run_record.save(str(past), rec)
+    losses = [6.0, 5.0, 4.0, 3.9, 4.0, 4.1, 4.2]  # best at 2,000, then 1, 2, 3 validations without improvement
+    (past / "train.log").write_text("".join(
+        f'2026-11-29 00:00:00 | INFO | valid | {{"epoch": 1, "valid_loss": "{v}", "valid_num_updates": "{500 * (i + 1)}"}}\n'
+        for i, v in enumerate(losses)))
     argv = [a for label, d in conds.items() for a in ("--condition", label, str(d))] + ["--names", "baseline", "alibi"]
     assert cli.main(argv) == 0
     for label, d in conds.items():
@@ -233,7 +245,9 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
         for r in rows:
             u = stops[(d, r["system"])]
             assert r["updates"]["per_seed"] == [u] and r["original_pairs"]["mean"] == 4.0 * u
-            assert f"| {label} | {r['system']} | {u:,} | patience | 12000 |" in md
+            stopped = "past its stop (patience 2: 3,000)" if d / r["system"] == past else "patience"
+            assert r["stopped"] == [stopped]
+            assert f"| {label} | {r['system']} | {u:,} | {stopped} | 12000 |" in md
             assert f"| {4 * u:,} | {210 * u:,} |" in md
 
 
@@ -316,3 +330,28 @@ def test_a_run_is_scored_on_its_own_evaluation_not_its_curve_point(tmp_path):
     run_record.save(str(tmp_path / "run"), {"format": run_record.FORMAT, "evaluations": evals})
     hyp, ev = Run(str(tmp_path / "run")).hyp_for(str(ref))
     assert open(hyp).read() == "the run's own\n" and ev["subset"] == "valid"
+
+
+def test_a_study_folder_is_the_study_of_its_settings(tmp_path, capsys):
+    """lengths.sh's LENGTHS_DIR: a folder made before it recorded its settings is the study of the patience
+    its runs were first trained with (the converge2 folder whose runs a CONVERGE=3 study continued);
+    CONVERGE=3 there is refused in one line naming both, CONVERGE=2 accepted and then recorded."""
+    from fairseq_attn_recipes.__main__ import main
+
+    (tmp_path / "baseline").mkdir()
+    run_record.save(str(tmp_path / "baseline"), {"format": run_record.FORMAT, "trainings": [
+        {"argv": ["data", "--patience", "2"]}, {"argv": ["data", "--patience", "3"]}]})
+    ask = ["study-folder", "--dir", str(tmp_path), "--set", "TRAIN_MAX_LEN=20"]
+    with pytest.raises(SystemExit):
+        main(ask + ["--set", "CONVERGE=3", "--write"])
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: LENGTHS_DIR={tmp_path} is the study of CONVERGE=2 ({tmp_path / 'baseline' / 'run.json'}: its "
+                   f"first training's --patience); CONVERGE=3 is another study: give it its own folder (leave "
+                   f"LENGTHS_DIR unset: each setting has its own), or CONVERGE=2")
+    assert not (tmp_path / "study_settings.json").exists()
+    main(ask + ["--set", "CONVERGE=2", "--write"])
+    assert json.loads((tmp_path / "study_settings.json").read_text()) == {"settings": {"CONVERGE": "2",
+                                                                                      "TRAIN_MAX_LEN": "20"}}
+    with pytest.raises(SystemExit):
+        main(["study-folder", "--dir", str(tmp_path), "--set", "TRAIN_MAX_LEN=30", "--set", "CONVERGE=2"])
+    assert "is the study of TRAIN_MAX_LEN=20" in capsys.readouterr().err

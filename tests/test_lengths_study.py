@@ -254,6 +254,11 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
     assert (p.stdout + p.stderr).count("COMET left out") == 1, p.stderr[-3000:]
     assert "it/s]" not in p.stderr and "%|" not in p.stderr
     study = work / "lengths" / "max7" / "converge2"  # CONVERGE's runs: their own folder
+    # the folder is the study of its settings: CONVERGE=3 into it refused in one line, before any step
+    written = {f: f.stat().st_mtime_ns for f in study.rglob("*") if f.is_file()}
+    said = one_error(lengths_sh(dict(env, CONVERGE="3", LENGTHS_DIR=str(study)), check=False))
+    assert f"LENGTHS_DIR={study} is the study of CONVERGE=2 ({study / 'study_settings.json'}); CONVERGE=3 is" in said
+    assert {f: f.stat().st_mtime_ns for f in study.rglob("*") if f.is_file()} == written
     corpus = work / "quick-corpus"
     test_src, test_ref = read(corpus / "test.src"), read(corpus / "test.tgt")
     assert max(len(s.split()) for s in test_src) > 7  # the test set holds sentences beyond the cap
@@ -501,6 +506,28 @@ def curve_and_convergence_checks(study, runs, work):
     named = {d.split(": ")[0] for d in rescore(str(out / "quick_curve.json")).diffs}
     assert member in named and "quick_curve.json.rows[alibi, pairs alone, 24].k[1].length_ratio.mean" in named, named
     assert not any("baseline" in n or ".k[2]." in n for n in named), named
+
+    # a lower patience whose stop the run is past (a validation at 18 without improvement: patience 1 stops
+    # at 18, the run holds 24 updates): refused in one line naming both, nothing trained or written
+    import contextlib
+    import io
+
+    from fairseq_attn_recipes import train
+    run = study / "baseline"
+    log = (run / "train.log").read_text()
+    first = next(json.loads(line[line.index("{"):]) for line in log.splitlines() if "| valid |" in line)
+    worse = dict(first, valid_loss=f"{float(first['valid_loss']) + 1:.3f}", valid_num_updates="18")
+    (run / "train.log").write_text(log + f"2026-11-29 00:00:00 | INFO | valid | {json.dumps(worse)}\n")
+    argv = json.loads((run / "run.json").read_text())["trainings"][-1]["argv"]
+    i = argv.index("--patience")
+    before = {f: f.stat().st_mtime_ns for f in run.iterdir()}
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        assert train.main(argv[:i + 1] + ["1"] + argv[i + 2:]) == 1
+    said = [line for line in err.getvalue().splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and f"{run} was trained to update 24 (trained with --patience 2), past where --patience 1 " \
+        "stops it: update 18" in said[0], err.getvalue()
+    assert {f: f.stat().st_mtime_ns for f in run.iterdir()} == before
+    (run / "train.log").write_text(log)
 
 
 # ------------------------------------------------------------------ the sweep route (bad input only)

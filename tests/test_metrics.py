@@ -2,6 +2,7 @@
 COMET's tests draw sacreBLEU's resamples; bad input is one line naming the file."""
 
 import json
+import math
 import re
 import subprocess
 import sys
@@ -151,8 +152,9 @@ def test_segment_mean_tests_draw_sacrebleus_resamples():
             torch.testing.assert_close(mine["score"], float(theirs.score), rtol=0, atol=1e-12)
             if theirs.p_value is not None:
                 assert mine[key] == theirs.p_value
-            if test == "bs":
-                assert (mine["bs_mean"], mine["bs_ci"]) == (float(theirs.mean), float(theirs.ci))
+            if test == "bs":  # sacreBLEU sums its resamples in float32, here float64 (test_float64_statistics)
+                torch.testing.assert_close((mine["bs_mean"], mine["bs_ci"]), (float(theirs.mean), float(theirs.ci)),
+                                           rtol=1e-6, atol=0)
     assert ours[1]["p_bootstrap"] < 0.05  # the shifted system differs
 
 
@@ -324,3 +326,49 @@ def test_scoring_step_imports_neither_torch_nor_fairseq():
             "print(sorted(m for m in ('torch', 'fairseq', 'fairseq_attn_plugins') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def _plain_sums(stats, rows):
+    """Each row's per-sentence statistics summed with Python numbers, as floats (exact: counts)."""
+    return [[float(sum(stats[i][j] for i in row)) for j in range(len(stats[0]))] for row in rows]
+
+
+def _plain_ci(scores):
+    s = sorted(scores)
+    lower = len(s) // 40
+    return math.fsum(s) / len(s), 0.5 * (s[len(s) - lower - 1] - s[lower])
+
+
+@pytest.mark.parametrize("key", ["bleu", "chrf"])
+def test_float64_statistics_to_the_last_bit(files, key):
+    """The bootstrap and approximate-randomisation numbers of the tables are sacreBLEU's tests with
+    every resample summed in float64 and scored from Python floats, whatever numpy promotes: equal, to
+    the last bit, to a plain reference (Python sums of sacreBLEU's draws for the seed, the metric's own
+    formula). sacreBLEU's float32 sums give numbers that differ between numpy 1 and numpy 2."""
+    refs, base, sys_ = (files[n].read_text(encoding="utf-8").splitlines()[:30] for n in ("ref", "base", "good"))
+    bs, ar = 120, 150
+    res = M.sacrebleu_paired_tests(refs, [("base", base), ("good", sys_)], [key], bs_samples=bs, ar_trials=ar)
+    metric = M.make_metric(key)
+    score = lambda summed: float(metric._compute_score_from_stats(summed).score)
+    st_b, st_s = (metric._extract_corpus_statistics(h, [refs]) for h in (base, sys_))
+    n = len(refs)
+    idxs = np.random.default_rng(12345).choice(n, size=(bs, n), replace=True).tolist()  # sacreBLEU's draw
+    coins = np.random.default_rng(12345).integers(2, size=(ar, n), dtype=bool).tolist()
+    b_bs = [score(s) for s in _plain_sums(st_b, idxs)]
+    s_bs = [score(s) for s in _plain_sums(st_s, idxs)]
+    s_real, b_real = score(_plain_sums(st_s, [range(n)])[0]), score(_plain_sums(st_b, [range(n)])[0])
+    diff = abs(b_real - s_real)
+    d = [abs(x - y) for x, y in zip(s_bs, b_bs)]
+    mean_d = math.fsum(d) / len(d)
+    p_bs = (sum(1 for v in d if v - mean_d > diff) + 1) / (bs + 1)
+    ar_d = []
+    for c in coins:
+        a = [st_b[i] if c[i] else st_s[i] for i in range(n)]
+        b = [st_s[i] if c[i] else st_b[i] for i in range(n)]
+        ar_d.append(abs(score(_plain_sums(a, [range(n)])[0]) - score(_plain_sums(b, [range(n)])[0])))
+    p_ar = (sum(1 for v in ar_d if v > diff) + 1) / (ar + 1)
+    b_cell, s_cell = (row["scores"][key] for row in res["systems"])
+    assert (b_cell["bs_mean"], b_cell["bs_ci"]) == _plain_ci(b_bs)  # the baseline's own draw: the same seed
+    assert (s_cell["bs_mean"], s_cell["bs_ci"]) == _plain_ci(s_bs)
+    assert (s_cell["p_bootstrap"], s_cell["p_ar"]) == (p_bs, p_ar)
+    assert s_cell["score"] == s_real and 0.0 < p_bs < 1.0

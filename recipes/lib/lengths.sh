@@ -26,7 +26,8 @@
 # tables as mean ± sample std with the seeds table's marks; the by-source-length table on the first seed.
 # CONVERGE=P: every run trains until its validation loss (the original valid pairs, in both conditions) has
 # not improved for P validations, one every SAVE_INTERVAL_UPDATES updates (fairseq's --patience), at most
-# MAX_UPDATE updates (the cap); its own folder LENGTHS_DIR=WORK/lengths/max<N>/converge<P>. CURVE=U1,U2,...:
+# MAX_UPDATE updates (the cap); its own folder LENGTHS_DIR=WORK/lengths/max<N>/converge<P> (a folder is the study of
+# its TRAIN_MAX_LEN and CONVERGE, LENGTHS_DIR/study_settings.json: others there are refused). CURVE=U1,U2,...:
 # the checkpoints of those updates are kept (never pruned) and every run is evaluated at each on k = 1 and
 # the largest k (curve.md, curve.json, curve_<name>.png). Each condition's lengths.md says every run's
 # updates, epochs and pairs and tokens seen ("Training length").
@@ -170,6 +171,9 @@ lengths_main() {
   done
   (( ${#names[@]} >= 2 )) || die "ARCHS=$ARCHS: the study compares systems with the first one: give at least two"
   check_converge_curve "${archs[0]}"
+  # a study folder given (LENGTHS_DIR) is the study of the settings it was made with: others refused before any step
+  local study_set=(--set "TRAIN_MAX_LEN=$TRAIN_MAX_LEN" --set "CONVERGE=${CONVERGE:-}")
+  [[ -z ${LENGTHS_DIR:-} ]] || "${STEPS[@]}" study-folder --dir "$LENGTHS_DIR" "${study_set[@]}" || exit 1
   "${STEPS[@]}" check-arch --variable "ARCHS=$ARCHS" "${archs[@]}" || exit 1
   ARCHS_CHECKED="${archs[*]}"  # train.sh then checks none of them again
   comet_checked
@@ -193,6 +197,7 @@ lengths_main() {
   recipe_defaults
   LENGTHS_DIR=${LENGTHS_DIR:-$WORK/lengths/max$TRAIN_MAX_LEN${CONVERGE:+/converge$CONVERGE}}
   mkdir -p "$LENGTHS_DIR"
+  "${STEPS[@]}" study-folder --dir "$LENGTHS_DIR" "${study_set[@]}" --write || exit 1
   for c in "${conds[@]}"; do
     if [[ -z $c ]]; then cond_dirs+=("$LENGTHS_DIR"); else cond_dirs+=("$LENGTHS_DIR/trainconcat${c//,/_}"); fi
   done

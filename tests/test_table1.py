@@ -180,7 +180,9 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     doc = json.loads(committed.read_text())
     doc["heads"][1]["bleu_per_seed"][1] += 0.01
     committed.write_text(json.dumps(doc))
-    assert [d.split(": ")[0] for d in study_bundle.rescore(str(committed)).diffs] == ["f2.json.heads[3].bleu_per_seed[1]"]
+    diffs = study_bundle.rescore(str(committed)).diffs  # the edited field, and the cell re-scored
+    assert [d.split(": ")[0] for d in diffs] == ["f2.json", "f2.json.heads[3].bleu_per_seed[1]"]
+    assert diffs[0].endswith("(fields: heads)")
     assert paper.main(["figure3", "--ref", ref, "--baseline", f"base={runs['w3']}/hyp.txt",
                        "--system", f"a={runs['w11']}/hyp.txt", f"b={runs['h3']}/hyp.txt",
                        "--png", str(tmp_path / "f3.png"), "--json", str(tmp_path / "f3.json")]) == 0

@@ -443,7 +443,48 @@ def _arg(launch, fn, name):
 
 def plan(launch, fn, variant: str):
     """[(iterations of main loop n per (batch, head), nested iterations)] for one launch: the
-    tiles each program visits as the kernel's own bounds give them."""
+    tiles each program visits in each stage as the kernel's own bounds give them (a mirror of
+    ``_stages`` / ``_q_stages`` of the kernels: far-left, band, far-right for a query tile;
+    far-right, band, far-left for a key tile; one loop when nothing splits)."""
+    get = lambda n: _arg(launch, fn, n)  # noqa: E731
+    kw = launch["kwargs"]
+    if "SPLIT" not in kw:
+        return _plan_one_loop(launch, fn)
+    T, S, start = get("T"), get("S"), get("start")
+    bm, bn, causal, split = kw["BLOCK_M"], kw["BLOCK_N"], kw["CAUSAL"], kw["SPLIT"]
+    WL, WR = get("WL"), get("WR")
+    name = launch["kernel"]
+    counts = [0, 0, 0]
+    if name in ("forward", "backward_q"):
+        for m0 in range(0, T, bm):
+            i0 = start + m0
+            hi = min(S, i0 + bm) if causal else S
+            fl = fr = hi
+            if split:
+                fl = min(max(0, (max(i0 - WL + 1, 0) // bn) * bn), hi)
+                fr = hi if causal else max(min(hi, ((i0 + bm - 1 + WR + bn - 1) // bn) * bn), fl)
+            counts[0] += _cdiv(fl, bn)
+            counts[1] += _cdiv(max(fr - fl, 0), bn)
+            counts[2] += _cdiv(max(hi - fr, 0), bn)
+    elif name == "backward_kv":
+        for n0 in range(0, S, bn):
+            m_lo = (max(0, n0 - start) // bm) * bm if causal else 0
+            a = c = m_lo
+            if split:
+                a = m_lo if causal else min(max(m_lo, (max(n0 + 1 - WR - start, 0) // bm) * bm), T)
+                c = max(min(T, ((max(n0 + bn - 1 + WL - start, 0) + bm - 1) // bm) * bm), a)
+            counts[0] += _cdiv(max(a - m_lo, 0), bm)
+            counts[1] += _cdiv(max(c - a, 0), bm)
+            counts[2] += _cdiv(max(T - c, 0), bm)
+    else:
+        return [(0, 0)]
+    if not split:  # one loop: every tile in the stage that holds them
+        counts = [sum(counts)]
+    return [(n, 0) for n in counts]
+
+
+def _plan_one_loop(launch, fn):
+    """The single-loop kernels (one main loop over every tile, per-bin loops nested in it)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731
     T, S, start = get("T"), get("S"), get("start")
     bm, bn, causal = get("BLOCK_M"), get("BLOCK_N"), get("CAUSAL")
@@ -639,6 +680,10 @@ def main(argv=None):
                                   file=sys.stderr)
                         read = compiled_reads[ck]
                         its = plan(launch, fn, variant)
+                        if len(its) != len(read["main_loops"]):
+                            result["meta"].setdefault("notes", []).append(
+                                f"sm_{cap} {key} {launch['kernel']}: {len(read['main_loops'])} main loops in the SASS, "
+                                f"{len(its)} in the plan: its total is not trusted")
                         for bound in total:
                             total[bound] += kernel_total(read, programs_per_bh(launch), its, bound)
                         result["kernels"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[launch["kernel"]] = dict(

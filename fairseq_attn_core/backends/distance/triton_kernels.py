@@ -37,6 +37,19 @@ import triton.language as tl
 
 
 @triton.jit
+def _load_rows(ptrs, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexpr):
+    """A (rows, BLOCK_D) tile, masked only where the rows or the head may run past their ends."""
+    if EVEN:
+        if EVEN_D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=(offs_d < D)[None, :], other=0.0)
+    else:
+        x = tl.load(ptrs, mask=(offs < n)[:, None] & (offs_d < D)[None, :], other=0.0)
+    return x
+
+
+@triton.jit
 def _stages(i0, lo, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
             CAUSAL: tl.constexpr):
     """The key bounds of a query tile's stages (rows ``i0 .. i0 + BLOCK_M - 1``, keys
@@ -112,11 +125,11 @@ def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: 
 
 
 @triton.jit
-def _band(x, dist, inside, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr, KEYS: tl.constexpr,
-          CAUSAL: tl.constexpr):
+def _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
+          KEYS: tl.constexpr, CAUSAL: tl.constexpr):
     """A band tile's per-pair terms and the causal mask."""
-    if BIAS == 2:
-        x -= slope2 * tl.abs(dist).to(x.dtype)
+    if BIAS == 2:  # -m |j - i| from the two position vectors (no integer tile)
+        x -= tl.abs(slope2 * offs_n.to(x.dtype)[None, :] - slope2 * pos_i.to(x.dtype)[:, None])
     if BIAS == 1:
         x += tl.load(BIAS2 + h * NDIST + dist + (S - 1), mask=inside, other=0.0).to(x.dtype)
     if KEYS:
@@ -128,39 +141,52 @@ def _band(x, dist, inside, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS:
 
 
 @triton.jit
-def _bins(v, pos_i, n0, clip, RB: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r - clip`` when it is in this tile and
-    r an interior bin (1 .. 2 clip - 1), else 0: a tile's share of a (rows, 2k + 1) table."""
-    r = tl.arange(0, RB)
-    jl = pos_i[:, None] + r[None, :] - clip - n0
-    ok = (jl >= 0) & (jl < BLOCK_N) & (r >= 1)[None, :] & (r < 2 * clip)[None, :]
+def _bins(v, pos_i, n0, clip, RI: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r + 1 - clip`` when it is in this tile
+    and r + 1 an interior bin (1 .. 2 clip - 1), else 0: a tile's share of the interior of a
+    (rows, 2k + 1) table (each interior bin of a row is one key)."""
+    r = tl.arange(0, RI)
+    jl = pos_i[:, None] + r[None, :] + 1 - clip - n0
+    ok = (jl >= 0) & (jl < BLOCK_N) & (r < 2 * clip - 1)[None, :]
     got = tl.gather(v, tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1), 1)
     return tl.where(ok, got, 0.0)
+
+
+@triton.jit
+def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
+    """A (rows, R) table: ``left`` in column 0, ``inner`` in 1 .. R - 2, ``right`` in R - 1."""
+    r = tl.arange(0, RI)[None, :]
+    tl.store(PTR + rows[:, None] + 1 + r, inner, mask=(offs_m < T)[:, None] & (r < R - 2))
+    tl.store(PTR + rows, left, mask=offs_m < T)
+    tl.store(PTR + rows + R - 1, right, mask=offs_m < T)
 
 
 @triton.jit
 def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, sk, sv, qk_scale,
               slope2, KB, BIAS2, QA2, qa_rows, row, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
-              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RB: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr):
+              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
-    k = tl.load(K + koff + offs_n[:, None] * sk + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
-    x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC)[None, :]
+    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
+        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC)[None, :]
+    else:
+        x = s * qk_scale
     if KIND == 1:
         dist = offs_n[None, :] - pos_i[:, None]
         inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
-        x = _band(x, dist, inside, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
+        x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp2(-inf - 0) = 0
     p = tl.exp2(x - (m_use - row)[:, None])
     alpha = tl.exp2(m_i - m_use)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
-    v = tl.load(V + koff + offs_n[:, None] * sv + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
         pbl = pbl * alpha
@@ -173,7 +199,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
         if KIND == 1:
             pbl += tl.sum(tl.where(dist <= -clip, p, 0.0), 1)
             pbr += tl.sum(tl.where(dist >= clip, p, 0.0), 1)
-            pb += _bins(p, pos_i, n0, clip, RB, BLOCK_N)
+            pb += _bins(p, pos_i, n0, clip, RI, BLOCK_N)
     return acc, m_new, l_i, pb, pbl, pbr
 
 
@@ -181,8 +207,9 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
             qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
-            HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
+            HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     """One query tile: the output (without Shaw's value term), the base-2 log-sum-exp and
     (``VALUES``) PB (B H, T, R), each row's probability mass per clipped distance, accumulated
     beside the output and rescaled with it (the caller adds ``PB a_V``)."""
@@ -204,7 +231,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     m_i = tl.full((BLOCK_M,), float("-inf"), ACC)
     l_i = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_D), ACC)
-    pb = tl.zeros((BLOCK_M, RB), ACC)
+    pb = tl.zeros((BLOCK_M, RI), ACC)
     pbl = tl.zeros((BLOCK_M,), ACC)
     pbr = tl.zeros((BLOCK_M,), ACC)
     hi = S
@@ -215,29 +242,27 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
-            qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RB,
-            BLOCK_N, BLOCK_D, D, ACC, PRECISION)
+            qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+            BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RB, BLOCK_N, BLOCK_D, D, ACC, PRECISION)
+                RI, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RB, BLOCK_N, BLOCK_D, D, ACC, PRECISION)
+                RI, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
     lse = tl.where(has, m_i + tl.log2(l_safe), float("inf"))
     if VALUES:
-        cols = tl.arange(0, RB)[None, :]
-        pb = tl.where(cols == 0, pbl[:, None], tl.where(cols == R - 1, pbr[:, None], pb))
-        tl.store(PB + qa_rows[:, None] + cols, pb / l_safe[:, None], mask=(offs_m < T)[:, None] & (cols < R))
+        _store_bins(PB, qa_rows, pb / l_safe[:, None], pbl / l_safe, pbr / l_safe, R, T, offs_m, RI)
     o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
     tl.store(O + o_off, out.to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
@@ -246,15 +271,19 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
 @triton.jit
 def _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row,
                 lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
+                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
     no key); with the pairs' distances and which are inside (T, S)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
-    x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC)[None, :]
+    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
+        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC)[None, :]
+    else:
+        x = s * qk_scale
     dist = offs_n[None, :] - pos_i[:, None]
     inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
     if KIND == 1:
-        x = _band(x, dist, inside, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
+        x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 
@@ -262,16 +291,16 @@ def _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, sl
 def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
              NDIST, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
-             CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RB: tl.constexpr,
+             CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
              WB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
-             ACC: tl.constexpr, PRECISION: tl.constexpr):
+             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
-    k = tl.load(K + koff + offs_n[:, None] * sk + offs_d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + koff + offs_n[:, None] * sv + offs_d[None, :], mask=kv_mask, other=0.0)
+    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
-                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
+                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
@@ -286,7 +315,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
         if KIND == 1:
             dql += tl.sum(tl.where(dist <= -clip, ds, 0.0), 1)
             dqr += tl.sum(tl.where(dist >= clip, ds, 0.0), 1)
-            dqa += _bins(ds, pos_i, n0, clip, RB, BLOCK_N)
+            dqa += _bins(ds, pos_i, n0, clip, RI, BLOCK_N)
     if TABLE_GRAD:
         if KIND == 0:
             dql += tl.sum(ds, 1)
@@ -311,8 +340,9 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr, RB: tl.constexpr,
-               WB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-               ACC: tl.constexpr, PRECISION: tl.constexpr):
+               RI: tl.constexpr, WB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     """One query tile, run before :func:`backward_kv`: its rows' delta ``rowsum(dO O)`` (plus
     ``rowsum(PB dPB)`` with ``VALUES``), written for backward_kv; dq over every key tile it
     sees; (``KEYS``) dQA, its dS summed per table row; (``TABLE_GRAD``) dS summed per distance
@@ -343,7 +373,7 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     dq = tl.zeros((BLOCK_M, BLOCK_D), ACC)
-    dqa = tl.zeros((BLOCK_M, RB), ACC)
+    dqa = tl.zeros((BLOCK_M, RI), ACC)
     dql = tl.zeros((BLOCK_M,), ACC)
     dqr = tl.zeros((BLOCK_M,), ACC)
     hi = S
@@ -358,16 +388,16 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
         dq, dqa, dql, dqr = _dq_tile(
             dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
-            0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RB, WB, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-            PRECISION)
+            0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, WB, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+            PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
-                1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RB, WB, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                PRECISION)
+                1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, WB, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
@@ -375,14 +405,12 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
-                clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RB, WB, BLOCK_M, BLOCK_N, BLOCK_D, D,
-                ACC, PRECISION)
+                clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, WB, BLOCK_M, BLOCK_N, BLOCK_D, D,
+                ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
     if KEYS:
-        cols = tl.arange(0, RB)[None, :]
-        dqa = tl.where(cols == 0, dql[:, None], tl.where(cols == R - 1, dqr[:, None], dqa))
-        tl.store(DQA + qa_rows[:, None] + cols, dqa, mask=(offs_m < T)[:, None] & (cols < R))
+        _store_bins(DQA, qa_rows, dqa, dql, dqr, R, T, offs_m, RI)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))
@@ -394,14 +422,14 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIS
               slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D,
-              ACC: tl.constexpr, PRECISION: tl.constexpr):
+              ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
     i0 = start + m0
-    q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
-    q = tl.load(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], mask=q_mask, other=0.0)
+    q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
+    do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
     delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     qa_rows = (bh * T + offs_m) * R
@@ -415,7 +443,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIS
             else:
                 delta -= tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
     p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
-                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
+                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
@@ -432,7 +460,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
                 qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
+                BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
     """One key tile: dk, dv over every query tile that sees it (the delta from
     :func:`backward_q`)."""
     bh = tl.program_id(0)
@@ -459,15 +488,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
     for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION)
+                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION)
+                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION)
+                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     out_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
     tl.store(DK + out_off, (dk * (qk_scale * 0.6931471805599453)).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + out_off, dv.to(DV.dtype.element_ty), mask=kv_mask)

@@ -126,6 +126,16 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+def _interior(clip: int) -> int:
+    """Columns of the kernels' interior bins (1 .. 2k - 1 of Shaw's table rows)."""
+    return _pow2(max(2 * clip - 1, 1))
+
+
+def _even(config, T: int, S: int) -> dict:
+    """Whether the queries and keys fill whole tiles (their loads then go unmasked)."""
+    return dict(EVEN_M=T % config.block_m == 0, EVEN_N=S % config.block_n == 0)
+
+
 def _rows_view(t: Tensor) -> Tensor:
     """t itself when its last dimension is contiguous (the kernels read the rest by strides)."""
     return t if t.stride(-1) == 1 else t.contiguous()
@@ -150,15 +160,15 @@ class _TritonAttention(torch.autograd.Function):
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=qa is not None, VALUES=values, CAUSAL=causal,
                       HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or qa is not None or causal),
-                      BLOCK_D=head_block(D), ACC=acc, PRECISION=precision)
+                      BLOCK_D=head_block(D), EVEN_D=head_block(D) == D, ACC=acc, PRECISION=precision)
         ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1)
         pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
                     qa2)
         c = configs.forward_values if values else configs.forward
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, lse, pb if values else none, *pointers, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *ints, RB=_pow2(R), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps,
-            num_stages=c.num_stages, **common)
+            *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
+            **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out, lse, pb, *pointers)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype)
         if not values:
@@ -194,12 +204,13 @@ class _TritonAttention(torch.autograd.Function):
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
         module.backward_q[(B * H, q_tiles)](
             q, k, v, out, do, lse, delta, dq, dqa, pb if common["VALUES"] else none, dpb, dtable, dfar, kb, bias2,
-            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RB=_pow2(R),
+            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RB=_pow2(R), RI=_interior(ints[7]),
             WB=_pow2(cq.block_m + cq.block_n - 1), BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
-            num_warps=cq.num_warps, num_stages=cq.num_stages, **common)
+            num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
-            BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages, **common)
+            BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
+            **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             onehot = shape["onehot"]

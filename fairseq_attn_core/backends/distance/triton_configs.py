@@ -6,7 +6,7 @@ three tiles). No triton import: the chooser and the tests read these on any mach
 """
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class KernelConfigs:
     backward_kv: BlockConfig
     backward_q: BlockConfig
     forward_values: BlockConfig
+    #: the backward's kernels with Shaw's value term (narrower tiles: its band tiles read QA
+    #: and dPB per pair); None: the plain ones
+    backward_kv_values: Optional[BlockConfig] = None
+    backward_q_values: Optional[BlockConfig] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -35,7 +39,8 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 32, 4, 2), BlockConfig(32, 64, 4, 2),
+                      BlockConfig(64, 32, 4, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }

@@ -27,9 +27,10 @@ zero gradients), the core's rule. q, k, v and dO are read through their strides 
 D) views, the last dimension contiguous); B H is the grid's first axis.
 
 t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in its band
-tiles (a skewed gather: the diagonals of the tile) and writes them at their distance into a
-row of its own (two rows, even and odd band tiles, so no cell is written twice), and the
-far tiles' sums into two cells; torch adds them up per bucket (a one-hot matmul).
+tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart)
+and writes them at their distance into two rows of its own (unwrapped, wrapped: no cell is
+written twice), and the far tiles' sums into two cells; torch adds them up per bucket (a
+one-hot matmul).
 """
 
 import triton
@@ -292,7 +293,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
              NDIST, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
-             WB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
              ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
@@ -321,16 +322,16 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
             dql += tl.sum(ds, 1)
         if KIND == 2:
             dqr += tl.sum(ds, 1)
-        if KIND == 1:  # the tile's diagonals: column c holds j - i = n0 - (i0 + BLOCK_M - 1) + c
-            c = tl.arange(0, WB)
-            il = tl.arange(0, BLOCK_M)
-            jl = c[None, :] - (BLOCK_M - 1) + il[:, None]
-            ok = (jl >= 0) & (jl < BLOCK_N)
-            diag = tl.sum(tl.where(ok, tl.gather(ds, tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1), 1), 0.0), 0)
-            at = n0 - (i0 + BLOCK_M - 1) + c + (S - 1)
-            parity = ((n0 - fl) // BLOCK_N) % 2
-            tl.store(DTABLE + ((bh * tl.num_programs(1) + pid_m) * 2 + parity) * NDIST + at, diag,
-                     mask=(at >= 0) & (at < NDIST) & (c < BLOCK_M + BLOCK_N - 1))
+        if KIND == 1:  # the tile's diagonals, from g[i, c] = ds[i, (c + i) mod BLOCK_N] (BLOCK_M <= BLOCK_N)
+            c = tl.arange(0, BLOCK_N)[None, :]
+            jw = c + tl.arange(0, BLOCK_M)[:, None]
+            wrapped = jw >= BLOCK_N
+            g = tl.gather(ds, tl.where(wrapped, jw - BLOCK_N, jw), 1)
+            at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
+            row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
+            tl.store(DTABLE + row0 + at, tl.sum(tl.where(wrapped, 0.0, g), 0), mask=(at >= 0) & (at < NDIST))
+            at -= BLOCK_N  # wrapped: one tile width less
+            tl.store(DTABLE + row0 + NDIST + at, tl.sum(tl.where(wrapped, g, 0.0), 0), mask=(at >= 0) & (at < NDIST))
     return dq, dqa, dql, dqr
 
 
@@ -340,7 +341,7 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr, RB: tl.constexpr,
-               RI: tl.constexpr, WB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr):
     """One query tile, run before :func:`backward_kv`: its rows' delta ``rowsum(dO O)`` (plus
@@ -388,7 +389,7 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
         dq, dqa, dql, dqr = _dq_tile(
             dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
-            0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, WB, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+            0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
@@ -396,7 +397,7 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
-                1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, WB, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         if VALUES:
@@ -405,7 +406,7 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
-                clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, WB, BLOCK_M, BLOCK_N, BLOCK_D, D,
+                clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)

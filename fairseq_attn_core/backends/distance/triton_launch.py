@@ -195,9 +195,11 @@ class _TritonAttention(torch.autograd.Function):
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
+        if common["VALUES"]:
+            ckv, cq = configs.backward_kv_values or ckv, configs.backward_q_values or cq
         q_tiles = _cdiv(T, cq.block_m)
-        if table_grad and cq.block_n < cq.block_m - 1:
-            raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m - 1")
+        if table_grad and cq.block_n < cq.block_m:
+            raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
         dtable = torch.zeros(B * H * q_tiles * 2 * NDIST if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
@@ -205,7 +207,7 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_q[(B * H, q_tiles)](
             q, k, v, out, do, lse, delta, dq, dqa, pb if common["VALUES"] else none, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RB=_pow2(R), RI=_interior(ints[7]),
-            WB=_pow2(cq.block_m + cq.block_n - 1), BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
+            BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,

@@ -147,10 +147,12 @@ def _terms(variant, causal, leaf):
     return DistanceTerms(slopes=tuple(alibi_slopes(H))), []
 
 
-def record(L: int, causal: bool, variants=VARIANTS):
+def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
     """{variant: ([launch], [torch op])}: the launches one forward + backward makes at length
-    L, and the torch work around them."""
+    L on a GPU of compute capability ``cap`` (its blocks), and the torch work around them."""
     from fairseq_attn_core.backends.distance import triton_launch
+    from fairseq_attn_core.backends.distance.triton_configs import configs_for
+    configs = configs_for(D, divmod(cap, 10))
     kernels = triton_launch.kernels()
     g = torch.Generator().manual_seed(0)
 
@@ -167,7 +169,8 @@ def record(L: int, causal: bool, variants=VARIANTS):
         terms, tables = _terms("alibi" if variant == "terms off" else variant, causal, leaf)
         dout = torch.randn(B, H, L, D, generator=g).to(torch.float16)
         with TorchWork() as work:
-            o = triton_launch.triton_attention(terms, q, k, v, D ** -0.5, kpm, causal, module=stand_in(kernels, calls))
+            o = triton_launch.triton_attention(terms, q, k, v, D ** -0.5, kpm, causal, configs,
+                                               module=stand_in(kernels, calls))
             torch.autograd.grad(o, [q, k, v] + tables, dout.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3))
         if variant == "terms off":
             for c in calls:

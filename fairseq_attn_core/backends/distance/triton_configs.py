@@ -6,7 +6,7 @@ three tiles). No triton import: the chooser and the tests read these on any mach
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,15 @@ CONFIGS: Dict[int, KernelConfigs] = {
                        BlockConfig(64, 64, 8, 2)),
 }
 
+#: the same for GPUs before Hopper (sm_80 A100, sm_86, sm_89): the tensor cores' operands and
+#: accumulators all sit in registers there, so the tiles are smaller (no spills on sm_80)
+_AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
+AMPERE: Dict[int, KernelConfigs] = {
+    block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
+                         _AMPERE_SMALL, _AMPERE_SMALL)
+    for block in (16, 32, 64)
+}
+
 #: the CPU interpreter's tiles (tests, the dry device run)
 _TINY = BlockConfig(16, 16, 1, 1)
 SMALL = KernelConfigs(_TINY, _TINY, _TINY, _TINY)
@@ -55,9 +64,13 @@ def head_block(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def configs_for(head_dim: int) -> KernelConfigs:
+def configs_for(head_dim: int, capability: Optional[Tuple[int, int]] = None) -> KernelConfigs:
+    """The blocks for a head size on a GPU of compute ``capability`` (major, minor); None:
+    Hopper's (the CPU interpreter's calls and the static report's sm_90 reading)."""
     block = head_block(head_dim)
     if block not in CONFIGS:
         raise ValueError(f"the Triton distance kernels take heads of at most {max(CONFIGS)} dimensions "
                          f"(got {head_dim})")
+    if capability is not None and capability[0] < 9 and block in AMPERE:
+        return AMPERE[block]
     return CONFIGS[block]

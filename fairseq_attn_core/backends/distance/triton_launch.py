@@ -58,7 +58,8 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     if not terms.form.triton:
         raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's tables")
     module = module or kernels()
-    configs = configs or configs_for(q.size(-1))
+    configs = configs or configs_for(q.size(-1), torch.cuda.get_device_capability(q.device)
+                                     if q.device.type == "cuda" else None)
     B, H, T, D = q.shape
     S = k.size(2)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32

@@ -633,8 +633,7 @@ def kernel_total(read: dict, programs: int, loop_iterations, bound: str) -> floa
 
 
 def programs_per_bh(launch) -> int:
-    g = launch["grid"]
-    return int(g[0]) if len(g) == 1 or (len(g) > 1 and g[1] == B * H) else int(g[1])
+    return math.prod(int(n) for n in launch["grid"]) // (B * H)
 
 
 def main(argv=None):
@@ -664,13 +663,13 @@ def main(argv=None):
     compiled_reads = {}
     for L in lengths:
         for causal in causals:
-            recorded, kmod = record(L, causal)
-            for variant, (calls, ops) in recorded.items():
-                key = f"{variant}{' causal' if causal else ''}"
-                result["outside_torch"].setdefault(key, {})[str(L)] = dict(
-                    flops=sum(o["flops"] for o in ops), bytes=sum(o["bytes"] for o in ops),
-                    ops=_summarise(ops))
-                for cap in archs:
+            for cap in archs:  # each GPU's launches, with its blocks
+                recorded, kmod = record(L, causal, cap=cap)
+                for variant, (calls, ops) in recorded.items():
+                    key = f"{variant}{' causal' if causal else ''}"
+                    result["outside_torch"].setdefault(key, {})[str(L)] = dict(
+                        flops=sum(o["flops"] for o in ops), bytes=sum(o["bytes"] for o in ops),
+                        ops=_summarise(ops))
                     total = dict(max=0.0, sum=0.0)
                     for launch in calls:
                         fn = getattr(kmod, launch["kernel"])

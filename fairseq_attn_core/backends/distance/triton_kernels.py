@@ -87,11 +87,14 @@ def _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 
 @triton.jit
 def _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.constexpr, KIND: tl.constexpr,
-             ACC: tl.constexpr):
+             ACC: tl.constexpr, EVEN_N: tl.constexpr):
     """The tile's column vector: 0 or -inf (padding, past S), plus alibi's column part in
     far tiles (KIND 0 far-left, 1 band, 2 far-right)."""
     if HAS_PAD:
-        col = tl.load(KB + b * S + offs_n, mask=offs_n < S, other=float("-inf")).to(ACC)
+        if EVEN_N:
+            col = tl.load(KB + b * S + offs_n).to(ACC)
+        else:
+            col = tl.load(KB + b * S + offs_n, mask=offs_n < S, other=float("-inf")).to(ACC)
     else:
         col = tl.where(offs_n < S, 0.0, float("-inf")).to(ACC)
     if BIAS == 2:
@@ -174,7 +177,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
-        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC)[None, :]
+        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N)[None, :]
     else:
         x = s * qk_scale
     if KIND == 1:
@@ -278,7 +281,7 @@ def _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, sl
     no key); with the pairs' distances and which are inside (T, S)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
-        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC)[None, :]
+        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N)[None, :]
     else:
         x = s * qk_scale
     dist = offs_n[None, :] - pos_i[:, None]
@@ -444,7 +447,8 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIS
             else:
                 delta -= tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
     p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
-                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, False, ACC, PRECISION, EVEN_M, True,
+                                  EVEN_D)  # padded keys: their rows of dk, dv zeroed at the end
     dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
@@ -464,7 +468,9 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr):
     """One key tile: dk, dv over every query tile that sees it (the delta from
-    :func:`backward_q`)."""
+    :func:`backward_q`). A key's dk and dv rows depend on its own probabilities only: the
+    padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
+    past S, read as zeros, are not stored)."""
     bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = bh // H
@@ -498,6 +504,10 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
+        keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
+        dk = tl.where(keep, dk, 0.0)
+        dv = tl.where(keep, dv, 0.0)
     out_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
     tl.store(DK + out_off, (dk * (qk_scale * 0.6931471805599453)).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + out_off, dv.to(DV.dtype.element_ty), mask=kv_mask)

@@ -28,10 +28,11 @@ class KernelConfigs:
     backward_kv: BlockConfig
     backward_q: BlockConfig
     forward_values: BlockConfig
-    #: the backward's kernels with Shaw's value term (narrower tiles: its band tiles read QA
-    #: and dPB per pair); None: the plain ones
+    #: backward_q with Shaw's tables (its band tiles read QA per pair and bin dQA) and
+    #: backward_kv with Shaw's value term (it reads dPB per pair): narrower tiles, fewer
+    #: registers; None: the plain ones
+    backward_q_shaw: Optional[BlockConfig] = None
     backward_kv_values: Optional[BlockConfig] = None
-    backward_q_values: Optional[BlockConfig] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -39,8 +40,8 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 32, 4, 2), BlockConfig(32, 64, 4, 2),
-                      BlockConfig(64, 32, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 32, 4, 2), BlockConfig(64, 32, 4, 2),
+                      BlockConfig(32, 64, 4, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }

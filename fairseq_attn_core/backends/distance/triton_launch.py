@@ -196,8 +196,10 @@ class _TritonAttention(torch.autograd.Function):
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
+        if keys:
+            cq = configs.backward_q_shaw or cq
         if common["VALUES"]:
-            ckv, cq = configs.backward_kv_values or ckv, configs.backward_q_values or cq
+            ckv = configs.backward_kv_values or ckv
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")

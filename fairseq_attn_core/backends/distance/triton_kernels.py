@@ -434,8 +434,12 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIS
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-    delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+    if EVEN_M:
+        lse = tl.load(LSE + bh * T + offs_m)
+        delta = tl.load(DELTA + bh * T + offs_m)
+    else:
+        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     qa_rows = (bh * T + offs_m) * R
     if KIND == 1:
         row = tl.zeros((BLOCK_M,), ACC)

@@ -29,9 +29,11 @@ class KernelConfigs:
     backward_q: BlockConfig
     forward_values: BlockConfig
     #: backward_q with Shaw's tables (its band tiles read QA per pair and bin dQA) and
-    #: backward_kv with Shaw's value term (it reads dPB per pair): narrower tiles, fewer
+    #: backward_kv with Shaw's value term (it reads dPB per pair): smaller tiles, fewer
     #: registers; None: the plain ones
-    backward_q_shaw: Optional[BlockConfig] = None
+    backward_q_terms: Optional[BlockConfig] = None
+    #: backward_q with a learned table's gradient (per-distance sums: block_m <= block_n)
+    backward_q_table: Optional[BlockConfig] = None
     backward_kv_values: Optional[BlockConfig] = None
 
 
@@ -40,8 +42,8 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 32, 4, 2), BlockConfig(64, 32, 4, 2),
-                      BlockConfig(32, 64, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2), BlockConfig(64, 32, 4, 2),
+                      BlockConfig(32, 64, 4, 2), BlockConfig(32, 64, 4, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }
@@ -51,7 +53,7 @@ CONFIGS: Dict[int, KernelConfigs] = {
 _AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
 AMPERE: Dict[int, KernelConfigs] = {
     block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
-                         _AMPERE_SMALL, _AMPERE_SMALL)
+                         _AMPERE_SMALL, _AMPERE_SMALL, BlockConfig(32, 64, 4, 2))
     for block in (16, 32, 64)
 }
 

@@ -133,7 +133,7 @@ def _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_ro
           KEYS: tl.constexpr, CAUSAL: tl.constexpr):
     """A band tile's per-pair terms and the causal mask."""
     if BIAS == 2:  # -m |j - i| from the two position vectors (no integer tile)
-        x -= tl.abs(slope2 * offs_n.to(x.dtype)[None, :] - slope2 * pos_i.to(x.dtype)[:, None])
+        x -= slope2 * tl.abs((offs_n[None, :] - pos_i[:, None]).to(x.dtype))
     if BIAS == 1:
         x += tl.load(BIAS2 + h * NDIST + dist + (S - 1), mask=inside, other=0.0).to(x.dtype)
     if KEYS:
@@ -185,9 +185,8 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
         inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
         x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
-    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp2(-inf - 0) = 0
-    p = tl.exp2(x - (m_use - row)[:, None])
-    alpha = tl.exp2(m_i - m_use)
+    p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
+    alpha = tl.exp2(m_i - m_new)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
     v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
@@ -232,7 +231,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     qa_rows = (bh * T + offs_m) * R
-    m_i = tl.full((BLOCK_M,), float("-inf"), ACC)
+    m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_D), ACC)
     pb = tl.zeros((BLOCK_M, RI), ACC)

@@ -197,7 +197,9 @@ class _TritonAttention(torch.autograd.Function):
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
         if keys:
-            cq = configs.backward_q_shaw or cq
+            cq = configs.backward_q_terms or cq
+        if table_grad:
+            cq = configs.backward_q_table or cq
         if common["VALUES"]:
             ckv = configs.backward_kv_values or ckv
         q_tiles = _cdiv(T, cq.block_m)

@@ -19,20 +19,20 @@ class BlockConfig:
 
 @dataclass(frozen=True)
 class KernelConfigs:
-    """One config for the forward, the backward's key-side kernel (dk, dv, the table's
-    partial sums) and its query-side kernel (dq), and the forward with Shaw's value term
-    (its PB, (block_m, 2k + 1 rounded up to a power of two) float32, sits in registers beside
-    the output: half the rows)."""
+    """One config for the forward, the backward's key-side kernel (dk, dv) and its query-side
+    kernel (dq, dQA, the table's per-distance sums), and the forward with Shaw's value term
+    (its PB's interior, (block_m, 2k - 1 rounded up to a power of two) float32, sits in
+    registers beside the output: smaller tiles)."""
 
     forward: BlockConfig
     backward_kv: BlockConfig
     backward_q: BlockConfig
     forward_values: BlockConfig
-    #: backward_q with Shaw's tables (its band tiles read QA per pair and bin dQA) and
-    #: backward_kv with Shaw's value term (it reads dPB per pair): smaller tiles, fewer
-    #: registers; None: the plain ones
+    #: smaller tiles (fewer registers) where band tiles do more per pair; None: the plain
+    #: ones. backward_q with Shaw's tables (it reads QA per pair and bins dQA), with a learned
+    #: table's gradient (per-distance sums: block_m <= block_n), backward_kv with Shaw's value
+    #: term (it reads dPB per pair)
     backward_q_terms: Optional[BlockConfig] = None
-    #: backward_q with a learned table's gradient (per-distance sums: block_m <= block_n)
     backward_q_table: Optional[BlockConfig] = None
     backward_kv_values: Optional[BlockConfig] = None
 
@@ -42,8 +42,9 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2), BlockConfig(64, 32, 4, 2),
-                      BlockConfig(32, 64, 4, 2), BlockConfig(32, 64, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2),
+                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(32, 64, 4, 2),
+                      backward_kv_values=BlockConfig(32, 64, 4, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }
@@ -53,7 +54,8 @@ CONFIGS: Dict[int, KernelConfigs] = {
 _AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
 AMPERE: Dict[int, KernelConfigs] = {
     block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
-                         _AMPERE_SMALL, _AMPERE_SMALL, BlockConfig(32, 64, 4, 2))
+                         backward_q_terms=_AMPERE_SMALL, backward_q_table=BlockConfig(32, 64, 4, 2),
+                         backward_kv_values=_AMPERE_SMALL)
     for block in (16, 32, 64)
 }
 

@@ -43,8 +43,8 @@ CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2),
-                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(32, 64, 4, 2),
-                      backward_kv_values=BlockConfig(32, 64, 4, 2)),
+                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 8, 2),
+                      backward_kv_values=BlockConfig(64, 64, 8, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }

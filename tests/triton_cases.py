@@ -14,10 +14,10 @@ import torch
 
 B, H, D, BUCKETS, MAX_DISTANCE = 2, 2, 8, 8, 6
 #: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
-CLIP = {33: 3, 5: 6, 1: 2}
+CLIP = {33: 3, 32: 3, 5: 6, 1: 2}
 
-#: kind -> (method, T, causal, padding): T = 1, 5, 33; distances beyond T5's max distance
-#: (6) at T = 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
+#: kind -> (method, T, causal, padding): T = 1, 5, 33 and 32 (whole 16 x 16 tiles); distances
+#: beyond T5's max distance (6) at T = 32, 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
 #: (under the causal mask its first queries see no key), sentence 1 right-padded or
 #: (``empty``) every key padded
 CASES = {
@@ -27,6 +27,7 @@ CASES = {
         ("alibi", 33, False, "right"),
         ("alibi", 5, True, "empty"),
         ("t5bias", 1, False, "right"),
+        ("t5bias", 32, True, "right"),  # whole tiles: the kernels' unmasked loads
     ],
     "keys": [  # the key term's code runs in every relpos kv case too
         ("relpos_k", 33, True, "right"),
@@ -35,6 +36,7 @@ CASES = {
         ("relpos_kv", 33, False, "empty"),
         ("relpos_kv", 33, True, "right"),
         ("relpos_kv", 5, False, "right"),
+        ("relpos_kv", 32, False, "empty"),  # whole tiles
     ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [

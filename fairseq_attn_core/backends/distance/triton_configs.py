@@ -6,7 +6,7 @@ three tiles). No triton import: the chooser and the tests read these on any mach
 """
 
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -19,15 +19,22 @@ class BlockConfig:
 
 @dataclass(frozen=True)
 class KernelConfigs:
-    """One config for the forward, the backward's key-side kernel (dk, dv, the table's
-    partial sums) and its query-side kernel (dq), and the forward with Shaw's value term
-    (its PB, (block_m, 2k + 1 rounded up to a power of two) float32, sits in registers beside
-    the output: half the rows)."""
+    """One config for the forward, the backward's key-side kernel (dk, dv) and its query-side
+    kernel (dq, dQA, the table's per-distance sums), and the forward with Shaw's value term
+    (its PB's interior, (block_m, 2k - 1 rounded up to a power of two) float32, sits in
+    registers beside the output: smaller tiles)."""
 
     forward: BlockConfig
     backward_kv: BlockConfig
     backward_q: BlockConfig
     forward_values: BlockConfig
+    #: smaller tiles (fewer registers) where band tiles do more per pair; None: the plain
+    #: ones. backward_q with Shaw's tables (it reads QA per pair and bins dQA), with a learned
+    #: table's gradient (per-distance sums: block_m <= block_n), backward_kv with Shaw's value
+    #: term (it reads dPB per pair)
+    backward_q_terms: Optional[BlockConfig] = None
+    backward_q_table: Optional[BlockConfig] = None
+    backward_kv_values: Optional[BlockConfig] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -35,9 +42,21 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2),
+                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 8, 2),
+                      backward_kv_values=BlockConfig(64, 64, 8, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
+}
+
+#: the same for GPUs before Hopper (sm_80 A100, sm_86, sm_89): the tensor cores' operands and
+#: accumulators all sit in registers there, so the tiles are smaller (no spills on sm_80)
+_AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
+AMPERE: Dict[int, KernelConfigs] = {
+    block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
+                         backward_q_terms=_AMPERE_SMALL, backward_q_table=BlockConfig(32, 64, 4, 2),
+                         backward_kv_values=_AMPERE_SMALL)
+    for block in (16, 32, 64)
 }
 
 #: the CPU interpreter's tiles (tests, the dry device run)
@@ -50,9 +69,13 @@ def head_block(head_dim: int) -> int:
     return max(16, 1 << (head_dim - 1).bit_length())
 
 
-def configs_for(head_dim: int) -> KernelConfigs:
+def configs_for(head_dim: int, capability: Optional[Tuple[int, int]] = None) -> KernelConfigs:
+    """The blocks for a head size on a GPU of compute ``capability`` (major, minor); None:
+    Hopper's (the CPU interpreter's calls and the static report's sm_90 reading)."""
     block = head_block(head_dim)
     if block not in CONFIGS:
         raise ValueError(f"the Triton distance kernels take heads of at most {max(CONFIGS)} dimensions "
                          f"(got {head_dim})")
+    if capability is not None and capability[0] < 9 and block in AMPERE:
+        return AMPERE[block]
     return CONFIGS[block]

@@ -1,27 +1,36 @@
 """The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
-over key tiles, the log-sum-exp saved) and its backward (one kernel per key tile for dk, dv
-and the bias table's partial sums, one per query tile for dq and dQA), the terms added per
-tile: a bias of the distance (t5bias's table by bucket, alibi's slopes), Shaw's key term
-``QA[i, clip(j - i) + k]`` with ``QA = scale q w_K^T`` (B H, T, 2k + 1) computed outside
-(one matmul; torch carries dQA to q and w_K) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds
-the layout; this module imports triton and is imported only when a call runs the kernels.
+over key tiles, the log-sum-exp saved) and its backward (``backward_q``: dq, dQA, the table's
+gradient and, first, each row's delta; ``backward_kv``: dk, dv), with the terms added per
+tile: a bias of the distance (t5bias's table per distance, alibi's slopes), Shaw's key term
+``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T`` computed outside, one matmul) and Shaw's
+value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
+module imports triton and is imported only when a call runs the kernels.
 
-Layout: q (B H, T, D), k and v (B H, S, D), contiguous; queries at positions
-``start .. start + T - 1`` (``start = S - T``), keys at ``0 .. S - 1``; the padding (B, S)
-uint8, 1 = pad. ``BIAS`` 0: none; 1: ``table[bucket[j - i + S - 1], h]`` with the bucket of
-every distance precomputed (S + T - 1 int32, by the declaration's own bucket function) and
-the (N, H) table; 2: ``-slopes[h] |j - i|``. ``KEYS``: Shaw's key term, dQA (B H, T, R)
-written by the query tile that owns the rows (per table row, only the rows the key tile
-spans: a tile wholly beyond the clip adds one row sum to its edge row). ``VALUES``: Shaw's
-value term, PB (B H, T, R) the probability mass per table row, from which the caller adds
-``PB a_V`` (one matmul); the backward reads ``dPB = dO a_V^T`` gathered by distance into dP
-(``DELTA`` then includes ``rowsum(PB * dPB)``). A row without any allowed key gets output 0
-and log-sum-exp +inf (every recomputed probability 0: zero gradients), the core's rule.
+Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = exp2(x - m)``
+(the caller passes the terms already multiplied by log2(e); the log-sum-exp is kept in base
+2). The keys a query tile sees are split in three stages, as the tutorial's causal stages are:
 
-The table's gradient, dS summed per (head, bucket), is deterministic: each key-tile program
-sums its dS per bucket into its own row of a buffer (B H, key tiles, NB) that torch sums
-(no atomics). Per query tile, only the buckets the tile spans are visited: a tile wholly
-past the last bucket boundary (|j - i| >= max distance) spans one bucket and adds one sum.
+* far-left tiles, every pair at ``j - i <= -WL``, and far-right tiles, every pair at
+  ``j - i >= WR``: the term is a per-row constant plus (alibi) a per-column one, added to
+  the row's offset and to the column vector the scale's FMA adds anyway (t5bias's edge
+  bucket; Shaw's edge row of QA, whose PB and dQA share is the tile's row sum; alibi's
+  ``-m |j - i| = -m (i - i0) + m (j - i0)`` left, the opposite right): no per-pair work;
+* band tiles, between: the term per pair, read once from a (heads, distances) row (t5bias:
+  ``BIAS2[h, j - i + S - 1]``) or a (rows, 2k + 1) row (QA, dPB), and PB / dQA binned by
+  distance with ``tl.gather`` (each interior bin of a row is one key). No loop inside a
+  main loop.
+
+The padding (and the key length) enters as a column vector ``KB`` (0 or -inf) folded into the
+scale's FMA; the causal mask only in band tiles (the far-right stage is empty then). A row
+without any allowed key gets output 0 and log-sum-exp +inf (every recomputed probability 0:
+zero gradients), the core's rule. q, k, v and dO are read through their strides ((B, H, T,
+D) views, the last dimension contiguous); B H is the grid's first axis.
+
+t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in its band
+tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart)
+and writes them at their distance into two rows of its own (unwrapped, wrapped: no cell is
+written twice), and the far tiles' sums into two cells; torch adds them up per bucket (a
+one-hot matmul).
 """
 
 import triton
@@ -29,239 +38,479 @@ import triton.language as tl
 
 
 @triton.jit
-def _distance_tile(offs_m, offs_n, T, S, start):
-    """(j - i) per pair of the tile, and which pairs are inside (T, S)."""
-    dist = offs_n[None, :] - (start + offs_m)[:, None]
-    inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
-    return dist, inside
-
-
-@triton.jit
-def _buckets(dist, inside, S, BUCKET, BIAS: tl.constexpr):
-    """The bucket of each pair (``BIAS`` 1), else zeros."""
-    if BIAS == 1:
-        return tl.load(BUCKET + dist + S - 1, mask=inside, other=0)
+def _load_rows(ptrs, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexpr):
+    """A (rows, BLOCK_D) tile, masked only where the rows or the head may run past their ends."""
+    if EVEN:
+        if EVEN_D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=(offs_d < D)[None, :], other=0.0)
     else:
-        return tl.zeros_like(dist)
+        x = tl.load(ptrs, mask=(offs < n)[:, None] & (offs_d < D)[None, :], other=0.0)
+    return x
 
 
 @triton.jit
-def _rows(dist, clip):
-    """Shaw's table row of each pair: ``clip(j - i, k) + k``."""
-    return tl.minimum(tl.maximum(dist, -clip), clip) + clip
+def _stages(i0, lo, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+            CAUSAL: tl.constexpr):
+    """The key bounds of a query tile's stages (rows ``i0 .. i0 + BLOCK_M - 1``, keys
+    ``lo .. hi - 1``, lo a multiple of BLOCK_N): far-left ``[lo, fl)``, band ``[fl, fr)``,
+    far-right ``[fr, hi)``."""
+    if SPLIT:
+        fl = tl.minimum(tl.maximum(lo, (tl.maximum(i0 - WL + 1, 0) // BLOCK_N) * BLOCK_N), hi)
+        fr = tl.maximum(tl.minimum(hi, ((i0 + BLOCK_M - 1 + WR + BLOCK_N - 1) // BLOCK_N) * BLOCK_N), fl)
+        if CAUSAL:
+            fr = hi
+    else:
+        fl = hi
+        fr = hi
+    return fl, fr
 
 
 @triton.jit
-def _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
-               BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr):
-    """The tile's scores plus the bias and Shaw's key term ``QA[i, clip(j - i) + k]``; -inf
-    where a key is outside S, padded or (causal) right of the query."""
-    if KEYS:
-        s += tl.load(QA + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0).to(s.dtype)
-    if BIAS == 1:
-        s += tl.load(TABLE + bk * H + h, mask=inside, other=0.0).to(s.dtype)
-    if BIAS == 2:
-        s -= tl.load(SLOPES + h).to(s.dtype) * tl.abs(dist).to(s.dtype)
-    valid = (offs_n < S)[None, :]
+def _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
+              CAUSAL: tl.constexpr):
+    """The query bounds of a key tile's stages (keys ``n0 .. n0 + BLOCK_N - 1``, query tiles
+    from ``m_lo``): far-right ``[m_lo, a)`` (keys right of the queries), band ``[a, c)``,
+    far-left ``[c, T)``."""
+    if SPLIT:
+        a = tl.minimum(tl.maximum(m_lo, (tl.maximum(n0 + 1 - WR - start, 0) // BLOCK_M) * BLOCK_M), T)
+        c = tl.maximum(tl.minimum(T, ((tl.maximum(n0 + BLOCK_N - 1 + WL - start, 0) + BLOCK_M - 1) // BLOCK_M)
+                                  * BLOCK_M), a)
+        if CAUSAL:
+            a = m_lo
+    else:
+        a = m_lo
+        c = m_lo
+    return a, c
+
+
+@triton.jit
+def _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.constexpr, KIND: tl.constexpr,
+             ACC: tl.constexpr, EVEN_N: tl.constexpr):
+    """The tile's column vector: 0 or -inf (padding, past S), plus alibi's column part in
+    far tiles (KIND 0 far-left, 1 band, 2 far-right)."""
     if HAS_PAD:
-        pad = tl.load(PAD + b * S + offs_n, mask=offs_n < S, other=1)
-        valid = valid & (pad == 0)[None, :]
+        if EVEN_N:
+            col = tl.load(KB + b * S + offs_n).to(ACC)
+        else:
+            col = tl.load(KB + b * S + offs_n, mask=offs_n < S, other=float("-inf")).to(ACC)
+    else:
+        col = tl.where(offs_n < S, 0.0, float("-inf")).to(ACC)
+    if BIAS == 2:
+        if KIND == 0:
+            col += slope2 * (offs_n - i0).to(ACC)
+        if KIND == 2:
+            col -= slope2 * (offs_n - i0).to(ACC)
+    return col
+
+
+@triton.jit
+def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
+               KEYS: tl.constexpr, ACC: tl.constexpr):
+    """The far tiles' per-row term (KIND 0 far-left, 2 far-right)."""
+    row = tl.zeros(offs_m.shape, ACC)
+    if BIAS == 2:
+        if KIND == 0:
+            row -= slope2 * (offs_m - i0 + (S - T)).to(ACC)
+        else:
+            row += slope2 * (offs_m - i0 + (S - T)).to(ACC)
+    if BIAS == 1:
+        if KIND == 0:
+            row += tl.load(BIAS2 + h * NDIST).to(ACC)
+        else:
+            row += tl.load(BIAS2 + h * NDIST + NDIST - 1).to(ACC)
+    if KEYS:
+        if KIND == 0:
+            row += tl.load(QA2 + qa_row, mask=offs_m < T, other=0.0).to(ACC)
+        else:
+            row += tl.load(QA2 + qa_row + R - 1, mask=offs_m < T, other=0.0).to(ACC)
+    return row
+
+
+@triton.jit
+def _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
+          KEYS: tl.constexpr, CAUSAL: tl.constexpr):
+    """A band tile's per-pair terms and the causal mask."""
+    if BIAS == 2:  # -m |j - i| from the two position vectors (no integer tile)
+        x -= slope2 * tl.abs((offs_n[None, :] - pos_i[:, None]).to(x.dtype))
+    if BIAS == 1:
+        x += tl.load(BIAS2 + h * NDIST + dist + (S - 1), mask=inside, other=0.0).to(x.dtype)
+    if KEYS:
+        r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
+        x += tl.load(QA2 + qa_rows[:, None] + r, mask=inside, other=0.0).to(x.dtype)
     if CAUSAL:
-        valid = valid & (dist <= 0)
-    return tl.where(valid, s, float("-inf"))
+        x = tl.where(dist <= 0, x, float("-inf"))
+    return x
 
 
 @triton.jit
-def _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE, SLOPES, QA, R, clip,
-                 BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
-                 ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """One tile's scores as every kernel computes them (forward, backward_kv, backward_q): scale q k^T
-    plus the terms, masked (:func:`_add_terms`); with the pairs' distances, which are inside (T, S)
-    and their buckets, for the terms' gradients."""
-    s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION) * scale
-    dist, inside = _distance_tile(offs_m, offs_n, T, S, start)
-    bk = _buckets(dist, inside, S, BUCKET, BIAS)
-    s = _add_terms(s, dist, inside, bk, offs_m, offs_n, b, h, bh, T, S, H, PAD, TABLE, SLOPES, QA, R, clip,
-                   BIAS, KEYS, CAUSAL, HAS_PAD)
-    return s, dist, inside, bk
+def _bins(v, pos_i, n0, clip, RI: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r + 1 - clip`` when it is in this tile
+    and r + 1 an interior bin (1 .. 2 clip - 1), else 0: a tile's share of the interior of a
+    (rows, 2k + 1) table (each interior bin of a row is one key)."""
+    r = tl.arange(0, RI)
+    jl = pos_i[:, None] + r[None, :] + 1 - clip - n0
+    ok = (jl >= 0) & (jl < BLOCK_N) & (r < 2 * clip - 1)[None, :]
+    got = tl.gather(v, tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1), 1)
+    return tl.where(ok, got, 0.0)
 
 
 @triton.jit
-def _tile_ds(p, do, v, delta, dist, inside, offs_m, bh, T, R, clip, DPB, VALUES: tl.constexpr,
-             ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """dS of one tile (both backward kernels): P (dP - delta), where dP = dO v^T gains Shaw's value
-    term dO_i . a_V[clip(j - i)], gathered from dPB = dO a_V^T."""
-    dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
+    """A (rows, R) table: ``left`` in column 0, ``inner`` in 1 .. R - 2, ``right`` in R - 1."""
+    r = tl.arange(0, RI)[None, :]
+    tl.store(PTR + rows[:, None] + 1 + r, inner, mask=(offs_m < T)[:, None] & (r < R - 2))
+    tl.store(PTR + rows, left, mask=offs_m < T)
+    tl.store(PTR + rows + R - 1, right, mask=offs_m < T)
+
+
+@triton.jit
+def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, sk, sv, qk_scale,
+              slope2, KB, BIAS2, QA2, qa_rows, row, clip,
+              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
+              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
+    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
+        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N)[None, :]
+    else:
+        x = s * qk_scale
+    if KIND == 1:
+        dist = offs_n[None, :] - pos_i[:, None]
+        inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
+        x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
+    m_new = tl.maximum(m_i, tl.max(x, 1) + row)
+    p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
+    alpha = tl.exp2(m_i - m_new)
+    rs = tl.sum(p, 1)
+    l_i = l_i * alpha + rs
+    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
-        dp += tl.load(DPB + bh * T * R + offs_m[:, None] * R + _rows(dist, clip), mask=inside, other=0.0)
-    return p * (dp - delta[:, None])
+        pbl = pbl * alpha
+        pbr = pbr * alpha
+        pb = pb * alpha[:, None]
+        if KIND == 0:
+            pbl += rs
+        if KIND == 2:
+            pbr += rs
+        if KIND == 1:
+            pbl += tl.sum(tl.where(dist <= -clip, p, 0.0), 1)
+            pbr += tl.sum(tl.where(dist >= clip, p, 0.0), 1)
+            pb += _bins(p, pos_i, n0, clip, RI, BLOCK_N)
+    return acc, m_new, l_i, pb, pbl, pbr
 
 
 @triton.jit
-def forward(Q, K, V, O, LSE, PB, PAD, BUCKET, TABLE, SLOPES, QA, scale, T, S, H, D, start, R, clip,
+def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+            qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
-            HAS_PAD: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-            BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """One query tile: the output (without Shaw's value term), the log-sum-exp and (``VALUES``)
-    PB (B H, T, R), each row's probability mass per clipped distance, accumulated beside the
-    output and rescaled with it (the caller adds ``PB a_V``)."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+            HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    """One query tile: the output (without Shaw's value term), the base-2 log-sum-exp and
+    (``VALUES``) PB (B H, T, R), each row's probability mass per clipped distance, accumulated
+    beside the output and rescaled with it (the caller adds ``PB a_V``)."""
+    bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    pos_i = start + offs_m
+    i0 = start + pid_m * BLOCK_M
     q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
-    q = tl.load(Q + bh * T * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    m_i = tl.full((BLOCK_M,), float("-inf"), ACC)
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :], mask=q_mask, other=0.0)
+    koff = b * skb + h * skh
+    slope2 = 0.0
+    if BIAS == 2:
+        slope2 = tl.load(SLOPES2 + h).to(ACC)
+    qa_rows = (bh * T + offs_m) * R
+    m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_D), ACC)
-    pb = tl.zeros((BLOCK_M, RB), ACC)
+    pb = tl.zeros((BLOCK_M, RI), ACC)
+    pbl = tl.zeros((BLOCK_M,), ACC)
+    pbr = tl.zeros((BLOCK_M,), ACC)
     hi = S
     if CAUSAL:
-        hi = tl.minimum(S, start + (pid_m + 1) * BLOCK_M)
-    for n0 in range(0, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
-        kv_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
-        k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
-        s, dist, inside, bk = _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE,
-                                           SLOPES, QA, R, clip, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # no key yet: exp(-inf - 0) = 0
-        p = tl.exp(s - m_use[:, None])
-        alpha = tl.exp(m_i - m_use)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
-        if VALUES:
-            pb = _per_row(pb * alpha[:, None], p, _rows(dist, clip), inside, RB)
-        m_i = m_new
+        hi = tl.minimum(S, i0 + BLOCK_M)
+    fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+    row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
+        acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+            acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
+            qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+            BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if SPLIT:
+        zero = tl.zeros((BLOCK_M,), ACC)
+        for n0 in range(fl, fr, BLOCK_N):  # band
+            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
+                RI, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        for n0 in range(fr, hi, BLOCK_N):  # far-right
+            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
+                RI, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
-    lse = tl.where(has, m_i + tl.log(l_safe), float("inf"))
+    lse = tl.where(has, m_i + tl.log2(l_safe), float("inf"))
     if VALUES:
-        cols = tl.arange(0, RB)
-        tl.store(PB + bh * T * R + offs_m[:, None] * R + cols[None, :], pb / l_safe[:, None],
-                 mask=(offs_m < T)[:, None] & (cols < R)[None, :])
-    tl.store(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], out.to(O.dtype.element_ty), mask=q_mask)
+        _store_bins(PB, qa_rows, pb / l_safe[:, None], pbl / l_safe, pbr / l_safe, R, T, offs_m, RI)
+    o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
+    tl.store(O + o_off, out.to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
 
 @triton.jit
-def _per_bucket(acc_t, ds, bk, inside, NB: tl.constexpr):
-    """``acc_t[n] += sum of ds over the pairs of bucket n``, for the buckets the tile spans."""
-    lo = tl.min(tl.where(inside, bk, NB))
-    hi = tl.max(tl.where(inside, bk, -1))
-    bins = tl.arange(0, NB)
-    for n in range(lo, hi + 1):
-        part = tl.sum(tl.sum(tl.where(inside & (bk == n), ds, 0.0), 1), 0)
-        acc_t += tl.where(bins == n, part, 0.0)
-    return acc_t
+def _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row,
+                lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
+    no key); with the pairs' distances and which are inside (T, S)."""
+    s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
+    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
+        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N)[None, :]
+    else:
+        x = s * qk_scale
+    dist = offs_n[None, :] - pos_i[:, None]
+    inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
+    if KIND == 1:
+        x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
+    return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 
 @triton.jit
-def _per_row(dqa, ds, rows, inside, RB: tl.constexpr):
-    """``dqa[i, r] += sum of ds[i, j] over the keys j of table row r``, for the rows the tile
-    spans (a tile wholly beyond the clip: one row sum into its edge row)."""
-    lo = tl.min(tl.where(inside, rows, RB))
-    hi = tl.max(tl.where(inside, rows, -1))
-    cols = tl.arange(0, RB)
-    for r in range(lo, hi + 1):
-        part = tl.sum(tl.where(inside & (rows == r), ds, 0.0), 1)
-        dqa += tl.where(cols[None, :] == r, part[:, None], 0.0)
-    return dqa
-
-
-@triton.jit
-def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DTABLE, PAD, BUCKET, TABLE, SLOPES, QA, DPB,
-                scale, T, S, H, D, start, R, clip,
-                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, NB: tl.constexpr, RB: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """One key tile: dk, dv over every query tile that sees it, and (``TABLE_GRAD``) its dS
-    summed per bucket into its row of DTABLE (B H, key tiles, NB)."""
-    pid_n = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+             NDIST, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
+             KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
+             CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
+             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
-    kv_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
-    k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
-    v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
-    dk = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    dv = tl.zeros((BLOCK_N, BLOCK_D), ACC)
-    acc_t = tl.zeros((NB,), ACC)
-    lo = 0
-    if CAUSAL:  # queries left of the tile's first key see none of it
-        lo = (tl.maximum(0, pid_n * BLOCK_N - start) // BLOCK_M) * BLOCK_M
-    for m0 in range(lo, T, BLOCK_M):
-        offs_m = m0 + tl.arange(0, BLOCK_M)
-        q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
-        q_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
-        q = tl.load(Q + q_off, mask=q_mask, other=0.0)
-        do = tl.load(DO + q_off, mask=q_mask, other=0.0)
-        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        s, dist, inside, bk = _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE,
-                                           SLOPES, QA, R, clip, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
-        p = tl.exp(s - lse[:, None])  # 0 where masked (-inf) or the row has no key (lse +inf)
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
-        ds = _tile_ds(p, do, v, delta, dist, inside, offs_m, bh, T, R, clip, DPB, VALUES, ACC, PRECISION)
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, out_dtype=ACC, input_precision=PRECISION)
-        if TABLE_GRAD:
-            acc_t = _per_bucket(acc_t, ds, bk, inside, NB)
-    tl.store(DK + kv_off, (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + kv_off, dv.to(DV.dtype.element_ty), mask=kv_mask)
+    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
+                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+    if VALUES and KIND == 1:
+        r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
+        dp += tl.load(DPB + qa_rows[:, None] + r, mask=inside, other=0.0)
+    ds = p * (dp - delta[:, None])
+    dq += tl.dot(ds.to(k.dtype), k, out_dtype=ACC, input_precision=PRECISION)
+    if KEYS:
+        if KIND == 0:
+            dql += tl.sum(ds, 1)
+        if KIND == 2:
+            dqr += tl.sum(ds, 1)
+        if KIND == 1:
+            dql += tl.sum(tl.where(dist <= -clip, ds, 0.0), 1)
+            dqr += tl.sum(tl.where(dist >= clip, ds, 0.0), 1)
+            dqa += _bins(ds, pos_i, n0, clip, RI, BLOCK_N)
     if TABLE_GRAD:
-        tiles = tl.num_programs(0)
-        tl.store(DTABLE + (bh * tiles + pid_n) * NB + tl.arange(0, NB), acc_t)
+        if KIND == 0:
+            dql += tl.sum(ds, 1)
+        if KIND == 2:
+            dqr += tl.sum(ds, 1)
+        if KIND == 1:  # the tile's diagonals, from g[i, c] = ds[i, (c + i) mod BLOCK_N] (BLOCK_M <= BLOCK_N)
+            c = tl.arange(0, BLOCK_N)[None, :]
+            jw = c + tl.arange(0, BLOCK_M)[:, None]
+            wrapped = jw >= BLOCK_N
+            g = tl.gather(ds, tl.where(wrapped, jw - BLOCK_N, jw), 1)
+            at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
+            row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
+            tl.store(DTABLE + row0 + at, tl.sum(tl.where(wrapped, 0.0, g), 0), mask=(at >= 0) & (at < NDIST))
+            at -= BLOCK_N  # wrapped: one tile width less
+            tl.store(DTABLE + row0 + NDIST + at, tl.sum(tl.where(wrapped, g, 0.0), 0), mask=(at >= 0) & (at < NDIST))
+    return dq, dqa, dql, dqr
 
 
 @triton.jit
-def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, PAD, BUCKET, TABLE, SLOPES, QA, DPB,
-               scale, T, S, H, D, start, R, clip,
+def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2,
+               sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
+               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
-               HAS_PAD: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """One query tile: dq over every key tile it sees, and (``KEYS``) dQA, its dS summed per
-    table row (RB columns, R of them stored)."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1)
+               HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr, RB: tl.constexpr,
+               RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    """One query tile, run before :func:`backward_kv`: its rows' delta ``rowsum(dO O)`` (plus
+    ``rowsum(PB dPB)`` with ``VALUES``), written for backward_kv; dq over every key tile it
+    sees; (``KEYS``) dQA, its dS summed per table row; (``TABLE_GRAD``) dS summed per distance
+    (band tiles, into DTABLE) and over the far tiles (two cells of DFAR)."""
+    bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    pos_i = start + offs_m
+    i0 = start + pid_m * BLOCK_M
     q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
-    q_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
-    q = tl.load(Q + q_off, mask=q_mask, other=0.0)
-    do = tl.load(DO + q_off, mask=q_mask, other=0.0)
+    q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
+    o = tl.load(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    delta = tl.sum(do.to(ACC) * o.to(ACC), 1)
+    qa_rows = (bh * T + offs_m) * R
+    if VALUES:  # dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k]: delta_i = sum_j P_ij dP_ij
+        cols = tl.arange(0, RB)[None, :]
+        t_mask = (offs_m < T)[:, None] & (cols < R)
+        delta += tl.sum(tl.load(PB + qa_rows[:, None] + cols, mask=t_mask, other=0.0)
+                        * tl.load(DPB + qa_rows[:, None] + cols, mask=t_mask, other=0.0), 1)
+    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
     lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-    delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+    koff = b * skb + h * skh
+    slope2 = 0.0
+    if BIAS == 2:
+        slope2 = tl.load(SLOPES2 + h).to(ACC)
     dq = tl.zeros((BLOCK_M, BLOCK_D), ACC)
-    dqa = tl.zeros((BLOCK_M, RB), ACC)
+    dqa = tl.zeros((BLOCK_M, RI), ACC)
+    dql = tl.zeros((BLOCK_M,), ACC)
+    dqr = tl.zeros((BLOCK_M,), ACC)
     hi = S
     if CAUSAL:
-        hi = tl.minimum(S, start + (pid_m + 1) * BLOCK_M)
-    for n0 in range(0, hi, BLOCK_N):
-        offs_n = n0 + tl.arange(0, BLOCK_N)
-        kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
-        kv_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
-        k = tl.load(K + kv_off, mask=kv_mask, other=0.0)
-        v = tl.load(V + kv_off, mask=kv_mask, other=0.0)
-        s, dist, inside, bk = _tile_scores(q, k, scale, offs_m, offs_n, b, h, bh, T, S, H, start, PAD, BUCKET, TABLE,
-                                           SLOPES, QA, R, clip, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION)
-        p = tl.exp(s - lse[:, None])
-        ds = _tile_ds(p, do, v, delta, dist, inside, offs_m, bh, T, R, clip, DPB, VALUES, ACC, PRECISION)
-        dq += tl.dot(ds.to(k.dtype), k, out_dtype=ACC, input_precision=PRECISION)
-        if KEYS:
-            dqa = _per_row(dqa, ds, _rows(dist, clip), inside, RB)
-    tl.store(DQ + q_off, (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
+        hi = tl.minimum(S, i0 + BLOCK_M)
+    fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+    row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    delta_far = delta
+    if VALUES:
+        delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
+    for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
+        dq, dqa, dql, dqr = _dq_tile(
+            dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+            skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
+            0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+            PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if SPLIT:
+        zero = tl.zeros((BLOCK_M,), ACC)
+        for n0 in range(fl, fr, BLOCK_N):  # band
+            dq, dqa, dql, dqr = _dq_tile(
+                dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
+                1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        if VALUES:
+            delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
+        for n0 in range(fr, hi, BLOCK_N):  # far-right
+            dq, dqa, dql, dqr = _dq_tile(
+                dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
+                ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
+             .to(DQ.dtype.element_ty), mask=q_mask)
     if KEYS:
-        cols = tl.arange(0, RB)
-        tl.store(DQA + bh * T * R + offs_m[:, None] * R + cols[None, :], dqa,
-                 mask=(offs_m < T)[:, None] & (cols < R)[None, :])
+        _store_bins(DQA, qa_rows, dqa, dql, dqr, R, T, offs_m, RI)
+    if TABLE_GRAD:
+        far = (bh * tl.num_programs(1) + pid_m) * 2
+        tl.store(DFAR + far, tl.sum(dql, 0))
+        tl.store(DFAR + far + 1, tl.sum(dqr, 0))
+
+
+@triton.jit
+def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sq, sdo, qk_scale,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip,
+              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
+              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D,
+              ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    offs_m = m0 + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    pos_i = start + offs_m
+    i0 = start + m0
+    q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
+    do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
+    if EVEN_M:
+        lse = tl.load(LSE + bh * T + offs_m)
+        delta = tl.load(DELTA + bh * T + offs_m)
+    else:
+        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+    qa_rows = (bh * T + offs_m) * R
+    if KIND == 1:
+        row = tl.zeros((BLOCK_M,), ACC)
+    else:
+        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, KEYS, ACC)
+        if VALUES:
+            if KIND == 0:
+                delta -= tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
+            else:
+                delta -= tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
+    p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
+                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, False, ACC, PRECISION, EVEN_M, True,
+                                  EVEN_D)  # padded keys: their rows of dk, dv zeroed at the end
+    dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
+    dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+    if VALUES and KIND == 1:
+        r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
+        dp += tl.load(DPB + qa_rows[:, None] + r, mask=inside, other=0.0)
+    ds = p * (dp - delta[:, None])
+    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, out_dtype=ACC, input_precision=PRECISION)
+    return dk, dv
+
+
+@triton.jit
+def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
+                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
+                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
+              EVEN_D: tl.constexpr):
+    """One key tile: dk, dv over every query tile that sees it (the delta from
+    :func:`backward_q`). A key's dk and dv rows depend on its own probabilities only: the
+    padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
+    past S, read as zeros, are not stored)."""
+    bh = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    n0 = pid_n * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
+    k = tl.load(K + b * skb + h * skh + offs_n[:, None] * skt + offs_d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
+    qoff = b * sqb + h * sqh
+    dooff = b * sdb + h * sdh
+    slope2 = 0.0
+    if BIAS == 2:
+        slope2 = tl.load(SLOPES2 + h).to(ACC)
+    dk = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    dv = tl.zeros((BLOCK_N, BLOCK_D), ACC)
+    m_lo = 0
+    if CAUSAL:  # queries left of the tile's first key see none of it
+        m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
+    a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+    for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    for m0 in range(a, c, BLOCK_M):  # band
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
+                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
+        keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
+        dk = tl.where(keep, dk, 0.0)
+        dv = tl.where(keep, dv, 0.0)
+    out_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]
+    tl.store(DK + out_off, (dk * (qk_scale * 0.6931471805599453)).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + out_off, dv.to(DV.dtype.element_ty), mask=kv_mask)

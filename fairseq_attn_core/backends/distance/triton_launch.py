@@ -3,21 +3,26 @@ Function: ``softmax(scale q k^T + term(j - i)) v (+ Shaw's value term)`` for a d
 with a bias of the distance (t5bias's table by bucket, alibi's slopes) or Shaw's tables
 (relpos k, kv, tied), with the tables' gradients.
 
-The bucket of every distance the call has, ``j - i = -(S - 1) .. T - 1``, is computed once
-per call by the declaration's own bucket function (S + T - 1 integers) and read in the kernel
-by ``j - i``: T5's float32 logarithm of another library could land a distance on the
-neighbouring bucket at a boundary, this way the kernel's buckets are the piece's. The
-(N, H) table is read per pair in the kernel; its gradient comes back as per-program partial
-sums that torch adds up (deterministic, no atomics). Shaw's key term enters as
-``QA = scale q w_K^T`` (B, H, T, 2k + 1), one matmul here in float32, whose gradient dQA the
-kernel returns (dS summed per table row): autograd carries it to q and w_K. Shaw's value
-term: the kernel returns PB (B, H, T, 2k + 1), each query's probability mass per clipped
-distance, and ``PB a_V`` is one matmul here; autograd gives ``d a_V = PB^T dO`` and hands the
-kernel's backward ``dPB = dO a_V^T``, which it gathers by distance into dP.
+What depends only on the declaration and the shape is made once per (device, shape) and
+cached (:func:`_shape_tables`): the bucket of every distance the call has, ``j - i = -(S -
+1) .. T - 1``, computed on the CPU by the declaration's own bucket function (T5's float32
+logarithm of another library could land a distance on the neighbouring bucket at a boundary,
+this way the kernel's buckets are the piece's), its one-hot matrix (the table's gradient is
+one matmul of the kernel's per-distance sums), the edges of the far stages (the distances
+beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
+hence no synchronisation, on later calls. Per call, torch makes the table's bias per
+distance ``(H, S + T - 1)`` (one gather), Shaw's ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one
+matmul in float32 whose gradient dQA the kernel returns (dS summed per table row: autograd
+carries it to q and w_K), and the padding as a column of 0 / -inf. Shaw's value term: the
+kernel returns PB (B, H, T, 2k + 1), each query's probability mass per clipped distance, and
+``PB a_V`` is one matmul here; autograd gives ``d a_V = PB^T dO`` and hands the kernel's
+backward ``dPB = dO a_V^T``, which it reads by distance into dP.
 
-Inputs in fp16 or bf16 (the kernels accumulate in float32), or float32 / float64 (the CPU
-tests under ``TRITON_INTERPRET=1``: float64 accumulators for float64 inputs). triton is
-imported when a call first runs (:func:`kernels`): this module imports without it.
+q, k, v and dO are read through their strides (the layer's permuted views, no copies; the
+last dimension must be contiguous, else it is copied). Inputs in fp16 or bf16 (the kernels
+accumulate in float32), or float32 / float64 (the CPU tests under ``TRITON_INTERPRET=1``:
+float64 accumulators for float64 inputs). triton is imported when a call first runs
+(:func:`kernels`): this module imports without it.
 """
 
 from types import ModuleType
@@ -30,6 +35,10 @@ from .terms import DistanceTerms
 from .triton_configs import KernelConfigs, configs_for, head_block
 
 HALF = (torch.float16, torch.bfloat16)
+LOG2E = 1.4426950408889634
+#: (kind, declaration's key, S, T, device, dtype) -> tables; bounded (oldest dropped)
+_TABLES: dict = {}
+_MAX_TABLES = 64
 
 
 def kernels() -> ModuleType:
@@ -49,27 +58,57 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     if not terms.form.triton:
         raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's tables")
     module = module or kernels()
-    configs = configs or configs_for(q.size(-1))
+    configs = configs or configs_for(q.size(-1), torch.cuda.get_device_capability(q.device)
+                                     if q.device.type == "cuda" else None)
     B, H, T, D = q.shape
     S = k.size(2)
-    device = q.device
-    if terms.bias_table is not None:
-        bucket = terms.bucket(torch.arange(1 - S, T, device=device)).to(torch.int32).contiguous()
-    else:
-        bucket = torch.zeros(1, dtype=torch.int32, device=device)
-    slopes = torch.tensor(terms.slopes if terms.slopes is not None else (0.0,), dtype=torch.float32,
-                          device=device)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    shape = _shape_tables(terms, H, S, T, q.device, acc)
     qa = None
     if terms.key_table is not None:  # QA = scale q w_K^T, float32 at least
-        acc = torch.promote_types(q.dtype, torch.float32)
         qa = torch.matmul(q.to(acc), terms.key_table.to(acc).t()) * scale
-    pad = None if key_padding_mask is None else key_padding_mask.to(torch.uint8).contiguous()
-    bias = 1 if terms.bias_table is not None else 2 if terms.slopes is not None else 0  # the kernels' BIAS
-    out, pb = _TritonAttention.apply(q, k, v, terms.bias_table, qa, bucket, slopes, pad, bias, terms.clip or 0,
+    kb = None
+    if key_padding_mask is not None:
+        kb = torch.zeros(B, S, dtype=acc, device=q.device).masked_fill_(key_padding_mask, float("-inf"))
+    out, pb = _TritonAttention.apply(q, k, v, terms.bias_table, qa, kb, shape, terms.clip or 0,
                                      terms.value_table is not None, causal, float(scale), configs, module)
     if terms.value_table is None:
         return out
-    return out + torch.matmul(pb, terms.value_table.to(pb.dtype)).to(out.dtype)
+    return out + torch.matmul(pb.view(B, H, T, -1), terms.value_table.to(pb.dtype)).to(out.dtype)
+
+
+def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> dict:
+    """What the kernels need of the declaration at this shape, made once per device and
+    shape: ``bias`` (the kernels' BIAS: 0 none, 1 a table per distance, 2 slopes), the far
+    stages' edges ``WL``, ``WR`` (every pair at ``j - i <= -WL`` has one term per row, as
+    every pair at ``j - i >= WR``), and per kind the bucket index, its one-hot matrix
+    (S + T - 1, N) or the slopes in base 2."""
+    if terms.bias_table is not None:
+        key = ("buckets", terms.bucket, terms.bias_table.size(0))
+    elif terms.slopes is not None:
+        key = ("slopes", tuple(terms.slopes))
+    else:
+        key = ("clip", terms.clip)
+    key += (S, T, str(device), acc)
+    got = _TABLES.get(key)
+    if got is not None:
+        return got
+    got = dict(bias=0, WL=0, WR=0, bucket=None, onehot=None, slopes2=None)
+    if terms.bias_table is not None:
+        bucket = terms.bucket(torch.arange(1 - S, T)).long()  # on the CPU: no device copy to read back
+        run_left = int((bucket != bucket[0]).nonzero()[0, 0]) if (bucket != bucket[0]).any() else S + T - 1
+        run_right = int((bucket.flip(0) != bucket[-1]).nonzero()[0, 0]) if (bucket != bucket[-1]).any() else S + T - 1
+        onehot = torch.zeros(S + T - 1, terms.bias_table.size(0), dtype=acc)
+        onehot[torch.arange(S + T - 1), bucket] = 1.0
+        got.update(bias=1, WL=S - run_left, WR=T - run_right, bucket=bucket.to(device), onehot=onehot.to(device))
+    elif terms.slopes is not None:
+        got.update(bias=2, slopes2=torch.tensor([s * LOG2E for s in terms.slopes], dtype=acc).to(device))
+    else:
+        got.update(WL=terms.clip, WR=terms.clip)
+    if len(_TABLES) >= _MAX_TABLES:
+        _TABLES.pop(next(iter(_TABLES)))
+    _TABLES[key] = got
+    return got
 
 
 def _launch_args(q: Tensor, module: ModuleType):
@@ -88,69 +127,107 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
 
+def _interior(clip: int) -> int:
+    """Columns of the kernels' interior bins (1 .. 2k - 1 of Shaw's table rows)."""
+    return _pow2(max(2 * clip - 1, 1))
+
+
+def _even(config, T: int, S: int) -> dict:
+    """Whether the queries and keys fill whole tiles (their loads then go unmasked)."""
+    return dict(EVEN_M=T % config.block_m == 0, EVEN_N=S % config.block_n == 0)
+
+
+def _rows_view(t: Tensor) -> Tensor:
+    """t itself when its last dimension is contiguous (the kernels read the rest by strides)."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, qa, bucket, slopes, pad, bias, clip, values, causal, scale, configs, module):
+    def forward(ctx, q, k, v, table, qa, kb, shape, clip, values, causal, scale, configs, module):
         B, H, T, D = q.shape
         S = k.size(2)
-        q3, k3, v3 = (t.reshape(B * H, -1, D).contiguous() for t in (q, k, v))
+        q, k, v = (_rows_view(t) for t in (q, k, v))
         acc, precision = _launch_args(q, module)
-        lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        out = torch.empty_like(q3)
-        lse = torch.empty(B * H, T, dtype=lse_dtype, device=q.device)
-        table_c = table.detach().contiguous() if table is not None else slopes  # placeholders: never read
-        qa_c = qa.detach().reshape(B * H, T, -1).contiguous() if qa is not None else slopes
-        pad_c = pad if pad is not None else bucket
+        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        out = torch.empty(B, H, T, D, dtype=q.dtype, device=q.device)
+        lse = torch.empty(B * H, T, dtype=dtype, device=q.device)  # base 2
+        none = lse  # the pointer of a term the launch does not have: never read
+        bias2 = none
+        if table is not None:  # the table's bias per distance, base 2: (H, S + T - 1)
+            bias2 = (table.detach()[shape["bucket"]].t().to(dtype) * LOG2E).contiguous()
+        qa2 = (qa.detach() * LOG2E).to(dtype).contiguous() if qa is not None else none
         R = 2 * clip + 1
-        pb = torch.empty(B * H, T, R if values else 0, dtype=lse_dtype, device=q.device)
-        common = dict(BIAS=bias, KEYS=qa is not None, VALUES=values, CAUSAL=causal, HAS_PAD=pad is not None,
-                      RB=_pow2(R), BLOCK_D=head_block(D), ACC=acc, PRECISION=precision)
+        pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
+        common = dict(BIAS=shape["bias"], KEYS=qa is not None, VALUES=values, CAUSAL=causal,
+                      HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or qa is not None or causal),
+                      BLOCK_D=head_block(D), EVEN_D=head_block(D) == D, ACC=acc, PRECISION=precision)
+        ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1)
+        pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
+                    qa2)
         c = configs.forward_values if values else configs.forward
-        module.forward[(_cdiv(T, c.block_m), B * H)](
-            q3, k3, v3, out, lse, pb if values else lse, pad_c, bucket, table_c, slopes, qa_c,
-            scale, T, S, H, D, S - T, R, clip,
-            BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages, **common)
-        ctx.save_for_backward(q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad_c, pb)
-        ctx.meta = (B, H, T, S, D, R, clip, scale, configs, module, common,
-                    None if table is None else table.dtype)
+        module.forward[(B * H, _cdiv(T, c.block_m))](
+            q, k, v, out, lse, pb if values else none, *pointers, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
+            **_even(c, T, S), **common)
+        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers)
+        ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype)
         if not values:
             ctx.mark_non_differentiable(pb)
-        return out.view(B, H, T, D), pb.view(B, H, T, pb.size(-1))
+        return out, pb
 
     @staticmethod
     def backward(ctx, dout, dpb):
-        q3, k3, v3, out, lse, table_c, qa_c, bucket, slopes, pad, pb = ctx.saved_tensors
-        B, H, T, S, D, R, clip, scale, configs, module, common, table_dtype = ctx.meta
-        do = dout.reshape(B * H, T, D).contiguous()
-        delta = (do.to(lse.dtype) * out.to(lse.dtype)).sum(-1)  # rowsum(dO * O), (B H, T)
-        values = common["VALUES"]
-        if values:  # dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k]: delta_i = sum_j P_ij dP_ij
-            dpb = (torch.zeros_like(pb) if dpb is None else dpb.reshape(B * H, T, R).to(lse.dtype)).contiguous()
-            delta = delta + (pb * dpb).sum(-1)
-        dq, dk, dv = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(v3)
+        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2 = ctx.saved_tensors
+        shape, ints, configs, module, common, table_dtype = ctx.meta
+        B, H, T, D = q.shape
+        S = k.size(2)
+        R, NDIST = ints[6], ints[10]
+        do = _rows_view(dout)
+        dtype = lse.dtype
+        none = lse
+        delta = torch.empty(B * H, T, dtype=dtype, device=q.device)  # written by backward_q
+        if common["VALUES"]:
+            dpb = (torch.zeros_like(pb) if dpb is None else dpb.reshape(B * H, T, R).to(dtype)).contiguous()
+        else:
+            dpb = none
+        dq = torch.empty(B, H, T, D, dtype=q.dtype, device=q.device)
+        dk, dv = (torch.empty(B, H, S, D, dtype=k.dtype, device=q.device) for _ in range(2))
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
-        tiles = _cdiv(S, ckv.block_n)
-        nb = _pow2(table_c.size(0)) if table_grad else 16
-        dtable = torch.zeros(B * H * tiles * nb if table_grad else 1, dtype=lse.dtype, device=q3.device)
-        dqa = torch.empty(B * H, T, R, dtype=lse.dtype, device=q3.device) if keys else lse
-        module.backward_kv[(tiles, B * H)](
-            q3, k3, v3, do, lse, delta, dk, dv, dtable, pad, bucket, table_c, slopes, qa_c, dpb if values else lse,
-            scale, T, S, H, D, S - T, R, clip, TABLE_GRAD=table_grad, NB=nb,
-            BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages, **common)
-        module.backward_q[(_cdiv(T, cq.block_m), B * H)](
-            q3, k3, v3, do, lse, delta, dq, dqa, pad, bucket, table_c, slopes, qa_c, dpb if values else lse,
-            scale, T, S, H, D, S - T, R, clip,
-            BLOCK_M=cq.block_m, BLOCK_N=cq.block_n, num_warps=cq.num_warps, num_stages=cq.num_stages, **common)
-        d_table = None
+        if keys:
+            cq = configs.backward_q_terms or cq
         if table_grad:
-            N = table_c.size(0)
-            per_head = dtable.view(B, H, tiles, nb).sum((0, 2))  # (H, nb): the partial sums added up
-            d_table = per_head[:, :N].t().to(table_dtype).contiguous()
-        shape = (B, H, -1, D)
+            cq = configs.backward_q_table or cq
+        if common["VALUES"]:
+            ckv = configs.backward_kv_values or ckv
+        q_tiles = _cdiv(T, cq.block_m)
+        if table_grad and cq.block_n < cq.block_m:
+            raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
+        dtable = torch.zeros(B * H * q_tiles * 2 * NDIST if table_grad else 1, dtype=dtype, device=q.device)
+        dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
+        dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
+        strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
+        module.backward_q[(B * H, q_tiles)](
+            q, k, v, out, do, lse, delta, dq, dqa, pb if common["VALUES"] else none, dpb, dtable, dfar, kb, bias2,
+            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RB=_pow2(R), RI=_interior(ints[7]),
+            BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
+            num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
+        module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
+            q, k, v, do, lse, delta, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
+            BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
+            **_even(ckv, T, S), **common)
+        d_table = None
+        if table_grad:  # per distance, then per bucket (one matmul): no atomics
+            onehot = shape["onehot"]
+            per_distance = dtable.view(B, H, q_tiles * 2, NDIST).sum((0, 2))
+            far = dfar.view(B, H, q_tiles, 2).sum((0, 2))
+            per_distance[:, 0] += far[:, 0]  # the far tiles' sums, at an edge distance (the same bucket)
+            per_distance[:, -1] += far[:, 1]
+            d_table = (per_distance @ onehot).t().to(table_dtype).contiguous()
         d_qa = dqa.view(B, H, T, R) if keys else None
-        return (dq.view(shape), dk.view(shape), dv.view(shape), d_table, d_qa) + (None,) * 10
+        return (dq, dk, dv, d_table, d_qa) + (None,) * 8
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -1,0 +1,65 @@
+"""The Triton kernels compiled for the GPUs they run on, without one: sm_90 (H100/H200) and
+sm_80 (A100), read by benchmarks/triton_static_cost.py (ptxas -v, the SASS, the TTGIR). Every
+kernel family the paths launch (forward, backward_kv, backward_q, the backward's delta,
+rope's rotation) at its heaviest specialisation: t5bias under the causal mask (its table's
+gradient) and relpos kv (Shaw's key and value terms, the most state per tile); the lighter
+variants compile the same code with terms switched off (the report reads them all). One
+compile per (launch, arch), shared by the tests of this module.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.xdist_group("triton_compile")
+SAMPLE = (("t5bias", True), ("relpos kv", False))
+ARCHS = (90, 80)
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("triton_static_cost", ROOT / "benchmarks" / "triton_static_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def reads():
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    cost = _report()
+    out = {}
+    for variant, causal in SAMPLE:
+        for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
+            recorded, kernels = cost.record(64, causal, variants=(variant,), cap=cap)
+            for launch in recorded[variant][0]:
+                compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], launch["kwargs"], cap)
+                out[(variant, launch["kernel"], cap)] = cost.read_kernel(compiled, cap)
+    calls, rope = cost.record_rope(64)
+    for cap in ARCHS:
+        launch = calls[0]
+        compiled = cost.compile_launch(getattr(rope, launch["kernel"]), launch["args"], launch["kwargs"], cap)
+        out[("rope", launch["kernel"], cap)] = cost.read_kernel(compiled, cap)
+    return out
+
+
+def test_every_kernel_family_compiles_for_sm90_and_sm80_without_spills(reads):
+    kernels = {k for _, k, _ in reads}
+    assert {"forward", "backward_kv", "backward_q", "rotate_rows"} <= kernels
+    for (variant, kernel, cap), r in reads.items():
+        assert r["regs"] <= 255, (variant, kernel, cap)
+        assert (r["spill_stores"], r["spill_loads"]) == (0, 0), f"{variant} {kernel} sm_{cap} spills: {r}"
+
+
+def test_no_main_loop_has_a_loop_nested_in_it(reads):
+    """A loop inside a main loop runs per tile and stops Triton pipelining the main loop;
+    checked in the SASS and in the TTGIR (scf.for inside scf.for)."""
+    for (variant, kernel, cap), r in reads.items():
+        if kernel == "rotate_rows":
+            continue
+        assert r["main_loops"], (variant, kernel, cap)
+        for lp in r["main_loops"]:
+            assert lp["nested_loops"] == [], f"{variant} {kernel} sm_{cap}: a loop inside a main loop"
+        assert r["nested_loops_in_ttgir"] == 0, (variant, kernel, cap)

@@ -38,6 +38,8 @@ OTHER_VARIABLES = {
     "COMET_GPUS": "fairseq_attn_records/comet.py",
     "COMET_BATCH_SIZE": "fairseq_attn_records/comet.py",
     "SACREBLEU_SEED": "fairseq_attn_reports/significance.py",
+    "GPU_CHECKS_DRY": "benchmarks/gpu_checks.sh",
+    "GPU_CHECKS_STEPS": "benchmarks/gpu_checks.sh",
 }
 #: commands of other projects, whose flags are theirs
 OTHER_TOOLS = {"pip", "tensorboard", "sacrebleu", "comet-score", "wandb", "torchrun", "srun",

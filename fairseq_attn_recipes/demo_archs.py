@@ -10,9 +10,10 @@ class DemoError(RuntimeError):
 
 
 def registered_archs() -> List[str]:
-    """Architectures of the plugin model, read from fairseq's registry."""
-    from fairseq_attn_plugins.models import attn_architectures
-    return attn_architectures()
+    """Architectures of the plugin model, read from fairseq's registry (through the names' cache:
+    the demo starts without torch and fairseq while the code is unchanged)."""
+    from fairseq_attn_reports.arch_names import registered_attn_arch_names
+    return registered_attn_arch_names()
 
 
 def resolve_archs(spec: str) -> List[str]:

@@ -7,6 +7,7 @@ rows``), so the names are kept in a small cache file keyed by what decides them:
 version, fairseq's installed models (path, version, file names) and the sha256 of every source file
 of ``fairseq_attn_plugins``. Any change of code gives another key, hence a fresh read; a cache that
 cannot be read, written or parsed is ignored (the registry is read instead).
+The cache also holds the plugin model's own architectures, which ``fairseq-attn-demo --archs`` accepts.
 The check is only the early refusal: fairseq-train checks the architecture again when it builds.
 """
 
@@ -52,29 +53,40 @@ def cache_path(key: str) -> str:
     return os.path.join(base, "fairseq_attn_plugins", f"arch-names-{key[:24]}.json")
 
 
-def _read_registry() -> List[str]:
+def _read_registry() -> dict:
     import fairseq_attn_plugins  # noqa: F401  registers the architectures
     from fairseq.models import ARCH_MODEL_REGISTRY
-    return sorted(ARCH_MODEL_REGISTRY)
+    from fairseq_attn_plugins.models.transformer_attn import attn_architectures
+    return {"archs": sorted(ARCH_MODEL_REGISTRY), "attn_archs": attn_architectures()}
 
 
-def registered_arch_names() -> List[str]:
-    """Every architecture fairseq-train accepts with ``--user-dir fairseq_attn_plugins``."""
+def _cached(field: str) -> List[str]:
+    """The list ``field`` of the cache of this code, the registry read (and the cache written) without it."""
     key = code_key()
     path = cache_path(key) if key else None
     if path:
         try:
             with open(path, encoding="utf-8") as f:
                 kept = json.load(f)
-            if kept.get("key") == key and isinstance(kept.get("archs"), list) and kept["archs"]:
-                return kept["archs"]
+            if kept.get("key") == key and isinstance(kept.get(field), list) and kept[field]:
+                return kept[field]
         except (OSError, ValueError, AttributeError):
             pass  # absent or unreadable: read the registry
     names = _read_registry()
     if path:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_json(path, {"key": key, "archs": names})
+            write_json(path, {"key": key, **names})
         except OSError:
             pass  # a read-only home: no cache, the same answer
-    return names
+    return names[field]
+
+
+def registered_arch_names() -> List[str]:
+    """Every architecture fairseq-train accepts with ``--user-dir fairseq_attn_plugins``."""
+    return _cached("archs")
+
+
+def registered_attn_arch_names() -> List[str]:
+    """The architectures of the plugin's own model (``transformer_attn``), sorted."""
+    return _cached("attn_archs")

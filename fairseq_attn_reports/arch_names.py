@@ -7,7 +7,8 @@ rows``), so the names are kept in a small cache file keyed by what decides them:
 version, fairseq's installed models (path, version, file names) and the sha256 of every source file
 of ``fairseq_attn_plugins``. Any change of code gives another key, hence a fresh read; a cache that
 cannot be read, written or parsed is ignored (the registry is read instead).
-The cache also holds the plugin model's own architectures, which ``fairseq-attn-demo --archs`` accepts.
+Other lists of names read from the registry (the demo's architectures) are kept in the same file
+(:func:`cached_names`).
 The check is only the early refusal: fairseq-train checks the architecture again when it builds.
 """
 
@@ -53,40 +54,40 @@ def cache_path(key: str) -> str:
     return os.path.join(base, "fairseq_attn_plugins", f"arch-names-{key[:24]}.json")
 
 
-def _read_registry() -> dict:
+def _read_registry() -> List[str]:
     import fairseq_attn_plugins  # noqa: F401  registers the architectures
     from fairseq.models import ARCH_MODEL_REGISTRY
-    from fairseq_attn_plugins.models.transformer_attn import attn_architectures
-    return {"archs": sorted(ARCH_MODEL_REGISTRY), "attn_archs": attn_architectures()}
+    return sorted(ARCH_MODEL_REGISTRY)
 
 
-def _cached(field: str) -> List[str]:
-    """The list ``field`` of the cache of this code, the registry read (and the cache written) without it."""
+def _kept(path: str, key: str) -> dict:
+    """The cache file of this code, or {} (absent, unreadable, of other code)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)
+        return kept if isinstance(kept, dict) and kept.get("key") == key else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_names(field: str, read) -> List[str]:
+    """The list ``field`` of the cache of this code; without it, ``read()`` (which reads the
+    registry), then kept in the cache beside the other lists."""
     key = code_key()
     path = cache_path(key) if key else None
-    if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                kept = json.load(f)
-            if kept.get("key") == key and isinstance(kept.get(field), list) and kept[field]:
-                return kept[field]
-        except (OSError, ValueError, AttributeError):
-            pass  # absent or unreadable: read the registry
-    names = _read_registry()
+    kept = _kept(path, key) if path else {}
+    if isinstance(kept.get(field), list) and kept[field]:
+        return kept[field]
+    names = read()
     if path:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_json(path, {"key": key, **names})
+            write_json(path, {**kept, "key": key, field: names})
         except OSError:
             pass  # a read-only home: no cache, the same answer
-    return names[field]
+    return names
 
 
 def registered_arch_names() -> List[str]:
     """Every architecture fairseq-train accepts with ``--user-dir fairseq_attn_plugins``."""
-    return _cached("archs")
-
-
-def registered_attn_arch_names() -> List[str]:
-    """The architectures of the plugin's own model (``transformer_attn``), sorted."""
-    return _cached("attn_archs")
+    return cached_names("archs", _read_registry)

@@ -122,6 +122,11 @@ def test_demo_prints_one_validation_line_per_epoch():
 def test_archs_come_from_fairseq_registry():
     ours = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
     assert demo.registered_archs() == ours
+    # read back from the names' cache by a new demo process, which loads neither torch nor fairseq
+    code = ("import sys; from fairseq_attn_recipes import demo\n"
+            "print(','.join(demo.resolve_archs(demo.DEFAULT_ARCHS)), 'torch' in sys.modules, 'fairseq' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.split() == [demo.DEFAULT_ARCHS, "False", "False"], p.stdout + p.stderr
     everything = demo.resolve_archs("all")
     assert everything[0] == "transformer_attn_wmt_en_de"
     assert set(everything) == {a for a in ours if not a.endswith("_big")}

@@ -66,7 +66,10 @@ def cmd_finished_before(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    wanted = [STEPS[argv[0]]] if argv and argv[0] in STEPS else STEP_MODULES
+    if argv[:1] == ["finished-before"]:  # declared here: train.sh asks it once per run, before training
+        wanted = []
+    else:
+        wanted = [STEPS[argv[0]]] if argv and argv[0] in STEPS else STEP_MODULES
     ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in wanted:

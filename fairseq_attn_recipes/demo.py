@@ -10,6 +10,7 @@ results.md/.json, learning_curve.png (COMET too with COMET_MODEL). Sizes: profil
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -18,7 +19,6 @@ import sys
 import time
 from typing import Dict, List
 
-import fairseq_attn_plugins
 from fairseq_attn_reports import table1
 from fairseq_attn_reports.curves import plot_curves
 from fairseq_attn_records.output_files import write_json, write_text
@@ -50,7 +50,8 @@ class Pipeline:
     def __init__(self, out_dir: str, profile: Dict, archs: List[str], threads: int, seed: int, train_args=()):
         self.out, self.p, self.archs, self.threads, self.seed, self.train_args = out_dir, profile, archs, threads, seed, list(train_args)
         self.comet = None  # a loaded COMET scorer (COMET_MODEL), loaded before any other work
-        self.user_dir = os.path.dirname(os.path.abspath(fairseq_attn_plugins.__file__))
+        # found, not imported: the demo's own process needs neither torch nor fairseq (its steps do)
+        self.user_dir = importlib.util.find_spec("fairseq_attn_plugins").submodule_search_locations[0]
         self.src = lambda: self.path("corpus", f"test.{SRC}") if self.comet else None  # COMET reads the source
 
     def path(self, *parts) -> str:

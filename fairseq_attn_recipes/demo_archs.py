@@ -3,6 +3,7 @@
 from typing import List
 
 from fairseq_attn_reports import table1
+from fairseq_attn_reports.arch_names import cached_names
 
 
 class DemoError(RuntimeError):
@@ -10,7 +11,12 @@ class DemoError(RuntimeError):
 
 
 def registered_archs() -> List[str]:
-    """Architectures of the plugin model, read from fairseq's registry."""
+    """Architectures of the plugin model, read from fairseq's registry (kept in the names' cache:
+    the demo starts without torch and fairseq while the code is unchanged)."""
+    return cached_names("attn_archs", _read_registry)
+
+
+def _read_registry() -> List[str]:
     from fairseq_attn_plugins.models import attn_architectures
     return attn_architectures()
 

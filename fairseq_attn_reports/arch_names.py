@@ -7,6 +7,8 @@ rows``), so the names are kept in a small cache file keyed by what decides them:
 version, fairseq's installed models (path, version, file names) and the sha256 of every source file
 of ``fairseq_attn_plugins``. Any change of code gives another key, hence a fresh read; a cache that
 cannot be read, written or parsed is ignored (the registry is read instead).
+Other lists of names read from the registry (the demo's architectures) are kept in the same file
+(:func:`cached_names`).
 The check is only the early refusal: fairseq-train checks the architecture again when it builds.
 """
 
@@ -58,23 +60,34 @@ def _read_registry() -> List[str]:
     return sorted(ARCH_MODEL_REGISTRY)
 
 
-def registered_arch_names() -> List[str]:
-    """Every architecture fairseq-train accepts with ``--user-dir fairseq_attn_plugins``."""
+def _kept(path: str, key: str) -> dict:
+    """The cache file of this code, or {} (absent, unreadable, of other code)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)
+        return kept if isinstance(kept, dict) and kept.get("key") == key else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_names(field: str, read) -> List[str]:
+    """The list ``field`` of the cache of this code; without it, ``read()`` (which reads the
+    registry), then kept in the cache beside the other lists."""
     key = code_key()
     path = cache_path(key) if key else None
-    if path:
-        try:
-            with open(path, encoding="utf-8") as f:
-                kept = json.load(f)
-            if kept.get("key") == key and isinstance(kept.get("archs"), list) and kept["archs"]:
-                return kept["archs"]
-        except (OSError, ValueError, AttributeError):
-            pass  # absent or unreadable: read the registry
-    names = _read_registry()
+    kept = _kept(path, key) if path else {}
+    if isinstance(kept.get(field), list) and kept[field]:
+        return kept[field]
+    names = read()
     if path:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_json(path, {"key": key, "archs": names})
+            write_json(path, {**kept, "key": key, field: names})
         except OSError:
             pass  # a read-only home: no cache, the same answer
     return names
+
+
+def registered_arch_names() -> List[str]:
+    """Every architecture fairseq-train accepts with ``--user-dir fairseq_attn_plugins``."""
+    return cached_names("archs", _read_registry)

@@ -3,6 +3,7 @@
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -121,6 +122,11 @@ def test_demo_prints_one_validation_line_per_epoch():
 def test_archs_come_from_fairseq_registry():
     ours = sorted(a for a, m in ARCH_MODEL_NAME_REGISTRY.items() if m == "transformer_attn")
     assert demo.registered_archs() == ours
+    # read back from the names' cache by a new demo process, which loads neither torch nor fairseq
+    code = ("import sys; from fairseq_attn_recipes import demo\n"
+            "print(','.join(demo.resolve_archs(demo.DEFAULT_ARCHS)), 'torch' in sys.modules, 'fairseq' in sys.modules)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.split() == [demo.DEFAULT_ARCHS, "False", "False"], p.stdout + p.stderr
     everything = demo.resolve_archs("all")
     assert everything[0] == "transformer_attn_wmt_en_de"
     assert set(everything) == {a for a in ours if not a.endswith("_big")}
@@ -220,11 +226,21 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
     epoch_ends = {int(float(json.loads(line[line.index("{"):])["train_num_updates"]))
                   for line in ref_log.splitlines() if "| train |" in line}
     killed = tmp_path / "killed"
+    # its folder starts with the reference's prepared data (corpus, BPE, data-bin and their stage
+    # records, which name files relative to the folder): the demo reuses them, so it trains on the
+    # same files without binarising again; the trainings are its own
+    for folder in ("corpus", "bpe", "data-bin"):
+        shutil.copytree(out / folder, killed / folder)
+    (killed / ".done").mkdir()
+    for stage in ("corpus", "bpe", "binarise"):
+        shutil.copy(out / ".done" / stage, killed / ".done" / stage)
+    shutil.copy(out / "settings.json", killed / "settings.json")
     killed_cmd = [exe, "--quick", "--out-dir", str(killed)]
     _kill_mid_epoch(killed_cmd, killed, first, epoch_ends)
     assert not (killed / ".done" / f"train.{first}").exists()
     p = _demo_in_process(killed_cmd[1:], capsys)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert all(f"{stage}: done before, reused" in p.stdout for stage in ("corpus", "bpe", "binarise")), p.stdout
     resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch (\d+) @ (\d+) updates\)",
                          (killed / "runs" / first / "train.log").read_text())
     assert resumed, "the second run did not resume from a checkpoint"

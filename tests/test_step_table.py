@@ -26,16 +26,21 @@ def test_the_table_names_each_step_of_each_module_once():
     assert seen == steps.STEPS
 
 
-def test_a_step_imports_its_module_alone_and_help_lists_every_step():
+def test_a_step_imports_its_module_alone_and_help_lists_every_step(tmp_path):
+    # a step of the table, and finished-before (declared by __main__ itself: no step module at all)
     code = ("import sys; from fairseq_attn_recipes.__main__ import main\n"
-            "try:\n    main(['language-facts', 'de'])\nexcept SystemExit:\n    pass\n"
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith('fairseq_attn_recipes.'))))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
-    assert p.returncode == 0, p.stderr
-    loaded = set(p.stdout.strip().splitlines()[-1].split())
-    others = {f"fairseq_attn_recipes.{m}" for m in steps.STEP_MODULES} - {"fairseq_attn_recipes.languages"}
-    assert "fairseq_attn_recipes.languages" in loaded and not (loaded & others), loaded & others
+            "for argv in sys.argv[1:]:\n"
+            "    try:\n        main(argv.split())\n    except SystemExit:\n        pass\n"
+            "    print(' '.join(sorted(m for m in sys.modules if m.startswith('fairseq_attn_recipes.'))))")
+    every = {f"fairseq_attn_recipes.{m}" for m in steps.STEP_MODULES}
+    for argv, module in (("language-facts de", "languages"),
+                         (f"finished-before --save-dir {tmp_path / 'no_run'} -- --arch x", None)):
+        p = subprocess.run([sys.executable, "-c", code, argv], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+        assert p.returncode == 0, p.stderr
+        loaded = set(p.stdout.strip().splitlines()[-1].split())
+        own = {f"fairseq_attn_recipes.{module}"} if module else set()
+        assert own <= loaded and not (loaded & (every - own)), (argv, loaded & (every - own))
     h = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "--help"], capture_output=True, text=True)
     assert h.returncode == 0 and all(step in h.stdout for step in [*steps.STEPS, "finished-before"])
     bad = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "scroe"], capture_output=True, text=True)

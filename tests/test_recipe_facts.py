@@ -185,11 +185,12 @@ def test_length_study_quick_reads_the_toy_profile(tmp_path):
 
 
 @pytest.mark.parametrize("seeds", ["", "1 3"])
-def test_length_study_trains_seeds_outermost(seeds):
+def test_length_study_trains_seeds_outermost(seeds, tmp_path):
     """Step 3 of lengths.sh: every run once, each with its condition's data and folder, the position
     limits of its architecture, and the seeds outermost (a study stopped part-way has compared every
-    system and condition at its first seeds). The training step prints what it was given."""
-    script = (f'. {ROOT}/recipes/lib/lengths.sh\n'
+    system and condition at its first seeds). The training step prints what it was given. Run in a
+    folder of its own: the study's run locks are made under the (relative) run folders."""
+    script = (f'cd "{tmp_path}"; . {ROOT}/recipes/lib/lengths.sh\n'
               'lengths_train_evaluate() { echo "${SEED:-}|$SAVE_DIR|$DATA|$TRAIN_CONCAT|$ARCH|${MODEL_ARGS:-}|$*"; }\n'
               'names=(baseline relpos); archs=(A_base A_rel); conds=("" 2,4); cond_dirs=(L L/tc); datas=(D0 D1)\n'
               "lines=$'A_rel\\t--max-source-positions 300'; ks=(1 2 4)\n"

@@ -23,7 +23,7 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+(?=[^a-z\s])")
 
-# the goals of issue 64
+# the plain-language goals: README size and paragraph, docs paragraph, sentence median and 90th percentile
 README_WORDS, README_PARAGRAPH, DOCS_PARAGRAPH = 1500, 120, 150
 MEDIAN_SENTENCE, P90_SENTENCE = 18, 35
 

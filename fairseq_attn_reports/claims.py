@@ -21,9 +21,13 @@ hold (it is not resolved, naming them). The claims and their comparisons:
 3. ``csan_over_cnns`` -- "CSans achieve better performance than Cnns": both CSAN rows over Cnns.
 4. ``parameter_free`` -- "parameter-free ... only marginally affect training efficiency": per CSAN
    row, its parameters counted in its runs equal the baseline's (else it does not hold), and its
-   steps per second against the baseline's, every seed pair: holds when every pair is at most
+   speed against the baseline's: holds when every pair of timings is at most
    :data:`MARGINAL_SLOWDOWN` slower, does not hold when every pair is slower than that, not resolved
-   when the pairs fall on both sides (timing noise as large as the threshold).
+   when the pairs fall on both sides (timing noise as large as the threshold). The pairs are the
+   rounds of a side-by-side benchmark when one is given (:mod:`.side_by_side`, ``--speed``), else
+   the seed pairs of the runs' own steps per second -- measured on a shared machine, so they decide
+   nothing when a run's epochs disagree by more than :data:`MAX_EPOCH_UPS_RATIO` (other work ran
+   beside it) or the table records no per-epoch figures: the speed is then not resolved.
 5. ``window_11`` -- Figure 2a, "the local size with 11 is superior to other settings": window 11
    over each other window.
 6. ``heads`` -- Figure 2b, "by considering the features across heads (> 1), 2D-CSans further
@@ -36,12 +40,17 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .seeds import score_seeds
+from .side_by_side import describe as describe_bench
 from .table1 import BASELINE, ROW_BY_KEY, ROWS
 
 HOLDS, FAILS, OPEN = "holds", "does not hold", "not resolved at this scale"
 #: "only marginally affect training efficiency": at most this slowdown of steps per second against
 #: the baseline -- the paper's own largest for CSAN (2D-CSans: -0.06 of 1.28 steps/s, 4.7 %)
 MARGINAL_SLOWDOWN = 0.05
+#: a run's in-run steps/s are distorted when its slowest epoch is more than this many times slower than its
+#: fastest: other work shared the machine (quiet bible runs of docs/results/lengths_*.json: 1.03 to 1.16;
+#: beside other jobs: 1.3 to 150)
+MAX_EPOCH_UPS_RATIO = 1.2
 CSAN = ("csan1d", "csan2d")
 EXISTING = tuple(r.key for r in ROWS if r.key != BASELINE and r.key not in CSAN)
 RULE = ("A over B holds when A is significantly better (p < 0.05, paired bootstrap and approximate "
@@ -118,9 +127,10 @@ def _missing(keys: Sequence[str], have) -> List[str]:
 
 
 def table1_claims(rows: Dict[str, Dict], refs: Sequence[str], tokenize: str = "13a", bs_samples: int = 1000,
-                  ar_trials: int = 10000) -> List[Dict]:
+                  ar_trials: int = 10000, speed: Optional[Dict] = None) -> List[Dict]:
     """Claims 1-4 from Table 1's rows: ``{key: {"runs": [(seed, translations)], "params": int,
-    "ups": [steps/s of each seed]}}``, the baseline among them."""
+    "ups": [steps/s of each seed], "ups_epochs": [each seed's steps/s per epoch] or None}}``, the
+    baseline among them; ``speed``: the rows measured side by side (:func:`.side_by_side.read_bench`)."""
     if BASELINE not in rows:
         raise ValueError(f"Table 1's claims compare with the {BASELINE} row: the table has none")
     t = Tester({k: r["runs"] for k, r in rows.items()}, refs, tokenize, bs_samples, ar_trials)
@@ -140,14 +150,16 @@ def table1_claims(rows: Dict[str, Dict], refs: Sequence[str], tokenize: str = "1
                _missing(CSAN + ("cnns",), rows)),
     ]
     claims.append(_claim("parameter_free", "Table 1", "our methods are parameter-free and thus only marginally "
-                         "affect training efficiency", [], efficiency_rule(), _missing(CSAN, rows),
-                         parts=[efficiency(rows, c) for c in csan], notes=efficiency_context(rows)))
+                         "affect training efficiency", [], efficiency_rule(speed), _missing(CSAN, rows),
+                         parts=[efficiency(rows, c, speed) for c in csan], notes=efficiency_context(rows, speed)))
     return claims
 
 
-def efficiency_rule() -> str:
+def efficiency_rule(speed: Optional[Dict] = None) -> str:
+    pairs = (f"in every interleaved round of {describe_bench(speed)}, measured side by side"
+             if speed else "in every seed pair of the runs' own steps per second (train.log)")
     return (f"per CSAN row: its parameters (counted in its runs) equal the baseline's; and its steps per second "
-            f"against the baseline's in every seed pair: at most {MARGINAL_SLOWDOWN:.0%} slower in every pair holds "
+            f"against the baseline's {pairs}: at most {MARGINAL_SLOWDOWN:.0%} slower in every pair holds "
             f"(the paper's largest CSAN slowdown, 2D-CSans -0.06 of 1.28 steps/s), slower than that in every pair "
             f"does not hold, pairs on both sides are not resolved (timing noise as large as the threshold).")
 
@@ -157,31 +169,70 @@ def slowdowns(ups: Sequence[float], base_ups: Sequence[float]) -> List[float]:
     return [1.0 - u / b for u in ups for b in base_ups]
 
 
-def efficiency(rows: Dict[str, Dict], key: str) -> Dict:
+def slowdown_verdict(slow: Sequence[float]) -> str:
+    """At most :data:`MARGINAL_SLOWDOWN` in every pair holds, above it in every pair does not hold."""
+    if slow and all(s <= MARGINAL_SLOWDOWN for s in slow):
+        return HOLDS
+    return FAILS if slow and all(s > MARGINAL_SLOWDOWN for s in slow) else OPEN
+
+
+def distorted(rows: Dict[str, Dict], key: str) -> List[str]:
+    """Why the in-run steps/s of row ``key`` cannot be trusted: each of its runs whose per-epoch steps/s
+    disagree by more than :data:`MAX_EPOCH_UPS_RATIO`, or that the table records none."""
+    epochs = rows[key].get("ups_epochs")
+    if not epochs:
+        return [f"{_name(key)}: the table records no per-epoch steps/s (made before they were recorded), so "
+                f"other work beside its runs cannot be ruled out"]
+    seeds = [seed for seed, _ in rows[key]["runs"]]
+    out = []
+    for i, ups in enumerate(epochs):
+        seed = seeds[i] if i < len(seeds) else None
+        if ups and (min(ups) <= 0 or max(ups) / min(ups) > MAX_EPOCH_UPS_RATIO):
+            out.append(f"{_name(key)}{'' if seed is None else f' seed {seed}'}: its epochs ran {min(ups):.2f} to "
+                       f"{max(ups):.2f} steps/s ({max(ups) / max(min(ups), 1e-9):.1f}x, more than {MAX_EPOCH_UPS_RATIO}x: "
+                       f"other work shared the machine)")
+    return out
+
+
+def efficiency(rows: Dict[str, Dict], key: str, speed: Optional[Dict] = None) -> Dict:
+    """Row ``key``'s parameters and speed against the baseline's: the speed from ``speed``'s rounds
+    (side by side) when given, else from the runs' own steps/s unless they are :func:`distorted`."""
     base = rows[BASELINE]
     added = rows[key]["params"] - base["params"]
     slow = slowdowns(rows[key]["ups"], base["ups"])
-    if all(s <= MARGINAL_SLOWDOWN for s in slow):
-        speed = HOLDS
-    elif all(s > MARGINAL_SLOWDOWN for s in slow):
-        speed = FAILS
+    reasons: List[str] = []
+    if speed:
+        rounds = speed["rows"][key]["slowdowns"]
+        speed_verdict = slowdown_verdict(rounds) if len(rounds) >= 2 else OPEN
+        if len(rounds) < 2:
+            reasons.append(f"{speed['path']} has {len(rounds)} round: too few to tell noise")
     else:
-        speed = OPEN
-    verdict = FAILS if added != 0 else speed
-    return {"row": key, "verdict": verdict, "params_added": added, "speed_verdict": speed, "slowdowns": slow,
-            "ups": list(rows[key]["ups"]), "baseline_ups": list(base["ups"])}
+        rounds = None
+        reasons = distorted(rows, BASELINE) + distorted(rows, key)
+        speed_verdict = OPEN if reasons else slowdown_verdict(slow)
+    verdict = FAILS if added != 0 else speed_verdict
+    return {"row": key, "verdict": verdict, "params_added": added, "speed_verdict": speed_verdict,
+            "speed_from": "side by side" if speed else "in-run", "round_slowdowns": rounds, "speed_reasons": reasons,
+            "slowdowns": slow, "ups": list(rows[key]["ups"]), "baseline_ups": list(base["ups"])}
 
 
-def efficiency_context(rows: Dict[str, Dict]) -> List[str]:
-    """The other rows' parameters and mean slowdown, beside the CSAN rows'."""
+def efficiency_context(rows: Dict[str, Dict], speed: Optional[Dict] = None) -> List[str]:
+    """The other rows' parameters and mean slowdown, beside the CSAN rows' (side by side where measured);
+    without a side-by-side measurement, what can distort the runs' own."""
     base = rows[BASELINE]
     out = []
     for r in ROWS[1:]:
         if r.key in rows:
-            s = slowdowns(rows[r.key]["ups"], base["ups"])
+            measured = (speed or {}).get("rows", {}).get(r.key)
+            s = measured["slowdowns"] if measured else slowdowns(rows[r.key]["ups"], base["ups"])
             out.append(f"{r.name}: {rows[r.key]['params'] - base['params']:+,} parameters, "
-                       f"{sum(s) / len(s):+.1%} mean slowdown")
-    return ["beside it, every row: " + "; ".join(out)] if out else []
+                       f"{sum(s) / len(s):+.1%} mean slowdown ({'side by side' if measured else 'in-run'})")
+    notes = ["beside it, every row: " + "; ".join(out)] if out else []
+    if not speed:
+        notes.append("the runs' own steps/s were measured on a shared machine, where other work distorts them; "
+                     "fairseq-attn-bench measures the rows side by side (docs/howto/table1.md): give its JSON with "
+                     "--speed")
+    return notes
 
 
 def figure2_claims(windows: Dict[int, Runs], heads: Dict[int, Runs], refs: Sequence[str], tokenize: str = "13a",
@@ -233,6 +284,25 @@ def _name(key: str) -> str:
     return ROW_BY_KEY[key].name if key in ROW_BY_KEY else key
 
 
+def _span(slow: Sequence[float]) -> str:
+    return f"{min(slow):+.1%} to {max(slow):+.1%}" if slow else "none"
+
+
+def _efficiency_line(p: Dict) -> str:
+    """A CSAN row's parameters and speed: side by side per round (when measured), and the runs' own."""
+    own = (f"steps/s {', '.join(f'{u:.3f}' for u in p['ups'])} against the baseline's "
+           f"{', '.join(f'{u:.3f}' for u in p['baseline_ups'])}: slowdown {_span(p['slowdowns'])} over "
+           f"{len(p['slowdowns'])} seed pairs")
+    if p.get("speed_from") == "side by side":
+        r = p["round_slowdowns"]
+        speed = f"side by side, slowdown {_span(r)} over {len(r)} rounds; in-run, shared machine: {own}"
+    else:
+        speed = own
+    why = "".join(f"; not resolved: {w}" for w in p.get("speed_reasons", []))
+    return (f"- {_name(p['row'])}: {p['params_added']:+,} parameters; {speed} (speed: {p['speed_verdict']}{why}): "
+            f"**{p['verdict']}**")
+
+
 def markdown(report: Dict) -> str:
     out = ["# The CSAN paper's claims, tested", "",
            "Each claim of Yang et al. (2019), sections 5.1-5.2, with its verdict: holds, does not hold, or not resolved "
@@ -247,11 +317,7 @@ def markdown(report: Dict) -> str:
                     "|---|---|---|---:|---:|---:|---:|---:|---|"] + [_cmp_line(x) for x in cmps] + [""]
         for p in c["parts"]:
             if "row" in p:
-                slow = p["slowdowns"]
-                out.append(f"- {_name(p['row'])}: {p['params_added']:+,} parameters; steps/s "
-                           f"{', '.join(f'{u:.3f}' for u in p['ups'])} against the baseline's "
-                           f"{', '.join(f'{u:.3f}' for u in p['baseline_ups'])}: slowdown {min(slow):+.1%} to "
-                           f"{max(slow):+.1%} over {len(slow)} seed pairs (speed: {p['speed_verdict']}): **{p['verdict']}**")
+                out.append(_efficiency_line(p))
             elif "better" not in p:
                 out.append(f"- {p['part']}: {p['verdict']}")
         out += [f"- {n}" for n in c["notes"]] + [""]

@@ -193,7 +193,8 @@ def build_seeds_table(runs: Sequence[Tuple[Row, Sequence[str]]], ref_path: str, 
     """Table 1 over seeds: ``runs`` (row, the run folders of its seeds), the baseline first. Each row
     is :func:`.seeds.collect_seeds`'s (its ``system`` the row key; the all-pairs marks) with the
     parameters measured in its runs (``params``, the same in every seed), steps per second per seed
-    (``train_ups_per_seed``), their mean and std (``train_ups``, ``train_ups_std``), the differences
+    (``train_ups_per_seed``; per epoch: ``train_ups_epochs_per_seed``), their mean and std (``train_ups``,
+    ``train_ups_std``), the differences
     with the baseline's means and the paper's numbers."""
     if not runs or runs[0][0].key != BASELINE:
         raise Table1Error("Table 1 needs the baseline run first")
@@ -221,6 +222,7 @@ def build_seeds_table(runs: Sequence[Tuple[Row, Sequence[str]]], ref_path: str, 
         full = (base_full if first else base_size_params(row.arch)) if base_size else None
         out_rows.append(dict(
             r, key=row.key, label=row.label, arch=row.arch, train_ups_per_seed=ups, train_ups=ups_mean,
+            train_ups_epochs_per_seed=[[e["train_ups"] for e in lg["epochs"] if "train_ups" in e] for lg in logs],
             train_ups_std=ups_std if len(ups) > 1 else None,
             params_delta=None if first else r["params"] - base_params,
             speed_delta=None if first else ups_mean - base_ups,

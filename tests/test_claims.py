@@ -26,8 +26,11 @@ def runs(wrong, seeds=(1,)):
 
 
 def row(wrong, params=1000, ups=None, seeds=(1,)):
-    """A Table 1 row: its seeds' translations, its parameters and each seed's steps per second."""
-    return {"runs": runs(wrong, seeds), "params": params, "ups": list(ups or [2.0] * len(seeds))}
+    """A Table 1 row: its seeds' translations, its parameters and each seed's steps per second (over
+    epochs as steady as a run alone on the machine: 1 % apart)."""
+    ups = list(ups or [2.0] * len(seeds))
+    return {"runs": runs(wrong, seeds), "params": params, "ups": ups,
+            "ups_epochs": [[u * 1.005, u * 0.995] for u in ups]}
 
 
 def by_id(found):
@@ -74,7 +77,8 @@ def test_table1_claims_do_not_hold_when_a_seed_pair_says_the_other_way_in_every_
 
 def test_table1_claims_are_not_resolved_without_a_significant_difference_or_rows():
     same = translations(0.3, 5)
-    rows = {key: {"runs": [(1, same)], "params": 1000, "ups": [2.0, 2.0]} for key in ("baseline", "cnns", "csan1d", "csan2d")}
+    rows = {key: {"runs": [(1, same)], "params": 1000, "ups": [2.0, 2.0], "ups_epochs": [[2.0], [2.0]]}
+            for key in ("baseline", "cnns", "csan1d", "csan2d")}
     rows["csan2d"]["ups"] = [2.0, 1.8]  # one timing 0 % slower, one 10 %: both sides of 5 %
     found = by_id(claims.table1_claims(rows, REFS, **TESTS))
     assert [c["verdict"] for c in found.values()] == [OPEN] * 4
@@ -118,3 +122,62 @@ def test_figure2_claims_each_verdict():
     assert found["heads"]["verdict"] == OPEN
     assert [p["verdict"] for p in found["heads"]["parts"]] == [HOLDS, OPEN]
     assert "(b) needs two areas above 1" in found["heads"]["notes"][0]
+
+
+def test_in_run_speed_beside_other_work_is_not_resolved_never_does_not_hold():
+    """A run's epochs 12.6x apart (the study's baseline seed 1: 2.04, 2.26, then 0.18 steps/s beside other
+    jobs): its mean says nothing of the model, so a CSAN row 45 % slower by it is not resolved, with the
+    reason; the same speeds from steady epochs (1.19x apart, under the 1.2x bound) do not hold."""
+    rows = {"baseline": row(0.1, ups=(2.0, 2.0), seeds=(1, 2)), "csan2d": row(0.1, ups=(1.1, 1.1), seeds=(1, 2))}
+    rows["csan2d"]["ups_epochs"] = [[1.2, 1.2 / 1.19], [1.1, 1.1]]
+    steady = claims.efficiency(rows, "csan2d")
+    assert (steady["speed_from"], steady["speed_verdict"], steady["speed_reasons"]) == ("in-run", FAILS, [])
+    rows["baseline"]["ups_epochs"] = [[2.04, 2.26, 0.18], [2.0, 2.0]]
+    eff = claims.efficiency(rows, "csan2d")
+    assert (eff["params_added"], eff["speed_verdict"], eff["verdict"]) == (0, OPEN, OPEN)
+    assert eff["speed_reasons"] == ["Transformer-Base seed 1: its epochs ran 0.18 to 2.26 steps/s (12.6x, more than "
+                                    "1.2x: other work shared the machine)"]
+    # a table made before the per-epoch figures were recorded: nothing rules other work out
+    rows["baseline"]["ups_epochs"] = None
+    eff = claims.efficiency(rows, "csan2d")
+    assert eff["speed_verdict"] == OPEN and "records no per-epoch steps/s" in eff["speed_reasons"][0]
+    found = by_id(claims.table1_claims(rows, REFS, **TESTS))["parameter_free"]
+    assert found["verdict"] == OPEN
+    assert any("shared machine" in n and "--speed" in n for n in found["notes"])
+    md = claims.markdown({"claims": [found], "bs_samples": 50, "ar_trials": 50})
+    assert "(speed: not resolved at this scale; not resolved: Transformer-Base: the table records no" in md
+
+
+def bench_speed(tokens_per_s, params=1000, path="bench.json"):
+    """What :func:`side_by_side.read_bench` returns for rows whose tokens/s per round are given."""
+    base = tokens_per_s["baseline"]
+    return {"path": path, "rounds": len(base), "threads": 1, "preset": "bible", "device": "cpu", "dtype": "fp32",
+            "data": None, "rows": {k: {"system": k, "params": params, "slowdowns": [1 - a / b for a, b in zip(t, base)]}
+                                   for k, t in tokens_per_s.items()}}
+
+
+def test_side_by_side_rounds_decide_the_speed():
+    """Given a side-by-side measurement, each interleaved round is a pair: its slowdowns decide, whatever
+    the runs' own steps/s say (here 45 % slower, from disturbed epochs)."""
+    rows = {"baseline": row(0.1, ups=(2.0,)), "csan1d": row(0.1, ups=(1.1,)), "csan2d": row(0.1, ups=(1.1,))}
+    rows["baseline"]["ups_epochs"] = [[2.26, 0.18]]
+    speed = bench_speed({"baseline": [1000, 900, 1100], "csan1d": [980, 870, 1060],  # 2 %, 3.3 %, 3.6 % slower
+                         "csan2d": [900, 880, 1050]})  # 10 %, 2.2 %, 4.5 %: both sides of 5 %
+    one, two = (claims.efficiency(rows, k, speed) for k in ("csan1d", "csan2d"))
+    assert (one["speed_from"], one["speed_verdict"], one["speed_reasons"]) == ("side by side", HOLDS, [])
+    assert one["round_slowdowns"] == pytest.approx([0.02, 1 - 870 / 900, 1 - 1060 / 1100])
+    assert two["speed_verdict"] == OPEN
+    slow = claims.efficiency(rows, "csan2d", bench_speed({"baseline": [1000, 900], "csan2d": [940, 850]}))
+    assert slow["speed_verdict"] == FAILS  # 6 % and 5.6 % slower
+    once = claims.efficiency(rows, "csan1d", bench_speed({"baseline": [1000], "csan1d": [990]}))
+    assert once["speed_verdict"] == OPEN and "1 round" in once["speed_reasons"][0]
+    found = by_id(claims.table1_claims(rows, REFS, **TESTS, speed=speed))["parameter_free"]
+    assert "in every interleaved round of bench.json (fairseq-attn-bench, preset bible, 3 interleaved rounds, " \
+           "1 thread(s), cpu fp32)" in found["rule"]
+    assert not any("--speed" in n for n in found["notes"])
+    assert "1D-CSans: +0 parameters, +3.0% mean slowdown (side by side)" \
+        in found["notes"][0]
+    md = claims.markdown({"claims": [found], "bs_samples": 50, "ar_trials": 50})
+    assert ("- 1D-CSans: +0 parameters; side by side, slowdown +2.0% to +3.6% over 3 rounds; in-run, shared machine: "
+            "steps/s 1.100 against the baseline's 2.000: slowdown +45.0% to +45.0% over 1 seed pairs (speed: holds): "
+            "**holds**") in md

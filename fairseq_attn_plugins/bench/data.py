@@ -1,4 +1,8 @@
-"""Identical batches for every system: WMT14-like lengths, fairseq-style batching."""
+"""Identical batches for every system: WMT14-like lengths (or a data-bin's), fairseq-style batching."""
+
+import os
+import re
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -47,11 +51,19 @@ def _sentence(length, d, rng):
     return toks
 
 
-def make_train_batches(d, max_tokens, n_batches, max_len, seed, device):
-    """Identical batches for every system: like fairseq's batch_by_size on sorted lengths."""
+def make_train_batches(d, max_tokens, n_batches, max_len, seed, device, tgt_d=None,
+                       lengths: Optional[Tuple[np.ndarray, np.ndarray]] = None):
+    """Identical batches for every system: like fairseq's batch_by_size on sorted lengths.
+    ``tgt_d``: the target's own dictionary (else ``d``); ``lengths``: (source, target) lengths of
+    real pairs, EOS included, to draw the sentences from (else WMT-like lengths below ``max_len``)."""
+    tgt_d = d if tgt_d is None else tgt_d
     rng = np.random.default_rng(seed)
     n = max(64, n_batches * max_tokens // 20)
-    src_len, tgt_len = wmt_lengths(n, rng, max_len)
+    if lengths is None:
+        src_len, tgt_len = wmt_lengths(n, rng, max_len)
+    else:
+        pick = rng.choice(len(lengths[0]), size=n, replace=n > len(lengths[0]))
+        src_len, tgt_len = np.asarray(lengths[0])[pick], np.asarray(lengths[1])[pick]
     order = np.lexsort((tgt_len, src_len))
     batches, cur, cur_max = [], [], 0
     for i in order:
@@ -69,14 +81,44 @@ def make_train_batches(d, max_tokens, n_batches, max_len, seed, device):
     picks = rng.permutation(len(batches))[:n_batches]
     out = []
     for b in picks:
-        pairs = [(_sentence(src_len[i], d, rng), _sentence(tgt_len[i], d, rng)) for i in batches[b]]
+        pairs = [(_sentence(src_len[i], d, rng), _sentence(tgt_len[i], tgt_d, rng)) for i in batches[b]]
         out.append(_collate(pairs, d, device))
     return out
 
 
-def make_gen_batches(d, n_sents, batch_size, max_len, seed, device):
+def load_data_bin(path: str, split: str = "train"):
+    """(source dictionary, target dictionary, (source lengths, target lengths), "SRC-TGT") of a
+    fairseq-preprocess data-bin: its one language pair, as fairseq's translation task finds it
+    (``{split}.SRC-TGT.SRC.idx``); the lengths of every pair of ``split``, EOS included."""
+    from fairseq.data import Dictionary, data_utils
+
+    if not os.path.isdir(path):
+        raise ValueError(f"--data-bin {path}: no such folder")
+    found = sorted({m.groups() for m in (re.fullmatch(rf"{re.escape(split)}\.([^.-]+)-([^.-]+)\.\1\.idx", f)
+                                         for f in os.listdir(path)) if m})
+    if len(found) != 1:
+        raise ValueError(f"--data-bin {path}: expected the files of one language pair "
+                         f"({split}.SRC-TGT.SRC.idx), found {len(found)}")
+    src, tgt = found[0]
+    dicts, sizes = [], []
+    for lang in (src, tgt):
+        dict_path = os.path.join(path, f"dict.{lang}.txt")
+        if not os.path.isfile(dict_path):
+            raise ValueError(f"--data-bin {path}: {dict_path} is missing")
+        dicts.append(Dictionary.load(dict_path))
+        data = data_utils.load_indexed_dataset(os.path.join(path, f"{split}.{src}-{tgt}.{lang}"), dicts[-1])
+        if data is None or len(data) == 0:
+            raise ValueError(f"--data-bin {path}: cannot read the {split} split of {lang}")
+        sizes.append(np.array(data.sizes, dtype=np.int64))  # a copy: the dataset unmaps its file when freed
+    return dicts[0], dicts[1], (sizes[0], sizes[1]), f"{src}-{tgt}"
+
+
+def make_gen_batches(d, n_sents, batch_size, max_len, seed, device, lengths=None):
     rng = np.random.default_rng(seed + 1)
-    src_len, _ = wmt_lengths(n_sents, rng, max_len)
+    if lengths is None:
+        src_len, _ = wmt_lengths(n_sents, rng, max_len)
+    else:
+        src_len = np.asarray(lengths[0])[rng.choice(len(lengths[0]), size=n_sents, replace=n_sents > len(lengths[0]))]
     src_len = np.sort(src_len)
     out = []
     for i in range(0, n_sents, batch_size):

@@ -6,16 +6,19 @@ from .data import make_gen_batches
 from .systems import STOCK
 from .timing import Timer, paired_ratios, summarize, sync_device, interleaved
 
-def bench_infer(models, d, cfg, device, seed, log):
+def bench_infer(models, d, cfg, device, seed, log, tgt_d=None, lengths=None):
+    """``tgt_d``: the target's own dictionary (else ``d``); ``lengths``: real pairs' lengths to draw
+    the sources from (else WMT-like)."""
     from fairseq.sequence_generator import SequenceGenerator
 
-    batches = make_gen_batches(d, cfg["gen_sents"], cfg["gen_batch"], cfg["max_src"], seed, device)
+    tgt_d = d if tgt_d is None else tgt_d
+    batches = make_gen_batches(d, cfg["gen_sents"], cfg["gen_batch"], cfg["max_src"], seed, device, lengths)
     nsent = sum(b["nsentences"] for b in batches)
     # Untrained (or barely trained) models emit EOS at once. To decode a WMT-like and
     # identical number of steps in every system, each batch's generator forces the
     # output length to the batch's longest source: match_source_len caps it there and
     # min_len forbids an earlier EOS.
-    gens = {name: [SequenceGenerator([m], d, beam_size=4, match_source_len=True,
+    gens = {name: [SequenceGenerator([m], tgt_d, beam_size=4, match_source_len=True,
                                      min_len=int(b["net_input"]["src_lengths"].max()))
                    for b in batches]
             for name, m in models.items()}

@@ -131,8 +131,19 @@ def render(report: dict) -> str:
                   f"measurement, {tr['repeats']} interleaved rounds, timed by {tr.get('timer', '?')}; "
                   f"ratio = median of per-round ratios to stock fairseq +- their spread (half the "
                   f"range); a ratio spread beyond +-{100 * MAX_SPREAD:.0f}% is unmeasured.", ""]
-        head = "| system | train tok/s | ratio +-spread | target | speed | peak MB | mem ratio | mem |"
-        sep = "|---|---:|---|---:|---|---:|---:|---|"
+        base = tr.get("baseline")
+        if base:
+            lines += [f"vs {base}: the same per-round ratio to {base} (the Table 1 rows' baseline, "
+                      f"transformer_attn_wmt_en_de).", ""]
+        data = m.get("data")
+        if data:
+            lines += [f"Vocabularies {data['vocab']['source']} / {data['vocab']['target']} (source / target), "
+                      f"lengths {data['lengths']}"
+                      + (f", from {data['data_bin']} ({data['pair']})" if data.get("data_bin") else "")
+                      + f"; {m['threads']} CPU thread(s).", ""]
+        head = ("| system | train tok/s | ratio +-spread |" + (f" vs {base} +-spread |" if base else "")
+                + " target | speed | peak MB | mem ratio | mem |")
+        sep = "|---|---:|---|" + ("---|" if base else "") + "---:|---|---:|---:|---|"
         if inf:
             head += " infer sent/s | infer ratio |"
             sep += "---:|---:|"
@@ -141,7 +152,7 @@ def render(report: dict) -> str:
             r = e["ratio"]
             vv = v.get(name, {})
             row = (f"| {name} | {e['tokens_per_s']['median']:.0f} | "
-                   f"{fmt_ratio(r)} | "
+                   f"{fmt_ratio(r)} | " + (f"{fmt_ratio(e['ratio_to_baseline'])} | " if base else "") +
                    f"{_fmt(vv.get('speed_target'))} | {vv.get('speed', 'reference')} | "
                    f"{e['peak_mem_mb']:.0f} | {e['mem_ratio']:.3f} | {vv.get('memory', 'reference')} |")
             if inf:

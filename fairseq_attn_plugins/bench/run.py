@@ -1,11 +1,12 @@
 """The benchmark driver: build every system, then train / infer / sweep interleaved."""
 
 import gc
+import os
 
 import torch
 
 from .infer import bench_infer
-from .data import make_train_batches
+from .data import load_data_bin, make_train_batches
 from .report import meta, provenance, verdicts
 from .sweep import bench_sweep
 from .systems import (DTYPES, PRESETS, STOCK, apply_distance_devices, attention_paths, build_model,
@@ -20,8 +21,11 @@ SWEEP_LENGTHS = (32, 64, 128, 256, 512, 1024)
 
 def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=None,
                   repeats=None, seed=1, infer=True, log=print, sweep=None, lengths=None,
-                  distance_devices=None) -> dict:
-    """``sweep="lengths"``: the position-method length sweep (mode sweep, each position
+                  distance_devices=None, data_bin=None) -> dict:
+    """``data_bin``: a fairseq-preprocess folder whose dictionaries the models are built with and
+    whose training pairs' lengths the batches take (else the preset's vocabularies, WMT-like lengths).
+
+    ``sweep="lengths"``: the position-method length sweep (mode sweep, each position
     method on each training path of the device, ``lengths`` or 32 ... 1024).
 
     ``distance_devices``: a list of device lists (e.g. ``[("cpu",), ("cpu", "cuda")]``), each
@@ -55,24 +59,27 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     else:
         sys_list = discover_systems(cfg.get("big", False), systems)
     sys_list = with_distance_devices(sys_list, distance_devices)
-    dictionary = make_dictionary(cfg["vocab"])
+    dictionary, tgt_dictionary, pair_lengths, data = corpus(cfg, data_bin)
+    report["meta"]["data"] = data
+    longest = cfg["max_src"] if pair_lengths is None else int(max(max(x) for x in pair_lengths))
     sweep_shapes = [(L, None) for L in cfg["sweep_lengths"]]
-    models, entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
-                                 max(256, cfg["max_src"] + 1) if mode != "sweep" else
+    models, entries = _build_all(sys_list, (dictionary, tgt_dictionary), cfg, seed, device, dtype,
+                                 max(256, longest + 1) if mode != "sweep" else
                                  max(256, max(cfg["sweep_lengths"])), log,
-                                 sweep_shapes if mode == "sweep" else train_shapes(dictionary, cfg, seed))
+                                 sweep_shapes if mode == "sweep" else
+                                 train_shapes(dictionary, cfg, seed, tgt_dictionary, pair_lengths))
     report["systems"] = entries
     log(f"systems: {', '.join(models)} | preset {preset}, {dtype} on {device}")
     if mode in ("train", "all"):
-        report["train"] = bench_train(models, dictionary, cfg, device, seed, log)
+        report["train"] = bench_train(models, dictionary, cfg, device, seed, log, tgt_dictionary, pair_lengths)
         if infer:
-            report["infer"] = bench_infer(models, dictionary, cfg, device, seed, log)
+            report["infer"] = bench_infer(models, dictionary, cfg, device, seed, log, tgt_dictionary, pair_lengths)
     if mode == "all":  # rebuild with position tables long enough for the sweep
         del models
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
-        models, sweep_entries = _build_all(sys_list, dictionary, cfg, seed, device, dtype,
+        models, sweep_entries = _build_all(sys_list, (dictionary, tgt_dictionary), cfg, seed, device, dtype,
                                            max(256, max(cfg["sweep_lengths"])), log, sweep_shapes)
     if mode in ("sweep", "all"):
         report["sweep"] = bench_sweep(models, cfg, device, seed, log)
@@ -84,9 +91,24 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     return report
 
 
-def train_shapes(dictionary, cfg, seed):
+def corpus(cfg: dict, data_bin=None):
+    """(source dictionary, target dictionary, real pairs' lengths or None, what the report says of them):
+    a data-bin's (:func:`.data.load_data_bin`), or the preset's vocabularies (``vocab``, and ``tgt_vocab``
+    where the target has its own) and WMT-like lengths."""
+    if data_bin:
+        src, tgt, lengths, pair = load_data_bin(data_bin)
+        where = {"data_bin": os.path.abspath(data_bin), "pair": pair, "lengths": f"{len(lengths[0])} train pairs"}
+    else:
+        src = make_dictionary(cfg["vocab"])
+        tgt = make_dictionary(cfg["tgt_vocab"]) if cfg.get("tgt_vocab") else src
+        lengths, where = None, {"data_bin": None, "lengths": f"WMT-like, below {cfg['max_src']} tokens"}
+    return src, tgt, lengths, dict(where, vocab={"source": len(src), "target": len(tgt)})
+
+
+def train_shapes(dictionary, cfg, seed, tgt_dictionary=None, lengths=None):
     """(source, target) lengths of the training batches (the batches of :func:`.train.bench_train`)."""
-    batches = make_train_batches(dictionary, cfg["max_tokens"], cfg["n_batches"], cfg["max_src"], seed, "cpu")
+    batches = make_train_batches(dictionary, cfg["max_tokens"], cfg["n_batches"], cfg["max_src"], seed, "cpu",
+                                 tgt_dictionary, lengths)
     return sorted({(b["net_input"]["src_tokens"].shape[1], b["net_input"]["prev_output_tokens"].shape[1])
                    for b in batches})
 
@@ -104,8 +126,8 @@ def shape_paths(model, shapes) -> dict:
     return out
 
 
-def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, log, shapes=()):
-    """Build every system (a broken variant is reported, the others still run); a system
+def _build_all(sys_list, dictionaries, cfg, seed, device, dtype, max_positions, log, shapes=()):
+    """Build every system (``dictionaries``: source, target) (a broken variant is reported, the others still run); a system
     under a later distance policy whose layers take the same paths at every shape in
     ``shapes`` as under the first is dropped (``same_paths_as``)."""
     models, entries = {}, []
@@ -114,8 +136,9 @@ def _build_all(sys_list, dictionary, cfg, seed, device, dtype, max_positions, lo
         if s.distance_devices is not None:
             entry["distance_devices"] = list(s.distance_devices)
         try:
-            m = build_model(s.arch, dictionary, cfg["sizes"], seed, max_source_positions=max_positions,
-                            max_target_positions=max_positions, **s.flags)
+            m = build_model(s.arch, dictionaries[0], cfg["sizes"], seed, dictionaries[1],
+                            max_source_positions=max_positions, max_target_positions=max_positions,
+                            **{**cfg.get("model", {}), **s.flags})
             apply_distance_devices(m, s.distance_devices)
             m = m.to(device=device, dtype=DTYPES[dtype])
             entry["params"] = sum(p.numel() for p in m.parameters())

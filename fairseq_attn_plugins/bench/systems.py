@@ -9,6 +9,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 
 STOCK = "fairseq"
+#: the Table 1 baseline through the plugin (``transformer_attn_wmt_en_de``): the rows' ratios are to it
+BASELINE = "attn"
 
 # ---------------------------------------------------------------------------
 # Speed targets (training throughput ratio to stock fairseq). Matched by
@@ -49,7 +51,9 @@ def is_windowed(variant: str) -> bool:
 
 
 # ---------------------------------------------------------------------------
-# Presets. tiny: CI smoke test; small: CPU; base/big: GPU (fairseq's own sizes).
+# Presets. tiny: CI smoke test; small: CPU; bible: the bible recipe's CPU model; base/big: GPU
+# (fairseq's own sizes). ``tgt_vocab``: a target dictionary of its own (else one shared);
+# ``model``: model flags beside the sizes.
 # ---------------------------------------------------------------------------
 PRESETS = {
     "tiny": dict(sizes=dict(embed=16, ffn=32, heads=4, layers=3), vocab=64, max_tokens=96,
@@ -58,6 +62,14 @@ PRESETS = {
     "small": dict(sizes=dict(embed=256, ffn=1024, heads=4, layers=3), vocab=8000, max_tokens=1024,
                   n_batches=4, passes=1, repeats=3, gen_sents=16, gen_batch=16, max_len_b=10, max_src=64,
                   sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
+    # the recipes' profile "bible" (fairseq_attn_recipes/profiles.py; a test holds them equal): 3+3 layers,
+    # dim 128, 2048-token batches, dropout 0.2, the decoder's input and output embeddings shared; the
+    # vocabularies and longest pair (80 / 83 tokens) of its prepared data-bin (4000 BPE merges; --data-bin
+    # reads a data-bin's own)
+    "bible": dict(sizes=dict(embed=128, ffn=256, heads=4, layers=3), vocab=4136, tgt_vocab=3792,
+                  model=dict(dropout=0.2, share_all_embeddings=False, share_decoder_input_output_embed=True),
+                  max_tokens=2048, n_batches=8, passes=1, warmup=1, repeats=7, gen_sents=16, gen_batch=16,
+                  max_len_b=10, max_src=84, sweep_lengths=(32, 64, 128), sweep_tokens=2048, sweep_steps=2),
     # GPU: 4096-token batches x update-freq 4 (16K tokens per optimizer step, as the WMT
     # recipes), 2 warm-up passes, 7 interleaved rounds timed with CUDA events
     "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, update_freq=4, n_batches=16,
@@ -165,19 +177,21 @@ def discover_systems(big: bool = False, patterns: Optional[List[str]] = None) ->
         if not big and variant.endswith("_vaswani"):
             continue
         systems.append(System(variant, arch, speed_target(variant)))
-    if patterns:
-        keep = [s for s in systems[1:] if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
+    if patterns:  # a variant's name or its architecture
+        keep = [s for s in systems[1:] if any(fnmatch.fnmatchcase(s.name, p) or fnmatch.fnmatchcase(s.arch, p)
+                                              for p in patterns)]
         if not keep:
             names = [s.name for s in systems[1:]]
-            raise ValueError(f"--systems {patterns} matches none of the registered variants {names}")
+            raise ValueError(f"--systems {patterns} matches none of the registered variants {names} "
+                             f"(nor their architectures transformer_<variant>{suffix})")
         systems = systems[:1] + keep
     return systems
 
 
 class _FakeTask:
-    def __init__(self, dictionary):
+    def __init__(self, dictionary, tgt_dictionary=None):
         self.source_dictionary = dictionary
-        self.target_dictionary = dictionary
+        self.target_dictionary = dictionary if tgt_dictionary is None else tgt_dictionary
 
 
 def make_dictionary(n_symbols: int):
@@ -190,13 +204,14 @@ def make_dictionary(n_symbols: int):
     return d
 
 
-def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra):
-    """Build ``arch`` without the CLI. Same seed -> same initial weights."""
+def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, tgt_dictionary=None, **extra):
+    """Build ``arch`` without the CLI. Same seed -> same initial weights. One dictionary: all
+    embeddings shared; ``tgt_dictionary``: the target's own (give ``share_all_embeddings=False``)."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     extra.setdefault("max_source_positions", 1024)
     extra.setdefault("max_target_positions", extra["max_source_positions"])
-    args = argparse.Namespace(share_all_embeddings=True, **extra)
+    args = argparse.Namespace(**{"share_all_embeddings": True, **extra})
     if sizes:
         for side in ("encoder", "decoder"):
             setattr(args, f"{side}_embed_dim", sizes["embed"])
@@ -205,7 +220,7 @@ def build_model(arch: str, dictionary, sizes: Optional[dict], seed: int, **extra
             setattr(args, f"{side}_layers", sizes["layers"])
     ARCH_CONFIG_REGISTRY[arch](args)
     torch.manual_seed(seed)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, _FakeTask(dictionary))
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, _FakeTask(dictionary, tgt_dictionary))
 
 
 def with_distance_devices(systems: List[System], choices: Sequence[Tuple[str, ...]]) -> List[System]:

@@ -129,7 +129,7 @@ def summarize(values: List[float]) -> dict:
 
 
 def paired_ratios(sys_runs: List[float], ref_runs: List[float]) -> dict:
-    """Paired per-round ratios to stock fairseq and their median/min/max."""
+    """Paired per-round ratios (a system / its reference in the same round) and their median/min/max."""
     r = [a / b for a, b in zip(sys_runs, ref_runs)]
     return summarize(r)
 

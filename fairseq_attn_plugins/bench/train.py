@@ -3,7 +3,7 @@
 import torch
 
 from .data import make_train_batches
-from .systems import STOCK
+from .systems import BASELINE, STOCK
 from .timing import PeakMemory, Timer, paired_ratios, summarize, sync_device, interleaved
 
 # ---------------------------------------------------------------------------
@@ -79,8 +79,11 @@ def run_pass(model, opt, batches, update_freq: int):
 
 
 
-def bench_train(models, d, cfg, device, seed, log):
-    batches = make_train_batches(d, cfg["max_tokens"], cfg["n_batches"], cfg["max_src"], seed, device)
+def bench_train(models, d, cfg, device, seed, log, tgt_d=None, lengths=None):
+    """Training throughput, interleaved; each system's ratio to stock fairseq and, where the plugin's
+    baseline (:data:`.systems.BASELINE`) is measured, to it (``ratio_to_baseline``: the Table 1 rows' ratio)."""
+    batches = make_train_batches(d, cfg["max_tokens"], cfg["n_batches"], cfg["max_src"], seed, device, tgt_d,
+                                 lengths)
     ntokens = sum(b["ntokens"] for b in batches)
     log(f"train: {len(batches)} batches, {ntokens} target tokens, "
         f"{sum(b['nsentences'] for b in batches)} sentences per pass")
@@ -109,6 +112,8 @@ def bench_train(models, d, cfg, device, seed, log):
            "update_freq": uf, "timer": "cuda events" if device.type == "cuda" else "perf_counter",
            "repeats": cfg["repeats"], "rounds": cfg["repeats"], "systems": {}}
     ref = runs[STOCK]
+    if BASELINE in runs:
+        out["baseline"] = BASELINE
     for name in models:
         static = opts[name].state_bytes()
         out["systems"][name] = {
@@ -118,6 +123,8 @@ def bench_train(models, d, cfg, device, seed, log):
             "static_mem_mb": static / 2**20,
             "skipped_steps": opts[name].skipped,
         }
+        if BASELINE in runs:
+            out["systems"][name]["ratio_to_baseline"] = paired_ratios(runs[name], runs[BASELINE])
     ref_mem = out["systems"][STOCK]["peak_mem_mb"]
     for name in models:
         e = out["systems"][name]

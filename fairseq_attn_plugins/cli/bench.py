@@ -9,6 +9,7 @@ Examples::
 
     fairseq-attn-bench --device cuda --preset base --mode scaling  # stock base vs big: time vs FLOP ratio
     fairseq-attn-bench --device cuda --tune --systems t5bias      # --attn-backend tuned's cache, ahead of training
+    fairseq-attn-bench --preset bible --data-bin DATA --threads 1 --systems 'transformer_attn_*,transformer_csan*' --no-infer
 
 See docs/explanation/benchmark.md. The code is in :mod:`fairseq_attn_plugins.bench`.
 """
@@ -39,9 +40,14 @@ def build_parser():
                     "one process; ratios to stock fairseq with each variant's target.")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--preset", choices=sorted(B.PRESETS),
-                   help="model and batch sizes: tiny (smoke test), small (CPU), base / big "
+                   help="model and batch sizes: tiny (smoke test), small (CPU), bible (the bible "
+                        "recipe's CPU model: 3+3 layers, dim 128, 2048-token batches), base / big "
                         "(fairseq's Transformer-base/big, 4096-token batches; GPU). "
                         "Default: small on cpu, base on cuda")
+    p.add_argument("--data-bin", metavar="DIR",
+                   help="a fairseq-preprocess data-bin: the models take its dictionaries and the "
+                        "batches its training pairs' lengths (default: the preset's vocabularies, "
+                        "WMT-like lengths)")
     p.add_argument("--dtype", choices=sorted(B.DTYPES),
                    help="default fp32 on cpu, fp16 on cuda")
     p.add_argument("--mode", choices=[*B.MODES, "numerics"], default="train",
@@ -67,8 +73,9 @@ def build_parser():
                         "to the cache file (folder: FAIRSEQ_ATTN_CACHE_DIR, default ~/.cache/fairseq_attn); "
                         "default preset tiny on cpu, base on cuda")
     p.add_argument("--systems", type=str,
-                   help="comma list of variant names or patterns to run besides stock fairseq "
-                        "(default: every registered architecture)")
+                   help="comma list of variant names, architectures or patterns to run besides stock "
+                        "fairseq, e.g. attn,csan1d or transformer_csan*_wmt_en_de (default: every "
+                        "registered architecture)")
     p.add_argument("--distance-devices", type=_devices, action="append", metavar="DEV[,DEV]",
                    help="build every layer with a policy that takes the distance kernels "
                         "(region split, query blocks, distance bias) on exactly this comma list "
@@ -139,6 +146,7 @@ def main(argv=None):
 
     if args.tune:
         mixed = [f for f, v in (("--sweep", args.sweep), ("--distance-devices", args.distance_devices),
+                                ("--data-bin", args.data_bin),
                                 ("--markdown", args.markdown), ("--no-infer", args.no_infer),
                                 ("--repeats", args.repeats)) if v] + (
             [f"--mode {args.mode}"] if args.mode != "train" else [])
@@ -159,6 +167,9 @@ def main(argv=None):
     if args.distance_devices and args.mode in ("numerics", "scaling"):
         raise SystemExit(f"fairseq-attn-bench: --distance-devices belongs to the train and sweep "
                          f"modes; drop it or --mode {args.mode}")
+    if args.data_bin and args.mode in ("numerics", "scaling"):
+        raise SystemExit(f"fairseq-attn-bench: --data-bin belongs to the train and sweep modes; drop it or "
+                         f"--mode {args.mode}")
     if args.mode == "numerics":
         try:
             report = B.run_numerics(args.device,
@@ -173,7 +184,7 @@ def main(argv=None):
             report = B.run_benchmark(args.device, args.preset, args.dtype, args.mode, patterns,
                                      args.repeats, args.seed, not args.no_infer, log,
                                      sweep=args.sweep, lengths=args.lengths,
-                                     distance_devices=args.distance_devices)
+                                     distance_devices=args.distance_devices, data_bin=args.data_bin)
         except ValueError as e:
             raise SystemExit(f"fairseq-attn-bench: {e}")
         text = B.render(report)

@@ -10,9 +10,11 @@ and evaluate the runs, then call these):
 * ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
   again: another seed of that point; mean ± std over seeds);
 * ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``;
-* ``claims --table1 TABLE1.json --figure2 FIGURE2.json [--md F --json F]`` -- a verdict per claim of
-  the paper from the studies' outputs (:mod:`fairseq_attn_reports.claims`: the rule, paired tests
-  over every seed pair); a committed study (``study-export``) is read from its own bundle.
+* ``claims --table1 TABLE1.json --figure2 FIGURE2.json [--speed BENCH.json] [--md F --json F]`` -- a
+  verdict per claim of the paper from the studies' outputs (:mod:`fairseq_attn_reports.claims`: the
+  rule, paired tests over every seed pair; the efficiency claim's speed from the rows measured side by
+  side by ``fairseq-attn-bench --json`` when ``--speed`` gives it); a committed study (``study-export``)
+  is read from its own bundle.
 
 Every run folder is checked against its run record (``run.json``; for runs trained without
 one, the configuration of their ``checkpoint_last.pt``): a Table 1 row, a ``--window W`` /
@@ -30,12 +32,13 @@ from typing import Dict, List, Sequence, Tuple
 from fairseq_attn_records.metrics import METRICS_HELP, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
-from .. import claims, figures
+from .. import claims, figures, side_by_side
 from .. import table1
 from fairseq_attn_records.output_files import check_output_paths, write_json, write_text
 from ..runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
 from ..study_bundle import is_committed, table_tokenize, with_outputs
 from ..study_paths import load_table, write_table
+from ..table1 import BASELINE
 from .metric_options import load_comet, print_comet_hint
 
 
@@ -142,12 +145,17 @@ def _claims_table1(table: Dict, args) -> List[Dict]:
     for r in table["rows"]:
         if "hyps" in r:  # over seeds
             runs, ups = _read_runs(r["hyps"], r["seeds"]), r["train_ups_per_seed"]
+            epochs = r.get("train_ups_epochs_per_seed")  # absent from tables made before they were recorded
         else:
             runs, ups = _read_runs([r["hyp"]], [None]), [r["train_ups"]]
-        rows[r["key"]] = {"runs": runs, "params": r["params"], "ups": ups}
+            epochs = [[e["train_ups"] for e in r["epochs"] if "train_ups" in e]] if r.get("epochs") else None
+        rows[r["key"]] = {"runs": runs, "params": r["params"], "ups": ups, "ups_epochs": epochs}
+    speed = None
+    if args.speed:  # refused before any test runs
+        speed = side_by_side.read_bench(args.speed, rows, [BASELINE] + [c for c in claims.CSAN if c in rows])
     refs = read_text_lines(table["ref"], "reference")
     return claims.table1_claims(rows, refs, table_tokenize(table), args.bs_samples or table.get("bs_samples", 1000),
-                                args.ar_trials or table.get("ar_trials", 10000))
+                                args.ar_trials or table.get("ar_trials", 10000), speed)
 
 
 def _claims_figure2(data: Dict, args) -> List[Dict]:
@@ -168,6 +176,8 @@ def _load_study(path: str, scratch: str) -> Dict:
 def cmd_claims(args) -> None:
     if not args.table1 and not args.figure2:
         raise ValueError("give --table1 TABLE1.json and/or --figure2 FIGURE2.json")
+    if args.speed and not args.table1:
+        raise ValueError("--speed decides Table 1's efficiency claim: give --table1 TABLE1.json too")
     check_output_paths(args.json, args.md)
     with tempfile.TemporaryDirectory(prefix="claims.") as scratch:
         found = []
@@ -175,7 +185,7 @@ def cmd_claims(args) -> None:
             found += _claims_table1(_load_study(args.table1, scratch), args)
         if args.figure2:
             found += _claims_figure2(_load_study(args.figure2, scratch), args)
-    report = {"claims": found, "table1": args.table1, "figure2": args.figure2,
+    report = {"claims": found, "table1": args.table1, "figure2": args.figure2, "speed": args.speed,
               "bs_samples": args.bs_samples or 1000, "ar_trials": args.ar_trials or 10000}
     if args.table1:  # the tests' counts: the table's own unless given
         t1 = load_table(args.table1)
@@ -236,6 +246,11 @@ def main(argv=None) -> int:
     p = sub.add_parser("claims", help="a verdict per claim of the paper from finished Table 1 / Figure 2 studies")
     p.add_argument("--table1", metavar="TABLE1.json", help="Table 1's table (table1.sh; a committed one: study-export)")
     p.add_argument("--figure2", metavar="FIGURE2.json", help="Figure 2's points (figure2.sh; or a committed one)")
+    p.add_argument("--speed", metavar="BENCH.json",
+                   help="the Table 1 rows' training speed measured side by side (fairseq-attn-bench --json at the "
+                        "runs' model size, e.g. --preset bible --data-bin DIR): decides the efficiency claim's speed "
+                        "per interleaved round instead of the runs' own steps/s; refused when it lacks a row or "
+                        "counts other parameters than the runs")
     p.add_argument("--bs-samples", type=int, help="bootstrap resamples (default: Table 1's, else 1000)")
     p.add_argument("--ar-trials", type=int, help="randomisation trials (default: Table 1's, else 10000)")
     p.add_argument("--md", metavar="FILE", help="also write the verdicts as markdown")

@@ -1,4 +1,5 @@
-"""Smoke test of fairseq-attn-bench (tiny CPU config) and checks of its arithmetic.
+"""Smoke test of fairseq-attn-bench (tiny CPU config) and checks of its arithmetic; the ``bible`` preset
+is the recipes' profile, ``--data-bin`` and the report ``fairseq-attn-paper claims --speed`` reads.
 
 No timing thresholds: speed goals live in the benchmark's own output.
 """
@@ -6,6 +7,8 @@ No timing thresholds: speed goals live in the benchmark's own output.
 import contextlib
 import gc
 import json
+import os
+import shlex
 import statistics
 
 import pytest
@@ -13,8 +16,13 @@ import torch
 
 import fairseq_attn_plugins  # noqa: F401
 from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+from cli_helpers import PLUGIN_DIR, shared_data
 from fairseq_attn_plugins import bench as B
+from fairseq_attn_plugins.bench.run import corpus
 from fairseq_attn_plugins.cli import bench
+from fairseq_attn_recipes.fairseq_args import train_args
+from fairseq_attn_recipes.profiles import profile
+from fairseq_attn_reports import side_by_side
 
 
 def registered_variants():
@@ -453,3 +461,73 @@ def test_every_sentence_about_rounds_in_results_matches_its_json():
             assert said in held, (section.splitlines()[0], m.group(0), sorted(named), sorted(held))
             checked += 1
     assert checked >= 8
+
+
+# ---------------------------------------------------------------------------
+# At the Table 1 study's model size: the bible preset, --data-bin, the report the claims read
+# ---------------------------------------------------------------------------
+def _fairseq_train_model(data_bin, arch, settings):
+    """The model fairseq-train builds from the recipes' arguments (its own parser and task)."""
+    from fairseq import options, tasks
+
+    args = options.parse_args_and_arch(options.get_training_parser(),
+                                       train_args(data_bin, PLUGIN_DIR, arch, dict(settings, cpu="1")))
+    return tasks.setup_task(args).build_model(args), args
+
+
+def test_bible_preset_is_the_recipes_profile():
+    """Sizes, batch tokens and dropout equal the profile's; built on a data-bin the benchmark's models
+    count exactly the parameters of fairseq-train's from the profile (the claims compare these)."""
+    settings = profile("bible")
+    flags = shlex.split(settings["model_args"])
+    given = dict(zip(flags[::2], flags[1::2]))
+    cfg = B.PRESETS["bible"]
+    for side in ("encoder", "decoder"):
+        assert int(given[f"--{side}-layers"]) == cfg["sizes"]["layers"]
+        assert int(given[f"--{side}-embed-dim"]) == cfg["sizes"]["embed"]
+        assert int(given[f"--{side}-ffn-embed-dim"]) == cfg["sizes"]["ffn"]
+        assert int(given[f"--{side}-attention-heads"]) == cfg["sizes"]["heads"]
+    assert int(settings["max_tokens"]) == cfg["max_tokens"]
+    data_bin = shared_data()
+    src, tgt, _, _ = corpus(cfg, data_bin)
+    for arch in ("transformer_attn_wmt_en_de", "transformer_csan2d_wmt_en_de"):
+        theirs, args = _fairseq_train_model(data_bin, arch, settings)
+        assert args.dropout == cfg["model"]["dropout"]
+        assert args.share_decoder_input_output_embed and not args.share_all_embeddings
+        ours = B.build_model(arch, src, cfg["sizes"], 1, tgt, **cfg["model"])
+        assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+
+
+def test_data_bin_measurement_is_what_the_claims_read(tmp_path):
+    """``--data-bin``: the dictionaries and the training pairs' lengths of the data-bin (read here from its
+    dictionary files and raw text); the rows' ratio to the attn baseline per round; the report read by
+    :func:`side_by_side.read_bench`, refused at another parameter count."""
+    data_bin = shared_data()
+    js = tmp_path / "bench.json"
+    with heap_frozen():
+        assert bench.main(["--preset", "tiny", "--data-bin", data_bin, "--threads", "1", "--no-infer",
+                           "--systems", "transformer_attn_wmt_en_de,csan2d", "--json", str(js)]) == 0
+    report = json.loads(js.read_text())
+    lines = sum(1 for _ in open(os.path.join(data_bin, "dict.src.txt"), encoding="utf-8"))
+    data = report["meta"]["data"]
+    assert data["vocab"] == {"source": lines + 4, "target": lines + 4}  # joined; 4 special symbols
+    with open(os.path.join(os.path.dirname(data_bin), "raw", "train.src"), encoding="utf-8") as f:
+        n_pairs = sum(1 for _ in f)
+    assert (data["data_bin"], data["pair"], data["lengths"]) == (os.path.abspath(data_bin), "src-tgt", f"{n_pairs} train pairs")
+    _, _, (src_len, tgt_len), _ = corpus(B.PRESETS["tiny"], data_bin)
+    with open(os.path.join(os.path.dirname(data_bin), "raw", "train.tgt"), encoding="utf-8") as f:
+        assert list(tgt_len) == [len(line.split()) + 1 for line in f]  # + EOS
+    train = report["train"]
+    assert [s["name"] for s in report["systems"]] == ["fairseq", "attn", "csan2d"] and train["baseline"] == "attn"
+    base = train["systems"]["attn"]["tokens_per_s"]["runs"]
+    for name, e in train["systems"].items():
+        assert e["ratio_to_baseline"]["runs"] == pytest.approx([a / b for a, b in zip(e["tokens_per_s"]["runs"], base)])
+    params = {s["name"]: s["params"] for s in report["systems"]}
+    rows = {"baseline": {"params": params["attn"]}, "csan2d": {"params": params["csan2d"]}}
+    read = side_by_side.read_bench(str(js), rows, ["baseline", "csan2d"])
+    assert (read["rounds"], read["threads"], read["preset"]) == (B.PRESETS["tiny"]["repeats"], 1, "tiny")
+    assert read["rows"]["csan2d"]["slowdowns"] == pytest.approx([1 - r for r in train["systems"]["csan2d"]["ratio_to_baseline"]["runs"]])
+    with pytest.raises(ValueError, match="measured at another model size than the runs: row csan2d"):
+        side_by_side.read_bench(str(js), dict(rows, csan2d={"params": params["csan2d"] + 1}), ["baseline", "csan2d"])
+    with pytest.raises(ValueError, match="no measurement of Table 1 row csan1d"):
+        side_by_side.read_bench(str(js), rows, ["baseline", "csan1d"])

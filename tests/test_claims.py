@@ -3,11 +3,14 @@ translations: each verdict of each claim reached and asserted. A system's qualit
 of its sentences are wrong (a wrong sentence shares no word with its reference), so that which system
 is better, and whether every seed pair says so, is known by construction."""
 
+import json
+
 import pytest
 
 from fairseq_attn_reports import claims
 from fairseq_attn_reports.claims import FAILS, HOLDS, OPEN
-from fairseq_attn_reports.table1 import ROWS
+from fairseq_attn_reports.cli import paper
+from fairseq_attn_reports.table1 import ROW_BY_KEY, ROWS
 
 N = 30
 REFS = [" ".join(f"w{(7 * i + 3 * j) % 41}" for j in range(6 + i % 5)) for i in range(N)]
@@ -181,3 +184,69 @@ def test_side_by_side_rounds_decide_the_speed():
     assert ("- 1D-CSans: +0 parameters; side by side, slowdown +2.0% to +3.6% over 3 rounds; in-run, shared machine: "
             "steps/s 1.100 against the baseline's 2.000: slowdown +45.0% to +45.0% over 1 seed pairs (speed: holds): "
             "**holds**") in md
+
+
+def write_bench(path, tokens_per_s, params):
+    """A report as ``fairseq-attn-bench --json`` writes it (the fields the claims read): each system's
+    tokens/s per interleaved round, its parameters; stock fairseq first."""
+    names = {"baseline": "attn", "csan1d": "csan1d", "csan2d": "csan2d"}
+    systems = [{"name": "fairseq", "arch": "transformer_wmt_en_de", "params": 900}]
+    systems += [{"name": names[k], "arch": ROW_BY_KEY[k].arch, "params": params[k]} for k in tokens_per_s]
+    runs = {"fairseq": [1200] * len(tokens_per_s["baseline"]), **{names[k]: t for k, t in tokens_per_s.items()}}
+    path.write_text(json.dumps({
+        "meta": {"preset": "bible", "threads": 1, "device": "cpu", "dtype": "fp32",
+                 "data": {"data_bin": "/data", "vocab": {"source": 4136, "target": 3792}}},
+        "systems": systems,
+        "train": {"rounds": len(runs["fairseq"]), "baseline": "attn",
+                  "systems": {n: {"tokens_per_s": {"runs": r}} for n, r in runs.items()}}}))
+    return str(path)
+
+
+def test_claims_command_takes_the_speed_side_by_side_and_refuses_another_model(tmp_path, capsys):
+    """``fairseq-attn-paper claims --speed``: the rounds decide (the runs' own steps/s, from epochs 12.6x
+    apart, shown beside them); a measurement of another model size, or without a row, is refused in one
+    line naming the file, before anything is written."""
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(REFS) + "\n")
+    rows = []
+    for key, wrong in (("baseline", 0.8), ("csan1d", 0.1), ("csan2d", 0.1)):
+        hyp = tmp_path / f"{key}.txt"
+        hyp.write_text("\n".join(translations(wrong, 11)) + "\n")
+        rows.append({"key": key, "hyps": [str(hyp)], "seeds": [1], "params": 1000,
+                     "train_ups_per_seed": [1.2 if key == "baseline" else 0.9],
+                     "train_ups_epochs_per_seed": [[2.26, 0.18] if key == "baseline" else [0.9, 0.9]]})
+    table = tmp_path / "table1.json"
+    table.write_text(json.dumps({"ref": str(ref), "tokenize": "13a", "bs_samples": 50, "ar_trials": 50, "rows": rows}))
+    params = {"baseline": 1000, "csan1d": 1000, "csan2d": 1000}
+    bench = write_bench(tmp_path / "bench.json", {"baseline": [1000, 900, 1100], "csan1d": [980, 880, 1070],
+                                                  "csan2d": [990, 890, 1090]}, params)
+    out = tmp_path / "claims.json"
+    assert paper.main(["claims", "--table1", str(table), "--speed", bench, "--json", str(out)]) == 0
+    said = {c["id"]: c for c in json.loads(out.read_text())["claims"]}["parameter_free"]
+    assert said["verdict"] == HOLDS and [p["speed_verdict"] for p in said["parts"]] == [HOLDS, HOLDS]
+    md = capsys.readouterr().out
+    assert f"in every interleaved round of {bench} (fairseq-attn-bench, preset bible, 3 interleaved rounds, " \
+           "1 thread(s), cpu fp32), measured side by side" in md
+    assert "; in-run, shared machine: steps/s 0.900 against the baseline's 1.200" in md
+    # without it: the baseline's epochs ran 2.26 and 0.18 steps/s, so the runs' own speeds decide nothing
+    assert paper.main(["claims", "--table1", str(table), "--json", str(out)]) == 0
+    said = {c["id"]: c for c in json.loads(out.read_text())["claims"]}["parameter_free"]
+    assert [p["speed_verdict"] for p in said["parts"]] == [OPEN, OPEN]
+
+    refused = tmp_path / "refused.json"
+    for given, message in (
+            (write_bench(tmp_path / "big.json", {"baseline": [1000, 900], "csan1d": [990, 890], "csan2d": [990, 890]},
+                         dict(params, csan2d=1001)),
+             "measured at another model size than the runs: row csan2d has 1,001 parameters there (preset bible, "
+             "vocabularies {'source': 4136, 'target': 3792}), 1,000 in its runs"),
+            (write_bench(tmp_path / "short.json", {"baseline": [1000, 900], "csan1d": [990, 890]}, params),
+             "no measurement of Table 1 row csan2d (transformer_csan2d_wmt_en_de); it measured transformer_wmt_en_de, "
+             "transformer_attn_wmt_en_de, transformer_csan1d_wmt_en_de"),
+            (str(table), "no training measurement in it")):
+        capsys.readouterr()
+        assert paper.main(["claims", "--table1", str(table), "--speed", given, "--json", str(refused)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"fairseq-attn-paper claims: error: --speed {given}: {message}")
+        assert err.count("\n") == 1 and not refused.exists()
+    assert paper.main(["claims", "--figure2", str(table), "--speed", bench]) == 1
+    assert "--speed decides Table 1's efficiency claim: give --table1" in capsys.readouterr().err

@@ -350,6 +350,10 @@ def check_table1(out, work, keys, seeds):
         assert {real_param_count(d) for d in dirs} == {r["params"]}
         logs = [results.parse_train_log(os.path.join(d, "train.log")) for d in dirs]
         assert r["train_ups_per_seed"] == pytest.approx([lg["train_ups"] for lg in logs])
+        # and per epoch, read plainly from the epoch lines of each train.log (the claims check them for other work)
+        epochs = [[float(json.loads(line[line.index("{"):])["train_ups"]) for line in read(os.path.join(d, "train.log"))
+                   if " | train | " in line] for d in dirs]
+        assert r["train_ups_epochs_per_seed"] == epochs and all(epochs)
         assert [lg["num_updates"] for lg in logs] == [UPDATES] * len(seeds)
         cells = [c.strip() for c in md[2 + i].split("|")[1:-1]]
         assert cells[0] == table1.ROW_BY_KEY[r["key"]].label and cells[1] == str(len(seeds))

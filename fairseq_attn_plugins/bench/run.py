@@ -97,6 +97,9 @@ def corpus(cfg: dict, data_bin=None):
     where the target has its own) and WMT-like lengths."""
     if data_bin:
         src, tgt, lengths, pair = load_data_bin(data_bin)
+        if src != tgt and cfg.get("model", {}).get("share_all_embeddings", True):
+            raise ValueError(f"--data-bin {data_bin}: a dictionary per language, but this preset shares all "
+                             f"embeddings (one joined dictionary); --preset bible shares the decoder's only")
         where = {"data_bin": os.path.abspath(data_bin), "pair": pair, "lengths": f"{len(lengths[0])} train pairs"}
     else:
         src = make_dictionary(cfg["vocab"])

@@ -350,6 +350,7 @@ def test_cpu_threads_per_process():
     assert rc == 1 and err.startswith("error: CPU_THREADS=all: give the threads per CPU process, a positive integer")
 
 
+@pytest.mark.e2e  # starts from the WORK the en-de recipe prepares (prepared_ende): not the inner loop's
 def test_another_recipes_work_is_named_by_its_language_pair(ende):
     p = run("wmt17_zh_en", "train.sh", {"WORK": ende["WORK"]}, check=False)
     assert p.returncode == 1 and p.stderr.count("error: ") == 1, p.stderr

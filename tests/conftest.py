@@ -19,10 +19,26 @@ import shared_builds  # noqa: E402
 _ROOT = pytest.StashKey[str]()
 
 
+#: the slowest tests (seconds of the last CI run, on its 2 cores): started first, longest first
+SLOWEST = {
+    "tests/test_lengths_study.py::test_quick_study_trains_short_tests_long_and_reports_by_length": 137,
+    "tests/test_table1.py::test_table1_recipe_end_to_end": 97,
+    "tests/test_demo.py::test_demo_quick_end_to_end_kill_resume_and_rerun": 94,
+    "tests/test_recipe_seeds.py::test_seeds_train_resume_evaluate_and_curves": 92,
+    "tests/test_table1.py::test_figure2_recipe": 70,
+    "tests/test_evaluation_integrity.py::test_a_stopped_evaluation_is_never_read_as_finished": 59,
+    "tests/test_recipes.py::test_wmt14_prepare_train_resume_evaluate": 55,
+}
+
+
 def pytest_configure(config):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not hasattr(config, "workerinput"):  # the controlling process, or a run without workers
         config.stash[_ROOT] = os.environ[shared_builds.ENV] = tempfile.mkdtemp(prefix="attn_tests_shared_")
+        # --dist loadgroup hands out work in the order of the collection (below), not the groups
+        # with the most tests first
+        if hasattr(config.option, "loadscopereorder"):
+            config.option.loadscopereorder = False
 
 
 def pytest_unconfigure(config):
@@ -39,10 +55,11 @@ def _one_torch_thread():
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which names each test's group
 def pytest_collection_modifyitems(config, items):
-    """The end-to-end runs and the groups sharing an expensive fixture first: they are the long
-    tests, and pytest-xdist hands out tests in this order, so starting them first keeps one of
-    them from being the last thing running (longest first is close to the best order for the
-    slowest worker). Stable otherwise.
+    """The slowest tests first, longest first (:data:`SLOWEST`), then the other end-to-end runs and
+    the groups sharing an expensive fixture: they are the long tests, and pytest-xdist hands out
+    tests in this order (``loadscopereorder`` off), so starting them first keeps one of them from
+    being the last thing running (longest first is close to the best order for the slowest
+    worker). Stable otherwise.
 
     Tests of one ``xdist_group`` share a module fixture that is expensive to make: a pytest
     that loses the group (pytest-xdist names it in the test's node id) would make it once per
@@ -52,5 +69,6 @@ def pytest_collection_modifyitems(config, items):
         if lost:
             raise pytest.UsageError(f"pytest-xdist --dist loadgroup lost the group of {lost[0]} (and "
                                     f"{len(lost) - 1} more) with pytest {pytest.__version__}: see requirements.txt")
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None
-               and item.get_closest_marker("xdist_group") is None)
+    items.sort(key=lambda item: (-SLOWEST.get(item.nodeid.split("@")[0], 0),
+                                 item.get_closest_marker("e2e") is None
+                                 and item.get_closest_marker("xdist_group") is None))

@@ -105,6 +105,7 @@ def test_prepare_refuses_a_data_folder_it_did_not_make_before_any_step(tmp_path)
     assert not (work / ".prepare.lock").exists() and not (work / "tok").exists()
 
 
+@pytest.mark.e2e  # starts from the WORK the en-de recipe prepares (prepared_ende): not the inner loop's
 def test_prepare_replaces_only_its_own_recipes_output(tmp_path):
     """A real output of the en-de recipe's prepare.sh (the shared prepared WORK's data folder, copied
     as an explicit DATA): its own recipe may replace it, another recipe may not, nor may any recipe

@@ -48,6 +48,31 @@ def test_a_failing_command_inside_a_stage_stops_it_and_nothing_is_marked_done(tm
     assert "g: redone" in p.stderr and "input changed: $WORK/in" in p.stderr  # a file in WORK: relative to it
 
 
+# ------------------------------------------------------------------ the CJK recipes end to end (ja-en on ASPEC, zh-en on its parts)
+def check_cjk_prepared(work, src, tgt):
+    """The source side of a CJK recipe's prepared WORK: the word segmenter split the unsegmented
+    text into several words, and the vocabularies are separate. Returns the tokenised source."""
+    tok = read(os.path.join(work, "tok", f"train.{src}"))
+    raw = read(os.path.join(work, "raw", f"train.{src}"))
+    assert all(" " not in r for r in raw) and all(len(t.split()) >= 3 for t in tok)
+    assert [t.replace(" ", "") for t in tok] == raw
+    assert read(os.path.join(work, "data-bin", f"dict.{src}.txt")) != read(os.path.join(work, "data-bin", f"dict.{tgt}.txt"))
+    return tok
+
+
+def check_cjk_cap(recipe, env, tok):
+    """TRAIN_MAX_LEN counts the words of the tokenised source (raw Chinese has no spaces)."""
+    work = env["WORK"]
+    lengths = sorted(len(t.split()) for t in tok)
+    cap = lengths[len(lengths) // 2] - 1
+    full = os.path.realpath(os.path.join(work, "data-bin"))
+    run(recipe, "prepare.sh", dict(env, TRAIN_MAX_LEN=str(cap)))
+    assert os.path.realpath(os.path.join(work, "data-bin")) != full
+    rec = json.load(open(os.path.join(work, "data-bin", "prepare.json")))["train_pairs"]["cap"]
+    dropped = sum(1 for t in tok if len(t.split()) > cap)
+    assert rec["words_of"] == "tokenised" and (rec["dropped"], rec["kept"]) == (dropped, len(tok) - dropped) and dropped
+
+
 def _aspec(root, n_train=60, bad_line=None):
     """An ASPEC-JE folder (fields ' ||| ', the last two Japanese and English)."""
     for name, n, seed in (("train/train-1.txt", n_train, 1), ("train/train-2.txt", n_train, 2),
@@ -64,6 +89,8 @@ def _aspec(root, n_train=60, bad_line=None):
 
 @pytest.mark.e2e
 def test_failed_aspec_extraction_marks_nothing_done_and_a_rerun_recovers(tmp_path):
+    """A bad ASPEC line stops the raw step with nothing marked done; fixed, the re-run prepares, and
+    the ja-en recipe trains and evaluates on it (the recipe's one end-to-end run)."""
     aspec, work = tmp_path / "ASPEC-JE", tmp_path / "work"
     _aspec(str(aspec), bad_line=5)
     env = {"WORK": str(work), "ASPEC_DIR": str(aspec), "BPE_MERGES": "40"}
@@ -76,6 +103,12 @@ def test_failed_aspec_extraction_marks_nothing_done_and_a_rerun_recovers(tmp_pat
     assert len(read(work / "raw" / "train.ja")) == 120 == len(read(work / "raw" / "train.en"))
     rec = json.load(open(work / "data-bin" / "prepare.json"))
     assert rec["train_pairs"]["raw"] == 120 and rec["train_pairs"]["parts"] == {"aspec-train-1+2": 120}
+    # the ja-en recipe on it, end to end: the segmented source, separate vocabularies, trained and evaluated
+    check_cjk_prepared(str(work), "ja", "en")
+    run("wat17_ja_en", "train.sh", dict(env, MAX_UPDATE="2"))
+    run("wat17_ja_en", "evaluate.sh", dict(env, N_AVG="1"))
+    scores = json.load(open(work / "runs" / "transformer_attn_wmt_en_de" / "test" / "scores.json"))
+    assert "bleu" in scores["scores"] and scores["lenpen"] == 1.0
 
 
 # ------------------------------------------------------------------ downloads stubbed by local archives
@@ -174,10 +207,12 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     work = tmp_path / "work"
     rec = json.load(open(work / "data-bin" / "prepare.json"))["train_pairs"]
     assert rec["parts"] == counts and rec["raw"] == sum(counts.values()) and not rec["partial"]
+    zh_tok = check_cjk_prepared(str(work), "zh", "en")  # the segmented source, separate vocabularies
     run("wmt17_zh_en", "train.sh", env)
     run("wmt17_zh_en", "evaluate.sh", dict(env, N_AVG="1"))
     save = work / "runs" / "transformer_attn_wmt_en_de"
     scores = json.load(open(save / "test" / "scores.json"))
+    assert "bleu" in scores["scores"] and scores["lenpen"] == 1.0
     # the training-pair count, and the settings as read from the averaged checkpoint itself
     assert scores["train_pairs"] == len(read(work / "bpe" / "train.clean.zh"))
     assert scores["train_pairs_by_part"] == counts and scores["train_data_partial"] is False
@@ -215,6 +250,7 @@ def test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_ta
     md = results.format_markdown(table)
     assert "Tok. BLEU" in md and "Train pairs" in md
     assert f"| {scores['scores']['tokenized_bleu']['score']:.2f} | {scores['train_pairs']:,d} |" in md.splitlines()[2]
+    check_cjk_cap("wmt17_zh_en", env, zh_tok)  # TRAIN_MAX_LEN on the tokenised source
 
 
 # ------------------------------------------------------------------ item 6: the script of each side
@@ -306,10 +342,9 @@ def test_averaging_loads_through_the_safe_loader(tmp_path):
 # ------------------------------------------------------------------ item 1: no stale reuse
 @pytest.mark.e2e
 def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_data(tmp_path):
-    env = recipe_data.write_pair(str(tmp_path / "data"), "en", "de")
+    # recipe_data's en-de pair, prepared once per test run (BPE_MERGES=60): a copy of that WORK
+    env = dict(prepared_ende(tmp_path / "work"), MAX_UPDATE="4")
     work = tmp_path / "work"
-    env.update(WORK=str(work), MAX_UPDATE="4")
-    run("wmt14_en_de", "prepare.sh", env)
     dict_60 = read(work / "data-bin" / "dict.en.txt")
     # leftovers of a killed run are never used
     (work / "raw" / "train.en.tmp").write_text("garbage\n")

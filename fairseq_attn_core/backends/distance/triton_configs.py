@@ -35,6 +35,8 @@ class KernelConfigs:
     backward_q_terms: Optional[BlockConfig] = None
     backward_q_table: Optional[BlockConfig] = None
     backward_kv_values: Optional[BlockConfig] = None
+    #: backward_kv with Shaw's key term (it reads QA per pair)
+    backward_kv_keys: Optional[BlockConfig] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -42,9 +44,9 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2),
-                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 8, 2),
-                      backward_kv_values=BlockConfig(64, 64, 8, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
+                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
+                      backward_kv_values=BlockConfig(32, 64, 4, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }

@@ -717,7 +717,7 @@ def main(argv=None):
                         for bound in total:
                             total[bound] += kernel_total(read, programs_per_bh(launch), its, bound)
                         result["kernels"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[launch["kernel"]] = dict(
-                            read, block_m=_arg(launch, fn, "BLOCK_M"), block_n=_arg(launch, fn, "BLOCK_N"))
+                            read, block_m=launch["kwargs"].get("BLOCK_M"), block_n=launch["kwargs"].get("BLOCK_N"))
                     result["totals"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[str(L)] = total
     if args.tutorial:
         with tempfile.TemporaryDirectory() as work:
@@ -801,7 +801,8 @@ def markdown(result) -> str:
                 nested = sum(len(lp["nested_loops"]) for lp in r["main_loops"])
                 cyc = "; ".join(f"{lp['cycles']['sum']:.0f} (" + ", ".join(f"{lp['cycles'][u]:.0f}" for u in UNITS[:6])
                                 + ")" for lp in r["main_loops"]) or "-"
-                tile = f"{r.get('block_m', '')}x{r.get('block_n', '')}" if "block_m" in r else "-"
+                tile = "-" if not r.get("block_m") else (f"{r['block_m']}x{r['block_n']}" if r.get("block_n")
+                                                         else f"{r['block_m']} rows")
                 lines.append(f"| {variant} | {name} | {tile} | {r['regs']} | {r['spill_stores']}/{r['spill_loads']} | "
                              f"{r['shared_bytes'] / 1024:.0f} | {r['ctas_per_sm']} | {loops_txt} | {nested} | {cyc} |")
         lines.append("")

@@ -1,9 +1,9 @@
 """The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
-over key tiles, the log-sum-exp saved) and its backward (``backward_q``: dq, dQA, the table's
-gradient and, first, each row's delta; ``backward_kv``: dk, dv), with the terms added per
-tile: a bias of the distance (t5bias's table per distance, alibi's slopes), Shaw's key term
-``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T`` computed outside, one matmul) and Shaw's
-value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
+over key tiles, the log-sum-exp saved) and its backward (``backward_delta``: each row's delta;
+``backward_q``: dq, dQA, the table's gradient; ``backward_kv``: dk, dv, keys as the tile's rows
+as in the tutorial), with the terms added per tile: a bias of the distance (t5bias's table per
+distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``
+computed outside, one matmul) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
 module imports triton and is imported only when a call runs the kernels.
 
 Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = exp2(x - m)``

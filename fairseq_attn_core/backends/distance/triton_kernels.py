@@ -146,6 +146,8 @@ def _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, cli
         rows = tl.arange(0, BLOCK_M).to(x.dtype)
         if TRANS:
             x -= slope2 * tl.abs(keys[:, None] - rows[None, :])
+        elif CAUSAL:  # the kept pairs have j <= i: -m |j - i| = m (j - i)
+            x += slope2 * dist.to(x.dtype)
         else:
             x -= slope2 * tl.abs(keys[None, :] - rows[:, None])
     if BIAS == 1:

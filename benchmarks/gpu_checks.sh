@@ -13,13 +13,14 @@
 #      batches, a warm-up over every batch excluded, 3 interleaved rounds of wall time, then one
 #      profiler pass for kernel time; a verdict only where the rounds' spread is smaller than the
 #      gap): benchmarks/triton_distance_bench.py, tables in $OUT/triton_results_fp16.md (printed
-#      as each length and method lands). Its compiles: 24 kernel specializations at most (t5bias,
-#      alibi, relpos k, relpos kv x forward, backward_kv, backward_q x lengths a multiple of 16 or
-#      not: 512 and 1024 share their kernels, and WMT batches of 16..64 tokens padded to 64 too;
-#      rope's two kernels apart), --max-compiles 24 fails the step beyond that; counted by the CPU
-#      rehearsal (GPU_CHECKS_DRY=1 GPU_CHECKS_STEPS=triton_time_fp32, lengths 16, 32 and WMT-like
-#      4..12: 24 on 2026-11-29). Limit 150 s (24 compiles at a few seconds each, 3 lengths x 5
-#      methods x 7 passes of 3 batches). Then the numerics against float64 in fp16 and bf16
+#      as each length and method lands). Its compiles: 30 kernel specializations at most (t5bias,
+#      alibi, relpos k, relpos kv x forward, backward_kv, backward_q, plus the backward's delta
+#      kernel, which alibi and t5bias share, x lengths a multiple of 16 or not: 512 and 1024 share
+#      their kernels, and WMT batches of 16..64 tokens padded to 64 too; rope's two kernels apart),
+#      --max-compiles 30 fails the step beyond that; counted by the CPU rehearsal (lengths 16, 32
+#      and WMT-like 4..12 under the interpreter: 30 on 2026-11-29). Limit 150 s (30 compiles at a
+#      few seconds each, the delta kernel's under one, 3 lengths x 5 methods x 7 passes of 3
+#      batches). Then the numerics against float64 in fp16 and bf16
 #      (t5bias, alibi, relpos k and kv, t5bias and relpos kv also causal: output and every
 #      gradient, tables included; 100 s), then the bf16 timing (100 s);
 #   then, in the time left (a step with under 20 s left is skipped), the earlier checks, the
@@ -134,7 +135,7 @@ else
     TRITON_SIZES=(--lengths 16,32,wmt --tokens 32 --batches 2 --rounds 3 --profile-passes 1)
 fi
 TAIL=70 step "triton_time_${TRITON_DTYPES[0]}" 150 "${TRITON[@]}" --time --dtypes "${TRITON_DTYPES[0]}" \
-    "${TRITON_SIZES[@]}" --max-compiles 24 --out "$OUT"
+    "${TRITON_SIZES[@]}" --max-compiles 30 --out "$OUT"
 TAIL=16 step triton_check 100 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
 for DT in "${TRITON_DTYPES[@]:1}"; do
     TAIL=70 step "triton_time_$DT" 100 "${TRITON[@]}" --time --dtypes "$DT" "${TRITON_SIZES[@]}" --out "$OUT"

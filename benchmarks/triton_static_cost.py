@@ -9,8 +9,11 @@ figures are a reading of the code the GPU would run.
    ``fused_rotate``) runs on CPU tensors (fp16, B 2, H 8, head size 64, a padded sentence)
    (q, k, v and dO as the layer passes them: permuted views of (T, B, H, D)) with a
    stand-in kernel module that records each launch instead of running it. Variants:
-   ``terms off`` (alibi's launch with ``BIAS`` 0), alibi, t5bias (32 buckets, max distance
-   128, learned table), relpos k and relpos kv (k = 16); causal and not. The torch ops the
+   ``terms off`` (alibi's launch with ``BIAS`` 0 and ``SPLIT`` as the launcher sets it for a
+   call without terms: one stage, split only under the causal mask), ``terms off, three
+   stages`` (the same with ``SPLIT`` kept on: the reading of "terms off" before 2026-11-29,
+   non-causal only), alibi, t5bias (32 buckets, max distance 128, learned table), relpos k
+   and relpos kv (k = 16); causal and not. The torch ops the
    path runs outside its kernels are recorded at the same time (a dispatch mode): their
    FLOPs (matmuls 2 M N K, other ops one per output element) and bytes (inputs read and
    outputs written; views cost nothing).
@@ -41,9 +44,21 @@ figures are a reading of the code the GPU would run.
 5. The ratio: forward + backward (every kernel of the path) per (batch, head), ``sum``
    bound, against the same kernels with every term off and, given ``--tutorial`` (a copy
    of triton-lang/triton ``python/tutorials/06-fused-attention.py``, never shipped here),
-   against its FlashAttention-2: its ``_attn_fwd`` as written, and its backward's
+   against its FlashAttention-2: its ``_attn_fwd`` as written, its backward's first kernel
+   ``_attn_bwd_preprocess`` (delta = rowsum(dO O), 128 rows a program) and its backward's
    ``_attn_bwd_dkdv`` / ``_attn_bwd_dq`` loops (unmasked, over every tile, at its own blocks
    32 x 128 and 128 x 32, 4 warps, 5 stages) in wrappers made here, non-causal only.
+
+Changes to the reading, and why (2026-11-29; the JSON keeps both readings side by side):
+
+* the tutorial's total counts its ``_attn_bwd_preprocess``: its backward launches it, and the
+  distance path now computes delta in a kernel of its own too (``backward_delta``, counted in
+  the path's total like every kernel it launches). The earlier reading left the tutorial's
+  out while the path's delta sat in ``backward_q``'s prologue; the JSON's tutorial totals
+  keep it as ``sum_without_delta`` / ``max_without_delta`` (about 1 % of the total).
+* ``terms off`` is now the launch the launcher would make without terms (one stage); the
+  earlier reading, three stages with nothing to split, stays as ``terms off, three stages``.
+  The other variants' "vs terms off" ratios are against the one-stage reading.
 """
 
 import argparse
@@ -68,7 +83,10 @@ sys.path.insert(0, str(ROOT))
 
 B, H, D = 2, 8, 64
 T5_BUCKETS, T5_MAX_DISTANCE, CLIP = 32, 128, 16
-VARIANTS = ("terms off", "alibi", "t5bias", "relpos k", "relpos kv")
+#: "terms off": alibi's launch with BIAS 0 and, as the launcher decides for a call without terms,
+#: one stage (SPLIT off; on under the causal mask); "terms off, three stages": the same kernels with
+#: SPLIT kept on (the earlier reading of "terms off"; non-causal only, causal is split anyway)
+VARIANTS = ("terms off", "terms off, three stages", "alibi", "t5bias", "relpos k", "relpos kv")
 UNITS = ("tensor", "issue", "fp32", "alu", "mufu", "lsu", "shfl")
 ARCH = {
     90: dict(gpu="H100/H200", tensor=4096, fp32=128, regs=65536, smem=228 * 1024, max_warps=64, max_ctas=32),
@@ -161,21 +179,24 @@ def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
 
     out = {}
     for variant in variants:
+        if causal and variant == "terms off, three stages":
+            continue
         calls = []
         # as the layer passes them: (T, B, H, D) projections seen as (B, H, T, D)
         q, k, v = (x.permute(1, 2, 0, 3) for x in (leaf(L, B, H, D), leaf(L, B, H, D), leaf(L, B, H, D)))
         kpm = torch.zeros(B, L, dtype=torch.bool)
         kpm[1, L - 37:] = True
-        terms, tables = _terms("alibi" if variant == "terms off" else variant, causal, leaf)
+        terms, tables = _terms("alibi" if variant.startswith("terms off") else variant, causal, leaf)
         dout = torch.randn(B, H, L, D, generator=g).to(torch.float16)
         with TorchWork() as work:
             o = triton_launch.triton_attention(terms, q, k, v, D ** -0.5, kpm, causal, configs,
                                                module=stand_in(kernels, calls))
             torch.autograd.grad(o, [q, k, v] + tables, dout.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3))
-        if variant == "terms off":
+        if variant in ("terms off", "terms off, three stages"):  # the launcher's SPLIT rule: a term or causal
+            split = causal or variant == "terms off, three stages"
             for c in calls:
                 if "BIAS" in c["kwargs"]:
-                    c["kwargs"] = dict(c["kwargs"], BIAS=0)
+                    c["kwargs"] = dict(c["kwargs"], BIAS=0, SPLIT=split)
         out[variant] = (calls, work.ops)
     return out, kernels
 
@@ -451,6 +472,8 @@ def plan(launch, fn, variant: str):
     far-right, band, far-left for a key tile; one loop when nothing splits)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731
     kw = launch["kwargs"]
+    if launch["kernel"] == "backward_delta":
+        return []  # no main loop
     if "SPLIT" not in kw:
         return _plan_one_loop(launch, fn)
     T, S, start = get("T"), get("S"), get("start")
@@ -616,7 +639,10 @@ def tutorial_launches(mod, L: int, cap: int):
           dict(BLOCK_M1=32, BLOCK_N1=128, HEAD_DIM=D, num_warps=4, num_stages=5), _cdiv(L, 128), L // 32)
     dq = ("backward_q", mod.tutorial_bwd_q, [q, q, q, q, m, m, q, D, L],
           dict(BLOCK_M2=128, BLOCK_N2=32, HEAD_DIM=D, num_warps=4, num_stages=5), _cdiv(L, 128), L // 32)
-    return [fwd, kv, dq]
+    # its backward's first kernel, delta = rowsum(dO O), at the tutorial's PRE_BLOCK 128
+    pre = ("backward_delta", mod._attn_bwd_preprocess, [q, q, m, B, H, L], dict(BLOCK_M=128, HEAD_DIM=D),
+           _cdiv(L, 128), 0)
+    return [fwd, pre, kv, dq]
 
 
 # ---------------------------------------------------------------------------------------
@@ -691,7 +717,7 @@ def main(argv=None):
                         for bound in total:
                             total[bound] += kernel_total(read, programs_per_bh(launch), its, bound)
                         result["kernels"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[launch["kernel"]] = dict(
-                            read, block_m=_arg(launch, fn, "BLOCK_M"), block_n=_arg(launch, fn, "BLOCK_N"))
+                            read, block_m=launch["kwargs"].get("BLOCK_M"), block_n=launch["kwargs"].get("BLOCK_N"))
                     result["totals"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[str(L)] = total
     if args.tutorial:
         with tempfile.TemporaryDirectory() as work:
@@ -700,6 +726,7 @@ def main(argv=None):
                 try:
                     for L in lengths:
                         total = dict(max=0.0, sum=0.0)
+                        delta_kernel = dict(max=0.0, sum=0.0)
                         for name, fn, a, kw, programs, its in tutorial_launches(mod, L, cap):
                             ck = ("tutorial", name, cap)
                             if ck not in compiled_reads:
@@ -708,7 +735,12 @@ def main(argv=None):
                             read = compiled_reads[ck]
                             result["kernels"][f"sm_{cap}"].setdefault("tutorial", {})[name] = read
                             for bound in total:
-                                total[bound] += kernel_total(read, programs, [(programs * its, 0)], bound)
+                                cost = kernel_total(read, programs, [(programs * its, 0)], bound)
+                                total[bound] += cost
+                                if name == "backward_delta":
+                                    delta_kernel[bound] = cost
+                        # the earlier reading (its delta kernel left out), beside the full one
+                        total.update({f"{bound}_without_delta": total[bound] - delta_kernel[bound] for bound in ("max", "sum")})
                         result["totals"][f"sm_{cap}"].setdefault("tutorial", {})[str(L)] = total
                 except Exception as e:  # noqa: BLE001 (a tutorial's version this triton cannot compile)
                     result["meta"].setdefault("notes", []).append(
@@ -769,7 +801,8 @@ def markdown(result) -> str:
                 nested = sum(len(lp["nested_loops"]) for lp in r["main_loops"])
                 cyc = "; ".join(f"{lp['cycles']['sum']:.0f} (" + ", ".join(f"{lp['cycles'][u]:.0f}" for u in UNITS[:6])
                                 + ")" for lp in r["main_loops"]) or "-"
-                tile = f"{r.get('block_m', '')}x{r.get('block_n', '')}" if "block_m" in r else "-"
+                tile = "-" if not r.get("block_m") else (f"{r['block_m']}x{r['block_n']}" if r.get("block_n")
+                                                         else f"{r['block_m']} rows")
                 lines.append(f"| {variant} | {name} | {tile} | {r['regs']} | {r['spill_stores']}/{r['spill_loads']} | "
                              f"{r['shared_bytes'] / 1024:.0f} | {r['ctas_per_sm']} | {loops_txt} | {nested} | {cyc} |")
         lines.append("")
@@ -787,6 +820,10 @@ def markdown(result) -> str:
                 cells += [f"{t / 1e3:.0f}", f"{t / off['sum']:.2f}" if off else "-",
                           f"{t / tut['sum']:.2f}" if tut and not variant.endswith("causal") else "-"]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        tut = totals.get("tutorial", {})
+        if all("sum_without_delta" in tut.get(n, {}) for n in lengths):
+            lines += ["", "The tutorial without its delta kernel (the earlier reading): " + ", ".join(
+                f"L {n} {tut[n]['sum_without_delta'] / 1e3:.0f} kcycles" for n in lengths) + "."]
         lines.append("")
     lines += ["## Work outside the kernels (torch ops, forward + backward, per call of B x H)", "",
               "| variant | L | MFLOP | MB moved | ops |", "|---|---|---|---|---|"]

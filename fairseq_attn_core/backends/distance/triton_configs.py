@@ -1,7 +1,8 @@
 """The block sizes of the Triton kernels, as data: one :class:`BlockConfig` per kernel and
-head size (the head size rounded up to a power of two, at least 16). Chosen from FA2's
-Triton tutorial's defaults for Hopper, not tuned: the device run (benchmarks/gpu_checks.sh)
-times them. A call may pass its own (the CPU tests use 16 x 16 tiles, so that T = 33 spans
+head size (the head size rounded up to a power of two, at least 16). Hopper's head size 64:
+per form the blocks with the fewest modelled cycles and no spill, causal or not, in
+benchmarks/triton_static_cost.py (no GPU); the others from FA2's Triton tutorial's defaults.
+Not timed: the device run (benchmarks/gpu_checks.sh) times them. A call may pass its own (the CPU tests use 16 x 16 tiles, so that T = 33 spans
 three tiles). No triton import: the chooser and the tests read these on any machine.
 """
 
@@ -35,6 +36,8 @@ class KernelConfigs:
     backward_q_terms: Optional[BlockConfig] = None
     backward_q_table: Optional[BlockConfig] = None
     backward_kv_values: Optional[BlockConfig] = None
+    #: backward_kv with Shaw's key term (it reads QA per pair)
+    backward_kv_keys: Optional[BlockConfig] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -42,9 +45,9 @@ _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
     16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    64: KernelConfigs(BlockConfig(128, 64, 4, 2), _BWD, _BWD, BlockConfig(64, 32, 4, 2),
-                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 8, 2),
-                      backward_kv_values=BlockConfig(64, 64, 8, 2)),
+    64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
+                      backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
+                      backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2)),
 }

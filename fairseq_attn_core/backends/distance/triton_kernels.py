@@ -1,9 +1,9 @@
 """The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
-over key tiles, the log-sum-exp saved) and its backward (``backward_q``: dq, dQA, the table's
-gradient and, first, each row's delta; ``backward_kv``: dk, dv), with the terms added per
-tile: a bias of the distance (t5bias's table per distance, alibi's slopes), Shaw's key term
-``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T`` computed outside, one matmul) and Shaw's
-value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
+over key tiles, the log-sum-exp saved) and its backward (``backward_delta``: each row's delta;
+``backward_q``: dq, dQA, the table's gradient; ``backward_kv``: dk, dv, keys as the tile's rows
+as in the tutorial), with the terms added per tile: a bias of the distance (t5bias's table per
+distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``
+computed outside, one matmul) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
 module imports triton and is imported only when a call runs the kernels.
 
 Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = exp2(x - m)``
@@ -86,8 +86,15 @@ def _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 
 
 @triton.jit
-def _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.constexpr, KIND: tl.constexpr,
-             ACC: tl.constexpr, EVEN_N: tl.constexpr):
+def _offsets(d, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    """``d + arange(BLOCK)`` in ACC: the arange converted once (loop-invariant), the scalar
+    added per tile (no per-element integer conversion)."""
+    return tl.arange(0, BLOCK).to(ACC) + d
+
+
+@triton.jit
+def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.constexpr, KIND: tl.constexpr,
+             ACC: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr):
     """The tile's column vector: 0 or -inf (padding, past S), plus alibi's column part in
     far tiles (KIND 0 far-left, 1 band, 2 far-right)."""
     if HAS_PAD:
@@ -99,9 +106,9 @@ def _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.const
         col = tl.where(offs_n < S, 0.0, float("-inf")).to(ACC)
     if BIAS == 2:
         if KIND == 0:
-            col += slope2 * (offs_n - i0).to(ACC)
+            col += slope2 * _offsets(n0 - i0, BLOCK_N, ACC)
         if KIND == 2:
-            col -= slope2 * (offs_n - i0).to(ACC)
+            col -= slope2 * _offsets(n0 - i0, BLOCK_N, ACC)
     return col
 
 
@@ -129,16 +136,28 @@ def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: 
 
 
 @triton.jit
-def _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
-          KEYS: tl.constexpr, CAUSAL: tl.constexpr):
-    """A band tile's per-pair terms and the causal mask."""
-    if BIAS == 2:  # -m |j - i| from the two position vectors (no integer tile)
-        x -= slope2 * tl.abs((offs_n[None, :] - pos_i[:, None]).to(x.dtype))
+def _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
+          KEYS: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+          TRANS: tl.constexpr = False):
+    """A band tile's per-pair terms and the causal mask (``TRANS``: keys as rows, queries
+    as columns)."""
+    if BIAS == 2:  # -m |j - i| from two float position vectors (no integer tile, no conversion per pair)
+        keys = _offsets(n0 - i0, BLOCK_N, x.dtype)
+        rows = tl.arange(0, BLOCK_M).to(x.dtype)
+        if TRANS:
+            x -= slope2 * tl.abs(keys[:, None] - rows[None, :])
+        elif CAUSAL:  # the kept pairs have j <= i: -m |j - i| = m (j - i)
+            x += slope2 * dist.to(x.dtype)
+        else:
+            x -= slope2 * tl.abs(keys[None, :] - rows[:, None])
     if BIAS == 1:
         x += tl.load(BIAS2 + h * NDIST + dist + (S - 1), mask=inside, other=0.0).to(x.dtype)
     if KEYS:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
-        x += tl.load(QA2 + qa_rows[:, None] + r, mask=inside, other=0.0).to(x.dtype)
+        if TRANS:
+            x += tl.load(QA2 + qa_rows[None, :] + r, mask=inside, other=0.0).to(x.dtype)
+        else:
+            x += tl.load(QA2 + qa_rows[:, None] + r, mask=inside, other=0.0).to(x.dtype)
     if CAUSAL:
         x = tl.where(dist <= 0, x, float("-inf"))
     return x
@@ -169,21 +188,23 @@ def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
 def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, sk, sv, qk_scale,
               slope2, KB, BIAS2, QA2, qa_rows, row, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
-              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr,
+              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
-        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N)[None, :]
+        x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
+                                    BLOCK_N)[None, :]
     else:
         x = s * qk_scale
     if KIND == 1:
         dist = offs_n[None, :] - pos_i[:, None]
         inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
-        x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
+        x = _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
+                  BLOCK_M, BLOCK_N)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
@@ -246,20 +267,20 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
             qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-            BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+            BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RI, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RI, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
@@ -272,21 +293,63 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
 
 
 @triton.jit
-def _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row,
-                lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt, T, H, D, R,
+                   KEYS: tl.constexpr, VALUES: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_D: tl.constexpr, ACC: tl.constexpr):
+    """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``: dP_ij =
+    dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i = sum_j P_ij dP_ij), the backward's
+    first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
+    With Shaw's terms, also what :func:`backward_kv`'s far tiles read per row, (B H, 2, T)
+    (far-left, far-right): ``LSEF``, the log-sum-exp less the row's edge QA (``KEYS``), and
+    ``DELTAF``, delta less its edge dPB (``VALUES``)."""
+    bh = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
+    do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
+    o = tl.load(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
+    delta = tl.sum(do.to(ACC) * o.to(ACC), 1)
+    if VALUES:
+        rows = (bh * T + offs_m) * R
+        cols = tl.arange(0, RB)[None, :]
+        t_mask = (offs_m < T)[:, None] & (cols < R)
+        delta += tl.sum(tl.load(PB + rows[:, None] + cols, mask=t_mask, other=0.0)
+                        * tl.load(DPB + rows[:, None] + cols, mask=t_mask, other=0.0), 1)
+    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
+    rows = (bh * T + offs_m) * R
+    if KEYS:
+        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+        tl.store(LSEF + 2 * bh * T + offs_m, lse - tl.load(QA2 + rows, mask=offs_m < T, other=0.0), mask=offs_m < T)
+        tl.store(LSEF + (2 * bh + 1) * T + offs_m, lse - tl.load(QA2 + rows + R - 1, mask=offs_m < T, other=0.0),
+                 mask=offs_m < T)
+    if VALUES:
+        tl.store(DELTAF + 2 * bh * T + offs_m, delta - tl.load(DPB + rows, mask=offs_m < T, other=0.0),
+                 mask=offs_m < T)
+        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - tl.load(DPB + rows + R - 1, mask=offs_m < T, other=0.0),
+                 mask=offs_m < T)
+
+
+@triton.jit
+def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
+                row, lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
+                EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
     no key); with the pairs' distances and which are inside (T, S)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
-        x = s * qk_scale + _columns(offs_n, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N)[None, :]
+        x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
+                                    BLOCK_N)[None, :]
     else:
         x = s * qk_scale
     dist = offs_n[None, :] - pos_i[:, None]
     inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
     if KIND == 1:
-        x = _band(x, dist, inside, offs_n, pos_i, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL)
+        x = _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
+                  BLOCK_M, BLOCK_N)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 
@@ -302,8 +365,9 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
-                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB,
+                                  BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
+                                  PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
@@ -327,8 +391,8 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
         if KIND == 1:  # the tile's diagonals, from g[i, c] = ds[i, (c + i) mod BLOCK_N] (BLOCK_M <= BLOCK_N)
             c = tl.arange(0, BLOCK_N)[None, :]
             jw = c + tl.arange(0, BLOCK_M)[:, None]
+            g = tl.gather(ds, jw % BLOCK_N, 1)
             wrapped = jw >= BLOCK_N
-            g = tl.gather(ds, tl.where(wrapped, jw - BLOCK_N, jw), 1)
             at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
             row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
             tl.store(DTABLE + row0 + at, tl.sum(tl.where(wrapped, 0.0, g), 0), mask=(at >= 0) & (at < NDIST))
@@ -338,18 +402,17 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
 
 
 @triton.jit
-def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2,
+def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
-               HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr, RB: tl.constexpr,
+               HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr):
-    """One query tile, run before :func:`backward_kv`: its rows' delta ``rowsum(dO O)`` (plus
-    ``rowsum(PB dPB)`` with ``VALUES``), written for backward_kv; dq over every key tile it
-    sees; (``KEYS``) dQA, its dS summed per table row; (``TABLE_GRAD``) dS summed per distance
-    (band tiles, into DTABLE) and over the far tiles (two cells of DFAR)."""
+    """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
+    it sees; (``KEYS``) dQA, its dS summed per table row; (``TABLE_GRAD``) dS summed per
+    distance (band tiles, into DTABLE) and over the far tiles (two cells of DFAR)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -361,15 +424,8 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
     q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
     q = tl.load(Q + b * sqb + h * sqh + offs_m[:, None] * sqt + offs_d[None, :], mask=q_mask, other=0.0)
     do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
-    o = tl.load(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    delta = tl.sum(do.to(ACC) * o.to(ACC), 1)
     qa_rows = (bh * T + offs_m) * R
-    if VALUES:  # dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k]: delta_i = sum_j P_ij dP_ij
-        cols = tl.arange(0, RB)[None, :]
-        t_mask = (offs_m < T)[:, None] & (cols < R)
-        delta += tl.sum(tl.load(PB + qa_rows[:, None] + cols, mask=t_mask, other=0.0)
-                        * tl.load(DPB + qa_rows[:, None] + cols, mask=t_mask, other=0.0), 1)
-    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
+    delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
     koff = b * skb + h * skh
     slope2 = 0.0
@@ -421,12 +477,15 @@ def backward_q(Q, K, V, O, DO, LSE, DELTA, DQ, DQA, PB, DPB, DTABLE, DFAR, KB, B
 
 
 @triton.jit
-def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sq, sdo, qk_scale,
-              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip,
+def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sq, sdo, qk_scale,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
-              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, D,
-              ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
+              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+    """One query tile of a key tile, transposed as the tutorial's backward is (keys as rows,
+    queries as columns: P^T and dS^T are the A operands of dv's and dk's dots as they are,
+    no transpose through shared memory)."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
@@ -440,38 +499,49 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIS
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     qa_rows = (bh * T + offs_m) * R
-    if KIND == 1:
-        row = tl.zeros((BLOCK_M,), ACC)
-    else:
-        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, KEYS, ACC)
+    if KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
+        far = (2 * bh + KIND // 2) * T + offs_m
+        if KEYS:
+            lse = tl.load(LSEF + far, mask=offs_m < T, other=float("inf"))
+        if BIAS != 0:
+            lse -= _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
         if VALUES:
-            if KIND == 0:
-                delta -= tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
-            else:
-                delta -= tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
-    p, dist, inside = _bwd_scores(q, k, offs_m, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
-                                  QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, False, ACC, PRECISION, EVEN_M, True,
-                                  EVEN_D)  # padded keys: their rows of dk, dv zeroed at the end
-    dv += tl.dot(tl.trans(p.to(do.dtype)), do, out_dtype=ACC, input_precision=PRECISION)
-    dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
+            delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
+    # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
+    sT = tl.dot(k, tl.trans(q), out_dtype=ACC, input_precision=PRECISION)
+    if BIAS == 2 and KIND != 1:  # alibi's per-key part in far tiles
+        if KIND == 0:
+            xT = sT * qk_scale + (slope2 * _offsets(n0 - i0, BLOCK_N, ACC))[:, None]
+        else:
+            xT = sT * qk_scale - (slope2 * _offsets(n0 - i0, BLOCK_N, ACC))[:, None]
+    else:
+        xT = sT * qk_scale
+    if KIND == 1:
+        dist = offs_n[:, None] - pos_i[None, :]
+        inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
+        xT = _band(xT, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
+                   CAUSAL, BLOCK_M, BLOCK_N, True)
+    pT = tl.exp2(xT - lse[None, :])
+    dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
+    dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
-        dp += tl.load(DPB + qa_rows[:, None] + r, mask=inside, other=0.0)
-    ds = p * (dp - delta[:, None])
-    dk += tl.dot(tl.trans(ds.to(q.dtype)), q, out_dtype=ACC, input_precision=PRECISION)
+        dpT += tl.load(DPB + qa_rows[None, :] + r, mask=inside, other=0.0)
+    dsT = pT * (dpT - delta[None, :])
+    dk += tl.dot(dsT.to(q.dtype), q, out_dtype=ACC, input_precision=PRECISION)
     return dk, dv
 
 
 @triton.jit
-def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
+def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
                 sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                 qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr):
-    """One key tile: dk, dv over every query tile that sees it (the delta from
-    :func:`backward_q`). A key's dk and dv rows depend on its own probabilities only: the
+    """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
+    :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
     past S, read as zeros, are not stored)."""
     bh = tl.program_id(0)
@@ -496,17 +566,17 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
         dk = tl.where(keep, dk, 0.0)

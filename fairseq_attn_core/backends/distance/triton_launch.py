@@ -186,7 +186,7 @@ class _TritonAttention(torch.autograd.Function):
         do = _rows_view(dout)
         dtype = lse.dtype
         none = lse
-        delta = torch.empty(B * H, T, dtype=dtype, device=q.device)  # written by backward_q
+        delta = torch.empty(B * H, T, dtype=dtype, device=q.device)  # written by backward_delta
         if common["VALUES"]:
             dpb = (torch.zeros_like(pb) if dpb is None else dpb.reshape(B * H, T, R).to(dtype)).contiguous()
         else:
@@ -198,6 +198,7 @@ class _TritonAttention(torch.autograd.Function):
         ckv, cq = configs.backward_kv, configs.backward_q
         if keys:
             cq = configs.backward_q_terms or cq
+            ckv = configs.backward_kv_keys or ckv
         if table_grad:
             cq = configs.backward_q_table or cq
         if common["VALUES"]:
@@ -209,13 +210,20 @@ class _TritonAttention(torch.autograd.Function):
         dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
+        # the far tiles' per-row log-sum-exp (Shaw's key term) and delta (value term), (B H, 2, T)
+        lsef = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if keys else none
+        deltaf = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if common["VALUES"] else none
+        module.backward_delta[(B * H, q_tiles)](
+            out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, *do.stride()[:3], T, H, D, R,
+            KEYS=keys, VALUES=common["VALUES"], RB=_pow2(R) if common["VALUES"] else 16, BLOCK_M=cq.block_m,
+            BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], num_warps=4)
         module.backward_q[(B * H, q_tiles)](
-            q, k, v, out, do, lse, delta, dq, dqa, pb if common["VALUES"] else none, dpb, dtable, dfar, kb, bias2,
-            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RB=_pow2(R), RI=_interior(ints[7]),
+            q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
+            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
-            q, k, v, do, lse, delta, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
+            q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
             **_even(ckv, T, S), **common)
         d_table = None

@@ -696,11 +696,14 @@ train_main() {
 }
 
 # train_checkpoints_pruned RANK: a run validated by updates (PATIENCE: lengths.sh's CONVERGE) saves a
-# checkpoint at every epoch end, which fairseq never prunes: node 0 prunes them as fairseq prunes the
-# interval ones, keeping those an average of N_AVG <= --keep-interval-updates and the learning curve read
-# (checkpoints.py), whether the run was trained now or before
+# checkpoint at every epoch end, which fairseq never prunes. Node 0 shows, in one line, those fairseq's
+# rule for the interval ones would prune (an average of N_AVG <= --keep-interval-updates and the learning
+# curve keep theirs: checkpoints.py) and the command that removes them; PRUNE_CHECKPOINTS=1 removes them,
+# whether the run was trained now or before
 train_checkpoints_pruned() {
-  [[ -z ${PATIENCE:-} || $1 != 0 ]] || "${STEPS[@]}" prune-epoch-checkpoints --run-dir "$SAVE_DIR" || exit 1
+  [[ -n ${PATIENCE:-} && $1 == 0 ]] || return 0
+  local yes=(); [[ ${PRUNE_CHECKPOINTS:-0} != 1 ]] || yes=(--yes)
+  "${STEPS[@]}" prune-epoch-checkpoints --run-dir "$SAVE_DIR" --summary "${yes[@]}" || exit 1
 }
 
 # ---------------------------------------------------------------- evaluate

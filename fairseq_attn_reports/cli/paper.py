@@ -27,7 +27,7 @@ import sys
 import tempfile
 from typing import Dict, List, Sequence, Tuple
 
-from fairseq_attn_records.metrics import METRICS_HELP, parse_metrics
+from fairseq_attn_records.metrics import parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
 from .. import claims, figures
@@ -36,7 +36,7 @@ from fairseq_attn_records.output_files import check_output_paths, write_json, wr
 from ..runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
 from ..study_bundle import is_committed, table_tokenize, with_outputs
 from ..study_paths import load_table, write_table
-from .metric_options import load_comet, print_comet_hint
+from .metric_options import add_metric_args, load_comet, print_comet_hint
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
@@ -79,7 +79,7 @@ def cmd_table1(args) -> None:
         write_text(args.md, md + "\n")
     if args.json:
         write_table(args.json, table)  # its paths relative to its folder (study-export)
-    print_comet_hint("fairseq-attn-paper table1", comet)
+    print_comet_hint("fairseq-attn-paper table1", comet, args)
 
 
 def cmd_figure2(args) -> None:
@@ -212,9 +212,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="", metavar='"1 2 3"',
                    help="the seeds of every row: its runs are RUNS_DIR/<key>_seed<N> (SEEDS of table1.sh); scores "
                    "as mean ± std over seeds, a row marked only when every seed pair against the baseline is")
-    p.add_argument("--metrics", default="bleu,chrf", help=METRICS_HELP)
+    add_metric_args(p)
     p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
-    p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")
     p.set_defaults(fn=cmd_table1)
 
     p = sub.add_parser("figure2", help="plot the window / head sweeps")
@@ -245,7 +244,8 @@ def main(argv=None) -> int:
     for p in sub.choices.values():
         if p.prog.endswith(" rows") or p.prog.endswith(" claims"):
             continue
-        p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")
+        if not p.prog.endswith(" table1"):  # table1's: add_metric_args
+            p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")
         p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
         if p.prog.endswith(" table1") or p.prog.endswith(" figure2"):
             p.add_argument("--md", metavar="FILE", help="also write the table as markdown")

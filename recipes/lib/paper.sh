@@ -151,7 +151,7 @@ table1_main() {
   local runs; mapfile -t runs < <(paper_run_dirs "$TABLE1_DIR/runs" "${keys[@]}")
   paper_wait "$TABLE1_DIR" "${runs[@]}"
   "${PAPER[@]}" table1 --ref "$(data_refs)/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
-    --seeds "${SEEDS:-}" --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" \
+    --seeds "${SEEDS:-}" --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" --no-comet-hint \
     --md "$TABLE1_DIR/table1.md" --json "$TABLE1_DIR/table1.json" || exit 1
   paper_training "$TABLE1_DIR" "$TABLE1_DIR/runs" "$TABLE1_DIR/table1" test "${keys[@]}"
   log "Table 1: $TABLE1_DIR/table1.md (and table1.json)"

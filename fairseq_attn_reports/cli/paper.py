@@ -6,7 +6,8 @@ and evaluate the runs, then call these):
 * ``rows [--rows all|KEY,...]`` -- the Table 1 rows as ``KEY ARCH`` lines, in the
   paper's order; fails naming any row whose architecture is not registered;
 * ``table1 --ref REF --runs-dir DIR [--rows ...]`` -- renders Table 1 from
-  ``DIR/<key>/{train.log,hyp.txt}`` (markdown on stdout, ``--md``, ``--json``);
+  ``DIR/<key>`` (train.log, and the translations of REF its run record names: ``test/hyp.txt``)
+  (markdown on stdout, ``--md``, ``--json``);
 * ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
   again: another seed of that point; mean ± std over seeds);
 * ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``;
@@ -63,7 +64,7 @@ def cmd_table1(args) -> None:
     rows = table1.resolve_rows(args.rows)
     seeds = args.seeds.split()
     if args.rows.strip() == "all":  # the extra rows (RoPE, ALiBi, T5 bias) whose runs are there
-        rows = table1.with_present_extras(rows, args.runs_dir, args.by, seeds)
+        rows = table1.with_present_extras(rows, args.runs_dir, args.ref, args.by, seeds)
     metrics = parse_metrics(args.metrics)
     comet = load_comet(args, "fairseq-attn-paper table1")
     common = dict(tokenize=args.tokenize, bs_samples=args.bs_samples, ar_trials=args.ar_trials,

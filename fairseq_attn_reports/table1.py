@@ -278,13 +278,8 @@ def format_seeds_markdown(table: Dict) -> str:
             f"both paired bootstrap resampling ({table.get('bs_samples', 1000)} resamples) and paired approximate "
             f"randomisation ({table.get('ar_trials', 10000)} trials) for EVERY pair of a seed of the row and a seed "
             "of the baseline (the weakest shown); 'pairs sig.' counts the pairs that are. Scores: mean ± sample "
-            "standard deviation (n-1) over seeds. \"Parameter, base size\": each architecture built at "
-            "Transformer-base size with its default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 "
-            "En-De); \"-\" for rows it does not have."]
-    out += comparability_lines(table)
-    out += signature_lines(table["signature"])
-    out += table.get("notes", [])
-    return "\n".join(out)
+            "standard deviation (n-1) over seeds. "]
+    return _with_legend_and_notes(out, table)
 
 
 def fmt_params_delta(n: int) -> str:
@@ -358,13 +353,16 @@ def format_markdown(table: Dict) -> str:
             f"randomisation ({table.get('ar_trials', 10000)} trials), the same resamples for every metric "
             "(sacreBLEU's seed); an equal or worse system gets no arrow. "
             "BLEU and chrF++ (chrF, word order 2): detokenised sacreBLEU; COMET: mean segment score. "
-            "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
-            "\"Parameter, base size\": each architecture built at Transformer-base size with its "
-            "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have."]
-    out += comparability_lines(table)
-    out += signature_lines(table["signature"])
-    out += table.get("notes", [])
-    return "\n".join(out)
+            "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "]
+    return _with_legend_and_notes(out, table)
+
+
+def _with_legend_and_notes(out: List[str], table: Dict) -> str:
+    """A rendered table: ``out`` (its rows, then its legend's own words last) with the words of the
+    columns every layout has, then the runs' comparability, the metrics' signatures and the notes."""
+    out[-1] += ("\"Parameter, base size\": each architecture built at Transformer-base size with its default "
+                "settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have.")
+    return "\n".join(out + comparability_lines(table) + signature_lines(table["signature"]) + table.get("notes", []))
 
 
 def run_dirs(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Tuple[Row, str]]:

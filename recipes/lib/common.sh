@@ -287,6 +287,11 @@ prepare_main() {
   if [[ $DATA_KEYED == 0 ]]; then
     "${STEPS[@]}" check-data-dest --data "$DATA" --work "$WORK" --recipe "$(basename "$RECIPE_DIR")" --pair "$SRC-$TGT" || exit 1
   fi
+  # a local corpus file inside WORK's raw/ (or another folder prepare.sh empties and fills) would be
+  # deleted before it is read: refused before anything is made (prepare_dest.py)
+  local inputs=() v
+  for v in TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT; do [[ -z ${!v:-} ]] || inputs+=("$v=${!v}"); done
+  (( ${#inputs[@]} == 0 )) || "${STEPS[@]}" check-local-inputs --work "$WORK" "${inputs[@]}" || exit 1
   check_train_concat  # TRAIN_CONCAT, TRAIN_CONCAT_SEED, TRAIN_DOCS
   mkdir -p "$WORK"/{raw,tok,bpe}
   # one preparation at a time per WORK (raw/, tok/ and bpe/ serve every data it prepares; a

@@ -5,7 +5,7 @@ Each step reads whole files and writes its output to ``OUT.tmp`` then renames
 it (:mod:`fairseq_attn_records.output_files`), so an interrupted step never leaves a file
 that looks finished. Each module declares its steps' parsers beside the steps (``add_parsers``).
 
-Steps: check-tools, check-arch, check-data-dest, check-script, check-data, fingerprint, unpack,
+Steps: check-tools, check-arch, check-data-dest, check-local-inputs, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, data-point, data-replace, run-data, data-list, data-prune, register-run, average, prune-epoch-checkpoints, evaluated-before, run-arch, hyps, score, bible-corpus, toy-corpus,
 check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
@@ -26,7 +26,7 @@ import sys
 STEPS = {
     "check-variables": "variables",
     "check-tools": "preflight", "check-arch": "preflight",
-    "check-data-dest": "prepare_dest", "data-replace": "prepare_dest",
+    "check-data-dest": "prepare_dest", "check-local-inputs": "prepare_dest", "data-replace": "prepare_dest",
     "check-script": "corpora", "unpack": "corpora", "concat-parts": "corpora", "parts-record": "corpora",
     "extract": "corpora", "clean": "corpora", "cap-check": "corpora",
     "fingerprint": "fingerprints", "prepare-record": "fingerprints", "check-data": "fingerprints",

@@ -3,7 +3,7 @@
 import json
 import os
 import re
-import sys
+import shlex
 from typing import Optional
 
 from .step_inputs import die
@@ -205,11 +205,12 @@ def epoch_files_to_prune(checkpoints: dict, keep: int, pattern: Optional[int]) -
 
 
 def cmd_prune_epoch_checkpoints(args):
-    """A run's epoch checkpoints pruned with the rule its last training gave fairseq for the interval
-    ones (--keep-interval-updates K, --keep-interval-updates-pattern P): a run validated by updates
-    (lengths.sh's CONVERGE) saves one at every epoch end, hundreds for a small corpus, which fairseq never
-    prunes. checkpoint_last.pt (resumption), checkpoint_best.pt and the interval checkpoints are left
-    alone; the validation history is in train.log and the run record, not in checkpoints."""
+    """A run's epoch checkpoints that the rule its last training gave fairseq for the interval ones
+    (--keep-interval-updates K, --keep-interval-updates-pattern P) would prune: shown with their sizes,
+    removed only with --yes (``--summary``: the totals in one line, as train.sh prints them). A run
+    validated by updates (lengths.sh's CONVERGE) saves one at every epoch end, hundreds for a small
+    corpus, which fairseq never prunes. checkpoint_last.pt (resumption), checkpoint_best.pt and the
+    interval checkpoints are left alone; the validation history is in train.log and the run record."""
     try:
         rec = run_record.load(args.run_dir) or {}
     except RecordError as e:
@@ -219,25 +220,38 @@ def cmd_prune_epoch_checkpoints(args):
     if not keep or keep < 1:
         return  # fairseq keeps every interval checkpoint: every epoch one is kept too
     checkpoints = scan_checkpoints(args.run_dir, rec.get("checkpoints"))
-    pruned = epoch_files_to_prune(checkpoints, keep, _flag_value(argv, "--keep-interval-updates-pattern"))
-    if not pruned:
+    doomed = epoch_files_to_prune(checkpoints, keep, _flag_value(argv, "--keep-interval-updates-pattern"))
+    if not doomed:
         return
-    size = 0
-    for name in pruned:
-        size += checkpoints.pop(name)["bytes"]
-        os.remove(os.path.join(args.run_dir, name))
-    rec["checkpoints"] = checkpoints
-    run_record.save(args.run_dir, rec)
-    print(f"{args.run_dir}: {len(pruned)} epoch checkpoints pruned ({size / 1e6:.1f} MB), as fairseq prunes the "
-          f"interval ones (--keep-interval-updates {keep}): the newest {keep} and the learning curve's kept",
-          file=sys.stderr)
+    size = sum(checkpoints[name]["bytes"] for name in doomed)
+    rule = f"as fairseq prunes the interval ones (--keep-interval-updates {keep}): the newest {keep} and the learning curve's kept"
+    for name in doomed:
+        if args.yes:
+            os.remove(os.path.join(args.run_dir, name))
+        if not args.summary:
+            print(f"{'removed' if args.yes else 'would remove'} {os.path.join(args.run_dir, name)} "
+                  f"({checkpoints[name]['bytes'] / 1e6:.1f} MB)")
+    if args.yes:
+        for name in doomed:
+            checkpoints.pop(name)
+        rec["checkpoints"] = checkpoints
+        run_record.save(args.run_dir, rec)
+        print(f"{args.run_dir}: {len(doomed)} epoch checkpoints removed ({size / 1e6:.1f} MB), {rule}")
+    else:
+        command = f"python -m fairseq_attn_recipes prune-epoch-checkpoints --run-dir {shlex.quote(args.run_dir)} --yes"
+        print(f"{args.run_dir}: {len(doomed)} epoch checkpoints ({size / 1e6:.1f} MB) could be removed, {rule}; "
+              f"nothing was removed; to remove them: {command}")
 
 
 def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
-    p = sub.add_parser("prune-epoch-checkpoints", help="a run's epoch checkpoints pruned as fairseq prunes its "
-                       "interval ones (--keep-interval-updates, --keep-interval-updates-pattern of its training)")
-    p.add_argument("--run-dir", required=True); p.set_defaults(fn=cmd_prune_epoch_checkpoints)
+    p = sub.add_parser("prune-epoch-checkpoints", help="show a run's epoch checkpoints that fairseq's rule for its "
+                       "interval ones would prune (--keep-interval-updates, --keep-interval-updates-pattern of its "
+                       "training); removed with --yes")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--yes", action="store_true", help="remove them (without it nothing is removed)")
+    p.add_argument("--summary", action="store_true", help="only the line of totals, not each file")
+    p.set_defaults(fn=cmd_prune_epoch_checkpoints)
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
     p.add_argument("--output", required=True); p.add_argument("--record")
     p.add_argument("--at-update", type=int, help="the save points up to that update's, which must exist (a learning curve's point)")

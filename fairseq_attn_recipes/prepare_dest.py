@@ -139,8 +139,34 @@ def cmd_check_data_dest(args):
             f"its own WORK/data/<id>, named by WORK/{LINK}); nothing was changed")
 
 
+def input_refusal(name: str, path: str, work: str) -> str:
+    """Why the user's file ``path`` (the variable ``name``: a local corpus) must not be read where it
+    lies, or '': inside a folder of WORK that prepare.sh empties and fills itself (its raw step deletes
+    every file of WORK/raw before copying the corpora there)."""
+    p, w = os.path.realpath(path), os.path.realpath(work)
+    for folder in WORK_FOLDERS:
+        if _inside(p, os.path.join(w, folder)):
+            return (f"{name}={path} lies in WORK's {folder}/ ({os.path.join(work, folder)}), which prepare.sh empties "
+                    f"and fills itself, so it would be deleted: move it out of WORK's "
+                    f"{', '.join(f + '/' for f in WORK_FOLDERS)} and give its new path; nothing was changed")
+    return ""
+
+
+def cmd_check_local_inputs(args):
+    for given in args.inputs:
+        name, _, path = given.partition("=")
+        why = input_refusal(name, path, args.work)
+        if why:
+            die(why)
+
+
 def add_parsers(sub) -> None:
-    """This module's step on the command line (``python -m fairseq_attn_recipes check-data-dest``)."""
+    """This module's steps on the command line (``python -m fairseq_attn_recipes check-data-dest``)."""
+    p = sub.add_parser("check-local-inputs", help="refuse a local corpus file inside a folder of WORK that prepare.sh "
+                       "empties and fills itself (one line)")
+    p.add_argument("--work", required=True)
+    p.add_argument("inputs", nargs="*", metavar="VAR=PATH", help="the local corpus files (TRAIN_SRC=...)")
+    p.set_defaults(fn=cmd_check_local_inputs)
     p = sub.add_parser("check-data-dest", help="refuse an explicit DATA that prepare.sh did not write (one line)")
     p.add_argument("--data", required=True); p.add_argument("--work", required=True)
     p.add_argument("--recipe", required=True, help="the recipe's folder name (recorded in prepare.json)")

@@ -223,6 +223,8 @@ VARIABLES: Dict[str, Variable] = {
                                           _c(integer(0)), TRAIN),
     "KEEP_INTERVAL_UPDATES_PATTERN": Variable("save points at multiples of it are never pruned (lengths.sh: CURVE)",
                                               _c(integer(1)), TRAIN),
+    "PRUNE_CHECKPOINTS": Variable("whether train.sh removes a PATIENCE run's epoch checkpoints that fairseq's rule "
+                                  "for interval ones would prune (off: it prints the command)", _c(SWITCH), TRAIN),
     "SEED": Variable("the training's random seed", _c(integer(0)), TRAIN),
     "FP16": Variable("whether to train in float16 (GPU)", _c(SWITCH), TRAIN),
     "SHARE_DECODER_EMBED": Variable("whether the decoder's input and output embeddings are tied", _c(SWITCH), TRAIN),

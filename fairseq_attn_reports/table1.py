@@ -14,7 +14,7 @@ paper's (``+ RoPE``, ``+ ALiBi``, ``+ T5 bias``), printed after the paper's rows
 with "-" in the paper's columns: trained when listed (``--rows all,rope``,
 ``ROWS=all,rope,alibi,t5bias``), and rendered whenever their runs are present
 (``table1 --rows all`` adds an extra row whose run directory holds train.log and
-hyp.txt).
+the translations of the reference its run record names: :func:`with_present_extras`).
 
 Rendering (:func:`build_table`, :func:`format_markdown`) lays the table out as
 the paper does -- Parameter (baseline absolute, others ``+x.xM``), Speed
@@ -31,6 +31,7 @@ for all seeds) and steps per second as mean ± std over the seeds' trainings.
 """
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -39,7 +40,7 @@ from fairseq_attn_records.metrics import DEFAULT_METRICS, digits
 from .arch_names import registered_arch_names
 from .curves import mean_std
 from .results import collect, comparability_lines, parse_train_log, signature_lines
-from .runs import load_runs
+from .runs import Run, load_runs
 from .seeds import collect_seeds, group_runs
 
 BASELINE = "baseline"
@@ -279,13 +280,8 @@ def format_seeds_markdown(table: Dict) -> str:
             f"both paired bootstrap resampling ({table.get('bs_samples', 1000)} resamples) and paired approximate "
             f"randomisation ({table.get('ar_trials', 10000)} trials) for EVERY pair of a seed of the row and a seed "
             "of the baseline (the weakest shown); 'pairs sig.' counts the pairs that are. Scores: mean ± sample "
-            "standard deviation (n-1) over seeds. \"Parameter, base size\": each architecture built at "
-            "Transformer-base size with its default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 "
-            "En-De); \"-\" for rows it does not have."]
-    out += comparability_lines(table)
-    out += signature_lines(table["signature"])
-    out += table.get("notes", [])
-    return "\n".join(out)
+            "standard deviation (n-1) over seeds. "]
+    return _with_legend_and_notes(out, table)
 
 
 def fmt_params_delta(n: int) -> str:
@@ -359,13 +355,16 @@ def format_markdown(table: Dict) -> str:
             f"randomisation ({table.get('ar_trials', 10000)} trials), the same resamples for every metric "
             "(sacreBLEU's seed); an equal or worse system gets no arrow. "
             "BLEU and chrF++ (chrF, word order 2): detokenised sacreBLEU; COMET: mean segment score. "
-            "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "
-            "\"Parameter, base size\": each architecture built at Transformer-base size with its "
-            "default settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have."]
-    out += comparability_lines(table)
-    out += signature_lines(table["signature"])
-    out += table.get("notes", [])
-    return "\n".join(out)
+            "tok. BLEU: the tokenised BLEU the paper reports (recipes' scores.json), without significance test. "]
+    return _with_legend_and_notes(out, table)
+
+
+def _with_legend_and_notes(out: List[str], table: Dict) -> str:
+    """A rendered table: ``out`` (its rows, then its legend's own words last) with the words of the
+    columns every layout has, then the runs' comparability, the metrics' signatures and the notes."""
+    out[-1] += ("\"Parameter, base size\": each architecture built at Transformer-base size with its default "
+                "settings. \"paper\": Yang et al. (2019), Table 1 (WMT14 En-De); \"-\" for rows it does not have.")
+    return "\n".join(out + comparability_lines(table) + signature_lines(table["signature"]) + table.get("notes", []))
 
 
 def run_dirs(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Tuple[Row, str]]:
@@ -373,13 +372,25 @@ def run_dirs(rows: Sequence[Row], runs_dir: str, by: str = "key") -> List[Tuple[
     return [(r, os.path.join(runs_dir, getattr(r, by))) for r in rows]
 
 
-def with_present_extras(rows: Sequence[Row], runs_dir: str, by: str = "key", seeds: Sequence[str] = ()) -> List[Row]:
-    """``rows`` plus each extra row not among them whose run is present (train.log and hyp.txt; with
-    ``seeds``, the run of each seed)."""
-    have = {r.key for r in rows}
-    suffixes = [f"_seed{s}" for s in seeds] or [""]
-    return list(rows) + [r for r in EXTRA_ROWS if r.key not in have and all(
-        os.path.isfile(os.path.join(runs_dir, getattr(r, by) + x, f)) for x in suffixes for f in ("train.log", "hyp.txt"))]
+def with_present_extras(rows: Sequence[Row], runs_dir: str, ref: str, by: str = "key",
+                        seeds: Sequence[str] = ()) -> List[Row]:
+    """``rows`` plus each extra row not among them whose run is present: its folder holds train.log and
+    the translations of ``ref`` its run record says it evaluated (:meth:`.runs.Run.hyp_for`: the
+    recipes' ``test/hyp.txt``, the demo's ``hyp.txt``); with ``seeds``, the run of each seed. An extra
+    run trained but without those translations is left out with a line on stderr saying why."""
+    have, out = {r.key for r in rows}, list(rows)
+    for r in EXTRA_ROWS:
+        dirs = [os.path.join(runs_dir, getattr(r, by) + x) for x in [f"_seed{s}" for s in seeds] or [""]]
+        if r.key in have or not all(os.path.isfile(os.path.join(d, "train.log")) for d in dirs):
+            continue
+        try:
+            for d in dirs:
+                Run(d).hyp_for(ref)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"Table 1: the extra row {r.key} left out: {e}", file=sys.stderr)
+            continue
+        out.append(r)
+    return out
 
 
 def seed_run_dirs(rows: Sequence[Row], runs_dir: str, seeds: Sequence[str], by: str = "key") -> List[Tuple[Row, List[str]]]:

@@ -251,23 +251,28 @@ def test_training_length_tables_of_conditions_whose_label_and_folder_hold_equals
             assert f"| {4 * u:,} | {210 * u:,} |" in md
 
 
-def test_a_converge_runs_epoch_checkpoints_are_pruned_as_fairseq_prunes_the_interval_ones(tmp_path):
+def test_a_converge_runs_epoch_checkpoints_are_shown_and_removed_only_when_asked(tmp_path, capsys):
     """Epochs of 7 updates, save points every 5, 84 updates: a file at every epoch end, the interval
     ones as fairseq left them (--keep-interval-updates 2 --keep-interval-updates-pattern 35, CURVE=35,70:
-    the newest 2 and the pattern's, which fall on epoch ends here). Pruned: the epoch files but the newest 2
-    not at a multiple of 35 and those at multiples of 35; the newest 1 and 2 save points (what N_AVG <= 2
-    averages) and the curve's points are the same before and after; last, best and interval files stay."""
-    import argparse
+    the newest 2 and the pattern's, which fall on epoch ends here). The step without --yes lists the epoch
+    files but the newest 2 not at a multiple of 35 and those at multiples of 35, with their size, and
+    removes nothing; train.sh's function says it in one line with the exact command; PRUNE_CHECKPOINTS=1
+    removes exactly those. The newest 1 and 2 save points (what N_AVG <= 2 averages) and the curve's
+    points are the same before and after; last, best and interval files stay."""
     import os
+    import shlex
+    import subprocess
+    import sys
 
-    from fairseq_attn_recipes import checkpoints as ckpts
+    from fairseq_attn_recipes.__main__ import main
     from fairseq_attn_recipes.recording import last_save_points
-    run_dir = str(tmp_path)
+    run_dir = str(tmp_path / "run dir")  # a space: the printed command quotes it
+    os.makedirs(run_dir)
     listed = {}
 
     def write(name, u, epoch):
         with open(os.path.join(run_dir, name), "wb") as f:
-            f.write(b"x" * 10)
+            f.write(b"x" * 100_000)
         st = os.stat(os.path.join(run_dir, name))
         listed[name] = {"num_updates": u, "epoch": epoch, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     for epoch in range(1, 13):
@@ -281,21 +286,38 @@ def test_a_converge_runs_epoch_checkpoints_are_pruned_as_fairseq_prunes_the_inte
     run_record.save(run_dir, {"format": run_record.FORMAT, "checkpoints": dict(listed), "trainings": [{"argv": argv}]})
     before = {n: last_save_points(run_dir, n, dict(listed)) for n in (1, 2)}
     curve = {u: last_save_points(run_dir, 1, dict(listed), at_update=u) for u in (35, 70)}
-    ckpts.cmd_prune_epoch_checkpoints(argparse.Namespace(run_dir=run_dir))
+    everything = set(os.listdir(run_dir))
     # a plain reference: the epoch files' updates newest first; those at multiples of 35 kept, then the newest 2
     updates = [7 * e for e in range(12, 0, -1)]
     kept = {u for u in updates if u % 35 == 0} | set([u for u in updates if u % 35][:2])
     assert kept == {84, 77, 70, 35}
-    expected = {f"checkpoint{u // 7}.pt" for u in kept} | {"checkpoint_11_75.pt", "checkpoint_12_80.pt",
-                                                            "checkpoint_last.pt", "checkpoint_best.pt"}
+    doomed = sorted(f"checkpoint{u // 7}.pt" for u in updates if u not in kept)
+    expected = everything - set(doomed) - {"run.json"}
+
+    main(["prune-epoch-checkpoints", "--run-dir", run_dir])  # shown, not removed
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(lines[:-1]) == sorted(f"would remove {os.path.join(run_dir, n)} (0.1 MB)" for n in doomed)
+    assert lines[-1].startswith(f"{run_dir}: 8 epoch checkpoints (0.8 MB) could be removed")
+    assert set(os.listdir(run_dir)) == everything
+
+    lib = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes", "lib")
+    script = (f'. "{lib}/common.sh"; PATIENCE=3 SAVE_DIR={shlex.quote(run_dir)}\n'
+              'train_checkpoints_pruned 0; echo --; PRUNE_CHECKPOINTS=1 train_checkpoints_pruned 0\n')
+    p = subprocess.run(["bash", "-c", script], env=dict(os.environ, PYTHON=sys.executable), capture_output=True,
+                       text=True)
+    shown, removed = p.stdout.split("--\n")
+    assert len(shown.splitlines()) == 1 and "nothing was removed" in shown, p.stdout + p.stderr
+    command = shlex.split(shown.split("nothing was removed; to remove them: ")[1])
+    assert command == ["python", "-m", "fairseq_attn_recipes", "prune-epoch-checkpoints", "--run-dir", run_dir, "--yes"]
+    assert removed.startswith(f"{run_dir}: 8 epoch checkpoints removed (0.8 MB)") and len(removed.splitlines()) == 1
     assert set(os.listdir(run_dir)) - {"run.json"} == expected
     rec = run_record.load(run_dir)
     assert set(rec["checkpoints"]) == expected - {"checkpoint_best.pt"}
     assert {n: last_save_points(run_dir, n, rec["checkpoints"]) for n in (1, 2)} == before
     assert {u: last_save_points(run_dir, 1, rec["checkpoints"], at_update=u) for u in (35, 70)} == curve
-    # run again: nothing more to prune
-    ckpts.cmd_prune_epoch_checkpoints(argparse.Namespace(run_dir=run_dir))
-    assert set(os.listdir(run_dir)) - {"run.json"} == expected
+    # the printed command again: nothing more to remove, nothing said
+    main(command[3:])
+    assert capsys.readouterr().out == "" and set(os.listdir(run_dir)) - {"run.json"} == expected
 
 
 def test_a_curve_point_a_long_run_has_no_checkpoint_of_is_said_in_a_short_line():

@@ -103,6 +103,18 @@ def test_prepare_refuses_a_data_folder_it_did_not_make_before_any_step(tmp_path)
     refused("wmt14_en_de", env, tmp_path, f"holds WORK={work}", tmp_path)
     refused("wmt14_en_de", env, work / "raw", f"is WORK's raw/ ({work}/raw), which prepare.sh manages", tmp_path)
     assert not (work / ".prepare.lock").exists() and not (work / "tok").exists()
+    # a user's corpus kept in WORK's raw/, which the raw step empties before it copies the corpora there:
+    # refused in one line naming the variable, the file left where it is, nothing made
+    for side, lang in (("SRC", "en"), ("TGT", "de")):
+        shutil.copyfile(corpus[f"TRAIN_{side}"], work / "raw" / f"mine.{lang}")
+    before = tree(tmp_path)
+    mine = dict(env, TRAIN_SRC=str(work / "raw" / "mine.en"), TRAIN_TGT=str(work / "raw" / "mine.de"))
+    p = run("wmt14_en_de", "prepare.sh", mine, check=False)
+    assert p.returncode == 1 and p.stderr.splitlines() == [
+        f"error: TRAIN_SRC={work}/raw/mine.en lies in WORK's raw/ ({work}/raw), which prepare.sh empties and fills "
+        f"itself, so it would be deleted: move it out of WORK's raw/, tok/, bpe/, .done/, downloads/, data/ and give "
+        f"its new path; nothing was changed"], p.stderr
+    assert tree(tmp_path) == before
 
 
 @pytest.mark.e2e  # starts from the WORK the en-de recipe prepares (prepared_ende): not the inner loop's

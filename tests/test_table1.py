@@ -256,7 +256,7 @@ def test_table1_layout_from_runs(tmp_path):
     assert not any("Trained differently" in line for line in md)
 
 
-def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys):
+def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys, monkeypatch):
     """The Rel_Pos and 2D-CSAN folders swapped: an error naming the row and the run, not "Rel_Pos +0.0M";
     runs of other lengths or data-bins: flagged in the table."""
     refs = [t for _, t in make_corpus(40, seed=5)]
@@ -277,7 +277,11 @@ def test_table1_rows_are_checked_against_the_run_records(tmp_path, capsys):
     os.rename(tmp_path / "runs" / "rel_pos", tmp_path / "runs" / "x")
     os.rename(tmp_path / "runs" / "csan2d", tmp_path / "runs" / "rel_pos")
     os.rename(tmp_path / "runs" / "x", tmp_path / "runs" / "csan2d")
+    monkeypatch.delenv("COMET_MODEL", raising=False)
     assert paper.main(args + ["--rows", "baseline,rel_pos,csan2d", "--md", str(tmp_path / "t.md")]) == 0
+    assert capsys.readouterr().err.count("COMET left out") == 1  # said once, as fairseq-attn-results says it
+    assert paper.main(args + ["--rows", "baseline,rel_pos,csan2d", "--no-comet-hint"]) == 0  # a study said it already
+    assert "COMET left out" not in capsys.readouterr().err
     md = (tmp_path / "t.md").read_text()
     assert "| + 2D-CSans † |" in md and "| + Rel_Pos Shaw et al. (2018) |" in md
     assert "updates differ: baseline 60, rel_pos 60, csan2d 200" in md
@@ -384,6 +388,7 @@ def test_table1_recipe_end_to_end(toy_work, tmp_path):
     keys, seeds = ["baseline", "csan2d"], ["1", "2"]
     env = dict(toy_work, ROWS=",".join(keys), SEEDS=" ".join(seeds), CONVERGE="1")
     p = recipe("table1.sh", env)
+    assert (p.stdout + p.stderr).count("COMET left out") == 1  # the study says it once, its table step not again
     out = os.path.join(work, "table1_converge1")  # CONVERGE's own folder
     assert "| Model | Seeds | Parameter | Speed |" in p.stdout
     table = check_table1(out, work, keys, seeds)

@@ -7,7 +7,8 @@ import json
 from run_records import write_record
 
 
-def test_table1_extra_rows_listed_and_rendered_when_present(tmp_path):
+def test_table1_extra_rows_listed_and_rendered_when_present(tmp_path, capsys):
+    from fairseq_attn_records import run_record
     from fairseq_attn_reports.cli import paper
     from fairseq_attn_reports import table1
     from fairseq_attn_records.toy_corpus import make_corpus
@@ -27,6 +28,12 @@ def test_table1_extra_rows_listed_and_rendered_when_present(tmp_path):
         write_record(d, table1.ROW_BY_KEY[key].arch)
         (d / "train.log").write_text(log.format(p=params))
         (d / "hyp.txt").write_text("\n".join(refs) + "\n")
+    # alibi as the recipes keep a run: its translations in test/hyp.txt, named by the run record's evaluation
+    alibi = tmp_path / "runs" / "alibi"
+    (alibi / "test").mkdir()
+    (alibi / "hyp.txt").rename(alibi / "test" / "hyp.txt")
+    run_record.record_evaluation(str(alibi), {"subset": "test", "hyp": str(alibi / "test" / "hyp.txt"),
+                                              "ref": str(tmp_path / "ref"), "scores": {}})
     out = tmp_path / "t.json"
     spec = "baseline,rel_pos"  # (--rows all would need a run of every paper row)
     assert paper.main(["table1", "--ref", str(tmp_path / "ref"), "--runs-dir", str(tmp_path / "runs"),
@@ -37,5 +44,11 @@ def test_table1_extra_rows_listed_and_rendered_when_present(tmp_path):
     assert got[2]["paper"] == {"params": None, "speed": None, "bleu": None, "delta": None}
     line = (tmp_path / "t.md").read_text().splitlines()[4]
     assert line.startswith("| + ALiBi Press et al. (2022) | +0.0M |") and line.endswith("| - | - | - | - |")
-    assert [r.key for r in table1.with_present_extras(table1.resolve_rows(spec), str(tmp_path / "runs"))] \
-        == ["baseline", "rel_pos", "alibi"]
+    # a run trained but not evaluated on this reference is left out, said on stderr (t5bias)
+    (tmp_path / "runs" / "t5bias").mkdir()
+    (tmp_path / "runs" / "t5bias" / "train.log").write_text(log.format(p=41_500))
+    capsys.readouterr()
+    present = table1.with_present_extras(table1.resolve_rows(spec), str(tmp_path / "runs"), str(tmp_path / "ref"))
+    assert [r.key for r in present] == ["baseline", "rel_pos", "alibi"]
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith("Table 1: the extra row t5bias left out: run ") and "hyp.txt is missing" in said[0]

@@ -13,6 +13,7 @@ from torch.testing import assert_close
 
 from attn_helpers import make_args, make_attention, padded_batch
 from fairseq_attn_core import PIECES as REGISTRY
+from fairseq_attn_core import PieceConfigError
 from fairseq_attn_core import backends
 from fairseq_attn_core.backends import tuning
 
@@ -111,12 +112,17 @@ def test_a_class_is_timed_once_then_read_from_the_cache(files, monkeypatch, capl
     again, out_again, _ = run_layer(args, "encoder", "tuned", dropout=0.1)
     assert again.tuned_choices == {cls: (name, "cache")}
     assert torch.equal(torch.get_rng_state(), state_after_timing) and torch.equal(out_again, out)
-    # half-written: ignored with a warning naming the file, timed again, rewritten whole
-    cache.write_text(cache.read_text()[:40])
-    with caplog.at_level("WARNING", logger=tuning.__name__):
-        third, _, _ = run_layer(args, "encoder", "tuned", dropout=0.1)
+    # damaged (cut short outside this package): refused in one line naming it, neither timed again nor
+    # overwritten; removed, it is made again
+    damaged = cache.read_text()[:40]
+    cache.write_text(damaged)
+    with pytest.raises(PieceConfigError) as refused:
+        run_layer(args, "encoder", "tuned", dropout=0.1)
+    assert str(refused.value).startswith(f"{cache}: not a tuned-paths file of format {tuning.FORMAT}")
+    assert "\n" not in str(refused.value) and "remove it" in str(refused.value) and cache.read_text() == damaged
+    cache.unlink()
+    third, _, _ = run_layer(args, "encoder", "tuned", dropout=0.1)
     assert third.tuned_choices[cls][1] == "timed"
-    assert any(str(cache) in r.getMessage() and "ignored" in r.getMessage() for r in caplog.records)
     assert tuning.read_choices(cache, key) == {cls: third.tuned_choices[cls][0]}
     # made for another machine: ignored, never trusted
     caplog.clear()
@@ -184,3 +190,38 @@ def test_the_run_record_keeps_the_choices(tmp_path):
     fresh = {}
     recording.keep_tuned_paths(str(tmp_path), fresh, continued=False)  # a new run in the folder
     assert tuning.read_choices(side) == {} and "tuned_paths" not in fresh
+
+
+def _add_classes(path, key, first, n, start):
+    """One process's choices: ``n`` shape classes from ``first``, each added as a tuned layer adds it."""
+    from pathlib import Path
+    start.wait()
+    for i in range(first, first + n):
+        tuning.add_choice(Path(path), f"class {i}", "explicit", key, {"explicit": float(i)})
+
+
+def test_processes_adding_choices_at_once_lose_none_and_never_show_a_half_written_file(tmp_path):
+    """Two processes (the ranks of one training) add 60 shape classes each to one cache file at the same
+    time, while this one reads it: every class of both is there after, with its time, and every read
+    found a whole file."""
+    import multiprocessing
+
+    key = tuning.machine_key(torch.device("cpu"))
+    path = tmp_path / "cache" / "tuned_paths.json"
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_add_classes, args=(str(path), key, first, 60, start)) for first in (0, 1000)]
+    for p in procs:
+        p.start()
+    start.set()
+    reads = 0
+    while any(p.is_alive() for p in procs):
+        tuning.read_choices(path, key)  # a damaged file would be refused here
+        reads += 1
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    want = {f"class {i}": "explicit" for i in list(range(60)) + list(range(1000, 1060))}
+    assert tuning.read_choices(path, key) == want and reads > 0
+    times = json.loads(path.read_text())["times_ms"]
+    assert times == {c: {"explicit": float(c.split()[1])} for c in want}

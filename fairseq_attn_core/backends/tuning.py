@@ -22,14 +22,22 @@ the :class:`Tuned` path looks for the choice, in this order:
    numbers; a candidate that fails is dropped with a warning), and writes the fastest to the
    cache file and the run's file.
 
-Every file is written whole to a temporary name, then renamed; a file that is unreadable,
-half-written or made for another machine is ignored with a warning, never trusted (the cache
-is then rewritten with this run's choices). The candidates equal each other to the tolerances
-of the paths' own tests (tests/test_tuned_backend.py loops over them): tuning changes speed,
-not results beyond them.
+Several processes (the ranks of a distributed training, several trainings on one machine) time
+and write for themselves: a choice is added under an exclusive lock (``fcntl.flock`` on
+``.NAME.lock`` beside the file), re-reading the file and merging, so no process's choices are
+lost; the file is written whole to a temporary name in its folder and renamed over the old one
+(``os.replace``), so no reader ever sees it half-written. A file that is nonetheless unreadable or
+not of this format (damaged outside this package: a disk filled up, a hand edit) is refused with
+one line naming it (:class:`PieceConfigError`), never silently timed again and overwritten: its
+choices may be what makes a resumed run exact. Removing it is the fix (the cache is made again;
+the recipes write a run's file again from its run record). A cache file made for another machine
+is ignored with a warning. The candidates equal each other to the tolerances of the paths' own
+tests (tests/test_tuned_backend.py loops over them): tuning changes speed, not results beyond them.
 """
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
@@ -43,6 +51,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from ..settings import PieceConfigError
 from .base import CUDA, Call, Layer, Path
 from .blocks import QueryBlocks
 from .distance.bias_path import DistanceBias
@@ -137,12 +146,11 @@ def cache_file(key: Dict[str, str]) -> FilePath:
     return cache_folder() / f"tuned_paths-{digest}.json"
 
 
-def read_choices(path: FilePath, key: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """class -> path name of a choices file (a cache file: made for ``key``); ``{}`` for a
-    missing file, and, with a warning, for one that is unreadable, half-written, of another
-    format or made for another machine."""
+def _read(path: FilePath) -> Optional[Dict]:
+    """A choices file's content (None: no such file); PieceConfigError naming it when it is
+    unreadable or not of this format (module docstring)."""
     if not path.is_file():
-        return {}
+        return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         ok = (isinstance(data, dict) and data.get("format") == FORMAT and isinstance(data.get("choices"), dict)
@@ -150,18 +158,32 @@ def read_choices(path: FilePath, key: Optional[Dict[str, str]] = None) -> Dict[s
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         ok = False
     if not ok:
-        logger.warning("%s: not a tuned-paths file of format %d (unreadable or half-written): ignored; "
-                       "it is replaced by the next choice written", path, FORMAT)
+        raise PieceConfigError(f"{path}: not a tuned-paths file of format {FORMAT} (unreadable or damaged; this "
+                               f"package writes it whole under a lock): remove it (a cache is made again, a run's "
+                               f"file is written again from its run record by the recipes)")
+    return data
+
+
+def _for_key(data: Optional[Dict], path: FilePath, key: Optional[Dict[str, str]]) -> Dict:
+    """``data``, or ``{}`` for no file and, with a warning, for a cache file made for another machine."""
+    if data is None:
         return {}
     if key is not None and data.get("key") != key:
         logger.warning("%s: made for %s, not this machine's %s: ignored", path, data.get("key"), key)
         return {}
-    return dict(data["choices"])
+    return data
+
+
+def read_choices(path: FilePath, key: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """class -> path name of a choices file (a cache file: made for ``key``); ``{}`` for a
+    missing file and, with a warning, for one made for another machine; PieceConfigError for a
+    damaged one."""
+    return dict(_for_key(_read(path), path, key).get("choices") or {})
 
 
 def write_choices(path: FilePath, choices: Dict[str, str], key: Optional[Dict[str, str]] = None,
                   times: Optional[Dict[str, Dict[str, float]]] = None) -> None:
-    """The file whole (a temporary name, then renamed: never half-written under its name)."""
+    """The file whole (a temporary name in its folder, then renamed: never half-written under its name)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"format": FORMAT, "choices": dict(sorted(choices.items()))}
     if key is not None:
@@ -173,22 +195,28 @@ def write_choices(path: FilePath, choices: Dict[str, str], key: Optional[Dict[st
     os.replace(tmp, path)
 
 
-def _add(path: FilePath, cls: str, name: str, key=None, ms=None) -> None:
-    """Add one choice to a choices file (re-read first: other processes write it too)."""
-    choices = read_choices(path, key)
-    times = {}
-    if key is not None and path.is_file() and choices:
-        try:
-            times = json.loads(path.read_text(encoding="utf-8")).get("times_ms") or {}
-        except (OSError, json.JSONDecodeError):
-            times = {}
-    if choices.get(cls) == name and ms is None:
-        return
-    choices[cls] = name
-    if ms is not None:
-        times[cls] = ms
+@contextlib.contextmanager
+def locked(path: FilePath):
+    """An exclusive lock of the choices file ``path`` across processes (``.NAME.lock`` beside it),
+    held for a read, merge and write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # released when the file is closed
+
+
+def add_choice(path: FilePath, cls: str, name: str, key=None, ms=None) -> None:
+    """Add one choice to a choices file, merged under its lock with what other processes wrote."""
     try:
-        write_choices(path, choices, key, times)
+        with locked(path):
+            data = _for_key(_read(path), path, key)
+            choices, times = dict(data.get("choices") or {}), dict(data.get("times_ms") or {})
+            if choices.get(cls) == name and ms is None:
+                return
+            choices[cls] = name
+            if ms is not None:
+                times[cls] = ms
+            write_choices(path, choices, key, times if key is not None else None)
     except OSError as e:
         logger.warning("%s: cannot write the tuned paths (%s): kept for this process only", path, e)
 
@@ -268,9 +296,9 @@ class Tuned(Path):
             name, source = (min(ms, key=ms.get) if ms else "explicit"), "timed"
             logger.info("--attn-backend tuned: %s -> %s (%s)", cls, name,
                         ", ".join(f"{n} {t:.3g} ms" for n, t in sorted(ms.items(), key=lambda x: x[1])))
-            _add(cache, cls, name, key, ms)
+            add_choice(cache, cls, name, key, ms)
         if run_path is not None and source != "run":
-            _add(run_path, cls, name)
+            add_choice(run_path, cls, name)
         run.tuned[cls] = (name, source)
         return paths[name]
 

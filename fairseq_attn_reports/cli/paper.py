@@ -6,7 +6,8 @@ and evaluate the runs, then call these):
 * ``rows [--rows all|KEY,...]`` -- the Table 1 rows as ``KEY ARCH`` lines, in the
   paper's order; fails naming any row whose architecture is not registered;
 * ``table1 --ref REF --runs-dir DIR [--rows ...]`` -- renders Table 1 from
-  ``DIR/<key>/{train.log,hyp.txt}`` (markdown on stdout, ``--md``, ``--json``);
+  ``DIR/<key>`` (train.log, and the translations of REF its run record names: ``test/hyp.txt``)
+  (markdown on stdout, ``--md``, ``--json``);
 * ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
   again: another seed of that point; mean ± std over seeds);
 * ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``;
@@ -29,7 +30,7 @@ import sys
 import tempfile
 from typing import Dict, List, Sequence, Tuple
 
-from fairseq_attn_records.metrics import METRICS_HELP, parse_metrics
+from fairseq_attn_records.metrics import parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
 from .. import claims, figures, side_by_side
@@ -39,7 +40,7 @@ from ..runs import MODEL_HEADER, Run, check_distinct, model_cell, model_legend
 from ..study_bundle import is_committed, table_tokenize, with_outputs
 from ..study_paths import load_table, write_table
 from ..table1 import BASELINE
-from .metric_options import load_comet, print_comet_hint
+from .metric_options import add_metric_args, load_comet, print_comet_hint
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
@@ -66,7 +67,7 @@ def cmd_table1(args) -> None:
     rows = table1.resolve_rows(args.rows)
     seeds = args.seeds.split()
     if args.rows.strip() == "all":  # the extra rows (RoPE, ALiBi, T5 bias) whose runs are there
-        rows = table1.with_present_extras(rows, args.runs_dir, args.by, seeds)
+        rows = table1.with_present_extras(rows, args.runs_dir, args.ref, args.by, seeds)
     metrics = parse_metrics(args.metrics)
     comet = load_comet(args, "fairseq-attn-paper table1")
     common = dict(tokenize=args.tokenize, bs_samples=args.bs_samples, ar_trials=args.ar_trials,
@@ -82,7 +83,7 @@ def cmd_table1(args) -> None:
         write_text(args.md, md + "\n")
     if args.json:
         write_table(args.json, table)  # its paths relative to its folder (study-export)
-    print_comet_hint("fairseq-attn-paper table1", comet)
+    print_comet_hint("fairseq-attn-paper table1", comet, args)
 
 
 def cmd_figure2(args) -> None:
@@ -222,9 +223,8 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="", metavar='"1 2 3"',
                    help="the seeds of every row: its runs are RUNS_DIR/<key>_seed<N> (SEEDS of table1.sh); scores "
                    "as mean ± std over seeds, a row marked only when every seed pair against the baseline is")
-    p.add_argument("--metrics", default="bleu,chrf", help=METRICS_HELP)
+    add_metric_args(p)
     p.add_argument("--src", help="source side of the test set (COMET reads it; needed with COMET_MODEL)")
-    p.add_argument("--comet-batch-size", type=int, help="COMET batch size (default COMET_BATCH_SIZE or 16)")
     p.set_defaults(fn=cmd_table1)
 
     p = sub.add_parser("figure2", help="plot the window / head sweeps")
@@ -260,7 +260,8 @@ def main(argv=None) -> int:
     for p in sub.choices.values():
         if p.prog.endswith(" rows") or p.prog.endswith(" claims"):
             continue
-        p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")
+        if not p.prog.endswith(" table1"):  # table1's: add_metric_args
+            p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")
         p.add_argument("--json", metavar="FILE", help="also write the numbers as JSON")
         if p.prog.endswith(" table1") or p.prog.endswith(" figure2"):
             p.add_argument("--md", metavar="FILE", help="also write the table as markdown")

@@ -287,6 +287,11 @@ prepare_main() {
   if [[ $DATA_KEYED == 0 ]]; then
     "${STEPS[@]}" check-data-dest --data "$DATA" --work "$WORK" --recipe "$(basename "$RECIPE_DIR")" --pair "$SRC-$TGT" || exit 1
   fi
+  # a local corpus file inside WORK's raw/ (or another folder prepare.sh empties and fills) would be
+  # deleted before it is read: refused before anything is made (prepare_dest.py)
+  local inputs=() v
+  for v in TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT; do [[ -z ${!v:-} ]] || inputs+=("$v=${!v}"); done
+  (( ${#inputs[@]} == 0 )) || "${STEPS[@]}" check-local-inputs --work "$WORK" "${inputs[@]}" || exit 1
   check_train_concat  # TRAIN_CONCAT, TRAIN_CONCAT_SEED, TRAIN_DOCS
   mkdir -p "$WORK"/{raw,tok,bpe}
   # one preparation at a time per WORK (raw/, tok/ and bpe/ serve every data it prepares; a
@@ -696,11 +701,14 @@ train_main() {
 }
 
 # train_checkpoints_pruned RANK: a run validated by updates (PATIENCE: lengths.sh's CONVERGE) saves a
-# checkpoint at every epoch end, which fairseq never prunes: node 0 prunes them as fairseq prunes the
-# interval ones, keeping those an average of N_AVG <= --keep-interval-updates and the learning curve read
-# (checkpoints.py), whether the run was trained now or before
+# checkpoint at every epoch end, which fairseq never prunes. Node 0 shows, in one line, those fairseq's
+# rule for the interval ones would prune (an average of N_AVG <= --keep-interval-updates and the learning
+# curve keep theirs: checkpoints.py) and the command that removes them; PRUNE_CHECKPOINTS=1 removes them,
+# whether the run was trained now or before
 train_checkpoints_pruned() {
-  [[ -z ${PATIENCE:-} || $1 != 0 ]] || "${STEPS[@]}" prune-epoch-checkpoints --run-dir "$SAVE_DIR" || exit 1
+  [[ -n ${PATIENCE:-} && $1 == 0 ]] || return 0
+  local yes=(); [[ ${PRUNE_CHECKPOINTS:-0} != 1 ]] || yes=(--yes)
+  "${STEPS[@]}" prune-epoch-checkpoints --run-dir "$SAVE_DIR" --summary "${yes[@]}" || exit 1
 }
 
 # ---------------------------------------------------------------- evaluate

@@ -105,6 +105,18 @@ paper_wait() {
   done
 }
 
+# paper_study_runs DIR SUBSET LABEL|ARCH|RUN_DIR|EXTRA_ARGS...: every run trained and evaluated on SUBSET
+# (paper_runs), then the tables of DIR held once the runs another study process holds are finished (paper_wait)
+paper_study_runs() {
+  local dir=$1 subset=$2 spec label arch run extra runs=(); shift 2
+  paper_runs "$subset" "$@"
+  for spec in "$@"; do
+    IFS='|' read -r label arch run extra <<< "$spec"
+    mapfile -t -O "${#runs[@]}" runs < <(paper_run_dirs "$(dirname "$run")" "$(basename "$run")")
+  done
+  paper_wait "$dir" "${runs[@]}"
+}
+
 # paper_run_dirs DIR NAME...: each run's folder (DIR/NAME, or DIR/NAME_seed<N> for each of SEEDS)
 paper_run_dirs() {
   local dir=$1 name s; shift
@@ -147,11 +159,9 @@ table1_main() {
     keys+=("${line% *}")
     specs+=("table1 ${line% *}|${line#* }|$TABLE1_DIR/runs/${line% *}|")
   done
-  paper_runs test "${specs[@]}"
-  local runs; mapfile -t runs < <(paper_run_dirs "$TABLE1_DIR/runs" "${keys[@]}")
-  paper_wait "$TABLE1_DIR" "${runs[@]}"
+  paper_study_runs "$TABLE1_DIR" test "${specs[@]}"
   "${PAPER[@]}" table1 --ref "$(data_refs)/test.$TGT" --runs-dir "$TABLE1_DIR/runs" --rows "$ROWS" \
-    --seeds "${SEEDS:-}" --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" \
+    --seeds "${SEEDS:-}" --tokenize "${SACREBLEU_TOK:-13a}" --ar-trials "${AR_TRIALS:-10000}" --no-comet-hint \
     --md "$TABLE1_DIR/table1.md" --json "$TABLE1_DIR/table1.json" || exit 1
   paper_training "$TABLE1_DIR" "$TABLE1_DIR/runs" "$TABLE1_DIR/table1" test "${keys[@]}"
   log "Table 1: $TABLE1_DIR/table1.md (and table1.json)"
@@ -195,9 +205,7 @@ figure2_main() {
     names+=("csan2d_h$v")
     specs+=("figure2 heads $v|transformer_csan2d_wmt_en_de|$FIGURE2_DIR/runs/csan2d_h$v|--csan-window $FIG2_WINDOW --csan-heads $v")
   done
-  paper_runs valid "${specs[@]}"
-  local runs; mapfile -t runs < <(paper_run_dirs "$FIGURE2_DIR/runs" "${names[@]}")
-  paper_wait "$FIGURE2_DIR" "${runs[@]}"
+  paper_study_runs "$FIGURE2_DIR" valid "${specs[@]}"
   for v in ${WINDOWS//,/ }; do
     while read -r run; do wargs+=("$v=$run"); done < <(paper_run_dirs "$FIGURE2_DIR/runs" "csan1d_w$v")
   done

@@ -17,6 +17,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import shared_builds  # noqa: E402
 
 _ROOT = pytest.StashKey[str]()
+_REPO_ENTRIES = pytest.StashKey[frozenset]()
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: what a test run may add to the repository root (pytest's and Python's own caches)
+_RUN_CACHES = {".pytest_cache", "__pycache__"}
 
 
 #: the slowest tests (seconds of the last CI run, on its 2 cores): started first, longest first
@@ -35,10 +39,25 @@ def pytest_configure(config):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if not hasattr(config, "workerinput"):  # the controlling process, or a run without workers
         config.stash[_ROOT] = os.environ[shared_builds.ENV] = tempfile.mkdtemp(prefix="attn_tests_shared_")
+        config.stash[_REPO_ENTRIES] = frozenset(os.listdir(_REPO))
         # --dist loadgroup hands out work in the order of the collection (below), not the groups
         # with the most tests first
         if hasattr(config.option, "loadscopereorder"):
             config.option.loadscopereorder = False
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test that writes into the repository root (e.g. fairseq's default ``checkpoints/`` of a
+    training without ``--save-dir``) fails the run, naming what it left there."""
+    before = session.config.stash.get(_REPO_ENTRIES, None)
+    if before is None:
+        return
+    new = sorted(set(os.listdir(_REPO)) - before - _RUN_CACHES)
+    if new:
+        session.config.get_terminal_writer().line(
+            f"the tests left {', '.join(new)} in the repository root {_REPO}: a test or the code it runs "
+            "writes into the current folder", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config):

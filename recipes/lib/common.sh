@@ -781,14 +781,17 @@ evaluate_main() {
   if (( rc == 6 )); then
     local f; for f in averaged.json generate.out hyp.tok.txt hyp.txt; do cp "$why/$f" "$out/$f"; done
   else
-    "${STEPS[@]}" average "$SAVE_DIR" --n "$n_avg" "${at[@]}" --output "$ckpt" --record "$out/averaged.json" || exit 1
     local cpu=0 gargs=(); (( NGPUS > 0 )) || cpu=1
     fairseq_args gargs generate --data "$DATA" --user-dir "$USER_DIR" --set "path=$ckpt" --set "subset=$EVAL_SUBSET" \
       --set "beam=$BEAM" --set "lenpen=$LENPEN" --set "bpe_tool=$BPE_TOOL" --set "gen_max_tokens=${GEN_MAX_TOKENS:-}" \
       --set "cpu=$cpu" --set "gen_args=${GEN_ARGS:-}"
     log "generating (beam $BEAM, lenpen $LENPEN$( ((NGPUS > 0)) || echo ", $CPU_THREADS CPU threads"))"
-    RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate "${gargs[@]}" > "$out/generate.out.tmp" 2> "$out/generate.err" \
-      || { local gen_rc=$? last; last=$(tail -n 1 "$out/generate.err")
+    # the checkpoints averaged first, in the same process (fairseq_command.py: its messages and refusals
+    # here, then fairseq-generate's output in the two files); a refused average leaves no generate.err
+    RECIPE_FLAG_VARIABLES="GEN_ARGS=${GEN_ARGS:-}" "${FAIRSEQ[@]}" generate \
+      --average "$SAVE_DIR" --n "$n_avg" "${at[@]}" --output "$ckpt" --record "$out/averaged.json" \
+      --stdout "$out/generate.out.tmp" --stderr "$out/generate.err" -- "${gargs[@]}" \
+      || { local gen_rc=$? last; [[ -f "$out/generate.err" ]] || exit 1; last=$(tail -n 1 "$out/generate.err")
            # a flag of GEN_ARGS refused: fairseq_command's one line names the variable (exit 2, argparse's)
            if (( gen_rc == 2 )) && [[ $last == "error: "* ]]; then echo "$last" >&2; exit 1; fi
            tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }

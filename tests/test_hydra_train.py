@@ -51,8 +51,9 @@ def _write_yaml(folder, name, data, arch, model_extra=None, save_dir=None):
         "optimizer": {"_name": "adam"},
         "lr_scheduler": {"_name": "fixed"},
         "criterion": {"_name": "cross_entropy"},
+        # fairseq-train checks that it can write to save_dir even with no_save: in the test's folder
         "checkpoint": ({"save_dir": save_dir, "no_epoch_checkpoints": True} if save_dir
-                       else {"no_save": True}),
+                       else {"no_save": True, "save_dir": os.path.join(folder, "checkpoints")}),
         "model": {"_name": arch, **_model_flags(arch), **(model_extra or {})},
     }
     os.makedirs(folder, exist_ok=True)

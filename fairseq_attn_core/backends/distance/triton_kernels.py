@@ -194,17 +194,9 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
-    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
-        x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
-                                    BLOCK_N)[None, :]
-    else:
-        x = s * qk_scale
-    if KIND == 1:
-        dist = offs_n[None, :] - pos_i[:, None]
-        inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
-        x = _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
-                  BLOCK_M, BLOCK_N)
+    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
+                              QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
+                              BLOCK_M, BLOCK_N)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
@@ -333,12 +325,13 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt,
 
 
 @triton.jit
-def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
-                row, lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
-                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
-                EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
-    no key); with the pairs' distances and which are inside (T, S)."""
+def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
+            KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
+            ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
+            BLOCK_N: tl.constexpr):
+    """One tile's base-2 scores with every term (the forward's and the backward's one rule):
+    QK^T scaled, the per-column terms, and in band tiles (``KIND`` 1) the per-distance ones; with
+    the pairs' distances and which are inside (T, S)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
         x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
@@ -350,6 +343,19 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale
     if KIND == 1:
         x = _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
                   BLOCK_M, BLOCK_N)
+    return x, dist, inside
+
+
+@triton.jit
+def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
+                row, lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
+                HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
+                EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
+    no key); with the pairs' distances and which are inside (T, S)."""
+    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
+                              QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
+                              BLOCK_M, BLOCK_N)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 

@@ -344,7 +344,8 @@ def with_outputs(table_path: str, into: str) -> Dict:
 def is_committed(table_path: str) -> bool:
     """The table was written by :func:`export` (its outputs in a bundle beside it)."""
     with open(table_path, encoding="utf-8") as f:
-        return bool((json.load(f).get(OUTPUTS_KEY) or {}).get("committed"))
+        table = json.load(f)
+    return isinstance(table, dict) and bool((table.get(OUTPUTS_KEY) or {}).get("committed"))
 
 
 class Comparison:

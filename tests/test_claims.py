@@ -250,3 +250,23 @@ def test_claims_command_takes_the_speed_side_by_side_and_refuses_another_model(t
         assert err.count("\n") == 1 and not refused.exists()
     assert paper.main(["claims", "--figure2", str(table), "--speed", bench]) == 1
     assert "--speed decides Table 1's efficiency claim: give --table1" in capsys.readouterr().err
+
+
+def test_claims_command_refuses_a_table_of_another_kind_in_one_line(tmp_path, capsys):
+    """A Table 1 JSON given as --figure2, a Figure 2 JSON as --table1, or any other JSON: one line naming
+    the flag, the file and what it lacks (a KeyError's traceback before), nothing written."""
+    table1 = tmp_path / "table1.json"
+    table1.write_text(json.dumps({"ref": "ref.txt", "tokenize": "13a", "rows": []}))
+    figure2 = tmp_path / "figure2.json"
+    figure2.write_text(json.dumps({"ref": "ref.txt", "tokenize": "13a", "window_2d": 11, "windows": [], "heads": []}))
+    other = tmp_path / "other.json"
+    other.write_text("[1, 2]")
+    out = tmp_path / "claims.json"
+    for flag, given, lacks in (("--figure2", table1, "window_2d"), ("--table1", figure2, "rows"),
+                               ("--table1", other, "rows, ref")):
+        capsys.readouterr()
+        assert paper.main(["claims", flag, str(given), "--json", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err == (f"fairseq-attn-paper claims: error: {flag} {given}: not a JSON of "
+                       f"'fairseq-attn-paper {flag[2:]} --json' (no {lacks})\n")
+        assert not out.exists()

@@ -165,13 +165,20 @@ def _claims_figure2(data: Dict, args) -> List[Dict]:
                                  args.bs_samples or 1000, args.ar_trials or 10000, data.get("window_2d", 11))
 
 
-def _load_study(path: str, scratch: str) -> Dict:
+#: what each study's JSON holds (``table1 --json``, ``figure2 --json``): a file without it is refused
+STUDY_KEYS = {"--table1": ("rows", "ref"), "--figure2": ("ref", "window_2d")}
+
+
+def _load_study(path: str, scratch: str, flag: str) -> Dict:
     """A study's JSON: a committed one (study-export) read from its own outputs, unpacked into ``scratch``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such table")
-    if is_committed(path):
-        return with_outputs(path, os.path.join(scratch, os.path.basename(path)))
-    return load_table(path)
+    table = with_outputs(path, os.path.join(scratch, os.path.basename(path))) if is_committed(path) else load_table(path)
+    missing = [k for k in STUDY_KEYS[flag] if not isinstance(table, dict) or k not in table]
+    if missing:
+        command = flag.lstrip("-")
+        raise ValueError(f"{flag} {path}: not a JSON of 'fairseq-attn-paper {command} --json' (no {', '.join(missing)})")
+    return table
 
 
 def cmd_claims(args) -> None:
@@ -183,9 +190,9 @@ def cmd_claims(args) -> None:
     with tempfile.TemporaryDirectory(prefix="claims.") as scratch:
         found = []
         if args.table1:
-            found += _claims_table1(_load_study(args.table1, scratch), args)
+            found += _claims_table1(_load_study(args.table1, scratch, "--table1"), args)
         if args.figure2:
-            found += _claims_figure2(_load_study(args.figure2, scratch), args)
+            found += _claims_figure2(_load_study(args.figure2, scratch, "--figure2"), args)
     report = {"claims": found, "table1": args.table1, "figure2": args.figure2, "speed": args.speed,
               "bs_samples": args.bs_samples or 1000, "ar_trials": args.ar_trials or 10000}
     if args.table1:  # the tests' counts: the table's own unless given

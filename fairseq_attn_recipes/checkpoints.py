@@ -211,17 +211,23 @@ def cmd_prune_epoch_checkpoints(args):
     validated by updates (lengths.sh's CONVERGE) saves one at every epoch end, hundreds for a small
     corpus, which fairseq never prunes. checkpoint_last.pt (resumption), checkpoint_best.pt and the
     interval checkpoints are left alone; the validation history is in train.log and the run record."""
+    if not os.path.isdir(args.run_dir):
+        die(f"--run-dir {args.run_dir}: no such folder")
     try:
-        rec = run_record.load(args.run_dir) or {}
+        rec = run_record.load(args.run_dir)
     except RecordError as e:
         die(str(e))
+    if rec is None:
+        die(f"--run-dir {args.run_dir}: no run record (run.json), so its training's --keep-interval-updates is unknown")
     argv = ((rec.get("trainings") or [{}])[-1].get("argv")) or []
     keep = _flag_value(argv, "--keep-interval-updates")
-    if not keep or keep < 1:
-        return  # fairseq keeps every interval checkpoint: every epoch one is kept too
-    checkpoints = scan_checkpoints(args.run_dir, rec.get("checkpoints"))
-    doomed = epoch_files_to_prune(checkpoints, keep, _flag_value(argv, "--keep-interval-updates-pattern"))
+    doomed = []
+    if keep and keep >= 1:  # without it fairseq keeps every interval checkpoint: every epoch one is kept too
+        checkpoints = scan_checkpoints(args.run_dir, rec.get("checkpoints"))
+        doomed = epoch_files_to_prune(checkpoints, keep, _flag_value(argv, "--keep-interval-updates-pattern"))
     if not doomed:
+        if not args.summary:
+            print(f"{args.run_dir}: no epoch checkpoint to remove")
         return
     size = sum(checkpoints[name]["bytes"] for name in doomed)
     rule = f"as fairseq prunes the interval ones (--keep-interval-updates {keep}): the newest {keep} and the learning curve's kept"

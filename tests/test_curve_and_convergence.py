@@ -315,9 +315,18 @@ def test_a_converge_runs_epoch_checkpoints_are_shown_and_removed_only_when_asked
     assert set(rec["checkpoints"]) == expected - {"checkpoint_best.pt"}
     assert {n: last_save_points(run_dir, n, rec["checkpoints"]) for n in (1, 2)} == before
     assert {u: last_save_points(run_dir, 1, rec["checkpoints"], at_update=u) for u in (35, 70)} == curve
-    # the printed command again: nothing more to remove, nothing said
+    # the printed command again: nothing more to remove, and it says so
     main(command[3:])
-    assert capsys.readouterr().out == "" and set(os.listdir(run_dir)) - {"run.json"} == expected
+    assert capsys.readouterr().out == f"{run_dir}: no epoch checkpoint to remove\n"
+    assert set(os.listdir(run_dir)) - {"run.json"} == expected
+    # a mistyped folder, or one without a run record: refused in one line, nothing touched
+    for given, message in ((run_dir + "x", f"--run-dir {run_dir}x: no such folder"),
+                           (str(tmp_path), f"--run-dir {tmp_path}: no run record (run.json), so its training's "
+                                           "--keep-interval-updates is unknown")):
+        with pytest.raises(SystemExit) as e:
+            main(["prune-epoch-checkpoints", "--run-dir", given, "--yes"])
+        assert e.value.code == 1 and capsys.readouterr().err == f"error: {message}\n"
+    assert set(os.listdir(run_dir)) - {"run.json"} == expected
 
 
 def test_a_curve_point_a_long_run_has_no_checkpoint_of_is_said_in_a_short_line():

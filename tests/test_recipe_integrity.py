@@ -141,7 +141,9 @@ def test_downloaded_corpora_are_checked_truncated_or_misaligned_archives_stop_ra
     p = run("wmt14_en_de", "prepare.sh", env, check=False)
     assert p.returncode == 1 and "training-parallel-commoncrawl.tgz" in p.stderr and "cannot unpack" in p.stderr
     assert not (work / ".done" / "raw").exists() and not (work / "raw" / "train.en").exists()
-    assert not (work / "downloads" / "training-parallel-commoncrawl.tgz").exists()  # deleted: fetched again
+    assert not (work / "downloads" / "training-parallel-commoncrawl.tgz").exists()  # moved aside: fetched again
+    kept = work / "downloads" / "training-parallel-commoncrawl.tgz.bad"  # never deleted: it may be the user's
+    assert kept.read_bytes() == (tmp_path / "bad" / "wmt13" / "training-parallel-commoncrawl.tgz").read_bytes()
 
     shutil.rmtree(work)
     env["STATMT_URL"] = _wmt14_mirror(tmp_path / "misaligned", misalign=True)

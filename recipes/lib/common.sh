@@ -174,14 +174,15 @@ record_download_sum() {
 }
 
 # fetch_archive URL: download and unpack into $WORK/downloads/NAME.d (always unpacked afresh);
-# a truncated or corrupt archive is deleted (re-run to download it again) and stops the step
+# a truncated or corrupt archive is moved aside to NAME.bad (it may be one the user staged by hand;
+# re-run to download it again) and stops the step
 fetch_archive() {
   local url=$1 dl="$WORK/downloads" name; name=$(basename "$url")
   mkdir -p "$dl"
   download "$url" "$dl/$name"
   log "unpacking $name"
   if ! "${STEPS[@]}" unpack "$dl/$name" "$dl/$name.d"; then
-    rm -f "$dl/$name"; die "$name could not be unpacked and was deleted: re-run to download it again"
+    mv "$dl/$name" "$dl/$name.bad"; die "$name could not be unpacked: moved to $dl/$name.bad; re-run to download it again"
   fi
   record_download_sum "$dl/$name"
 }

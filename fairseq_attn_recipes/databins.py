@@ -8,7 +8,7 @@ Layout (prepare.sh without an explicit ``DATA``)::
     WORK/data-bin -> data/<id>             relative symlink naming the latest prepared folder
 
 ``data-place`` moves a finished data-bin there (a folder with that id already holding the same
-data is kept) and repoints ``data-bin`` in one rename. A run records the resolved folder
+data is kept; one holding other data, changed by hand, is moved aside to ``<id>.changed``) and repoints ``data-bin`` in one rename. A run records the resolved folder
 (``run.json`` ``data.path``, ``data.json``); ``run-data`` finds it again for evaluate.sh.
 ``data-list`` / ``data-prune`` show the folders with the runs that name them; ``data-prune`` shows
 the folders no run record (nor ``data-bin``) names, with their sizes and why, and removes them only
@@ -65,10 +65,12 @@ def cmd_data_place(args):
         shutil.rmtree(args.tmp)
         kept = True
     else:
-        if os.path.islink(dest) or os.path.isfile(dest):
+        if os.path.islink(dest):
             os.remove(dest)
-        elif os.path.isdir(dest):  # not the data its name says (changed by hand): replaced
-            shutil.rmtree(dest)
+        elif os.path.lexists(dest):  # not the data its name says (changed by hand?): kept aside, never deleted
+            aside = _free_name(dest + ".changed")
+            os.replace(dest, aside)
+            print(f"{dest} did not hold the data its name says (changed by hand?): moved to {aside}", file=sys.stderr)
         os.replace(args.tmp, dest)
         kept = False
     made = os.path.join("data", data_id[:ID_LEN])
@@ -76,6 +78,15 @@ def cmd_data_place(args):
         mark_made(args.record, made)
     link = point_link(args.work, made)
     print(f"{dest} ({'the same data was prepared before: kept' if kept else 'new'}); {link} -> {made}")
+
+
+def _free_name(path: str) -> str:
+    """``path``, or ``path.2``, ``path.3``... : the first that does not exist."""
+    name, n = path, 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{path}.{n}"
+    return name
 
 
 def point_link(work: str, made: str) -> str:

@@ -288,6 +288,14 @@ def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path
         else:
             assert "CLEAN='1-250' there, CLEAN='1-200' here" in p.stderr
 
+    # the folder changed by hand (its record says other data): moved aside whole, never deleted
+    json.dump({**rec, "data_id": "changed-by-hand"}, open(work / "data" / folder / "prepare.json", "w"))
+    (work / "data" / folder / "notes.txt").write_text("mine\n")
+    p = prepare("1-250")
+    assert f"moved to {work / 'data' / folder}.changed" in p.stderr
+    assert (work / "data" / f"{folder}.changed" / "notes.txt").read_text() == "mine\n"
+    assert json.load(open(work / "data" / folder / "prepare.json"))["settings"]["CLEAN"] == "1-250"
+
 
 def test_a_gone_registration_keeps_its_data_until_forgotten(tmp_path):
     """data-list / data-prune / data-register / data-forget on made-up folders: a registered run

@@ -122,17 +122,27 @@ def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: 
             row -= slope2 * (offs_m - i0 + (S - T)).to(ACC)
         else:
             row += slope2 * (offs_m - i0 + (S - T)).to(ACC)
-    if BIAS == 1:
+    if BIAS == 1:  # BIAS2 at distance 0 of the head's row
         if KIND == 0:
-            row += tl.load(BIAS2 + h * NDIST).to(ACC)
+            row += tl.load(BIAS2 - (S - 1)).to(ACC)
         else:
-            row += tl.load(BIAS2 + h * NDIST + NDIST - 1).to(ACC)
+            row += tl.load(BIAS2 + (T - 1)).to(ACC)
     if KEYS:
         if KIND == 0:
             row += tl.load(QA2 + qa_row, mask=offs_m < T, other=0.0).to(ACC)
         else:
             row += tl.load(QA2 + qa_row + R - 1, mask=offs_m < T, other=0.0).to(ACC)
     return row
+
+
+@triton.jit
+def _diagonals(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TRANS: tl.constexpr):
+    """``j - i`` within a tile (``TRANS``: keys as rows), in int64: each element's offset a
+    constant from the thread's first, so a load from it needs no address per element."""
+    if TRANS:
+        return tl.arange(0, BLOCK_N).to(tl.int64)[:, None] - tl.arange(0, BLOCK_M).to(tl.int64)[None, :]
+    else:
+        return tl.arange(0, BLOCK_N).to(tl.int64)[None, :] - tl.arange(0, BLOCK_M).to(tl.int64)[:, None]
 
 
 @triton.jit
@@ -150,8 +160,8 @@ def _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, cli
             x += slope2 * dist.to(x.dtype)
         else:
             x -= slope2 * tl.abs(keys[None, :] - rows[:, None])
-    if BIAS == 1:
-        x += tl.load(BIAS2 + h * NDIST + dist + (S - 1), mask=inside, other=0.0).to(x.dtype)
+    if BIAS == 1:  # BIAS2 at distance 0 of the head's row, padded: no mask; offsets from the tile's corner
+        x += tl.load(BIAS2 + (n0 - i0) + _diagonals(BLOCK_M, BLOCK_N, TRANS)).to(x.dtype)
     if KEYS:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
         if TRANS:
@@ -221,7 +231,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 
 @triton.jit
 def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-            qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+            qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, BPAD,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
@@ -233,6 +243,8 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     pid_m = tl.program_id(1)
     b = bh // H
     h = bh % H
+    if BIAS == 1:  # the head's row at distance 0 (rows of NDIST + 2 BPAD, BPAD padding on each side)
+        BIAS2 += h * (NDIST + 2 * BPAD) + BPAD + S - 1
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
@@ -410,7 +422,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
 @triton.jit
 def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
-               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, BPAD,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -423,6 +435,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     pid_m = tl.program_id(1)
     b = bh // H
     h = bh % H
+    if BIAS == 1:  # the head's row at distance 0 (rows of NDIST + 2 BPAD, BPAD padding on each side)
+        BIAS2 += h * (NDIST + 2 * BPAD) + BPAD + S - 1
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
@@ -541,7 +555,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
 @triton.jit
 def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
                 sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
-                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, BPAD,
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
@@ -554,6 +568,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     pid_n = tl.program_id(1)
     b = bh // H
     h = bh % H
+    if BIAS == 1:  # the head's row at distance 0 (rows of NDIST + 2 BPAD, BPAD padding on each side)
+        BIAS2 += h * (NDIST + 2 * BPAD) + BPAD + S - 1
     n0 = pid_n * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)

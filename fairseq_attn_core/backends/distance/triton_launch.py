@@ -154,15 +154,16 @@ class _TritonAttention(torch.autograd.Function):
         lse = torch.empty(B * H, T, dtype=dtype, device=q.device)  # base 2
         none = lse  # the pointer of a term the launch does not have: never read
         bias2 = none
-        if table is not None:  # the table's bias per distance, base 2: (H, S + T - 1)
-            bias2 = (table.detach()[shape["bucket"]].t().to(dtype) * LOG2E).contiguous()
+        bpad = _bias_padding(configs)
+        if table is not None:  # the table's bias per distance, base 2: (H, S + T - 1), zeros either side
+            bias2 = torch.nn.functional.pad(table.detach()[shape["bucket"]].t().to(dtype) * LOG2E, (bpad, bpad))
         qa2 = (qa.detach() * LOG2E).to(dtype).contiguous() if qa is not None else none
         R = 2 * clip + 1
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=qa is not None, VALUES=values, CAUSAL=causal,
                       HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or qa is not None or causal),
                       BLOCK_D=head_block(D), EVEN_D=head_block(D) == D, ACC=acc, PRECISION=precision)
-        ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1)
+        ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1, bpad)
         pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
                     qa2)
         c = configs.forward_values if values else configs.forward
@@ -236,6 +237,12 @@ class _TritonAttention(torch.autograd.Function):
             d_table = (per_distance @ onehot).t().to(table_dtype).contiguous()
         d_qa = dqa.view(B, H, T, R) if keys else None
         return (dq, dk, dv, d_table, d_qa) + (None,) * 8
+
+
+def _bias_padding(configs: KernelConfigs) -> int:
+    """Columns of zeros either side of the bias per distance: a band tile reads its whole
+    tile's distances unmasked, up to a tile's size beyond the first or last."""
+    return max(max(c.block_m, c.block_n) for c in vars(configs).values() if c is not None)
 
 
 def _cdiv(a: int, b: int) -> int:

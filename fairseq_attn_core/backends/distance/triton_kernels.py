@@ -15,10 +15,12 @@ Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = e
   the row's offset and to the column vector the scale's FMA adds anyway (t5bias's edge
   bucket; Shaw's edge row of QA, whose PB and dQA share is the tile's row sum; alibi's
   ``-m |j - i| = -m (i - i0) + m (j - i0)`` left, the opposite right): no per-pair work;
-* band tiles, between: the term per pair, read once from a (heads, distances) row (t5bias:
-  ``BIAS2[h, j - i + S - 1]``) or a (rows, 2k + 1) row (QA, dPB), and PB / dQA binned by
-  distance with ``tl.gather`` (each interior bin of a row is one key). No loop inside a
-  main loop.
+* band tiles, between: the term per pair, read once from a (heads, distances) row or a
+  (rows, 2k + 1) row (QA, dPB), and PB / dQA binned by distance with ``tl.gather`` (each
+  interior bin of a row is one key). No loop inside a main loop. t5bias's row is the table's
+  value per distance in the table's dtype (scaled by log2(e) here), zero-padded, in 8 copies
+  each starting one distance later: a tile row's keys are consecutive distances, so each row
+  reads whole aligned vectors from the copy that aligns its first key, unmasked.
 
 The padding (and the key length) enters as a column vector ``KB`` (0 or -inf) folded into the
 scale's FMA; the causal mask only in band tiles (the far-right stage is empty then). A row

@@ -11,7 +11,7 @@ this way the kernel's buckets are the piece's), its one-hot matrix (the table's 
 one matmul of the kernel's per-distance sums), the edges of the far stages (the distances
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
-distance ``(H, S + T - 1)`` (one gather), Shaw's ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one
+distance (one gather, in 8 shifted copies: :func:`_bias_rows`), Shaw's ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one
 matmul in float32 whose gradient dQA the kernel returns (dS summed per table row: autograd
 carries it to q and w_K), and the padding as a column of 0 / -inf. Shaw's value term: the
 kernel returns PB (B, H, T, 2k + 1), each query's probability mass per clipped distance, and

@@ -15,10 +15,12 @@ Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = e
   the row's offset and to the column vector the scale's FMA adds anyway (t5bias's edge
   bucket; Shaw's edge row of QA, whose PB and dQA share is the tile's row sum; alibi's
   ``-m |j - i| = -m (i - i0) + m (j - i0)`` left, the opposite right): no per-pair work;
-* band tiles, between: the term per pair, read once from a (heads, distances) row (t5bias:
-  ``BIAS2[h, j - i + S - 1]``) or a (rows, 2k + 1) row (QA, dPB), and PB / dQA binned by
-  distance with ``tl.gather`` (each interior bin of a row is one key). No loop inside a
-  main loop.
+* band tiles, between: the term per pair, read once from a (heads, distances) row or a
+  (rows, 2k + 1) row (QA, dPB), and PB / dQA binned by distance with ``tl.gather`` (each
+  interior bin of a row is one key). No loop inside a main loop. t5bias's row is the table's
+  value per distance in the table's dtype (scaled by log2(e) here), zero-padded, in 8 copies
+  each starting one distance later: a tile row's keys are consecutive distances, so each row
+  reads whole aligned vectors from the copy that aligns its first key, unmasked.
 
 The padding (and the key length) enters as a column vector ``KB`` (0 or -inf) folded into the
 scale's FMA; the causal mask only in band tiles (the far-right stage is empty then). A row
@@ -122,11 +124,11 @@ def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: 
             row -= slope2 * (offs_m - i0 + (S - T)).to(ACC)
         else:
             row += slope2 * (offs_m - i0 + (S - T)).to(ACC)
-    if BIAS == 1:
+    if BIAS == 1:  # BIAS2 at distance 0 of the head's row
         if KIND == 0:
-            row += tl.load(BIAS2 + h * NDIST).to(ACC)
+            row += tl.load(BIAS2 - (S - 1)).to(ACC) * 1.4426950408889634
         else:
-            row += tl.load(BIAS2 + h * NDIST + NDIST - 1).to(ACC)
+            row += tl.load(BIAS2 + (T - 1)).to(ACC) * 1.4426950408889634
     if KEYS:
         if KIND == 0:
             row += tl.load(QA2 + qa_row, mask=offs_m < T, other=0.0).to(ACC)
@@ -136,7 +138,7 @@ def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: 
 
 
 @triton.jit
-def _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
+def _band(x, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
           KEYS: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
           TRANS: tl.constexpr = False):
     """A band tile's per-pair terms and the causal mask (``TRANS``: keys as rows, queries
@@ -150,8 +152,15 @@ def _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, cli
             x += slope2 * dist.to(x.dtype)
         else:
             x -= slope2 * tl.abs(keys[None, :] - rows[:, None])
-    if BIAS == 1:
-        x += tl.load(BIAS2 + h * NDIST + dist + (S - 1), mask=inside, other=0.0).to(x.dtype)
+    if BIAS == 1:  # BIAS2: distance 0 in the head's first of 8 copies (copy c at c BROW holds the row from
+        # distance c on), padded with zeros: no mask; each tile row reads the copy that aligns its start
+        u = (n0 - i0) - tl.arange(0, BLOCK_M)  # the distance of each row's first key
+        c = u & 7
+        first = c * BROW + tl.multiple_of(u - c, 8)
+        if TRANS:
+            x += tl.load(BIAS2 + first[None, :] + tl.arange(0, BLOCK_N)[:, None]).to(x.dtype) * 1.4426950408889634
+        else:
+            x += tl.load(BIAS2 + first[:, None] + tl.arange(0, BLOCK_N)[None, :]).to(x.dtype) * 1.4426950408889634
     if KEYS:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
         if TRANS:
@@ -185,7 +194,7 @@ def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
 
 
 @triton.jit
-def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, sk, sv, qk_scale,
+def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, sk, sv, qk_scale,
               slope2, KB, BIAS2, QA2, qa_rows, row, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -194,7 +203,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
+    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
                               BLOCK_M, BLOCK_N)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
@@ -221,7 +230,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 
 @triton.jit
 def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
-            qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+            qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
@@ -233,6 +242,8 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     pid_m = tl.program_id(1)
     b = bh // H
     h = bh % H
+    if BIAS == 1:  # distance 0 in the head's first copy (8 copies of BROW a head, see _band)
+        BIAS2 += h * 8 * BROW + B0
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
@@ -257,20 +268,20 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-            acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
+            acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, skt, svt,
             qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
             BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, NDIST, skt, svt,
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     has = l_i > 0
@@ -325,7 +336,7 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt,
 
 
 @triton.jit
-def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
+def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
             KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr):
@@ -341,19 +352,19 @@ def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, sl
     dist = offs_n[None, :] - pos_i[:, None]
     inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
     if KIND == 1:
-        x = _band(x, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
+        x = _band(x, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
                   BLOCK_M, BLOCK_N)
     return x, dist, inside
 
 
 @triton.jit
-def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
+def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
                 row, lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
     no key); with the pairs' distances and which are inside (T, S)."""
-    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB, BIAS2,
+    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
                               BLOCK_M, BLOCK_N)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
@@ -361,7 +372,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale
 
 @triton.jit
 def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-             NDIST, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
+             NDIST, BROW, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
@@ -371,7 +382,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, NDIST, qk_scale, slope2, KB,
+    p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
                                   PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
@@ -410,7 +421,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
 @triton.jit
 def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
-               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -423,6 +434,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     pid_m = tl.program_id(1)
     b = bh // H
     h = bh % H
+    if BIAS == 1:  # distance 0 in the head's first copy (8 copies of BROW a head, see _band)
+        BIAS2 += h * 8 * BROW + B0
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
@@ -452,7 +465,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         dq, dqa, dql, dqr = _dq_tile(
             dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
-            skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
+            BROW, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
@@ -460,7 +473,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-                NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
+                NDIST, BROW, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
@@ -469,7 +482,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-                NDIST, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                NDIST, BROW, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
@@ -483,7 +496,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
 
 
 @triton.jit
-def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sq, sdo, qk_scale,
+def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sq, sdo, qk_scale,
               slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -510,7 +523,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         if KEYS:
             lse = tl.load(LSEF + far, mask=offs_m < T, other=float("inf"))
         if BIAS != 0:
-            lse -= _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+            lse -= _rows_term(offs_m, i0, h, T, S, BROW, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
         if VALUES:
             delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
@@ -525,7 +538,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     if KIND == 1:
         dist = offs_n[:, None] - pos_i[None, :]
         inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
-        xT = _band(xT, dist, inside, n0, i0, h, S, NDIST, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
+        xT = _band(xT, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
                    CAUSAL, BLOCK_M, BLOCK_N, True)
     pT = tl.exp2(xT - lse[None, :])
     dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
@@ -541,7 +554,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
 @triton.jit
 def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, SLOPES2, QA2,
                 sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
-                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST,
+                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
@@ -554,6 +567,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     pid_n = tl.program_id(1)
     b = bh // H
     h = bh % H
+    if BIAS == 1:  # distance 0 in the head's first copy (8 copies of BROW a head, see _band)
+        BIAS2 += h * 8 * BROW + B0
     n0 = pid_n * BLOCK_N
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -572,15 +587,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, NDIST, start, sqt, sdt,
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)

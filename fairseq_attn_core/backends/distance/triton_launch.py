@@ -11,7 +11,7 @@ this way the kernel's buckets are the piece's), its one-hot matrix (the table's 
 one matmul of the kernel's per-distance sums), the edges of the far stages (the distances
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
-distance ``(H, S + T - 1)`` (one gather), Shaw's ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one
+distance (one gather, in 8 shifted copies: :func:`_bias_rows`), Shaw's ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one
 matmul in float32 whose gradient dQA the kernel returns (dS summed per table row: autograd
 carries it to q and w_K), and the padding as a column of 0 / -inf. Shaw's value term: the
 kernel returns PB (B, H, T, 2k + 1), each query's probability mass per clipped distance, and
@@ -154,15 +154,16 @@ class _TritonAttention(torch.autograd.Function):
         lse = torch.empty(B * H, T, dtype=dtype, device=q.device)  # base 2
         none = lse  # the pointer of a term the launch does not have: never read
         bias2 = none
-        if table is not None:  # the table's bias per distance, base 2: (H, S + T - 1)
-            bias2 = (table.detach()[shape["bucket"]].t().to(dtype) * LOG2E).contiguous()
+        b0 = brow = 0
+        if table is not None:
+            bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, configs, dtype if q.dtype not in HALF else None)
         qa2 = (qa.detach() * LOG2E).to(dtype).contiguous() if qa is not None else none
         R = 2 * clip + 1
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=qa is not None, VALUES=values, CAUSAL=causal,
                       HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or qa is not None or causal),
                       BLOCK_D=head_block(D), EVEN_D=head_block(D) == D, ACC=acc, PRECISION=precision)
-        ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1)
+        ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1, b0, brow)
         pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
                     qa2)
         c = configs.forward_values if values else configs.forward
@@ -236,6 +237,25 @@ class _TritonAttention(torch.autograd.Function):
             d_table = (per_distance @ onehot).t().to(table_dtype).contiguous()
         d_qa = dqa.view(B, H, T, R) if keys else None
         return (dq, dk, dv, d_table, d_qa) + (None,) * 8
+
+
+def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, configs: KernelConfigs, dtype=None):
+    """The table's bias per distance as the kernels read it: (H, 8, BROW), copy c of a head's
+    row starting c distances later (a band tile's row reads the copy that aligns its first
+    key: whole vectors), distance 0 at column B0, zeros either side (a tile reads its whole
+    span unmasked, up to a tile's size past the first or last distance). In the table's dtype
+    when ``dtype`` is None (fp16, bf16: the kernels scale it by log2(e) in float32), else in
+    ``dtype``. Returns (rows, B0, BROW)."""
+    pad = max(max(c.block_m, c.block_n) for c in vars(configs).values() if c is not None) + 8
+    b0 = _round16(S - 1 + pad)
+    brow = _round16(b0 + T + pad)
+    row = torch.zeros(table.size(1), brow + 8, dtype=dtype or table.dtype, device=table.device)
+    row[:, b0 - (S - 1): b0 + T] = table.detach()[bucket].t()
+    return torch.stack([row[:, c: c + brow] for c in range(8)], 1).contiguous(), b0, brow
+
+
+def _round16(n: int) -> int:
+    return -(-n // 16) * 16
 
 
 def _cdiv(a: int, b: int) -> int:

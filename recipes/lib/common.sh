@@ -455,20 +455,20 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
   # is ever removed (prepare_dest.py; the mark's name ends in .tmp, which no data digest reads)
   [[ $DATA_KEYED == 1 ]] || : > "$tmp/made-by-prepare.tmp"
   [[ $DATA_KEYED == 1 ]] || : > "$tmp.dict/made-by-prepare.tmp"
-  local dicts=() pargs=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
+  local dicts=() pargs=() first=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
   : > "$WORK/preprocess.log"
   if [[ -n ${TRAIN_MAX_LEN:-} || -n ${TRAIN_CONCAT:-} ]]; then
-    # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's); with
-    # TRAIN_CONCAT that of the pairs without the joined ones (the same as the data-bin without them)
+    # capped: first the dictionary of the uncapped training pairs (the same as the full data-bin's); with
+    # TRAIN_CONCAT that of the pairs without the joined ones (the same as the data-bin without them); the
+    # two runs of fairseq-preprocess in one process (fairseq_command.py: preprocess --first N)
     local dict_pref="$WORK/bpe/train.clean"; [[ -z ${TRAIN_MAX_LEN:-} ]] || dict_pref="$WORK/bpe/train.full"
-    fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
+    fairseq_args first preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
       --set dict_only=1 --set "joint=$JOINT"
-    RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
-      || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
     dicts=(--set "srcdict=$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--set "tgtdict=$tmp.dict/dict.$TGT.txt")
   fi
   fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$train_pref" \
     --set "validpref=$WORK/bpe/valid" --set "testpref=$WORK/bpe/test" --set "joint=$JOINT" "${dicts[@]}"
+  (( ${#first[@]} == 0 )) || pargs=(--first "${#first[@]}" "${first[@]}" "${pargs[@]}")
   RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
   rm -rf "$tmp.dict"

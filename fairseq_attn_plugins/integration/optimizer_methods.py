@@ -13,7 +13,8 @@ saves does not change. Installed by :mod:`.fixes`.
 import functools
 import sys
 
-#: the methods of ``torch.optim.Optimizer`` decorated with ``torch._disable_dynamo`` (torch 2.6 to 2.13)
+#: the methods of ``torch.optim.Optimizer`` that torch 2.13 decorates with ``torch._disable_dynamo``
+#: (a method another torch does not decorate runs as it is)
 METHODS = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
 
 

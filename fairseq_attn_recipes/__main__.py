@@ -7,7 +7,7 @@ that looks finished. Each module declares its steps' parsers beside the steps (`
 
 Steps: check-tools, check-arch, check-data-dest, check-local-inputs, check-script, check-data, fingerprint, unpack,
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
-data-place, data-point, data-replace, run-data, data-list, data-prune, register-run, average, prune-epoch-checkpoints, evaluated-before, run-arch, hyps, score, bible-corpus, toy-corpus,
+data-place, data-point, data-replace, run-data, data-list, data-prune, register-run, average, prune-epoch-checkpoints, evaluated-before, run-arch, hyps, eval-text, score, bible-corpus, toy-corpus,
 check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
 study-export, study-rescore (a committed study's outputs, and its table re-scored from them), study-folder, check-variables.
 Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
@@ -36,7 +36,7 @@ STEPS = {
     "register-run": "databins", "data-register": "databins", "data-forget": "databins",
     "average": "checkpoints", "prune-epoch-checkpoints": "checkpoints",
     "evaluated-before": "evaluations", "run-arch": "evaluations",
-    "hyps": "scoring", "score": "scoring", "check-comet": "scoring",
+    "hyps": "scoring", "eval-text": "scoring", "score": "scoring", "check-comet": "scoring",
     "bible-corpus": "bible_corpus",
     "toy-corpus": "toy_corpus_files",
     "check-positions": "position_limits",

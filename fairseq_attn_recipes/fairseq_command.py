@@ -13,6 +13,10 @@ ERR -- ARGS`` (evaluate.sh) is the recipes' ``average`` step then fairseq-genera
 start of torch and fairseq per evaluation instead of two, about 3 s of CPU): the process's output goes
 to OUT and ERR as a shell redirects it, but the step's messages and refusal (exit 1, OUT and ERR
 removed) go where they would have gone.
+
+``preprocess --first N ARGS`` (binarise: the dictionary of the uncapped pairs, then the capped
+data-bin made with it) is fairseq-preprocess on the first N arguments, then on the rest, in one process
+(one start of torch and fairseq instead of two); a first run that fails ends it.
 """
 
 import argparse
@@ -26,6 +30,8 @@ from fairseq_attn_records.fairseq_import import import_fairseq
 from . import flag_origins
 
 COMMANDS = ("preprocess", "generate")
+#: ``preprocess --first N``: the first N arguments are a run of their own, before the rest
+FIRST = "--first"
 
 
 def main(argv=None) -> int:
@@ -49,7 +55,27 @@ def main(argv=None) -> int:
         outputs, step_args = ap.parse_known_args(argv[2:cut])
         argv = argv[:1] + argv[cut + 1:]
         average = (step_args, outputs.stdout, outputs.stderr, redirected(outputs.stdout, outputs.stderr))
+    runs = [argv[1:]]
+    if argv[:2] == ["preprocess", FIRST]:
+        n = int(argv[2]) if len(argv) > 2 and argv[2].isdigit() else -1
+        if not 0 < n < len(argv) - 3:
+            print("usage: python -m fairseq_attn_recipes.fairseq_command preprocess --first N ARGS...: N (the "
+                  "first run's arguments) must be a positive number below the count of ARGS", file=sys.stderr)
+            return 2
+        runs = [argv[3:3 + n], argv[3 + n:]]
     import_fairseq()
+    for i, run in enumerate(runs):
+        code = run_command(argv[0], run, average)
+        if code:
+            return code
+        if i < len(runs) - 1:
+            closed_preprocess_log()
+    return 0
+
+
+def run_command(command: str, args, average) -> int:
+    """fairseq's ``command`` on ``args`` in this process, as ``python -m fairseq_cli.COMMAND ARGS``."""
+    argv = [command, *args]
     sys.argv = [sys.argv[0], *argv[1:]]  # runpy puts the module's file in sys.argv[0], as python -m
     if average is None and not flag_origins.sources():
         runpy.run_module(f"fairseq_cli.{argv[0]}", run_name="__main__", alter_sys=True)
@@ -67,6 +93,17 @@ def main(argv=None) -> int:
     except flag_origins.ArgumentError as e:
         return flag_origins.report(e, argv[1:], tool=f"fairseq-{argv[0]}")
     return 0
+
+
+def closed_preprocess_log() -> None:
+    """The log file fairseq-preprocess opened in the folder it wrote (a handler on its logger),
+    closed, so that the next run's lines go to its own folder's log alone."""
+    import logging
+
+    log = logging.getLogger("fairseq_cli.preprocess")
+    for handler in [h for h in log.handlers if isinstance(h, logging.FileHandler)]:
+        log.removeHandler(handler)
+        handler.close()
 
 
 def redirected(stdout: str, stderr: str):

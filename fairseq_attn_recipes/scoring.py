@@ -22,13 +22,37 @@ from .step_inputs import die, read_lines
 # module (``python -m fairseq_attn_recipes``), and check-tools must run where they are missing
 
 
-def cmd_hyps(args):
+def write_hyps(generate_out: str, n: int, output: str) -> None:
     """fairseq-generate output -> hypotheses in test-set order."""
     try:
-        hyps = ordered_hypotheses(read_lines(args.input), args.n, args.input)
+        hyps = ordered_hypotheses(read_lines(generate_out), n, generate_out)
     except ValueError as e:
         die(str(e))
-    write_lines(args.output, hyps)
+    write_lines(output, hyps)
+
+
+def cmd_hyps(args):
+    write_hyps(args.input, args.n, args.output)
+
+
+def cmd_eval_text(args):
+    """evaluate.sh's text steps in one process (sacremoses imported once): the hypotheses of
+    fairseq-generate's output in test-set order (``hyps``), detokenised (``detok``); then, for the
+    tokenised BLEU, the hypotheses and the reference tokenised (``tokenize --tool``) and their
+    compounds split (``split-compounds``). Each file is written and read as the single steps do."""
+    from .tokenisation import detok_file, split_compounds_files, tokenize_files
+
+    if args.generate_out:
+        if not args.hyp_tok or args.n is None:
+            die("--generate-out needs --n and --hyp-tok (the tokenised hypotheses it writes)")
+        write_hyps(args.generate_out, args.n, args.hyp_tok)
+        detok_file(args.lang, args.hyp_tok, args.hyp)
+    if args.tok_tool:
+        if not (args.ref and args.tok_hyp and args.tok_ref):
+            die("--tok-tool needs --ref, --tok-hyp and --tok-ref")
+        tokenize_files(args.lang, args.tok_tool, [args.hyp, args.tok_hyp, args.ref, args.tok_ref])
+        if args.split_compounds:
+            split_compounds_files([args.tok_hyp, args.tok_hyp, args.tok_ref, args.tok_ref])
 
 
 def cmd_check_comet(args):
@@ -139,6 +163,17 @@ def add_parsers(sub) -> None:
     """This module's steps on the command line (``python -m fairseq_attn_recipes STEP``)."""
     p = sub.add_parser("hyps"); p.add_argument("input"); p.add_argument("--n", type=int, required=True)
     p.add_argument("--output", required=True); p.set_defaults(fn=cmd_hyps)
+    p = sub.add_parser("eval-text", help="evaluate.sh's text steps in one process: hyps, detok, and the "
+                       "tokenised BLEU's tokenize and split-compounds")
+    p.add_argument("--lang", required=True, help="the target language")
+    p.add_argument("--hyp", required=True, help="the detokenised hypotheses (written from --generate-out, else read)")
+    p.add_argument("--generate-out", help="fairseq-generate's output: its hypotheses written to --hyp-tok, then detokenised")
+    p.add_argument("--n", type=int, help="the lines of the subset (with --generate-out)")
+    p.add_argument("--hyp-tok")
+    p.add_argument("--tok-tool", help="the tokeniser of the tokenised BLEU (moses-plain): --hyp and --ref tokenised")
+    p.add_argument("--ref"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
+    p.add_argument("--split-compounds", action="store_true", help="then their compounds split (en-de)")
+    p.set_defaults(fn=cmd_eval_text)
     p = sub.add_parser("score"); p.add_argument("--hyp", required=True); p.add_argument("--ref", required=True)
     p.add_argument("--tokenize", default="13a"); p.add_argument("--tok-hyp"); p.add_argument("--tok-ref")
     p.add_argument("--tok-method", default="moses tokenizer.perl (no -a), multi-bleu.perl")

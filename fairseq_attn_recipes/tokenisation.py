@@ -45,36 +45,49 @@ def _tok_line(line):
     return " ".join(_TOK(line).split())
 
 
-def cmd_tokenize(args):
-    """tokenize --lang L IN OUT [IN OUT ...]"""
-    tool = args.tool or language(args.lang).tokenizer
-    for inp, outp in pairs(args.files):
+def tokenize_files(lang: str, tool, files, workers: int = 1) -> None:
+    """IN OUT pairs of ``files``: each line of IN tokenised by ``tool`` (default: LANG's tokeniser)."""
+    tool = tool or language(lang).tokenizer
+    for inp, outp in pairs(files):
         lines = read_lines(inp)
-        if args.workers > 1 and len(lines) > 10000:
-            with Pool(args.workers, initializer=_init_tokenizer, initargs=(args.lang, tool)) as pool:
+        if workers > 1 and len(lines) > 10000:
+            with Pool(workers, initializer=_init_tokenizer, initargs=(lang, tool)) as pool:
                 out = pool.map(_tok_line, lines, chunksize=2000)
         else:
-            _init_tokenizer(args.lang, tool)
+            _init_tokenizer(lang, tool)
             out = [_tok_line(line) for line in lines]
         write_lines(outp, out)
 
 
-def cmd_detok(args):
-    lines = read_lines(args.input)
-    if language(args.lang).spaced:
+def cmd_tokenize(args):
+    """tokenize --lang L IN OUT [IN OUT ...]"""
+    tokenize_files(args.lang, args.tool, args.files, args.workers)
+
+
+def detok_file(lang: str, inp: str, outp: str) -> None:
+    lines = read_lines(inp)
+    if language(lang).spaced:
         from sacremoses import MosesDetokenizer
-        md = MosesDetokenizer(lang=args.lang)
+        md = MosesDetokenizer(lang=lang)
         out = [md.detokenize(line.split()) for line in lines]
     else:  # words written without spaces (zh, ja): the spaces between non-ASCII tokens removed
         out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]
-    write_lines(args.output, out)
+    write_lines(outp, out)
+
+
+def cmd_detok(args):
+    detok_file(args.lang, args.input, args.output)
+
+
+def split_compounds_files(files) -> None:
+    """Tokenised BLEU as the Transformer papers report it for En-De (fairseq's
+    compound_split_bleu.sh / tensor2tensor get_ende_bleu.sh): 'a-b' -> 'a ##AT##-##AT## b'."""
+    for inp, outp in pairs(files):
+        write_lines(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])
 
 
 def cmd_split_compounds(args):
-    """Tokenised BLEU as the Transformer papers report it for En-De (fairseq's
-    compound_split_bleu.sh / tensor2tensor get_ende_bleu.sh): 'a-b' -> 'a ##AT##-##AT## b'."""
-    for inp, outp in pairs(args.files):
-        write_lines(outp, [re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line) for line in read_lines(inp)])
+    split_compounds_files(args.files)
 
 
 def add_parsers(sub) -> None:

@@ -41,6 +41,18 @@ STAGES = (
     "            names.append(m.name)\n"
     f"print(json.dumps({{'stage': 'every', 'modules': names, 'compiler': {loaded(COMPILER)}}}), flush=True)\n"
     "import torch\n"
+    "p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))\n"
+    "opt = torch.optim.SGD([p], lr=0.5, momentum=0.9)\n"
+    "p.grad = torch.tensor([0.5, 0.25, -1.0])\n"
+    "opt.state[p]['momentum_buffer'] = torch.tensor([0.5, 0.25, -1.0])\n"
+    "state = opt.state_dict()\n"
+    "opt.zero_grad()\n"
+    "opt.state.clear()\n"
+    "opt.load_state_dict(state)\n"
+    "opt.add_param_group({'params': [torch.nn.Parameter(torch.zeros(2))]})\n"
+    f"print(json.dumps({{'stage': 'optimizer', 'compiler': {loaded(COMPILER)}, 'p': p.tolist(), 'grad': p.grad,\n"
+    "                  'buffer': opt.state_dict()['state'][0]['momentum_buffer'].tolist(),\n"
+    "                  'groups': len(opt.param_groups)}), flush=True)\n"
     "from fairseq_attn_core.backends import flex\n"
     "if flex.HAVE_FLEX:\n"
     "    before = 'torch._dynamo' in sys.modules\n"
@@ -50,7 +62,10 @@ STAGES = (
     "    def score_mod(score, b, h, i, j):\n"
     "        return score - bias * (i - j).abs()\n"
     "    out = flex.call(q, k, v, score_mod, None, 0.25, compile='aot_eager')\n"
+    "    opt.zero_grad()\n"
+    "    decorated = torch.optim.Optimizer.zero_grad.__wrapped__.__wrapped__  # torch's method, under its decorator\n"
     "    print(json.dumps({'stage': 'flex', 'before': before, 'after': 'torch._dynamo' in sys.modules,\n"
+    "                      'zero_grad_through_torch': getattr(decorated, '__dynamo_disable', None) is not None,\n"
     "                      'q': q.tolist(), 'k': k.tolist(), 'v': v.tolist(), 'out': out.tolist()}), flush=True)\n")
 
 
@@ -87,10 +102,23 @@ def test_importing_every_module_of_the_core_plugin_and_recipes_loads_no_dynamo(s
     assert out["compiler"] == []
 
 
+def test_an_optimizer_loads_no_dynamo_and_steps_as_torchs(stages):
+    """torch's optimizer methods (add_param_group, zero_grad, state_dict, load_state_dict: fairseq-train
+    calls them; its Adam steps by its own code) import dynamo at their first call, about 2 s of every
+    training process; the plugin's fix runs them as they are while nothing can compile
+    (integration/optimizer_methods.py), and they do what torch's do."""
+    out = stage(stages, "optimizer")
+    assert out["compiler"] == []
+    # the state saved, cleared and loaded back; zero_grad set the gradient to None; a second group added
+    assert out["buffer"] == [0.5, 0.25, -1.0] and out["grad"] is None and out["groups"] == 2
+    assert out["p"] == [1.0, -2.0, 3.0]
+
+
 @pytest.mark.skipif(not flex.HAVE_FLEX, reason="torch has no flex_attention")
 def test_the_first_compiled_flex_call_imports_dynamo_and_computes_attention(stages):
     out = stage(stages, "flex")
     assert not out["before"] and out["after"]
+    assert out["zero_grad_through_torch"]  # dynamo imported: torch's own decorated optimizer method runs
     q, k, v = (torch.tensor(out[n], dtype=torch.float64) for n in ("q", "k", "v"))
     B, H, T, D = q.shape
     expected = torch.zeros(B, H, T, D, dtype=torch.float64)

@@ -17,8 +17,8 @@ from typing import Callable, Tuple
 
 from .. import checkpoint_safety
 from ..models import finetune
-from . import (exit_safety, fairseq_fixes, loss_scaler_state, model_overrides, quiet_imports, refusals,
-               resumed_batches, trainer_checks)
+from . import (exit_safety, fairseq_fixes, loss_scaler_state, model_overrides, optimizer_methods, quiet_imports,
+               refusals, resumed_batches, trainer_checks)
 
 MARK = "_attn_plugins_fix"  # attribute of an installed replacement: the name of its row
 
@@ -122,6 +122,13 @@ FIXES: Tuple[Fix, ...] = (
         "inside torch's C++ code at interpreter shutdown: `terminate called without an active "
         "exception`, exit status 134 after the last checkpoint was saved; at exit each reader is "
         "first let finish that batch (at most 30 s)"),
+    *(Fix(f"optimizer {method} without dynamo", f"torch.optim.optimizer:Optimizer.{method}",
+          optimizer_methods.undecorated_until_dynamo,
+          "torch imported TorchDynamo at the first call of each (about 2 s of CPU in every training "
+          "process: the optimizer's constructor calls `add_param_group`) to run it outside a compiled "
+          "region; while `torch._dynamo` is not imported nothing compiles, so the method runs as it is, "
+          "after that torch's decorated one")
+      for method in optimizer_methods.METHODS),
     Fix("one-line refusals", "sys:excepthook", _refusals_hook,
         "in fairseq's commands and ours, a refused flag, override or checkpoint prints `error: "
         "MESSAGE` (no 20-line traceback through fairseq); scripts, notebooks and pytest keep "

@@ -456,20 +456,20 @@ binarise() {  # binarise TRAIN_PREF: the training pairs (WORK/bpe/train.clean, o
   # is ever removed (prepare_dest.py; the mark's name ends in .tmp, which no data digest reads)
   [[ $DATA_KEYED == 1 ]] || : > "$tmp/made-by-prepare.tmp"
   [[ $DATA_KEYED == 1 ]] || : > "$tmp.dict/made-by-prepare.tmp"
-  local dicts=() pargs=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
+  local dicts=() pargs=() first=() pre=(--set "src=$SRC" --set "tgt=$TGT" --set "workers=$WORKERS" --set "preprocess_args=${PREPROCESS_ARGS:-}")
   : > "$WORK/preprocess.log"
   if [[ -n ${TRAIN_MAX_LEN:-} || -n ${TRAIN_CONCAT:-} ]]; then
-    # capped: the dictionary of the uncapped training pairs (the same as the full data-bin's); with
-    # TRAIN_CONCAT that of the pairs without the joined ones (the same as the data-bin without them)
+    # capped: first the dictionary of the uncapped training pairs (the same as the full data-bin's); with
+    # TRAIN_CONCAT that of the pairs without the joined ones (the same as the data-bin without them); the
+    # two runs of fairseq-preprocess in one process (fairseq_command.py: preprocess --first N)
     local dict_pref="$WORK/bpe/train.clean"; [[ -z ${TRAIN_MAX_LEN:-} ]] || dict_pref="$WORK/bpe/train.full"
-    fairseq_args pargs preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
+    fairseq_args first preprocess --destdir "$tmp.dict" "${pre[@]}" --set "trainpref=$dict_pref" \
       --set dict_only=1 --set "joint=$JOINT"
-    RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
-      || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp.dict"; return 1; }
     dicts=(--set "srcdict=$tmp.dict/dict.$SRC.txt"); [[ $JOINT == 1 ]] || dicts+=(--set "tgtdict=$tmp.dict/dict.$TGT.txt")
   fi
   fairseq_args pargs preprocess --destdir "$tmp" "${pre[@]}" --set "trainpref=$train_pref" \
     --set "validpref=$WORK/bpe/valid" --set "testpref=$WORK/bpe/test" --set "joint=$JOINT" "${dicts[@]}"
+  (( ${#first[@]} == 0 )) || pargs=(--first "${#first[@]}" "${first[@]}" "${pargs[@]}")
   RECIPE_FLAG_VARIABLES="PREPROCESS_ARGS=${PREPROCESS_ARGS:-}" "${FAIRSEQ[@]}" preprocess "${pargs[@]}" >> "$WORK/preprocess.log" 2>&1 \
     || { tail -5 "$WORK/preprocess.log" >&2; rm -rf "$tmp" "$tmp.dict"; return 1; }
   rm -rf "$tmp.dict"
@@ -779,6 +779,8 @@ evaluate_main() {
   # COMET (COMET_MODEL=/path/to/model.ckpt, local only): a checkpoint that does not load stops here
   # (a study checked it once, before its first run: comet_checked)
   [[ -n ${COMET_CHECKED:-} ]] || "${STEPS[@]}" check-comet || exit 1
+  # the text steps (eval-text: one process): the hypotheses of generate.out detokenised, and the tokenised BLEU's files
+  local text=()
   if (( rc == 6 )); then
     local f; for f in averaged.json generate.out hyp.tok.txt hyp.txt; do cp "$why/$f" "$out/$f"; done
   else
@@ -798,23 +800,21 @@ evaluate_main() {
            tail -5 "$out/generate.err" >&2; die "fairseq-generate failed; see $out/generate.err"; }
     mv "$out/generate.out.tmp" "$out/generate.out"
     local n; n=$(wc -l < "$refs/$EVAL_SUBSET.$TGT")
-    "${STEPS[@]}" hyps "$out/generate.out" --n "$n" --output "$out/hyp.tok.txt"
-    "${STEPS[@]}" detok --lang "$TGT" "$out/hyp.tok.txt" "$out/hyp.txt"
+    text=(--generate-out "$out/generate.out" --n "$n" --hyp-tok "$out/hyp.tok.txt")
   fi
   local tokargs=()
   if [[ $TOK_BLEU == 1 && $(tokenizer_tool "$TGT") == moses ]]; then
     # tokenised BLEU as the papers report it: tokenizer.perl WITHOUT -a on the detokenised output
     # and reference (+ compound splitting for German), multi-bleu.perl
     local method="moses tokenizer.perl (no -a) on detokenised text, multi-bleu.perl"
-    "${STEPS[@]}" tokenize --lang "$TGT" --tool moses-plain "$out/hyp.txt" "$out/hyp.tokbleu.txt" \
-      "$refs/$EVAL_SUBSET.$TGT" "$out/ref.tokbleu.txt"
+    text+=(--tok-tool moses-plain --ref "$refs/$EVAL_SUBSET.$TGT" --tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt")
     if [[ $TGT == de ]]; then
-      "${STEPS[@]}" split-compounds "$out/hyp.tokbleu.txt" "$out/hyp.tokbleu.txt" \
-        "$out/ref.tokbleu.txt" "$out/ref.tokbleu.txt"
+      text+=(--split-compounds)
       method="moses tokenizer.perl (no -a) on detokenised text, compound splitting (##AT##-##AT##), multi-bleu.perl"
     fi
     tokargs=(--tok-hyp "$out/hyp.tokbleu.txt" --tok-ref "$out/ref.tokbleu.txt" --tok-method "$method")
   fi
+  (( ${#text[@]} == 0 )) || "${STEPS[@]}" eval-text --lang "$TGT" --hyp "$out/hyp.txt" "${text[@]}"
   "${STEPS[@]}" score --hyp "$out/hyp.txt" --ref "$refs/$EVAL_SUBSET.$TGT" --tokenize "$SACREBLEU_TOK" "${tokargs[@]}" \
     --record "$out/averaged.json" --record "$out/data.check.json" --record "$out/evaluated_with.json" \
     --text "arch_requested=$ARCH" --text "checkpoint=$ckpt" --number "beam=$BEAM" --number "lenpen=$LENPEN" \

@@ -185,7 +185,7 @@ def run(cmd: List[str], timeout: int = 300) -> str:
     return p.stdout
 
 
-# ---- 2-process gloo worker (torch.multiprocessing.spawn) ------------------
+# ---- 2-process gloo worker (torch.multiprocessing, forked) -----------------
 def ddp_worker(rank: int, world: int, port: int, archs: List[str], out_dir: str) -> None:
     """Train every arch 2 steps under torch DDP and under fairseq's legacy DDP.
 

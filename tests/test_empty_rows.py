@@ -137,18 +137,20 @@ def cases(names):
 def test_emptied_rows_contribute_nothing(names):
     checked = 0
     for side, left_pad in cases(names):
-        for backend in ("explicit", "fused"):
-            attn = build(names, side, "auto")
-            if attn is None or (backend == "fused" and not attn.fused_ok):
-                continue
+        attn = build(names, side, "auto")  # both paths run the same module: one float64 reference serves both
+        if attn is None:
+            continue
+        x, kpm = padded_batch([6, 4], left_pad=left_pad)
+        causal = side == "decoder"
+        mask = torch.triu(torch.full((6, 6), float("-inf")), 1) if causal else None
+        ref = None
+        for backend in ("explicit", "fused") if attn.fused_ok else ("explicit",):
             attn.backend = backend
-            x, kpm = padded_batch([6, 4], left_pad=left_pad)
-            causal = side == "decoder"
-            mask = torch.triu(torch.full((6, 6), float("-inf")), 1) if causal else None
             torch.manual_seed(5)
             out, _ = attn(x, x, x, key_padding_mask=kpm, attn_mask=mask, need_weights=False)
-            ref, probs, empty = reference64(attn, x, kpm, causal, seed=5)
-            assert empty.any(), "the test mask must empty rows"
+            if ref is None:
+                ref, probs, empty = reference64(attn, x, kpm, causal, seed=5)
+                assert empty.any(), "the test mask must empty rows"
             assert_close(out.double(), ref, rtol=1e-5, atol=2e-5,
                          msg=lambda m: f"{names} {side} {backend} left_pad={left_pad}: {m}")
             if backend == "explicit":

@@ -48,6 +48,9 @@ def test_the_config_is_fairseqs_own_and_each_run_gets_its_own(tmp_path):
         ("train", [data, "--task", "language_modeling", "--arch", "transformer_lm", "--optimizer", "adam"]),
         ("generate", [data, "--user-dir", PLUGIN_DIR, "--path", str(tmp_path / "a" / "c.pt"), "--beam", "2",
                       "--cpu", "--num-workers", "0"]),
+        # the first run's config groups with other values (a list among them): only those are applied again
+        ("train", [*train, "--arch", "transformer_relpos_wmt_en_de", "--relpos-k", "5", "--max-update", "7",
+                   "--lr", "5e-4", "--save-dir", str(tmp_path / "c")]),
     ]
 
     def parsed(kind, argv):

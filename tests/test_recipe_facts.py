@@ -299,3 +299,18 @@ def test_training_logs_are_asked_for_and_need_their_packages():
         assert wandb.returncode == 0 and "--wandb-project\np" in wandb.stdout
     else:
         assert wandb.returncode == 1 and wandb.stderr.strip() == "error: WANDB_PROJECT=p needs wandb (pip install wandb; wandb login)"
+
+
+def test_a_bad_download_moved_aside_never_overwrites_an_earlier_one(tmp_path):
+    """moved_aside (a download that fails its checksum or does not unpack; it may be one the user
+    staged by hand): FILE.bad, then FILE.bad.2, each keeping its bytes; the path may hold a space."""
+    folder = tmp_path / "down loads"
+    folder.mkdir()
+    archive = folder / "corpus.tgz"
+    for n, content in enumerate(("first\n", "second\n"), 1):
+        archive.write_text(content)
+        p = _bash_env(f'moved_aside "{archive}"', {})
+        expected = folder / ("corpus.tgz.bad" if n == 1 else f"corpus.tgz.bad.{n}")
+        assert p.returncode == 0 and p.stdout.strip() == str(expected), p.stderr
+    assert not archive.exists()
+    assert [(folder / f).read_text() for f in ("corpus.tgz.bad", "corpus.tgz.bad.2")] == ["first\n", "second\n"]

@@ -147,6 +147,14 @@ fairseq_args() {
   mapfile -t into_ <<< "$listed"
 }
 
+# moved_aside FILE: FILE renamed to FILE.bad (or FILE.bad.2, .3...: an earlier one is never
+# overwritten); prints the new name
+moved_aside() {
+  local to="$1.bad" n=1
+  while [[ -e $to || -L $to ]]; do n=$((n + 1)); to="$1.bad.$n"; done
+  mv "$1" "$to" && echo "$to"
+}
+
 # download URL DEST [SHA256]: resumable (curl -C -), verified, atomic. Without a
 # known checksum, the sha256 of the first download that unpacks completely is recorded in
 # $WORK/downloads.sha256 (record_download_sum) and later downloads are checked against it.
@@ -162,7 +170,7 @@ download() {
   fi
   local got; got=$(sha256sum "$dest" | cut -d' ' -f1)
   if [[ -n "$sum" && "$got" != "$sum" ]]; then
-    mv "$dest" "$dest.bad"; die "$dest: sha256 $got, expected $sum (moved to $dest.bad; re-run to download again)"
+    local bad; bad=$(moved_aside "$dest"); die "$dest: sha256 $got, expected $sum (moved to $bad; re-run to download again)"
   fi
 }
 
@@ -174,7 +182,7 @@ record_download_sum() {
 }
 
 # fetch_archive URL: download and unpack into $WORK/downloads/NAME.d (always unpacked afresh);
-# a truncated or corrupt archive is moved aside to NAME.bad (it may be one the user staged by hand;
+# a truncated or corrupt archive is moved aside (moved_aside: NAME.bad; it may be one the user staged by hand;
 # re-run to download it again) and stops the step
 fetch_archive() {
   local url=$1 dl="$WORK/downloads" name; name=$(basename "$url")
@@ -182,7 +190,7 @@ fetch_archive() {
   download "$url" "$dl/$name"
   log "unpacking $name"
   if ! "${STEPS[@]}" unpack "$dl/$name" "$dl/$name.d"; then
-    mv "$dl/$name" "$dl/$name.bad"; die "$name could not be unpacked: moved to $dl/$name.bad; re-run to download it again"
+    local bad; bad=$(moved_aside "$dl/$name"); die "$name could not be unpacked: moved to $bad; re-run to download it again"
   fi
   record_download_sum "$dl/$name"
 }

@@ -42,6 +42,8 @@ def cmd_eval_text(args):
     compounds split (``split-compounds``). Each file is written and read as the single steps do."""
     from .tokenisation import detok_file, split_compounds_files, tokenize_files
 
+    if args.split_compounds and not args.tok_tool:
+        die("--split-compounds needs --tok-tool (it splits the tokenised BLEU's files)")
     if args.generate_out:
         if not args.hyp_tok or args.n is None:
             die("--generate-out needs --n and --hyp-tok (the tokenised hypotheses it writes)")

@@ -95,6 +95,35 @@ def test_compound_splitting_and_hyp_order(tmp_path):
     assert p.returncode == 1 and "3 hypotheses for a test set of 4" in p.stderr and not (tmp_path / "h4").exists()
 
 
+def test_eval_text_writes_what_the_single_steps_write_and_refuses_half_asked(tmp_path):
+    """evaluate.sh's one-process text step against hyps, detok, tokenize and split-compounds run one
+    by one (en-de, with compounds and punctuation), byte for byte; a half-given request is one line."""
+    (tmp_path / "g").write_text("H-1\t-0.5\tein well-known Film , 3-4 x &quot;\nH-0\t-0.1\tDas ist &apos;s gut .\n")
+    (tmp_path / "ref").write_text("Das ist's gut.\nein well-known Film, 3-4 x.\n")
+    one = {k: tmp_path / f"one.{k}" for k in ("tok", "hyp", "tokhyp", "tokref")}
+    chain = [("hyps", str(tmp_path / "g"), "--n", "2", "--output", str(one["tok"])),
+             ("detok", "--lang", "de", str(one["tok"]), str(one["hyp"])),
+             ("tokenize", "--lang", "de", "--tool", "moses-plain", str(one["hyp"]), str(one["tokhyp"]),
+              str(tmp_path / "ref"), str(one["tokref"])),
+             ("split-compounds", str(one["tokhyp"]), str(one["tokhyp"]), str(one["tokref"]), str(one["tokref"]))]
+    for args in chain:
+        p = steps(*args)
+        assert p.returncode == 0, (args, p.stderr)
+    both = {k: tmp_path / f"both.{k}" for k in one}
+    p = steps("eval-text", "--lang", "de", "--hyp", str(both["hyp"]), "--generate-out", str(tmp_path / "g"), "--n", "2",
+              "--hyp-tok", str(both["tok"]), "--tok-tool", "moses-plain", "--ref", str(tmp_path / "ref"),
+              "--tok-hyp", str(both["tokhyp"]), "--tok-ref", str(both["tokref"]), "--split-compounds")
+    assert p.returncode == 0, p.stderr
+    for k in one:
+        assert both[k].read_bytes() == one[k].read_bytes(), k
+    assert "##AT##-##AT##" in both["tokref"].read_text()
+    for args, said in ((("--split-compounds",), "--split-compounds needs --tok-tool"),
+                       (("--generate-out", str(tmp_path / "g")), "--generate-out needs --n and --hyp-tok"),
+                       (("--tok-tool", "moses-plain", "--ref", str(tmp_path / "ref")), "--tok-tool needs --ref, --tok-hyp")):
+        p = steps("eval-text", "--lang", "de", "--hyp", str(tmp_path / "h"), *args)
+        assert p.returncode == 1 and said in p.stderr and not (tmp_path / "h").exists(), p.stderr
+
+
 def test_checkpoint_averaging_is_the_mean(tmp_path):
     g = torch.Generator().manual_seed(0)
     states = []

@@ -98,9 +98,6 @@ def generate_config(argv):
 _GROUPS_COMPOSED = {}
 #: an override as hydra's grammar parses it (the same text, the same parse)
 _PARSED = {}
-#: per choice of config groups, the first run's value overrides (their keys, their texts) and the
-#: config they made: never handed out, a later run with the same keys applies only its changed ones
-_APPLIED = {}
 
 
 def fairseq_config(args):
@@ -120,6 +117,7 @@ def fairseq_config(args):
     from fairseq.optim.lr_scheduler import LR_SCHEDULER_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
     from hydra import compose, initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
@@ -131,10 +129,12 @@ def fairseq_config(args):
             GlobalHydra.instance().clear()
             with initialize_config_dir(config_dir=os.path.join(os.path.dirname(fairseq.__file__), "config")):
                 _GROUPS_COMPOSED[groups] = compose("config", overrides=list(groups), strict=False)
+        composed = copy.deepcopy(_GROUPS_COMPOSED[groups])
+        OmegaConf.set_struct(composed, True)  # as hydra applies the overrides
         values = [o for o in overrides if o not in groups]
         unparsed = [o for o in values if o not in _PARSED]
         _PARSED.update(zip(unparsed, OverridesParser.create().parse_overrides(unparsed)))
-        composed = _with_overrides(groups, values)
+        ConfigLoaderImpl._apply_overrides_to_config(copy.deepcopy([_PARSED[o] for o in values]), composed)
     except Exception:
         return convert_namespace_to_omegaconf(args)
     # the rest is fairseq's convert_namespace_to_omegaconf after its compose
@@ -153,35 +153,6 @@ def fairseq_config(args):
                 cfg[key]._name = getattr(args, name)
     OmegaConf.set_struct(cfg, True)
     return cfg
-
-
-def _with_overrides(groups, values):
-    """The config composed for ``groups`` with the value overrides ``values`` applied, as hydra
-    applies them (one after the other, each setting its key). Where the first run of these groups
-    set the same keys, each once and by plain assignment, its config is taken and only the
-    overrides that differ are applied: a key's value is its last override's. A dict value is never
-    applied that way (hydra merges a dict into the value before it)."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from omegaconf import OmegaConf
-
-    def applied(cfg, overrides):
-        OmegaConf.set_struct(cfg, True)  # as hydra applies the overrides
-        ConfigLoaderImpl._apply_overrides_to_config(copy.deepcopy([_PARSED[o] for o in overrides]), cfg)
-        return cfg
-
-    parsed = [_PARSED[o] for o in values]
-    keys = [p.key_or_group for p in parsed]
-    plain = len(set(keys)) == len(keys) and not any(
-        p.package is not None or p.is_delete() or p.is_add() or p.is_force_add() for p in parsed)
-    first = _APPLIED.get(groups)
-    if plain and first is not None and first[0] == set(keys):
-        changed = [o for o in values if o not in first[1]]
-        if not any(isinstance(_PARSED[o].value(), dict) for o in changed):
-            return applied(copy.deepcopy(first[2]), changed)
-    composed = applied(copy.deepcopy(_GROUPS_COMPOSED[groups]), values)
-    if plain and first is None:
-        _APPLIED[groups] = (set(keys), set(values), copy.deepcopy(composed))
-    return composed
 
 
 def generate_with_config(cfg, path=None):

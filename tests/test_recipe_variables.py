@@ -180,6 +180,16 @@ def test_a_wrong_setting_is_refused_by_the_script_in_one_line_before_any_step(tm
     assert not work.exists()  # before any step: nothing made
 
 
+@pytest.mark.parametrize("recipe", ["wmt14_en_de", "bible_grc_en"])
+def test_figure2_with_windows_and_heads_both_empty_is_refused_before_any_step(tmp_path, recipe):
+    """WINDOWS= or HEADS= set to nothing runs one half of Figure 2; both empty leave nothing to run."""
+    work = tmp_path / "work"
+    p = script(recipe, "figure2.sh", env={"WORK": str(work), "WINDOWS": "", "HEADS": ""})
+    assert p.returncode == 1 and p.stdout == "", p.stdout
+    assert p.stderr == "error: WINDOWS and HEADS are both empty\n", p.stderr
+    assert not work.exists()
+
+
 @pytest.mark.parametrize("given", [{"CLEAN_MIN": "300"}, {"CLEAN_MIN": "5", "CLEAN_MAX": "4"}])
 def test_a_cleaning_range_that_drops_every_pair_is_refused_before_any_step(tmp_path, given):
     """CLEAN_MIN above CLEAN_MAX (the one given, or its default 250): one line naming both values."""

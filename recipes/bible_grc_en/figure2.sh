@@ -4,7 +4,7 @@
 . "$(dirname "$0")/env.sh"
 . "$(dirname "$0")/../lib/paper.sh"
 # the windows of the paper's text; the 2D-CSAN areas the preset's 4 encoder heads allow (odd: an area
-# is centred on its head). Both overridable (HEADS up to 7 with --encoder-attention-heads 8 in MODEL_ARGS)
-WINDOWS=${WINDOWS:-3,5,7,11,15}
-HEADS=${HEADS:-1,3}
+# is centred on its head). Both overridable; one set empty runs the other half alone (docs/howto/table1.md: 2b at 8 heads)
+WINDOWS=${WINDOWS-3,5,7,11,15}
+HEADS=${HEADS-1,3}
 figure2_main "$@"

@@ -184,8 +184,8 @@ figure2_main() {
   check_variables figure2 train evaluate
   recipe_defaults
   paper_quick_defaults
-  WINDOWS=${WINDOWS:-3,5,7,9,11,13,15}     # 1D-CSAN --csan-window values
-  HEADS=${HEADS:-1,3,5,7}                  # 2D-CSAN --csan-heads values (odd, <= heads)
+  WINDOWS=${WINDOWS-3,5,7,9,11,13,15}      # 1D-CSAN --csan-window values (set empty: none)
+  HEADS=${HEADS-1,3,5,7}                   # 2D-CSAN --csan-heads values (odd, <= heads; set empty: none)
   FIG2_WINDOW=${FIG2_WINDOW:-11}           # the 2D-CSAN window, fixed as in the paper
   FIGURE2_DIR=${FIGURE2_DIR:-$WORK/figure2${CONVERGE:+_converge$CONVERGE}}
   [[ -n "$WINDOWS$HEADS" ]] || die "WINDOWS and HEADS are both empty"

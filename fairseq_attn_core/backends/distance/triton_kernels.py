@@ -412,9 +412,10 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
             wrapped = jw >= BLOCK_N
             at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
             row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
-            tl.store(DTABLE + row0 + at, tl.sum(tl.where(wrapped, 0.0, g), 0), mask=(at >= 0) & (at < NDIST))
+            wr = tl.sum(tl.where(wrapped, g, 0.0), 0)
+            tl.store(DTABLE + row0 + at, tl.sum(g, 0) - wr, mask=(at >= 0) & (at < NDIST))
             at -= BLOCK_N  # wrapped: one tile width less
-            tl.store(DTABLE + row0 + NDIST + at, tl.sum(tl.where(wrapped, g, 0.0), 0), mask=(at >= 0) & (at < NDIST))
+            tl.store(DTABLE + row0 + NDIST + at, wr, mask=(at >= 0) & (at < NDIST))
     return dq, dqa, dql, dqr
 
 

@@ -138,7 +138,7 @@ def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: 
 
 
 @triton.jit
-def _band(x, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
+def _band(x, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS: tl.constexpr,
           KEYS: tl.constexpr, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
           TRANS: tl.constexpr = False):
     """A band tile's per-pair terms and the causal mask (``TRANS``: keys as rows, queries
@@ -154,9 +154,8 @@ def _band(x, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip
             x -= slope2 * tl.abs(keys[None, :] - rows[:, None])
     if BIAS == 1:  # BIAS2: distance 0 in the head's first of 8 copies (copy c at c BROW holds the row from
         # distance c on), padded with zeros: no mask; each tile row reads the copy that aligns its start
-        u = (n0 - i0) - tl.arange(0, BLOCK_M)  # the distance of each row's first key
-        c = u & 7
-        first = c * BROW + tl.multiple_of(u - c, 8)
+        # (first0: :func:`_bias_first`)
+        first = tl.multiple_of(first0 + (n0 - i0), 8)
         if TRANS:
             x += tl.load(BIAS2 + first[None, :] + tl.arange(0, BLOCK_N)[:, None]).to(x.dtype) * 1.4426950408889634
         else:
@@ -170,6 +169,17 @@ def _band(x, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip
     if CAUSAL:
         x = tl.where(dist <= 0, x, float("-inf"))
     return x
+
+
+@triton.jit
+def _bias_first(phase, BROW, BLOCK_M: tl.constexpr):
+    """Where each of a band tile's rows (``TRANS``: columns) starts reading t5bias's copies
+    (:func:`_band`), less the tile's ``n0 - i0``: the copy that aligns the row's first key is
+    ``(n0 - i0 - row) mod 8``, the same in every band tile of a program (``phase``: ``n0 - i0``
+    of any of them), so this is computed once, outside the loops."""
+    u = phase - tl.arange(0, BLOCK_M)
+    c = u & 7
+    return c * BROW - tl.arange(0, BLOCK_M) - c
 
 
 @triton.jit
@@ -194,7 +204,7 @@ def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
 
 
 @triton.jit
-def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, sk, sv, qk_scale,
+def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, sk, sv, qk_scale,
               slope2, KB, BIAS2, QA2, qa_rows, row, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -203,7 +213,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2,
+    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
                               BLOCK_M, BLOCK_N)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
@@ -255,6 +265,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     qa_rows = (bh * T + offs_m) * R
+    first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
     acc = tl.zeros((BLOCK_M, BLOCK_D), ACC)
@@ -268,20 +279,20 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-            acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, skt, svt,
+            acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
             qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
             BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, skt, svt,
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, BROW, skt, svt,
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     has = l_i > 0
@@ -336,7 +347,7 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt,
 
 
 @triton.jit
-def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
+def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
             KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr):
@@ -352,19 +363,19 @@ def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slo
     dist = offs_n[None, :] - pos_i[:, None]
     inside = (offs_m < T)[:, None] & (offs_n < S)[None, :]
     if KIND == 1:
-        x = _band(x, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
+        x = _band(x, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS, CAUSAL,
                   BLOCK_M, BLOCK_N)
     return x, dist, inside
 
 
 @triton.jit
-def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
+def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
                 row, lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
                 EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
     no key); with the pairs' distances and which are inside (T, S)."""
-    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB, BIAS2,
+    x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
                               BLOCK_M, BLOCK_N)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
@@ -372,7 +383,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale,
 
 @triton.jit
 def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-             NDIST, BROW, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
+             NDIST, first0, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
@@ -382,7 +393,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
     offs_d = tl.arange(0, BLOCK_D)
     k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
     v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, BROW, qk_scale, slope2, KB,
+    p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
                                   PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
@@ -412,9 +423,10 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
             wrapped = jw >= BLOCK_N
             at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
             row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
-            tl.store(DTABLE + row0 + at, tl.sum(tl.where(wrapped, 0.0, g), 0), mask=(at >= 0) & (at < NDIST))
+            wr = tl.sum(tl.where(wrapped, g, 0.0), 0)
+            tl.store(DTABLE + row0 + at, tl.sum(g, 0) - wr, mask=(at >= 0) & (at < NDIST))
             at -= BLOCK_N  # wrapped: one tile width less
-            tl.store(DTABLE + row0 + NDIST + at, tl.sum(tl.where(wrapped, g, 0.0), 0), mask=(at >= 0) & (at < NDIST))
+            tl.store(DTABLE + row0 + NDIST + at, wr, mask=(at >= 0) & (at < NDIST))
     return dq, dqa, dql, dqr
 
 
@@ -447,6 +459,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
     koff = b * skb + h * skh
+    first0 = _bias_first(-i0, BROW, BLOCK_M)
     slope2 = 0.0
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
@@ -465,7 +478,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         dq, dqa, dql, dqr = _dq_tile(
             dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
-            BROW, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
+            first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
@@ -473,7 +486,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-                NDIST, BROW, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
+                NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
@@ -482,7 +495,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             dq, dqa, dql, dqr = _dq_tile(
                 dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-                NDIST, BROW, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
@@ -496,7 +509,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
 
 
 @triton.jit
-def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sq, sdo, qk_scale,
+def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sq, sdo, qk_scale,
               slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -523,7 +536,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         if KEYS:
             lse = tl.load(LSEF + far, mask=offs_m < T, other=float("inf"))
         if BIAS != 0:
-            lse -= _rows_term(offs_m, i0, h, T, S, BROW, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+            lse -= _rows_term(offs_m, i0, h, T, S, 0, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
         if VALUES:
             delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
@@ -538,7 +551,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     if KIND == 1:
         dist = offs_n[:, None] - pos_i[None, :]
         inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
-        xT = _band(xT, dist, inside, n0, i0, h, S, BROW, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
+        xT = _band(xT, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
                    CAUSAL, BLOCK_M, BLOCK_N, True)
     pT = tl.exp2(xT - lse[None, :])
     dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
@@ -577,6 +590,7 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
     qoff = b * sqb + h * sqh
     dooff = b * sdb + h * sdh
+    first0 = _bias_first(n0 - start, BROW, BLOCK_M)
     slope2 = 0.0
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
@@ -587,15 +601,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sqt, sdt,
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sqt, sdt,
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, BROW, start, sqt, sdt,
+        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)

@@ -35,9 +35,16 @@ def _spans(pieces: Sequence[Tuple[str, str, str]]) -> Tuple[Dict[str, List[int]]
     matches = list(re.finditer(r"\S+", text))
     runs = [m.span() for m in matches]
     out: Dict[str, List[int]] = {}
+    first = 0  # the first word ending after the token's start (the tokens are in the text's order)
     for (tid, tok, _), start in zip(pieces, starts):
         end = start + len(tok)
-        out[tid] = [w for w, (a, b) in enumerate(runs) if a < end and start < b and tok.strip()]
+        while first < len(runs) and runs[first][1] <= start:
+            first += 1
+        w = first
+        out[tid] = []
+        while tok.strip() and w < len(runs) and runs[w][0] < end:  # the words it overlaps
+            out[tid].append(w)
+            w += 1
     return out, [m.group() for m in matches]
 
 

@@ -5,12 +5,14 @@ import csv
 import io
 import json
 import os
+import pathlib
 import sys
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from recipe_data import bible_corpus  # noqa: E402
 from trained_models import data_dir, trained  # noqa: E402
 
 from fairseq_attn_plugins.alignment.attention import teacher_forced_attention, word_links, word_matrix  # noqa: E402
@@ -79,7 +81,7 @@ VERSES = ["40001001", "40001002", "43011035", "40002002"]
 def bible(tmp_path_factory):
     """The package's rows and records of :data:`VERSES` as files of the package's format, and the
     gold built from them: a verse's gold depends on its rows and the records of its tokens alone, so
-    it is the whole package's (the bible-corpus test below builds the whole package's, in its step)."""
+    it is the whole package's (the bible-corpus step builds that: the test below reads its files)."""
     pytest.importorskip("fairseq_attn_recipes.bible_gold")
     from fairseq_attn_recipes import bible_gold
     folder = tmp_path_factory.mktemp("bible_gold")
@@ -337,24 +339,21 @@ def test_a_model_without_cross_attention_is_refused(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_bible_corpus_step_writes_gold_that_fits_its_lines(tmp_path):
-    import subprocess
-    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "bible-corpus", "--out", str(tmp_path),
-                        "--src-lang", "grc", "--tgt-lang", "en"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
+def test_bible_corpus_step_writes_gold_that_fits_its_lines():
+    corpus = pathlib.Path(bible_corpus())
     for subset in ("valid", "test"):
-        src = (tmp_path / f"{subset}.grc").read_text().splitlines()
-        tgt = (tmp_path / f"{subset}.en").read_text().splitlines()
-        gold = A.read_pharaoh(str(tmp_path / f"{subset}.align"), src, tgt)  # line count and indices fit
+        src = (corpus / f"{subset}.grc").read_text().splitlines()
+        tgt = (corpus / f"{subset}.en").read_text().splitlines()
+        gold = A.read_pharaoh(str(corpus / f"{subset}.align"), src, tgt)  # line count and indices fit
         assert sum(1 for g in gold if g) > 0.95 * len(gold)
-    assert not (tmp_path / "train.align").exists()
+    assert not (corpus / "train.align").exists()
     # the numbers the alignment docs (how-to and report) give of the gold are those of the gold the step writes
     import re
 
-    verses = {s: len((tmp_path / f"{s}.ids").read_text().splitlines()) for s in ("valid", "test")}
-    links = {s: sum(len(line.split()) for line in (tmp_path / f"{s}.align").read_text().splitlines())
+    verses = {s: len((corpus / f"{s}.ids").read_text().splitlines()) for s in ("valid", "test")}
+    links = {s: sum(len(line.split()) for line in (corpus / f"{s}.align").read_text().splitlines())
              for s in ("valid", "test")}
-    chapters = len({v[:5] for v in (tmp_path / "test.ids").read_text().splitlines()})
+    chapters = len({v[:5] for v in (corpus / "test.ids").read_text().splitlines()})
     docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
     doc = "\n".join(open(os.path.join(docs, *name), encoding="utf-8").read()
                     for name in (("howto", "alignment.md"), ("results", "alignment_study.md")))

@@ -15,7 +15,7 @@ plugin before fairseq, fairseq is imported without scikit-learn and scipy.stats
 (:mod:`fairseq_attn_records.fairseq_import`). Importing it prints nothing: fairseq's tensorboardX
 notice and torch's known-harmless warnings are dropped by message, and this distribution's
 commands print their output without INFO lines (:mod:`.integration.quiet_imports`).
-fairseq-attn-export and fairseq-attn-pieces load it after reading their arguments (:mod:`.registration`).
+fairseq-attn-bench, -export and -pieces register it after reading their arguments (:mod:`.registration`).
 """
 
 from . import registration

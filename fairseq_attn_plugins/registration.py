@@ -11,7 +11,7 @@ from fairseq_attn_records import fairseq_import
 from .integration.refusals import program, running_command
 
 #: the console commands (pyproject.toml's scripts) that read their arguments before registering the plugin
-READ_ARGUMENTS_FIRST = ("fairseq-attn-export", "fairseq-attn-pieces")
+READ_ARGUMENTS_FIRST = ("fairseq-attn-bench", "fairseq-attn-export", "fairseq-attn-pieces")
 
 
 def reads_arguments_first(argv0=None) -> bool:

@@ -15,22 +15,14 @@ plugin before fairseq, fairseq is imported without scikit-learn and scipy.stats
 (:mod:`fairseq_attn_records.fairseq_import`). Importing it prints nothing: fairseq's tensorboardX
 notice and torch's known-harmless warnings are dropped by message, and this distribution's
 commands print their output without INFO lines (:mod:`.integration.quiet_imports`).
+fairseq-attn-bench, -export and -pieces register it after reading their arguments (:mod:`.registration`).
 """
 
-from fairseq_attn_records import fairseq_import
-
+from . import registration
 from .integration import quiet_imports
-from .integration.refusals import running_command
 
 quiet_imports.install()  # before fairseq is imported
-if running_command():
-    fairseq_import.import_fairseq()
-
-import fairseq_attn_core  # noqa: E402,F401  (registers every piece)
-
-from . import models  # noqa: E402,F401  (registers the model and its architectures)
-from .integration import fixes  # noqa: E402
-
-fixes.install()
+if not registration.reads_arguments_first():  # those commands load it once their arguments are read
+    registration.register()
 
 __version__ = "0.1.0"

@@ -20,14 +20,14 @@ def cmd_bible_corpus(args):
         return
     splits, version = verse_pairs()
     os.makedirs(args.out, exist_ok=True)
-    gold = None
+    # the gold of the verses of valid and test alone (bible_gold: each verse's links are its own)
+    gold = BibleGold(*package_files(), verses={v for split in ("valid", "test") for v, _, _ in splits.get(split, ())})
     for split, rows in splits.items():
         write_lines(os.path.join(args.out, f"{split}.{args.src_lang}"), [g for _, g, _ in rows])
         write_lines(os.path.join(args.out, f"{split}.{args.tgt_lang}"), [e for _, _, e in rows])
         write_lines(os.path.join(args.out, f"{split}.ids"), [v for v, _, _ in rows])
         write_lines(os.path.join(args.out, f"{split}.docs"), [chapter_of(v) for v, _, _ in rows])
         if split != "train":  # the gold word alignments (bible_gold): each line's verse ids
-            gold = gold or BibleGold(*package_files())
             write_gold(os.path.join(args.out, f"{split}.align"), [[v] for v, _, _ in rows],
                        [g for _, g, _ in rows], [e for _, _, e in rows], gold)
     info = {"package": PACKAGE, "version": version, "pairs": {s: len(r) for s, r in splits.items()},

@@ -17,7 +17,7 @@ line is those verses' words; a link between two verses is kept when both are on 
 
 import json
 import re
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Collection, Dict, List, Optional, Sequence, Set, Tuple
 
 from fairseq_attn_records.output_files import write_lines
 
@@ -35,21 +35,30 @@ def _spans(pieces: Sequence[Tuple[str, str, str]]) -> Tuple[Dict[str, List[int]]
     matches = list(re.finditer(r"\S+", text))
     runs = [m.span() for m in matches]
     out: Dict[str, List[int]] = {}
+    first = 0  # the first word ending after the token's start (the tokens are in the text's order)
     for (tid, tok, _), start in zip(pieces, starts):
         end = start + len(tok)
-        out[tid] = [w for w, (a, b) in enumerate(runs) if a < end and start < b and tok.strip()]
+        while first < len(runs) and runs[first][1] <= start:
+            first += 1
+        w = first
+        out[tid] = []
+        while tok.strip() and w < len(runs) and runs[w][0] < end:  # the words it overlaps
+            out[tid].append(w)
+            w += 1
     return out, [m.group() for m in matches]
 
 
 class BibleGold:
-    """The package's gold links as (verse, word) pairs, and each verse's word counts."""
+    """The package's gold links as (verse, word) pairs, and each verse's words: of every verse, or of
+    ``verses`` alone (a verse's links and words depend on its own tokens only)."""
 
-    def __init__(self, source_tsv: str, target_tsv: str, alignment_json: str):
+    def __init__(self, source_tsv: str, target_tsv: str, alignment_json: str,
+                 verses: Optional[Collection[str]] = None):
         self.src_words: Dict[str, List[str]] = {}  # verse -> its words
         self.tgt_words: Dict[str, List[str]] = {}
-        src_of = self._words(source_tsv, lambda r: r["id"][1:9], lambda r: " ", self.src_words)
+        src_of = self._words(source_tsv, lambda r: r["id"][1:9], lambda r: " ", self.src_words, verses)
         tgt_of = self._words(target_tsv, lambda r: r["source_verse"],
-                             lambda r: "" if r["skip_space_after"] == "y" else " ", self.tgt_words)
+                             lambda r: "" if r["skip_space_after"] == "y" else " ", self.tgt_words, verses)
         with open(alignment_json, encoding="utf-8") as f:
             records = json.load(f)["records"]
         self.links: Set[Tuple[Tuple[str, int], Tuple[str, int]]] = set()
@@ -61,10 +70,12 @@ class BibleGold:
                             self.links.add((sw, tw))
 
     @staticmethod
-    def _words(path, verse_of, after_of, counts) -> Dict[str, List[Tuple[str, int]]]:
+    def _words(path, verse_of, after_of, counts, verses) -> Dict[str, List[Tuple[str, int]]]:
         by_verse: Dict[str, List[Tuple[str, str, str]]] = {}
         for row in _rows(path):
-            by_verse.setdefault(verse_of(row), []).append((row["id"], row["text"], after_of(row)))
+            verse = verse_of(row)
+            if verses is None or verse in verses:
+                by_verse.setdefault(verse, []).append((row["id"], row["text"], after_of(row)))
         out: Dict[str, List[Tuple[str, int]]] = {}
         for verse, pieces in by_verse.items():
             words, counts[verse] = _spans(pieces)

@@ -2,6 +2,10 @@
 
 import os
 import random
+import subprocess
+import sys
+
+from shared_builds import build_once
 
 # (en, de, zh, ja) phrase tables: subject, verb phrase, object
 _SUBJ = [("The cat", "Die Katze", "猫", "猫は"), ("My brother", "Mein Bruder", "我的哥哥", "私の兄は"),
@@ -70,3 +74,15 @@ def write_archive(path, members):
                 info.size = len(blob)
                 t.addfile(info, io.BytesIO(blob))
     return path
+
+
+def bible_corpus() -> str:
+    """The folder of the bible corpus step (``python -m fairseq_attn_recipes bible-corpus``: the
+    package's verse pairs split by chapter, the gold alignments of valid and test), made once per
+    test run (:mod:`shared_builds`); the tests only read it."""
+    def make(folder):
+        p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "bible-corpus", "--out", folder,
+                            "--src-lang", "grc", "--tgt-lang", "en"], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+
+    return build_once("bible_corpus", make)

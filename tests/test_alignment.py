@@ -5,12 +5,14 @@ import csv
 import io
 import json
 import os
+import pathlib
 import sys
 
 import pytest
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
+from recipe_data import bible_corpus  # noqa: E402
 from trained_models import data_dir, trained  # noqa: E402
 
 from fairseq_attn_plugins.alignment.attention import teacher_forced_attention, word_links, word_matrix  # noqa: E402
@@ -71,16 +73,39 @@ def _plain_tsv(path):
     return [dict(zip(rows[0], r + [""] * (len(rows[0]) - len(r)))) for r in rows[1:]]
 
 
+#: the verses the gold is checked on (40002002: punctuation glued to words)
+VERSES = ["40001001", "40001002", "43011035", "40002002"]
+
+
 @pytest.fixture(scope="module")
-def bible():
+def bible(tmp_path_factory):
+    """The package's rows and records of :data:`VERSES` as files of the package's format, and the
+    gold built from them: a verse's gold depends on its rows and the records of its tokens alone, so
+    it is the whole package's (the bible-corpus step builds that: the test below reads its files)."""
     pytest.importorskip("fairseq_attn_recipes.bible_gold")
     from fairseq_attn_recipes import bible_gold
-    return bible_gold, bible_gold.BibleGold(*bible_gold.package_files()), bible_gold.package_files()
+    folder = tmp_path_factory.mktemp("bible_gold")
+    subset, ids = [], set()
+    for path, column, verse_of in zip(bible_gold.package_files()[:2], ("id", "source_verse"),
+                                      (lambda value: value[1:9], lambda value: value)):
+        with open(path, encoding="utf-8", newline="") as f:
+            lines = f.read().split("\n")
+        header = lines[0].split("\t")
+        rows = [line.split("\t") for line in lines[1:] if line]
+        kept = [r for r in rows if verse_of(r[header.index(column)]) in VERSES]
+        ids.update(r[header.index("id")] for r in kept)
+        subset.append(folder / os.path.basename(path))
+        subset[-1].write_text("\n".join([lines[0]] + ["\t".join(r) for r in kept]) + "\n", encoding="utf-8")
+    with open(bible_gold.package_files()[2], encoding="utf-8") as f:
+        records = [r for r in json.load(f)["records"] if ids & (set(r["source"]) | set(r["target"]))]
+    subset.append(folder / "alignment.json")
+    subset[-1].write_text(json.dumps({"records": records}), encoding="utf-8")
+    return bible_gold, bible_gold.BibleGold(*map(str, subset)), tuple(map(str, subset))
 
 
 def test_bible_gold_against_a_plain_reading_of_the_package(bible):
     bible_gold, gold, (src_tsv, tgt_tsv, align_json) = bible
-    verses = ["40001001", "40001002", "43011035", "40002002"]  # 40002002: punctuation glued to words
+    verses = VERSES
     # plain reading: a Greek word is a row; an English word starts after a token followed by a space
     g_word, e_word, g_text, e_text = {}, {}, {v: [] for v in verses}, {v: "" for v in verses}
     for r in _plain_tsv(src_tsv):
@@ -314,24 +339,21 @@ def test_a_model_without_cross_attention_is_refused(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def test_bible_corpus_step_writes_gold_that_fits_its_lines(tmp_path, bible):
-    import subprocess
-    p = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", "bible-corpus", "--out", str(tmp_path),
-                        "--src-lang", "grc", "--tgt-lang", "en"], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
+def test_bible_corpus_step_writes_gold_that_fits_its_lines():
+    corpus = pathlib.Path(bible_corpus())
     for subset in ("valid", "test"):
-        src = (tmp_path / f"{subset}.grc").read_text().splitlines()
-        tgt = (tmp_path / f"{subset}.en").read_text().splitlines()
-        gold = A.read_pharaoh(str(tmp_path / f"{subset}.align"), src, tgt)  # line count and indices fit
+        src = (corpus / f"{subset}.grc").read_text().splitlines()
+        tgt = (corpus / f"{subset}.en").read_text().splitlines()
+        gold = A.read_pharaoh(str(corpus / f"{subset}.align"), src, tgt)  # line count and indices fit
         assert sum(1 for g in gold if g) > 0.95 * len(gold)
-    assert not (tmp_path / "train.align").exists()
+    assert not (corpus / "train.align").exists()
     # the numbers the alignment docs (how-to and report) give of the gold are those of the gold the step writes
     import re
 
-    verses = {s: len((tmp_path / f"{s}.ids").read_text().splitlines()) for s in ("valid", "test")}
-    links = {s: sum(len(line.split()) for line in (tmp_path / f"{s}.align").read_text().splitlines())
+    verses = {s: len((corpus / f"{s}.ids").read_text().splitlines()) for s in ("valid", "test")}
+    links = {s: sum(len(line.split()) for line in (corpus / f"{s}.align").read_text().splitlines())
              for s in ("valid", "test")}
-    chapters = len({v[:5] for v in (tmp_path / "test.ids").read_text().splitlines()})
+    chapters = len({v[:5] for v in (corpus / "test.ids").read_text().splitlines()})
     docs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
     doc = "\n".join(open(os.path.join(docs, *name), encoding="utf-8").read()
                     for name in (("howto", "alignment.md"), ("results", "alignment_study.md")))

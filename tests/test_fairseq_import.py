@@ -37,14 +37,19 @@ Y = [0.25, 1.5, -1.0, 2.5, 3.0, 0.5]
 TRUE = [1, 0, 1, 1, 0, 1]
 PRED = [1, 1, 1, 0, 0, 1]
 
-# a fairseq-attn command (sys.argv[0] names it) importing the plugin: then the names fairseq's
-# criterion and task hold are called, then sklearn.metrics and scipy.stats imported
+# a fairseq-attn command (sys.argv[0] names it) importing the plugin: fairseq-attn-pieces reads its
+# arguments before it loads the plugin (torch and fairseq not imported yet), then loads it; then the
+# names fairseq's criterion and task hold are called, then sklearn.metrics and scipy.stats imported
 IN_A_COMMAND = (
     "import json, sys\n"
     "sys.argv = ['fairseq-attn-pieces']\n"
     "import numpy as np\n"
-    "import fairseq_attn_plugins\n"
+    "from fairseq_attn_plugins.cli import pieces\n"
+    "read_first = sorted(m for m in ('torch', 'fairseq') if m in sys.modules)\n"
+    "pieces.registration.register()\n"
     f"after_import = {LOADED}\n"
+    "from fairseq.models import ARCH_MODEL_REGISTRY\n"
+    "registered = 'transformer_relpos_wmt_en_de' in ARCH_MODEL_REGISTRY\n"
     "from fairseq.criterions import sentence_prediction as sp\n"
     "from fairseq.tasks import audio_classification as ac\n"
     f"x, y = np.array({X!r}, dtype=np.float64), np.array({Y!r}, dtype=np.float64)\n"
@@ -54,7 +59,7 @@ IN_A_COMMAND = (
     "        'sklearn.metrics is sys.modules': sklearn.metrics is sys.modules['sklearn.metrics'],\n"
     "        'file': sklearn.metrics.__file__,\n"
     "        'task module attribute is the real one': ac.sklearn_metrics.roc_auc_score is sklearn.metrics.roc_auc_score}\n"
-    "print(json.dumps({'after_import': after_import, 'real': real,\n"
+    "print(json.dumps({'read_first': read_first, 'registered': registered, 'after_import': after_import, 'real': real,\n"
     "                  'f1': float(sp.f1_score(t, p)), 'mcc': float(sp._matthews_corrcoef(t, p)),\n"
     "                  'pearson': [float(v) for v in sp.pearsonr(x, y)], 'spearman': [float(v) for v in sp.spearmanr(x, y)]}))\n"
 )
@@ -62,6 +67,7 @@ IN_A_COMMAND = (
 
 def test_a_command_imports_fairseq_without_them_and_the_names_fairseq_holds_are_the_real_functions():
     got = json.loads(run_python(IN_A_COMMAND).strip().splitlines()[-1])
+    assert got["read_first"] == [] and got["registered"]  # the arguments read with neither imported, then loaded
     assert got["after_import"] == []
     # imported after fairseq: the real modules, in sys.modules
     assert got["real"] == {"sklearn.metrics": "module", "scipy.stats": "module", "sklearn.metrics is sys.modules": True,

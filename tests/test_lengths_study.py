@@ -4,6 +4,7 @@ bible-alignments package, and the position limits checked against the longest se
 import csv
 import hashlib
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cli_helpers import shared_data  # noqa: E402
+from recipe_data import bible_corpus  # noqa: E402
 
 
 def steps(*args):
@@ -49,14 +51,13 @@ def plain_verses():
     return greek, {v: " ".join(t.split()) for v, t in english.items()}
 
 
-def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
-    p = steps("bible-corpus", "--out", str(tmp_path))
-    assert p.returncode == 0, p.stderr
+def test_bible_corpus_is_the_package_verses_split_by_chapter():
+    corpus = pathlib.Path(bible_corpus())
     greek, english = plain_verses()
     both = [v for v in greek if v in english]
     seen, chapter_split = {}, {}
     for split in ("train", "valid", "test"):
-        ids, grc, en, docs = (read(tmp_path / f"{split}.{x}") for x in ("ids", "grc", "en", "docs"))
+        ids, grc, en, docs = (read(corpus / f"{split}.{x}") for x in ("ids", "grc", "en", "docs"))
         assert len(ids) == len(grc) == len(en) == len(docs)
         for v, g, e, d in zip(ids, grc, en, docs):
             assert g == greek[v] and e == english[v]
@@ -75,11 +76,11 @@ def test_bible_corpus_is_the_package_verses_split_by_chapter(tmp_path):
         triples = re.findall(r"(\d[\d,]*) / (\d[\d,]*) / (\d[\d,]*)", text)
         assert triples and all([int(n.replace(",", "")) for n in t] == counts for t in triples), (doc, triples, counts)
         assert f"({chapters} test chapters)" in text, doc
-    assert read(tmp_path / "train.ids") == [v for v in greek if seen.get(v) == "train"]  # canonical order
+    assert read(corpus / "train.ids") == [v for v in greek if seen.get(v) == "train"]  # canonical order
     # the script check knows Greek: the sides as given pass, swapped they are refused
-    ok = steps("check-script", "grc", str(tmp_path / "test.grc"), "en", str(tmp_path / "test.en"))
+    ok = steps("check-script", "grc", str(corpus / "test.grc"), "en", str(corpus / "test.en"))
     assert ok.returncode == 0, ok.stderr
-    bad = steps("check-script", "en", str(tmp_path / "test.grc"))
+    bad = steps("check-script", "en", str(corpus / "test.grc"))
     assert bad.returncode == 1 and "Greek, expected Latin (en)" in bad.stderr
 
 

@@ -22,7 +22,8 @@ from .data import make_gen_batches, make_train_batches, wmt_lengths
 from .infer import bench_infer
 from .numerics import NUMERICS_SIZES, run_numerics
 from .report import meta, render, render_numerics, render_scaling, verdicts
-from .run import MODES, run_benchmark, run_scaling
+from ..bench_presets import MODES
+from .run import run_benchmark, run_scaling
 from .sweep import bench_sweep
 from .systems import (DTYPES, FAIRSEQ_SIZES, POSITION_METHODS, position_sweep_systems, LONG, LONG_TARGETS, MEMORY_TARGET, MEMORY_TARGETS,
                       PRESETS, SPEED_TARGETS, STOCK, WINDOWED, System, attention_paths,

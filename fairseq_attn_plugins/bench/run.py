@@ -14,7 +14,6 @@ from .systems import (DTYPES, PRESETS, STOCK, apply_distance_devices, attention_
                       scaling_sizes, with_distance_devices)
 from .train import bench_scaling, bench_train
 
-MODES = ("train", "sweep", "all", "scaling")
 #: lengths of ``--sweep lengths``
 SWEEP_LENGTHS = (32, 64, 128, 256, 512, 1024)
 

@@ -1,5 +1,6 @@
 """What is compared: stock fairseq and every transformer_attn architecture, their targets
-(speed targets, relpos/windowed memory targets) and the size presets."""
+(speed targets, relpos/windowed memory targets); the size presets, from
+:mod:`fairseq_attn_plugins.bench_presets` (torch-free: the command reads them before torch)."""
 
 import argparse
 import fnmatch
@@ -7,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+from ..bench_presets import DTYPE_NAMES, PRESETS  # noqa: F401
 
 STOCK = "fairseq"
 #: the Table 1 baseline through the plugin (``transformer_attn_wmt_en_de``): the rows' ratios are to it
@@ -50,35 +53,6 @@ def is_windowed(variant: str) -> bool:
     return any(fnmatch.fnmatchcase(variant, p) for p in WINDOWED)
 
 
-# ---------------------------------------------------------------------------
-# Presets. tiny: CI smoke test; small: CPU; bible: the bible recipe's CPU model; base/big: GPU
-# (fairseq's own sizes). ``tgt_vocab``: a target dictionary of its own (else one shared);
-# ``model``: model flags beside the sizes.
-# ---------------------------------------------------------------------------
-PRESETS = {
-    "tiny": dict(sizes=dict(embed=16, ffn=32, heads=4, layers=3), vocab=64, max_tokens=96,
-                 n_batches=1, passes=1, repeats=2, gen_sents=2, gen_batch=2, max_len_b=2, max_src=12,
-                 sweep_lengths=(8, 16), sweep_tokens=32, sweep_steps=1),
-    "small": dict(sizes=dict(embed=256, ffn=1024, heads=4, layers=3), vocab=8000, max_tokens=1024,
-                  n_batches=4, passes=1, repeats=3, gen_sents=16, gen_batch=16, max_len_b=10, max_src=64,
-                  sweep_lengths=(32, 64, 128, 256, 512), sweep_tokens=2048, sweep_steps=2),
-    # the recipes' profile "bible" (fairseq_attn_recipes/profiles.py; a test holds them equal): 3+3 layers,
-    # dim 128, 2048-token batches, dropout 0.2, the decoder's input and output embeddings shared; the
-    # vocabularies and longest pair (80 / 83 tokens) of its prepared data-bin (4000 BPE merges; --data-bin
-    # reads a data-bin's own)
-    "bible": dict(sizes=dict(embed=128, ffn=256, heads=4, layers=3), vocab=4136, tgt_vocab=3792,
-                  model=dict(dropout=0.2, share_all_embeddings=False, share_decoder_input_output_embed=True),
-                  max_tokens=2048, n_batches=8, passes=1, warmup=1, repeats=7, gen_sents=16, gen_batch=16,
-                  max_len_b=10, max_src=84, sweep_lengths=(32, 64, 128), sweep_tokens=2048, sweep_steps=2),
-    # GPU: 4096-token batches x update-freq 4 (16K tokens per optimizer step, as the WMT
-    # recipes), 2 warm-up passes, 7 interleaved rounds timed with CUDA events
-    "base": dict(sizes=None, big=False, vocab=32768, max_tokens=4096, update_freq=4, n_batches=16,
-                 passes=2, warmup=2, repeats=7, gen_sents=256, gen_batch=128, max_len_b=10, max_src=250,
-                 sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=20),
-    "big": dict(sizes=None, big=True, vocab=32768, max_tokens=4096, update_freq=4, n_batches=16,
-                passes=1, warmup=2, repeats=7, gen_sents=128, gen_batch=128, max_len_b=10, max_src=250,
-                sweep_lengths=(32, 64, 128, 256, 512, 1024), sweep_tokens=16384, sweep_steps=20),
-}
 #: fairseq's transformer_wmt_en_de / transformer_vaswani_wmt_en_de_big sizes
 FAIRSEQ_SIZES = {"base": dict(embed=512, ffn=2048, heads=8, layers=6),
                  "big": dict(embed=1024, ffn=4096, heads=16, layers=6)}
@@ -93,7 +67,7 @@ def scaling_sizes(cfg: dict) -> dict:
     return {"base": dict(s), "big": dict(s, embed=2 * s["embed"], ffn=2 * s["ffn"], heads=2 * s["heads"])}
 
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = dict(zip(DTYPE_NAMES, (torch.float32, torch.float16, torch.bfloat16)))
 
 
 # ---------------------------------------------------------------------------

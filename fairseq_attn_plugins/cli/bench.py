@@ -22,7 +22,8 @@ import sys
 
 from fairseq_attn_records.output_files import write_text
 
-from .. import bench as B
+from .. import registration
+from ..bench_presets import DTYPE_NAMES, MODES, PRESETS
 
 
 def _positive(text):
@@ -39,7 +40,7 @@ def build_parser():
                     "and every registered transformer_attn architecture, measured interleaved in "
                     "one process; ratios to stock fairseq with each variant's target.")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--preset", choices=sorted(B.PRESETS),
+    p.add_argument("--preset", choices=sorted(PRESETS),
                    help="model and batch sizes: tiny (smoke test), small (CPU), bible (the bible "
                         "recipe's CPU model: 3+3 layers, dim 128, 2048-token batches), base / big "
                         "(fairseq's Transformer-base/big, 4096-token batches; GPU). "
@@ -48,9 +49,9 @@ def build_parser():
                    help="a fairseq-preprocess data-bin: the models take its dictionaries and the "
                         "batches its training pairs' lengths (default: the preset's vocabularies, "
                         "WMT-like lengths)")
-    p.add_argument("--dtype", choices=sorted(B.DTYPES),
+    p.add_argument("--dtype", choices=sorted(DTYPE_NAMES),
                    help="default fp32 on cpu, fp16 on cuda")
-    p.add_argument("--mode", choices=[*B.MODES, "numerics"], default="train",
+    p.add_argument("--mode", choices=[*MODES, "numerics"], default="train",
                    help="train: training + inference (default); sweep: encoder alone over "
                         "sequence lengths; all: both; scaling: stock base vs big, measured time "
                         "ratio next to the FLOP ratio; numerics: fp16 check of every architecture")
@@ -133,12 +134,15 @@ def _clean(obj):
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.device == "cpu" and args.dtype == "fp16":
+        raise SystemExit("fairseq-attn-bench: --dtype fp16 needs --device cuda (use fp32 or bf16 on cpu)")
+    registration.register()
     import torch
+
+    from .. import bench as B
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("fairseq-attn-bench: --device cuda but torch sees no CUDA device")
-    if args.device == "cpu" and args.dtype == "fp16":
-        raise SystemExit("fairseq-attn-bench: --dtype fp16 needs --device cuda (use fp32 or bf16 on cpu)")
     if args.threads:
         torch.set_num_threads(args.threads)
     patterns = [s.strip() for s in args.systems.split(",") if s.strip()] if args.systems else None

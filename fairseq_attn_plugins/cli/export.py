@@ -16,7 +16,7 @@ import os
 import sys
 from typing import List, Optional
 
-from ..export.ct2 import ExportError, export_ct2
+from .. import registration
 
 TARGETS = ("ct2",)
 
@@ -43,6 +43,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not os.path.isdir(args.data):
         sys.exit(f"fairseq-attn-export: data dir not found: {args.data}")
     out = args.output_dir or os.path.splitext(args.path)[0] + ".ct2"
+    registration.register()
+    from ..export.ct2 import ExportError, export_ct2
+
     try:
         export_ct2(args.data, args.path, out, quantization=args.quantization, force=args.force)
     except ExportError as e:

@@ -21,6 +21,8 @@ from typing import List, Optional
 
 from fairseq_attn_records.output_files import write_text
 
+from .. import registration
+
 
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fairseq-attn-pieces", description=__doc__.split("\n\n")[0])
@@ -34,8 +36,7 @@ def get_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     args = get_parser().parse_args(argv)
-    import fairseq_attn_plugins  # noqa: F401  (registers the pieces and architectures)
-    from fairseq_attn_core import PIECES, catalogue
+    from fairseq_attn_core import PIECES, catalogue  # (registers the pieces)
 
     unknown = [n for n in args.pieces if n not in PIECES]
     if unknown:
@@ -57,6 +58,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"updated {path}")
         return 0
     if args.arch:
+        registration.register()  # the architectures
         from ..models import attn_architectures, is_attn_arch
 
         if not is_attn_arch(args.arch):

@@ -44,7 +44,8 @@ def average_states(paths):
     import collections
 
     import torch
-    import fairseq_attn_plugins  # noqa: F401  installs the safe loader
+    from fairseq_attn_plugins import registration
+    registration.register()  # installs the safe loader
     from fairseq import checkpoint_utils
 
     sums, keys, new_state = collections.OrderedDict(), None, None

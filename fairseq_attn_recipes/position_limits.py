@@ -42,11 +42,12 @@ def model_limits(data: str, arch: str, model_args):
     resolution of ARCH's defaults with MODEL_ARGS, then the model built on the data's
     dictionaries, so that the pieces' own checks and caps (``--dpi-max-len``,
     ``--convattn-max-len``) apply as in training."""
-    import fairseq_attn_plugins
+    from fairseq_attn_plugins import registration
+    registration.register()
     from fairseq import tasks
 
     from .recording import resolve_train_args
-    user_dir = os.path.dirname(fairseq_attn_plugins.__file__)
+    user_dir = os.path.dirname(registration.__file__)
     cfg = resolve_train_args([data, "--task", "translation", "--arch", arch, "--user-dir", user_dir, *model_args])
     try:
         model = tasks.setup_task(cfg.task).build_model(cfg.model)
@@ -102,7 +103,8 @@ def cmd_check_positions(args):
     """One line per architecture: ``ARCH<TAB>flags`` (flags empty when its limits suffice)."""
     # the plugin first: it imports fairseq without scikit-learn and scipy.stats (import_fairseq),
     # which this step never calls, and quiets fairseq's notice and INFO lines (quiet_imports)
-    import fairseq_attn_plugins  # noqa: F401
+    from fairseq_attn_plugins import registration
+    registration.register()
     model_args = shlex.split(args.model_args or "")
     lengths = [longest(args.data, split, args.src, args.tgt) for split in args.splits]
     need_src, need_tgt = needed_positions(lengths, args.max_len_a, args.max_len_b)

@@ -59,7 +59,8 @@ def import_plugin() -> None:
     try:
         from fairseq_attn_records.fairseq_import import import_fairseq
         import_fairseq()
-        import fairseq_attn_plugins  # noqa: F401
+        from fairseq_attn_plugins import registration
+        registration.register()  # an import in a process named as a command that registers later does not
     finally:
         logging.disable(logging.NOTSET)
 

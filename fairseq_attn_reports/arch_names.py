@@ -55,7 +55,8 @@ def cache_path(key: str) -> str:
 
 
 def _read_registry() -> List[str]:
-    import fairseq_attn_plugins  # noqa: F401  registers the architectures
+    from fairseq_attn_plugins import registration
+    registration.register()  # the architectures
     from fairseq.models import ARCH_MODEL_REGISTRY
     return sorted(ARCH_MODEL_REGISTRY)
 

@@ -111,8 +111,9 @@ def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: st
     """Stock fairseq, then each position method on each training path of the device
     (``name/path``): on CPU explicit and fused (and ``auto`` where it picks another path);
     on CUDA also ``auto`` for every method and ``flex`` for those with a flex path."""
-    import fairseq_attn_plugins  # noqa: F401
+    from fairseq_attn_plugins import registration
 
+    registration.register()
     from fairseq_attn_core import PieceConfigError
     from fairseq_attn_core.backends import check_backend
 
@@ -137,7 +138,8 @@ def position_sweep_systems(patterns: Optional[List[str]] = None, device_type: st
 
 def discover_systems(big: bool = False, patterns: Optional[List[str]] = None) -> List[System]:
     """Stock fairseq first, then every architecture registered for ``transformer_attn``."""
-    import fairseq_attn_plugins  # noqa: F401  (registers the model and its architectures)
+    from fairseq_attn_plugins import registration
+    registration.register()  # the model and its architectures
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     from ..models import is_attn_arch

@@ -59,6 +59,6 @@ def state_without_tensors(path: str) -> Optional[Dict]:
                 return None
             state = _Unpickler(io.BytesIO(z.read(pickles[0]))).load()
     except (_NotPlain, OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, ValueError, TypeError,
-            AttributeError, IndexError, KeyError):
+            AttributeError, IndexError, KeyError, RecursionError):
         return None
     return state if isinstance(state, dict) else None

@@ -25,7 +25,7 @@ import json
 import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from fairseq_attn_records import run_record
+from fairseq_attn_records import checkpoint_config, run_record
 
 
 class Run:
@@ -152,9 +152,8 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
     if ckpt is None:
         return
     from fairseq_attn_core.flags import piece_flags
-    from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # reads the checkpoint (torch)
 
-    held = identity_of_checkpoint(ckpt)
+    held = _identity_of_checkpoint(ckpt)
     # what the run is: its architecture, active pieces and their flags (other model flags may be
     # derived by the model build, e.g. relpos turns absolute positions off, and differ legitimately)
     keys = set(piece_flags()) | {"attn_pieces"}
@@ -166,6 +165,17 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
         raise run_record.RecordError(
             f"{path} contradicts the configuration of its checkpoint {ckpt}: " + "; ".join(diff) +
             "; the record was changed after training or belongs to another run: restore it, or re-train the run")
+
+
+def _identity_of_checkpoint(path: str) -> Dict:
+    """Identity from the configuration a checkpoint holds: read without torch and fairseq where
+    :mod:`fairseq_attn_records.checkpoint_config` can, else by the plugin (its answer or its
+    one-line error)."""
+    state = checkpoint_config.state_without_tensors(path)
+    if state is not None and state.get("cfg") is not None:
+        return run_record.identity_of_cfg(state["cfg"])
+    from fairseq_attn_plugins.checkpoint_identity import identity_of_checkpoint  # torch, fairseq
+    return identity_of_checkpoint(path)
 
 
 def _newest_save_point(run_dir: str, rec: Dict) -> Optional[str]:

@@ -190,7 +190,10 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
 
     exe = os.path.join(os.path.dirname(sys.executable), "fairseq-attn-demo")
     out = tmp_path / "demo"
-    cmd = [exe, "--quick", "--out-dir", str(out)]
+    # a checkpoint (and a validation) every 4 updates, not --quick's every update: mid-epoch save
+    # points for the kill below (epochs of about 10 updates) at a quarter of the saves
+    quick = ["--quick", "--train-args", "--save-interval-updates 4"]
+    cmd = [exe, *quick, "--out-dir", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     # progress was printed while running, then the table
@@ -235,7 +238,7 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
     for stage in ("corpus", "bpe", "binarise"):
         shutil.copy(out / ".done" / stage, killed / ".done" / stage)
     shutil.copy(out / "settings.json", killed / "settings.json")
-    killed_cmd = [exe, "--quick", "--out-dir", str(killed)]
+    killed_cmd = [exe, *quick, "--out-dir", str(killed)]
     _kill_mid_epoch(killed_cmd, killed, first, epoch_ends)
     assert not (killed / ".done" / f"train.{first}").exists()
     p = _demo_in_process(killed_cmd[1:], capsys)

@@ -21,8 +21,8 @@ DOC = os.path.join(ROOT, "docs", "explanation", "architecture.md")
 #: top-level module not listed). Entries of one line share a layer.
 LAYERS: List[Tuple[Tuple[str, ...], str]] = [
     (("fairseq_attn_records",),
-     "torch-free: the run record, the metric registry, COMET, the readers of text inputs and of "
-     "fairseq-generate output, alignment scores, the atomic file writer, fairseq's import without "
+     "torch-free: the run record, the metric registry, COMET, the readers of text inputs, of "
+     "fairseq-generate output and of a checkpoint's configuration, alignment scores, the atomic file writer, fairseq's import without "
      "scikit-learn (called by the commands)"),
     (("fairseq_attn_core.settings", "fairseq_attn_core.scores"),
      "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`; "

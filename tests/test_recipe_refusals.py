@@ -209,14 +209,16 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
     assert p.returncode == 0 and "0 unreferenced data folder(s) removed" in p.stdout and os.path.isdir(first), p.stdout
 
     # an ARCH other than the run's (its record's, not its folder's name): refused, the record left as it was
-    before = sha256(os.path.join(new, "run.json"))
+    def written():  # the run folder's files and their sha256 (the record, the evaluation it holds...)
+        return {os.path.join(d, f): sha256(os.path.join(d, f)) for d, _, fs in os.walk(new) for f in fs}
+    before = written()
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new, ARCH="transformer_csan2d_wmt_en_de"), check=False)
     assert p.returncode == 1 and error_lines(p) == [
         f"error: ARCH=transformer_csan2d_wmt_en_de: SAVE_DIR={new} holds a run trained as "
         f"ARCH=transformer_attn_wmt_en_de (its run record {new}/run.json): leave ARCH unset (evaluate.sh takes the "
         f"run's) or give ARCH=transformer_attn_wmt_en_de; to evaluate a transformer_csan2d_wmt_en_de run, give its "
         f"SAVE_DIR"], p.stderr
-    assert sha256(os.path.join(new, "run.json")) == before and not os.path.exists(os.path.join(new, "test"))
+    assert written() == before  # nothing written: no record change, no evaluation output (test.tmp...)
     # the moved run evaluates on its own data at its new place (N_AVG=1: not the evaluation it holds)
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new, N_AVG="1"))
     assert f"data: {first} (the run's own" in p.stderr and f"{new}/test: evaluated again: N_AVG: '2' -> '1'" in p.stderr
@@ -258,7 +260,7 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
 
     # moved into WORK: found there without a registration; removed: its data pruned
     inside = os.path.join(work, "runs", "runA")
-    os.makedirs(os.path.dirname(inside))
+    os.makedirs(os.path.dirname(inside), exist_ok=True)  # WORK/runs: where the run was trained
     os.rename(new, inside)
     p = data_sh("prune", "--yes", "--forget-gone", env=env)
     assert f"forgot registered run {new}" in p.stdout and os.path.isdir(first), p.stdout
@@ -412,3 +414,32 @@ def test_evaluate_takes_the_architecture_of_the_run_record_never_its_folder_name
     (folder / "run.json").write_text(json.dumps({"format": run_record.FORMAT}))
     assert run_arch("--given", "transformer_rope_wmt_en_de").stdout == "transformer_rope_wmt_en_de\n"
     assert run_arch().stdout == "transformer_attn_wmt_en_de\n"
+
+
+def test_a_run_of_a_copied_work_is_sent_to_that_works_own_data(tmp_path, capsys):
+    """train.sh's refusal of a run trained on other data than the data-bin (check-data) names the run's
+    data in this WORK (WORK/data/<id>, as evaluate.sh reads it) where the folder it was trained on is
+    gone: a WORK copied or moved with its runs holds the data they were trained on."""
+    from fairseq_attn_recipes.fingerprints import refuse_other_run_data
+    work = tmp_path / "copy"
+    ids = {"run": "a" * 64, "latest": "b" * 64}
+    for data_id in ids.values():
+        (work / "data" / data_id[:12]).mkdir(parents=True)
+        (work / "data" / data_id[:12] / "prepare.json").write_text(json.dumps({"data_id": data_id}))
+    os.symlink(os.path.join("data", ids["latest"][:12]), work / "data-bin")
+    run_dir = work / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    gone = str(tmp_path / "original" / "data" / ids["run"][:12])  # where it was trained: moved away since
+    (run_dir / "run.json").write_text(json.dumps({"data": {"path": gone, "data_id": ids["run"], "settings": {}}}))
+    with pytest.raises(SystemExit) as e:
+        refuse_other_run_data(str(run_dir), str(work / "data-bin"), ids["latest"], {})
+    own = os.path.realpath(work / "data" / ids["run"][:12])
+    assert e.value.code == 1 and capsys.readouterr().err == (
+        f"error: SAVE_DIR={run_dir} holds a run trained on {own} (data_id aaaaaaaaaaaa), not on {work}/data-bin "
+        f"(data_id bbbbbbbbbbbb): to continue it, give DATA={own}; to train a new run on {work}/data-bin, give "
+        f"another SAVE_DIR\n")
+    os.rename(own, own + ".aside")  # nowhere: the advice to prepare it again
+    with pytest.raises(SystemExit):
+        refuse_other_run_data(str(run_dir), str(work / "data-bin"), ids["latest"], {})
+    err = capsys.readouterr().err
+    assert f"trained on {gone} (data_id aaaaaaaaaaaa)" in err and "that folder no longer exists: " in err

@@ -358,8 +358,7 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     assert "binarise: done before, skipped" in p.stderr
     assert not (work / "raw" / "train.en.tmp").exists() and not (work / "data" / "binarise.tmp").exists()
 
-    p = run("wmt14_en_de", "train.sh", env)  # the run on this data-bin, trained before
-    assert "trained before to MAX_UPDATE=4" in p.stderr and (work / "runs" / "transformer_attn_wmt_en_de" / "run.json").exists()
+    assert (work / "runs" / "transformer_attn_wmt_en_de" / "run.json").exists()  # trained_ende's run, on this data-bin
     # train/evaluate with settings the data-bin was not prepared with: refused, naming the setting
     for script in ("train.sh", "evaluate.sh"):
         p = run("wmt14_en_de", script, dict(env, BPE_MERGES="50"), check=False)

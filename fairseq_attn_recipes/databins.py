@@ -34,7 +34,7 @@ from fairseq_attn_records.output_files import write_lines
 
 from .step_inputs import die, key_values
 from .fingerprints import inputs_summary, made_by_setting, mark_made, settable
-from .run_data import load_json as _load_json, run_data
+from .run_data import folder_holding, load_json as _load_json, run_data
 
 ID_LEN = 12
 LINK = "data-bin"
@@ -181,13 +181,10 @@ def cmd_run_data(args):
         return
     # WORK's own folder of that data first: a run copied or moved with its WORK (or evaluated in a
     # copy of it) reads the data of the WORK it is evaluated in, not the folder it was trained on
-    candidates = [os.path.join(args.work, "data", data_id[:ID_LEN])] if args.work else []
-    if path:
-        candidates.append(path)
-    for c in candidates:
-        if c and os.path.isdir(c) and _data_id(c) == data_id:
-            print(os.path.realpath(c))
-            return
+    own = folder_holding([os.path.join(args.work, "data", data_id[:ID_LEN]) if args.work else None, path], data_id)
+    if own:
+        print(os.path.realpath(own))
+        return
     rec = _load_json(os.path.join(args.run_dir, "run.json")) or {}
     inputs = ((rec.get("data") or {}).get("inputs") if isinstance(rec, dict) else None)
     die(f"the run {args.run_dir} was trained on {path} (data_id {data_id[:ID_LEN]}), which no longer exists: "

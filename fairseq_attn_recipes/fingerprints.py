@@ -18,7 +18,7 @@ import sys
 
 from fairseq_attn_records.output_files import write_lines
 
-from .run_data import run_data
+from .run_data import folder_holding, run_data
 from .step_inputs import count_lines, die, key_values
 
 
@@ -337,6 +337,11 @@ def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> 
     differ = " ".join(f"{k}={v}" for k, v in sorted(have.items()) if v not in ("", None) and now.get(k) != v)
     differ += "".join(f" {k}=" for k in sorted(now) if now[k] not in ("", None) and k not in have)
     with_settings = f" with {differ.strip()}" if differ.strip() else ""
+    # the run's data in this WORK (beside the data-bin's folder, WORK/data/<id>: a WORK copied with its
+    # runs holds it), else where it was trained
+    here = folder_holding([os.path.join(os.path.dirname(os.path.realpath(data)), run_id[:12])], run_id)
+    if here:
+        path = os.path.realpath(here)
     if path and os.path.isdir(path):
         fix = f"to continue it, give DATA={path}{with_settings}"
     else:

@@ -25,3 +25,14 @@ def run_data(run_dir: str):
     if isinstance(d, dict) and d.get("data_id"):
         return d.get("data"), d["data_id"], d.get("settings") or {}
     return None
+
+
+def folder_holding(candidates, data_id: str):
+    """The first existing folder of ``candidates`` whose prepare.json records ``data_id``, or None
+    (a run's data is looked for in the WORK at hand, ``WORK/data/<id>``, before where it was trained:
+    a WORK copied or moved with its runs holds the data they were trained on)."""
+    for c in candidates:
+        if c and os.path.isdir(c) and (load_json(os.path.join(c, "prepare.json")) or {}).get("data_id") == data_id:
+            return c
+    return None
+

@@ -21,7 +21,7 @@ from fairseq_attn_recipes import databins, evaluations  # noqa: E402
 from fairseq_attn_recipes.fingerprints import CHANGED, SAME, file_digest, fingerprint, stage_state  # noqa: E402
 
 # one pytest-xdist worker runs the tests that start from the trained run (test_evaluation_reuse's
-# too): the others never wait while it is made
+# and every other test starting from trained_ende too): the others never wait while it is made
 TRAINED_RUN = pytest.mark.xdist_group("ende_trained_run")
 RUN = os.path.join("runs", "transformer_attn_wmt_en_de")  # train.sh's default SAVE_DIR in WORK
 STAGES = ("raw", "tok.en", "tok.de", "bpe.learn", "bpe.en", "bpe.de", "clean", "binarise")

@@ -1,7 +1,8 @@
 """An evaluation is read whole or not at all, and a run record agrees with its checkpoint: one
-real recipe run (en-de, tiny model) evaluated, trained on, evaluate.sh really killed at the
-points where a half-written evaluation could be mistaken for a finished one, and every
-consumer (results table, Table 1) run on what each stop leaves."""
+real recipe run (en-de, tiny model: a copy of test_recipes.trained_ende's, trained and evaluated
+once per test run) trained on, evaluate.sh really killed at the points where a half-written
+evaluation could be mistaken for a finished one, and every consumer (results table, Table 1)
+run on what each stop leaves."""
 
 import contextlib
 import hashlib
@@ -20,7 +21,7 @@ import sacrebleu
 
 sys.path.insert(0, os.path.dirname(__file__))
 from run_records import write_record  # noqa: E402
-from test_recipes import prepared_ende, read, run  # noqa: E402
+from test_recipes import read, run, trained_ende  # noqa: E402
 
 from fairseq_attn_reports.cli import paper as paper_cli, results as results_cli  # noqa: E402
 from fairseq_attn_reports.study_paths import load_table  # noqa: E402
@@ -52,15 +53,15 @@ def files(folder):
     return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
 
 
+@pytest.mark.xdist_group("ende_trained_run")  # starts from trained_ende (test_copies, test_evaluation_reuse...)
 def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
-    env = prepared_ende(tmp_path / "work")
+    env = trained_ende(tmp_path / "work")  # a run trained to update 4 and evaluated on test
     work = env["WORK"]
     ref = os.path.join(work, "raw", "test.de")
     runs = tmp_path / "runs"
     save = str(runs / "baseline")  # Table 1's folder layout: one folder per row key
-    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="2", SAVE_DIR=save))
-    assert "cpu_threads=1" in p.stderr and "CPU: torch computes with 1 threads per process" in p.stdout
-    run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=save))
+    os.makedirs(runs)
+    os.rename(os.path.join(work, "runs", "transformer_attn_wmt_en_de"), save)
     # the other row: a run folder made by hand (record, log, translations)
     other = runs / "csan2d"
     write_record(other, "transformer_csan2d_wmt_en_de")
@@ -98,8 +99,12 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     assert table["rows"][0]["stale"] is None and "‡" not in p.stdout
 
     # trained on after the evaluation: flagged in every table until evaluated again
-    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="3", SAVE_DIR=save, CPU_THREADS="2"))
+    p = run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="5", SAVE_DIR=save, CPU_THREADS="2"))
     assert "cpu_threads=2" in p.stderr and "CPU: torch computes with 2 threads per process" in p.stdout
+    # the same run resumed with other threads, each start recording the threads it computed with
+    assert f"resuming from {save}/checkpoint_last.pt" in p.stdout
+    assert [(t["from_update"], t["to_update"], t["cpu_threads"]) for t in record()["trainings"]] == [
+        (0, 2, 1), (2, 4, 1), (4, 5, 2)]
     p, table = results()
     assert p.returncode == 0, p.stderr[-2000:]
     assert "| 1 | base ‡ |" in p.stdout and not re.search(r"\| 2 \| sys( †)? ‡", p.stdout)
@@ -155,7 +160,7 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     consistent(table)
     assert table["rows"][0]["stale"] is None and "‡" not in p.stdout
     new = record()["evaluations"]["test"]
-    assert new["num_updates"] == 3 and [a["num_updates"] for a in new["averaged"]] == [3, 2]
+    assert new["num_updates"] == 5 and [a["num_updates"] for a in new["averaged"]] == [5, 4]
     expect = sacrebleu.corpus_bleu(read(os.path.join(save, "test", "hyp.txt")), [read(ref)])
     assert new["scores"]["bleu"]["score"] == round(expect.score, 2)
 
@@ -180,9 +185,9 @@ def test_a_stopped_evaluation_is_never_read_as_finished(tmp_path):
     p = cli(*table1)
     assert p.returncode == 1 and len(p.err_lines) == 1, p.stderr[-2000:]
     real = os.path.realpath(edited_dir)
-    assert (f"{real}/run.json contradicts the configuration of its checkpoint {real}/checkpoint3.pt: "
-            f"arch: 'transformer_csan2d_wmt_en_de' in run.json, 'transformer_attn_wmt_en_de' in checkpoint3.pt; "
-            f"attn_pieces: 'csan2d' in run.json, '' in checkpoint3.pt") in p.stderr
+    assert (f"{real}/run.json contradicts the configuration of its checkpoint {real}/checkpoint5.pt: "
+            f"arch: 'transformer_csan2d_wmt_en_de' in run.json, 'transformer_attn_wmt_en_de' in checkpoint5.pt; "
+            f"attn_pieces: 'csan2d' in run.json, '' in checkpoint5.pt") in p.stderr
     json.dump(rec, open(os.path.join(edited_dir, "run.json"), "w"))  # restored: accepted again
     p = cli("results", "--ref", ref, str(runs2 / "baseline"), edited_dir, "--bs-samples", "10", "--ar-trials", "10")
     assert p.returncode == 0, p.stderr[-2000:]

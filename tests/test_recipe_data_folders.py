@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
-from test_recipes import RECIPES, prepared_ende, read, run  # noqa: E402
+from test_recipes import RECIPES, prepared_ende, read, run, trained_ende, trained_run  # noqa: E402
 
 
 def data_id(folder):
@@ -38,8 +38,9 @@ def one_error(p, code=1):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("ende_trained_run")  # starts from trained_ende (test_copies, test_evaluation_reuse...)
 def test_prepared_data_coexist_and_each_run_evaluates_on_its_own(tmp_path):
-    env = prepared_ende(tmp_path / "work")
+    env = trained_ende(tmp_path / "work")  # its run trained on the first data (WORK/runs/transformer_attn_wmt_en_de)
     work = env["WORK"]
     # the keyed layout: data-bin is a relative symlink to data/<first 12 hex of data_id>
     link = os.path.join(work, "data-bin")
@@ -51,9 +52,11 @@ def test_prepared_data_coexist_and_each_run_evaluates_on_its_own(tmp_path):
         assert read(os.path.join(first, "raw", f"{split}.de")) == read(env[f"{split.upper()}_TGT"])
 
     save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
-    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="2"))
-    assert json.load(open(os.path.join(save, "run.json")))["data"]["path"] == first  # resolved, not data-bin
-    assert json.load(open(os.path.join(save, "data.json")))["data"] == first
+    # its records name the data folder it was trained on, resolved (not data-bin), where the run was trained
+    # (the WORK of trained_ende, copied here since)
+    trained_on = os.path.join(os.path.realpath(trained_run()[1]["work"]), "data", os.path.basename(first))
+    assert json.load(open(os.path.join(save, "run.json")))["data"]["path"] == trained_on
+    assert json.load(open(os.path.join(save, "data.json")))["data"] == trained_on
 
     # another corpus (other training and test sets, other merges) in the same WORK: a second folder
     other = recipe_data.write_pair(str(tmp_path / "other"), "en", "de", seed=7)
@@ -64,9 +67,9 @@ def test_prepared_data_coexist_and_each_run_evaluates_on_its_own(tmp_path):
         [os.path.basename(first), os.path.basename(second)])
     assert read(os.path.join(work, "raw", "test.de")) == read(other["TEST_TGT"]) != read(env["TEST_TGT"])
 
-    # the first run still evaluates, on its own data against its own reference
-    p = run("wmt14_en_de", "evaluate.sh", env)
-    assert f"data: {first} (the run's own" in p.stderr
+    # the first run still evaluates (N_AVG=1: not the evaluation it holds), on its own data against its own reference
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, N_AVG="1"))
+    assert f"data: {first} (the run's own" in p.stderr and f"{save}/test: evaluated again: N_AVG: '2' -> '1'" in p.stderr
     ev = json.load(open(os.path.join(save, "run.json")))["evaluations"]["test"]
     assert ev["ref"] == os.path.join(first, "raw", "test.de")
     import sacrebleu
@@ -97,8 +100,9 @@ def test_prepared_data_coexist_and_each_run_evaluates_on_its_own(tmp_path):
     assert f"DATA={third}" in line and "is not the data the run" in line and save in line
     # the run's folder removed by hand: one line naming the run and the missing folder
     shutil.rmtree(first)
-    line = one_error(run("wmt14_en_de", "evaluate.sh", env, check=False))
-    assert f"the run {save} was trained on {first}" in line and "no longer exists" in line
+    line = one_error(run("wmt14_en_de", "evaluate.sh", env, check=False))  # (its record names where it was trained)
+    assert f"the run {save} was trained on {trained_on} (data_id {os.path.basename(first)})" in line
+    assert "no longer exists" in line
     assert "re-run prepare.sh with the settings it was prepared with (BPE_MERGES=60 " in line and "or train again" in line
 
 

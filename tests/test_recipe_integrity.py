@@ -15,7 +15,7 @@ import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint class
 
 sys.path.insert(0, os.path.dirname(__file__))
 import recipe_data  # noqa: E402
-from test_recipes import RECIPES, prepared_ende, read, run, steps, steps_in_process  # noqa: E402
+from test_recipes import RECIPES, prepared_ende, read, run, steps, steps_in_process, trained_ende  # noqa: E402
 
 LIB = os.path.join(RECIPES, "lib", "common.sh")
 
@@ -343,9 +343,11 @@ def test_averaging_loads_through_the_safe_loader(tmp_path):
 
 # ------------------------------------------------------------------ item 1: no stale reuse
 @pytest.mark.e2e
+@pytest.mark.xdist_group("ende_trained_run")  # starts from trained_ende (test_copies, test_evaluation_reuse...)
 def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_data(tmp_path):
-    # recipe_data's en-de pair, prepared once per test run (BPE_MERGES=60): a copy of that WORK
-    env = dict(prepared_ende(tmp_path / "work"), MAX_UPDATE="4")
+    # recipe_data's en-de pair, prepared once per test run (BPE_MERGES=60), with its run trained to
+    # update 4 (train.sh's default SAVE_DIR): a copy of that WORK
+    env = dict(trained_ende(tmp_path / "work"), MAX_UPDATE="4")
     work = tmp_path / "work"
     dict_60 = read(work / "data-bin" / "dict.en.txt")
     # leftovers of a killed run are never used
@@ -356,8 +358,7 @@ def test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_d
     assert "binarise: done before, skipped" in p.stderr
     assert not (work / "raw" / "train.en.tmp").exists() and not (work / "data" / "binarise.tmp").exists()
 
-    run("wmt14_en_de", "train.sh", env)
-    assert (work / "runs" / "transformer_attn_wmt_en_de" / "run.json").exists()
+    assert (work / "runs" / "transformer_attn_wmt_en_de" / "run.json").exists()  # trained_ende's run, on this data-bin
     # train/evaluate with settings the data-bin was not prepared with: refused, naming the setting
     for script in ("train.sh", "evaluate.sh"):
         p = run("wmt14_en_de", script, dict(env, BPE_MERGES="50"), check=False)

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_recipes import RECIPES, TINY_MODEL, prepared_ende, run  # noqa: E402
+from test_recipes import RECIPES, TINY_MODEL, prepared_ende, run, trained_ende  # noqa: E402
 
 #: every script of every recipe (env.sh is sourced by the others)
 SCRIPTS = {recipe: tuple(sorted(n for n in os.listdir(os.path.join(RECIPES, recipe)) if n.endswith(".sh") and n != "env.sh"))
@@ -182,12 +182,17 @@ def data_sh(*args, env):
 
 
 @pytest.mark.e2e
+@pytest.mark.xdist_group("ende_trained_run")  # starts from trained_ende (test_copies, test_evaluation_reuse...)
 def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
-    env = prepared_ende(tmp_path / "work")
+    env = trained_ende(tmp_path / "work")  # a run trained to update 4 (and evaluated) in WORK/runs
     work = env["WORK"]
     first = os.path.realpath(os.path.join(work, "data-bin"))
     old = str(tmp_path / "x" / "runA")
-    run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=old, MAX_UPDATE="2"))
+    os.makedirs(os.path.dirname(old))
+    # moved outside WORK, as data.sh list advises: its new place registered, its old one (evaluate.sh registered it) forgotten
+    os.rename(os.path.join(work, "runs", "transformer_attn_wmt_en_de"), old)
+    for args in (("register", old), ("forget", os.path.join(work, "runs", "transformer_attn_wmt_en_de"))):
+        assert data_sh(*args, env=env).returncode == 0
     run("wmt14_en_de", "prepare.sh", dict(env, BPE_MERGES="40"))  # data-bin names other data now
     old = os.path.realpath(old)
     new = os.path.join(os.path.dirname(old), "runA-2")
@@ -204,31 +209,33 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
     assert p.returncode == 0 and "0 unreferenced data folder(s) removed" in p.stdout and os.path.isdir(first), p.stdout
 
     # an ARCH other than the run's (its record's, not its folder's name): refused, the record left as it was
-    before = sha256(os.path.join(new, "run.json"))
+    def written():  # the run folder's files and their sha256 (the record, the evaluation it holds...)
+        return {os.path.join(d, f): sha256(os.path.join(d, f)) for d, _, fs in os.walk(new) for f in fs}
+    before = written()
     p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new, ARCH="transformer_csan2d_wmt_en_de"), check=False)
     assert p.returncode == 1 and error_lines(p) == [
         f"error: ARCH=transformer_csan2d_wmt_en_de: SAVE_DIR={new} holds a run trained as "
         f"ARCH=transformer_attn_wmt_en_de (its run record {new}/run.json): leave ARCH unset (evaluate.sh takes the "
         f"run's) or give ARCH=transformer_attn_wmt_en_de; to evaluate a transformer_csan2d_wmt_en_de run, give its "
         f"SAVE_DIR"], p.stderr
-    assert sha256(os.path.join(new, "run.json")) == before and not os.path.exists(os.path.join(new, "test"))
-    # the moved run evaluates on its own data at its new place
-    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new))
-    assert f"data: {first} (the run's own" in p.stderr
+    assert written() == before  # nothing written: no record change, no evaluation output (test.tmp...)
+    # the moved run evaluates on its own data at its new place (N_AVG=1: not the evaluation it holds)
+    p = run("wmt14_en_de", "evaluate.sh", dict(env, SAVE_DIR=new, N_AVG="1"))
+    assert f"data: {first} (the run's own" in p.stderr and f"{new}/test: evaluated again: N_AVG: '2' -> '1'" in p.stderr
     assert json.load(open(os.path.join(new, "run.json")))["evaluations"]["test"]["ref"] == os.path.join(first, "raw", "test.de")
 
     # re-running train.sh at the new place, the data-bin naming other data: one error, with the fix (the run's
     # data, and the settings it was prepared with where they differ from the ones given)
     bin_, second = os.path.join(work, "data-bin"), os.path.realpath(os.path.join(work, "data-bin"))
     for given, fix in (({}, f"give DATA={first};"), ({"BPE_MERGES": "40"}, f"give DATA={first} with BPE_MERGES=60;")):
-        p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="2", **given), check=False)
+        p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="4", **given), check=False)
         assert p.returncode == 1 and len(p.stderr.splitlines()) == 1, p.stderr
         assert p.stderr == (f"error: SAVE_DIR={new} holds a run trained on {first} (data_id {os.path.basename(first)}), "
                             f"not on {bin_} (data_id {os.path.basename(second)}): to continue it, {fix} to train a new "
                             f"run on {bin_}, give another SAVE_DIR\n"), p.stderr
     # re-running train.sh with SAVE_DIR=<new place>: nothing trained, the new place registered
-    p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="2", DATA=first))
-    assert "trained before to MAX_UPDATE=2" in p.stdout + p.stderr, p.stderr[-2000:]
+    p = run("wmt14_en_de", "train.sh", dict(env, SAVE_DIR=new, MAX_UPDATE="4", DATA=first))
+    assert "trained before to MAX_UPDATE=4" in p.stdout + p.stderr, p.stderr[-2000:]
     assert [json.loads(line)["run"] for line in open(os.path.join(work, "runs.index")).read().splitlines()] == [old, new]
     os.rename(new, new + "b")  # moved once more: registered by data.sh register
     new += "b"
@@ -253,7 +260,7 @@ def test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place(tmp_path):
 
     # moved into WORK: found there without a registration; removed: its data pruned
     inside = os.path.join(work, "runs", "runA")
-    os.makedirs(os.path.dirname(inside))
+    os.makedirs(os.path.dirname(inside), exist_ok=True)  # WORK/runs: where the run was trained
     os.rename(new, inside)
     p = data_sh("prune", "--yes", "--forget-gone", env=env)
     assert f"forgot registered run {new}" in p.stdout and os.path.isdir(first), p.stdout
@@ -407,3 +414,32 @@ def test_evaluate_takes_the_architecture_of_the_run_record_never_its_folder_name
     (folder / "run.json").write_text(json.dumps({"format": run_record.FORMAT}))
     assert run_arch("--given", "transformer_rope_wmt_en_de").stdout == "transformer_rope_wmt_en_de\n"
     assert run_arch().stdout == "transformer_attn_wmt_en_de\n"
+
+
+def test_a_run_of_a_copied_work_is_sent_to_that_works_own_data(tmp_path, capsys):
+    """train.sh's refusal of a run trained on other data than the data-bin (check-data) names the run's
+    data in this WORK (WORK/data/<id>, as evaluate.sh reads it) where the folder it was trained on is
+    gone: a WORK copied or moved with its runs holds the data they were trained on."""
+    from fairseq_attn_recipes.fingerprints import refuse_other_run_data
+    work = tmp_path / "copy"
+    ids = {"run": "a" * 64, "latest": "b" * 64}
+    for data_id in ids.values():
+        (work / "data" / data_id[:12]).mkdir(parents=True)
+        (work / "data" / data_id[:12] / "prepare.json").write_text(json.dumps({"data_id": data_id}))
+    os.symlink(os.path.join("data", ids["latest"][:12]), work / "data-bin")
+    run_dir = work / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    gone = str(tmp_path / "original" / "data" / ids["run"][:12])  # where it was trained: moved away since
+    (run_dir / "run.json").write_text(json.dumps({"data": {"path": gone, "data_id": ids["run"], "settings": {}}}))
+    with pytest.raises(SystemExit) as e:
+        refuse_other_run_data(str(run_dir), str(work / "data-bin"), ids["latest"], {})
+    own = os.path.realpath(work / "data" / ids["run"][:12])
+    assert e.value.code == 1 and capsys.readouterr().err == (
+        f"error: SAVE_DIR={run_dir} holds a run trained on {own} (data_id aaaaaaaaaaaa), not on {work}/data-bin "
+        f"(data_id bbbbbbbbbbbb): to continue it, give DATA={own}; to train a new run on {work}/data-bin, give "
+        f"another SAVE_DIR\n")
+    os.rename(own, own + ".aside")  # nowhere: the advice to prepare it again
+    with pytest.raises(SystemExit):
+        refuse_other_run_data(str(run_dir), str(work / "data-bin"), ids["latest"], {})
+    err = capsys.readouterr().err
+    assert f"trained on {gone} (data_id aaaaaaaaaaaa)" in err and "that folder no longer exists: " in err

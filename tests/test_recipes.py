@@ -5,6 +5,7 @@ bad input; resuming."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -241,17 +242,42 @@ def prepared_ende(work):
     return dict(env, WORK=copy_of(prepared, str(work)))
 
 
+#: what :func:`trained_ende`'s run was made by, in order: (name, script, the env it adds)
+TRAINED_STEPS = (("first", "train.sh", {"MAX_UPDATE": "2"}), ("resumed", "train.sh", {"MAX_UPDATE": "4"}),
+                 ("evaluated", "evaluate.sh", {}))
+
+
 def _train_ende(root):
-    env = prepared_ende(os.path.join(root, "work"))
-    run("wmt14_en_de", "train.sh", dict(env, MAX_UPDATE="4"))
-    run("wmt14_en_de", "evaluate.sh", env)
+    """The run of :func:`trained_ende`: trained to update 2, resumed to 4, evaluated;
+    each step's output kept in ``made.json``, the run folder as the first training left it in
+    ``after_first_training``, for :func:`test_wmt14_prepare_train_resume_evaluate` to check."""
+    work = os.path.join(root, "work")
+    env = prepared_ende(work)
+    save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
+    made = {"work": work, "save": save}
+    for name, script, given in TRAINED_STEPS:
+        p = run("wmt14_en_de", script, dict(env, **given))
+        made[name] = {"stdout": p.stdout, "stderr": p.stderr}
+        if name == "first":
+            shutil.copytree(save, os.path.join(root, "after_first_training"))
+    with open(os.path.join(root, "made.json"), "w", encoding="utf-8") as f:
+        json.dump(made, f)
+
+
+def trained_run():
+    """The folder :func:`trained_ende` copies from (built once per test run), and what its steps said."""
+    root = build_once("recipes_ende_trained", _train_ende)
+    with open(os.path.join(root, "made.json"), encoding="utf-8") as f:
+        return root, json.load(f)
 
 
 def trained_ende(work):
-    """The env of :func:`prepared_ende` whose WORK also holds a tiny run, trained to update 4
-    (checkpoints at 2 and 4) and evaluated on test, in ``WORK/runs/transformer_attn_wmt_en_de``
-    (train.sh's default SAVE_DIR): a copy (as ``cp -a``) of the one trained once per test run."""
-    root = build_once("recipes_ende_trained", _train_ende)
+    """The env of :func:`prepared_ende` whose WORK also holds a tiny run, trained to update 2, resumed
+    to update 4 (a save point at each update) and evaluated on test, in
+    ``WORK/runs/transformer_attn_wmt_en_de`` (train.sh's default SAVE_DIR): a copy (as ``cp -a``)
+    of the one trained once per test run (:data:`TRAINED_STEPS`). Tests starting from it share
+    the pytest-xdist group ``ende_trained_run``: one worker makes it, the others never wait."""
+    root, _ = trained_run()
     return dict(_ende_inputs()[0], WORK=copy_of(os.path.join(root, "work"), str(work)))
 
 
@@ -261,7 +287,13 @@ def ende(tmp_path):
 
 
 @pytest.mark.e2e
-def test_wmt14_prepare_train_resume_evaluate(ende):
+@pytest.mark.xdist_group("ende_trained_run")  # starts from trained_ende (test_copies, test_evaluation_reuse...)
+def test_wmt14_prepare_train_resume_evaluate(tmp_path):
+    """The run of trained_ende, made once per test run by the recipe (TRAINED_STEPS: trained to
+    update 2, resumed to 4, evaluated): what each step said and wrote, then refusals, a skip and the
+    validation set on a copy of it. Resumed with other threads: test_evaluation_integrity."""
+    ende = trained_ende(tmp_path / "a folder with spaces" / "work")
+    built, made = trained_run()
     work = ende["WORK"]
     # real Moses tokenisation (aggressive hyphen splitting) and real BPE
     assert "well @-@ known" in " ".join(read(os.path.join(work, "tok", "train.en")))
@@ -269,11 +301,12 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     # joined dictionary for shared embeddings
     assert read(os.path.join(work, "data-bin", "dict.en.txt")) == read(os.path.join(work, "data-bin", "dict.de.txt"))
 
-    run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
-    save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
-    record = lambda: json.load(open(os.path.join(save, "run.json")))
+    # trained to update 2 (train.sh, MAX_UPDATE=2): the run folder it left
+    first = os.path.join(built, "after_first_training")
+    assert "cpu_threads=1" in made["first"]["stderr"]  # run() sets OMP_NUM_THREADS=1
+    assert "CPU: torch computes with 1 threads per process" in made["first"]["stdout"]
     # the run record: fairseq's resolved flags, data-bin, seed, effective batch, code, checkpoints
-    rec = record()
+    rec = json.load(open(os.path.join(first, "run.json")))
     assert rec["arch"] == "transformer_attn_wmt_en_de" and rec["seed"] == 1
     assert rec["model"]["encoder_embed_dim"] == 32 and rec["model"]["dropout"] == 0.1  # MODEL_ARGS, arch default
     assert rec["batch"] == {"max_tokens": 400, "update_freq": 8, "world_size": 1, "tokens_per_update_max": 3200}
@@ -282,35 +315,41 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert rec["num_updates"] == 2 and rec["checkpoints"]
     import fairseq_attn_plugins  # noqa: F401  allowlists fairseq's checkpoint classes for torch.load
     for name, info in rec["checkpoints"].items():  # each file's own update number
-        state = torch.load(os.path.join(save, name))
+        state = torch.load(os.path.join(first, name))
         assert info["num_updates"] == state["optimizer_history"][-1]["num_updates"], name
-    # a changed model flag: refused with the difference named, with or without a longer MAX_UPDATE
-    for max_update in ("2", "4"):
-        p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE=max_update, MODEL_ARGS=TINY_MODEL + " --dropout 0.3"),
-                check=False)
-        assert p.returncode == 1 and "dropout: 0.1 recorded, 0.3 now" in p.stdout, p.stdout[-2000:]
-        assert "holds another run" in p.stdout and "SAVE_DIR=<new folder>" in p.stdout
-        assert "resuming from" not in p.stdout + p.stderr  # nothing is resumed
-        assert record()["num_updates"] == 2 and len(record()["trainings"]) == 1  # nothing trained
-    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="2"))
-    assert "trained before to MAX_UPDATE=2 with the same settings: skipped" in p.stderr
-    # the same run, longer, with other threads: resumes, and each start records the threads it computed with
-    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4", CPU_THREADS="2"))
-    assert f"resuming from {save}/checkpoint_last.pt" in p.stdout  # the training step's output (train.log too)
+    # resumed to update 4 (each start recording the threads it computed with)
+    resumed = made["resumed"]
+    assert f"resuming from {made['save']}/checkpoint_last.pt" in resumed["stdout"]  # the training step's output (train.log too)
+    assert "update_freq=8" in resumed["stderr"]  # 1 CPU worker keeps the 8-GPU effective batch
+    save = os.path.join(work, "runs", "transformer_attn_wmt_en_de")
+    record = lambda: json.load(open(os.path.join(save, "run.json")))
     rec = record()
     assert [(t["max_update"], t["from_update"], t["to_update"]) for t in rec["trainings"]] == [(2, 0, 2), (4, 2, 4)]
-    assert [t["cpu_threads"] for t in rec["trainings"]] == [1, 2]  # run() sets OMP_NUM_THREADS=1
+    assert [t["cpu_threads"] for t in rec["trainings"]] == [1, 1]
+    for name, info in rec["checkpoints"].items():  # checkpoint_last.pt now holds update 4
+        state = torch.load(os.path.join(save, name))
+        assert info["num_updates"] == state["optimizer_history"][-1]["num_updates"], name
     log = open(os.path.join(save, "train.log"), encoding="utf-8").read()
     assert re.search(r"Loaded checkpoint .*checkpoint_last\.pt \(epoch \d+ @ 2 updates\)", log)
     assert '"train_num_updates": "4"' in log
     assert re.search(r"\| INFO \| train_inner \| \{", log)  # fairseq-train's own log format (parsed by the tables)
     assert "pin_memory" not in log and "autocast" not in log  # torch's CPU warnings, dropped by message
-    assert "update_freq=8" in p.stderr  # 1 CPU worker keeps the 8-GPU effective batch
     # TensorBoard logs by default, beside the checkpoints
     events = [f for _, _, fs in os.walk(os.path.join(save, "tensorboard")) for f in fs if "tfevents" in f]
     assert events and "--tensorboard-logdir" in log
 
-    p = run("wmt14_en_de", "evaluate.sh", ende)
+    # a changed model flag: refused with the difference named, with or without a longer MAX_UPDATE
+    for max_update in ("4", "6"):
+        p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE=max_update, MODEL_ARGS=TINY_MODEL + " --dropout 0.3"),
+                check=False)
+        assert p.returncode == 1 and "dropout: 0.1 recorded, 0.3 now" in p.stdout, p.stdout[-2000:]
+        assert "holds another run" in p.stdout and "SAVE_DIR=<new folder>" in p.stdout
+        assert "resuming from" not in p.stdout + p.stderr  # nothing is resumed
+        assert record()["num_updates"] == 4 and len(record()["trainings"]) == 2  # nothing trained
+    p = run("wmt14_en_de", "train.sh", dict(ende, MAX_UPDATE="4"))
+    assert "trained before to MAX_UPDATE=4 with the same settings: skipped" in p.stderr
+
+    # evaluated (evaluate.sh, the test set)
     evaluation = json.load(open(os.path.join(save, "test", "scores.json")))
     scores = evaluation["scores"]
     assert scores["bleu"]["signature"].startswith("nrefs:1|") and "tok:13a" in scores["bleu"]["signature"]
@@ -348,9 +387,11 @@ def test_wmt14_prepare_train_resume_evaluate(ende):
     assert f"compare runs: fairseq-attn-results --ref {data}/raw/valid.de RUN_DIRS" in p.stderr, p.stderr[-2000:]
     assert len(read(os.path.join(save, "valid", "hyp.txt"))) == len(read(os.path.join(work, "raw", "valid.de")))
     evals = record()["evaluations"]
-    # scored against the raw reference kept in the run's own data folder (WORK/data/<id>/raw)
+    # scored against the raw reference kept in the run's own data folder (WORK/data/<id>/raw); the record
+    # names that folder where the run was trained (the WORK of trained_ende, copied here since)
     data = os.path.realpath(os.path.join(work, "data-bin"))
-    assert rec["data"]["path"] == data and os.path.dirname(data) == os.path.join(os.path.realpath(work), "data")
+    assert os.path.dirname(data) == os.path.join(os.path.realpath(work), "data")
+    assert rec["data"]["path"] == os.path.join(os.path.realpath(made["work"]), "data", os.path.basename(data))
     assert evals["test"] == test_eval and evals["valid"]["ref"] == os.path.join(data, "raw", "valid.de")
     assert read(os.path.join(data, "raw", "valid.de")) == read(os.path.join(work, "raw", "valid.de"))
     from fairseq_attn_reports.runs import Run

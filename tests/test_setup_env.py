@@ -66,3 +66,36 @@ def test_a_corpus_file_not_as_pip_installed_it_is_refused(tmp_path, capsys):
     (tmp_path / "data" / "y.tsv").write_bytes(text)
     refused("data/y.tsv", "RECORD holds no sha256 of data/y.tsv")
     refused("data/z.tsv", "is missing")
+
+
+def test_compile_packages_writes_what_compileall_writes_and_skips_test_folders(tmp_path):
+    """scripts/compile_packages.py (set-up's byte-compilation of site-packages) against the
+    standard library's compileall with the same exclusion, file by file."""
+    import compileall
+    import re
+    import shutil
+    site = tmp_path / "site"
+    for rel, text in {"pkg/__init__.py": "X = 1\n", "pkg/sub/mod.py": "def f():\n    return 2\n",
+                      "pkg/tests/test_a.py": "A = 1\n", "other/test/b.py": "B = 1\n", "top.py": "T = 1\n",
+                      "pkg/py2.py": "print 'python 2'\n", "data.txt": "not python\n"}.items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text)
+    reference = tmp_path / "reference"
+    shutil.copytree(site, reference)
+
+    def compiled(root):
+        return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, files in os.walk(root) for f in files
+                      if f.endswith(".pyc"))
+
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_packages.py"), str(site)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    compileall.compile_dir(str(reference), quiet=2, rx=re.compile(r"/tests?/"))
+    compileall.compile_file(str(reference / "top.py"), quiet=2)
+    names = compiled(site)
+    assert names == compiled(reference)
+    assert any(n.startswith(os.path.join("pkg", "sub", "__pycache__", "mod.")) for n in names), names
+    assert not any("test" in n or "py2" in n for n in names), names
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "compile_packages.py"), str(tmp_path / "nope")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.startswith("usage: "), bad.stderr

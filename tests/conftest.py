@@ -25,20 +25,19 @@ _RUN_CACHES = {".pytest_cache", "__pycache__"}
 
 #: the slowest tests (seconds of the last full run, on its 2 cores): started first, longest first
 SLOWEST = {
-    "tests/test_lengths_study.py::test_quick_study_trains_short_tests_long_and_reports_by_length": 112,
-    "tests/test_table1.py::test_table1_recipe_end_to_end": 81,
-    "tests/test_demo.py::test_demo_quick_end_to_end_kill_resume_and_rerun": 74,
-    "tests/test_recipe_seeds.py::test_seeds_train_resume_evaluate_and_curves": 71,
-    "tests/test_table1.py::test_figure2_recipe": 45,
-    "tests/test_evaluation_reuse.py::test_the_same_evaluation_is_skipped_and_a_changed_one_redone": 44,
-    "tests/test_recipe_integrity.py::test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_table": 44,
-    "tests/test_recipe_refusals.py::test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work": 41,
-    "tests/test_prepare_refusals.py::test_a_users_data_tmp_is_refused_and_a_killed_binarise_leftover_removed": 39,
-    "tests/test_recipes.py::test_wmt14_prepare_train_resume_evaluate": 38,
-    "tests/test_recipe_data_folders.py::test_prepared_data_coexist_and_each_run_evaluates_on_its_own": 37,
-    "tests/test_evaluation_integrity.py::test_a_stopped_evaluation_is_never_read_as_finished": 37,
-    "tests/test_recipe_refusals.py::test_a_moved_run_keeps_its_data_and_evaluates_at_its_new_place": 32,
-    "tests/test_recipe_integrity.py::test_changed_inputs_or_settings_redo_steps_and_train_evaluate_refuse_other_data": 29,
+    "tests/test_lengths_study.py::test_quick_study_trains_short_tests_long_and_reports_by_length": 92,
+    "tests/test_table1.py::test_table1_recipe_end_to_end": 70,
+    "tests/test_demo.py::test_demo_quick_end_to_end_kill_resume_and_rerun": 60,
+    "tests/test_recipe_seeds.py::test_seeds_train_resume_evaluate_and_curves": 56,
+    # the first of the group ende_trained_run: its tests (on copies of one run) go to one worker, about 150 s
+    "tests/test_evaluation_reuse.py::test_the_same_evaluation_is_skipped_and_a_changed_one_redone": 37,
+    "tests/test_table1.py::test_figure2_recipe": 37,
+    "tests/test_recipe_integrity.py::test_zhen_all_public_parts_pair_count_and_paper_settings_reach_scores_and_table": 36,
+    "tests/test_recipe_refusals.py::test_prune_shows_then_removes_only_with_yes_and_sees_runs_outside_work": 32,
+    "tests/test_prepare_refusals.py::test_a_users_data_tmp_is_refused_and_a_killed_binarise_leftover_removed": 26,
+    "tests/test_recipe_integrity.py::test_failed_aspec_extraction_marks_nothing_done_and_a_rerun_recovers": 21,
+    "tests/test_recipe_data_folders.py::test_train_max_len_drops_the_long_training_sources_only": 15,
+    "tests/test_recipe_integrity.py::test_downloaded_corpora_are_checked_truncated_or_misaligned_archives_stop_raw": 15,
 }
 
 

@@ -34,16 +34,10 @@ from fairseq_attn_records.output_files import write_lines
 
 from .step_inputs import die, key_values
 from .fingerprints import inputs_summary, made_by_setting, mark_made, settable
-from .run_data import folder_holding, load_json as _load_json, run_data
+from .run_data import ID_LEN, folder_holding, load_json as _load_json, read_prepare, run_data
 
-ID_LEN = 12
 LINK = "data-bin"
 RUN_INDEX = "runs.index"
-
-
-def read_prepare(folder: str):
-    """prepare.json of a data folder, or None when it has none (or an unreadable one)."""
-    return _load_json(os.path.join(folder, "prepare.json"))
 
 
 def _data_id(folder: str):

@@ -18,7 +18,7 @@ import sys
 
 from fairseq_attn_records.output_files import write_lines
 
-from .run_data import folder_holding, run_data
+from .run_data import ID_LEN, folder_holding, run_data
 from .step_inputs import count_lines, die, key_values
 
 
@@ -339,7 +339,7 @@ def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> 
     with_settings = f" with {differ.strip()}" if differ.strip() else ""
     # the run's data in this WORK (beside the data-bin's folder, WORK/data/<id>: a WORK copied with its
     # runs holds it), else where it was trained
-    here = folder_holding([os.path.join(os.path.dirname(os.path.realpath(data)), run_id[:12])], run_id)
+    here = folder_holding([os.path.join(os.path.dirname(os.path.realpath(data)), run_id[:ID_LEN])], run_id)
     if here:
         path = os.path.realpath(here)
     if path and os.path.isdir(path):
@@ -347,8 +347,8 @@ def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> 
     else:
         fix = (f"that folder no longer exists: to continue the run, prepare its data again (prepare.sh"
                f"{with_settings}, with the files it was given) and give DATA=<that folder>")
-    die(f"SAVE_DIR={run_dir} holds a run trained on {path} (data_id {run_id[:12]}), not on {data} "
-        f"(data_id {data_id[:12]}): {fix}; to train a new run on {data}, give another SAVE_DIR")
+    die(f"SAVE_DIR={run_dir} holds a run trained on {path} (data_id {run_id[:ID_LEN]}), not on {data} "
+        f"(data_id {data_id[:ID_LEN]}): {fix}; to train a new run on {data}, give another SAVE_DIR")
 
 
 def cmd_check_data(args):

@@ -5,6 +5,9 @@ data.json): read by the data folders' bookkeeping (:mod:`.databins`) and by chec
 import json
 import os
 
+#: the characters of a data_id that name its folder, WORK/data/<id>
+ID_LEN = 12
+
 
 def load_json(path: str):
     try:
@@ -27,12 +30,16 @@ def run_data(run_dir: str):
     return None
 
 
+def read_prepare(folder: str):
+    """prepare.json of a data folder, or None when it has none (or an unreadable one)."""
+    return load_json(os.path.join(folder, "prepare.json"))
+
+
 def folder_holding(candidates, data_id: str):
     """The first existing folder of ``candidates`` whose prepare.json records ``data_id``, or None
     (a run's data is looked for in the WORK at hand, ``WORK/data/<id>``, before where it was trained:
     a WORK copied or moved with its runs holds the data they were trained on)."""
     for c in candidates:
-        if c and os.path.isdir(c) and (load_json(os.path.join(c, "prepare.json")) or {}).get("data_id") == data_id:
+        if c and os.path.isdir(c) and (read_prepare(c) or {}).get("data_id") == data_id:
             return c
     return None
-

@@ -48,6 +48,15 @@ figures are a reading of the code the GPU would run.
    ``_attn_bwd_preprocess`` (delta = rowsum(dO O), 128 rows a program) and its backward's
    ``_attn_bwd_dkdv`` / ``_attn_bwd_dq`` loops (unmasked, over every tile, at its own blocks
    32 x 128 and 128 x 32, 4 warps, 5 stages) in wrappers made here, non-causal only.
+6. With the torch work outside the kernels (``sum_with_outside``): the ``sum`` total plus
+   each recorded torch op at its roofline, in the same SM cycles per (batch, head): its
+   bytes at the HBM rate or its FLOPs at the FP32 rate (2 x FP32 lanes per clock; torch's
+   float32 matmuls run without TF32 by default), whichever is larger, summed over the ops
+   and divided by B x H. HBM per SM clock: H100 SXM 3.35 TB/s over 132 SMs at 1.98 GHz,
+   12.8 bytes (an H200's 4.8 TB/s: 18.4); A100 SXM 2.04 TB/s over 108 SMs at 1.41 GHz,
+   13.4 bytes. No launch overheads and no cache hits: each op reads and writes HBM once.
+   The tutorial does no torch work outside its kernels. This reading is what keeps work
+   moved out of a kernel from looking like a gain.
 
 Changes to the reading, and why (2026-11-29; the JSON keeps both readings side by side):
 
@@ -89,8 +98,10 @@ T5_BUCKETS, T5_MAX_DISTANCE, CLIP = 32, 128, 16
 VARIANTS = ("terms off", "terms off, three stages", "alibi", "t5bias", "relpos k", "relpos kv")
 UNITS = ("tensor", "issue", "fp32", "alu", "mufu", "lsu", "shfl")
 ARCH = {
-    90: dict(gpu="H100/H200", tensor=4096, fp32=128, regs=65536, smem=228 * 1024, max_warps=64, max_ctas=32),
-    80: dict(gpu="A100", tensor=2048, fp32=64, regs=65536, smem=164 * 1024, max_warps=64, max_ctas=32),
+    90: dict(gpu="H100/H200", tensor=4096, fp32=128, regs=65536, smem=228 * 1024, max_warps=64, max_ctas=32,
+             hbm=3.35e12 / (132 * 1.98e9)),
+    80: dict(gpu="A100", tensor=2048, fp32=64, regs=65536, smem=164 * 1024, max_warps=64, max_ctas=32,
+             hbm=2.04e12 / (108 * 1.41e9)),
 }
 
 
@@ -658,6 +669,13 @@ def kernel_total(read: dict, programs: int, loop_iterations, bound: str) -> floa
     return total
 
 
+def outside_cycles(ops, cap: int) -> float:
+    """Model cycles per (batch, head) of the torch ops a path runs outside its kernels: each op's
+    bytes at the HBM rate or its FLOPs at the FP32 rate, the larger (docstring, 6.)."""
+    arch = ARCH[cap]
+    return sum(max(o["bytes"] / arch["hbm"], o["flops"] / (2 * arch["fp32"])) for o in ops) / (B * H)
+
+
 def programs_per_bh(launch) -> int:
     return math.prod(int(n) for n in launch["grid"]) // (B * H)
 
@@ -718,6 +736,8 @@ def main(argv=None):
                             total[bound] += kernel_total(read, programs_per_bh(launch), its, bound)
                         result["kernels"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[launch["kernel"]] = dict(
                             read, block_m=launch["kwargs"].get("BLOCK_M"), block_n=launch["kwargs"].get("BLOCK_N"))
+                    total["outside"] = outside_cycles(ops, cap)
+                    total["sum_with_outside"] = total["sum"] + total["outside"]
                     result["totals"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[str(L)] = total
     if args.tutorial:
         with tempfile.TemporaryDirectory() as work:
@@ -741,6 +761,7 @@ def main(argv=None):
                                     delta_kernel[bound] = cost
                         # the earlier reading (its delta kernel left out), beside the full one
                         total.update({f"{bound}_without_delta": total[bound] - delta_kernel[bound] for bound in ("max", "sum")})
+                        total.update(outside=0.0, sum_with_outside=total["sum"])  # no torch work outside its kernels
                         result["totals"][f"sm_{cap}"].setdefault("tutorial", {})[str(L)] = total
                 except Exception as e:  # noqa: BLE001 (a tutorial's version this triton cannot compile)
                     result["meta"].setdefault("notes", []).append(
@@ -819,6 +840,17 @@ def markdown(result) -> str:
                 tut = totals.get("tutorial", {}).get(n)
                 cells += [f"{t / 1e3:.0f}", f"{t / off['sum']:.2f}" if off else "-",
                           f"{t / tut['sum']:.2f}" if tut and not variant.endswith("causal") else "-"]
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+        lines += ["", "With the torch work outside the kernels (each op at its roofline, docstring 6.):", "",
+                  "| variant | " + " | ".join(f"L {n}: kcycles outside | sum + outside | vs tutorial" for n in lengths)
+                  + " |", "|---|" + "---|---|---|" * len(lengths)]
+        for variant, per_l in totals.items():
+            cells = []
+            for n in lengths:
+                t, tut = per_l[n], totals.get("tutorial", {}).get(n)
+                cells += [f"{t['outside'] / 1e3:.0f}", f"{t['sum_with_outside'] / 1e3:.0f}",
+                          f"{t['sum_with_outside'] / tut['sum_with_outside']:.2f}"
+                          if tut and not variant.endswith("causal") else "-"]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         tut = totals.get("tutorial", {})
         if all("sum_without_delta" in tut.get(n, {}) for n in lengths):

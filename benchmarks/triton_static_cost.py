@@ -198,11 +198,12 @@ def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
         kpm = torch.zeros(B, L, dtype=torch.bool)
         kpm[1, L - 37:] = True
         terms, tables = _terms("alibi" if variant.startswith("terms off") else variant, causal, leaf)
-        dout = torch.randn(B, H, L, D, generator=g).to(torch.float16)
+        # dO as the layer's backward passes it (a permuted view of (T, B, H, D)), made before the count
+        dout = torch.randn(L, B, H, D, generator=g).to(torch.float16).permute(1, 2, 0, 3)
         with TorchWork() as work:
             o = triton_launch.triton_attention(terms, q, k, v, D ** -0.5, kpm, causal, configs,
                                                module=stand_in(kernels, calls))
-            torch.autograd.grad(o, [q, k, v] + tables, dout.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3))
+            torch.autograd.grad(o, [q, k, v] + tables, dout)
         if variant in ("terms off", "terms off, three stages"):  # the launcher's SPLIT rule: a term or causal
             split = causal or variant == "terms off, three stages"
             for c in calls:
@@ -711,7 +712,7 @@ def main(argv=None):
                 recorded, kmod = record(L, causal, cap=cap)
                 for variant, (calls, ops) in recorded.items():
                     key = f"{variant}{' causal' if causal else ''}"
-                    result["outside_torch"].setdefault(key, {})[str(L)] = dict(
+                    result["outside_torch"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[str(L)] = dict(
                         flops=sum(o["flops"] for o in ops), bytes=sum(o["bytes"] for o in ops),
                         ops=_summarise(ops))
                     total = dict(max=0.0, sum=0.0)
@@ -858,12 +859,14 @@ def markdown(result) -> str:
                 f"L {n} {tut[n]['sum_without_delta'] / 1e3:.0f} kcycles" for n in lengths) + "."]
         lines.append("")
     lines += ["## Work outside the kernels (torch ops, forward + backward, per call of B x H)", "",
-              "| variant | L | MFLOP | MB moved | ops |", "|---|---|---|---|---|"]
-    for variant, per_l in result["outside_torch"].items():
-        for n, w in per_l.items():
-            top = sorted(w["ops"].items(), key=lambda kv: -kv[1]["bytes"])[:4]
-            ops = ", ".join(f"{k} x{v['count']}" for k, v in top)
-            lines.append(f"| {variant} | {n} | {w['flops'] / 1e6:.1f} | {w['bytes'] / 1e6:.1f} | {ops} |")
+              "The launches of each GPU have its blocks, so a path's torch work can differ between them.", "",
+              "| arch | variant | L | MFLOP | MB moved | ops |", "|---|---|---|---|---|---|"]
+    for arch, per in result["outside_torch"].items():
+        for variant, per_l in per.items():
+            for n, w in per_l.items():
+                top = sorted(w["ops"].items(), key=lambda kv: -kv[1]["bytes"])[:4]
+                ops = ", ".join(f"{k} x{v['count']}" for k, v in top)
+                lines.append(f"| {arch} | {variant} | {n} | {w['flops'] / 1e6:.1f} | {w['bytes'] / 1e6:.1f} | {ops} |")
     lines += [f"- note: {n}" for n in result["meta"].get("notes", [])]
     lines += ["", f"_{result['meta']['seconds']} s; a static model, not a timing (see the module docstring)._"]
     return "\n".join(lines)

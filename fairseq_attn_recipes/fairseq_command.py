@@ -63,8 +63,8 @@ def main(argv=None) -> int:
                   "first run's arguments) must be a positive number below the count of ARGS", file=sys.stderr)
             return 2
         runs = [argv[3:3 + n], argv[3 + n:]]
-    if average is not None:  # the checkpoints first: a refusal (fewer than N...) starts no fairseq, and an
-        average_checkpoints(*average)  # average made before is reused without torch
+    if average is not None:  # the checkpoints first: a refusal (fewer than N...) starts no fairseq
+        average_checkpoints(*average)
     import_fairseq()
     for i, run in enumerate(runs):
         code = run_command(argv[0], run, average is not None)

@@ -12,7 +12,8 @@ fairseq's own; an argument error of a flag a recipe variable gave (PREPROCESS_AR
 ERR -- ARGS`` (evaluate.sh) is the recipes' ``average`` step then fairseq-generate in one process (one
 start of torch and fairseq per evaluation instead of two, about 3 s of CPU): the process's output goes
 to OUT and ERR as a shell redirects it, but the step's messages and refusal (exit 1, OUT and ERR
-removed) go where they would have gone. The average comes first: its refusal starts no fairseq.
+removed) go where they would have gone. The checkpoints to average are chosen before fairseq is
+imported: a refusal (fewer save points than N...) starts no fairseq.
 
 ``preprocess --first N ARGS`` (binarise: the dictionary of the uncapped pairs, then the capped
 data-bin made with it) is fairseq-preprocess on the first N arguments, then on the rest, in one process
@@ -21,6 +22,7 @@ data-bin made with it) is fairseq-preprocess on the first N arguments, then on t
 
 import argparse
 import contextlib
+import io
 import os
 import runpy
 import sys
@@ -63,11 +65,11 @@ def main(argv=None) -> int:
                   "first run's arguments) must be a positive number below the count of ARGS", file=sys.stderr)
             return 2
         runs = [argv[3:3 + n], argv[3 + n:]]
-    if average is not None:  # the checkpoints first: a refusal (fewer than N...) starts no fairseq
-        average_checkpoints(*average)
+    if average is not None:
+        average_checkpoints(*average, check=True)
     import_fairseq()
     for i, run in enumerate(runs):
-        code = run_command(argv[0], run, average is not None)
+        code = run_command(argv[0], run, average)
         if code:
             return code
         if i < len(runs) - 1:
@@ -75,19 +77,20 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_command(command: str, args, averaged: bool = False) -> int:
+def run_command(command: str, args, average) -> int:
     """fairseq's ``command`` on ``args`` in this process, as ``python -m fairseq_cli.COMMAND ARGS``."""
     argv = [command, *args]
     sys.argv = [sys.argv[0], *argv[1:]]  # runpy puts the module's file in sys.argv[0], as python -m
-    if not averaged and not flag_origins.sources():
+    if average is None and not flag_origins.sources():
         runpy.run_module(f"fairseq_cli.{argv[0]}", run_name="__main__", alter_sys=True)
         return 0
     # flags of recipe variables (PREPROCESS_ARGS, GEN_ARGS): an argument error names the variable. The
     # plugin (--user-dir) imported first: its one-line argparse errors are installed before this hold
-    # (after an average too, which may have imported it: then fairseq's memo keeps generate from logging so)
     if "--user-dir" in argv[:-1]:  # as fairseq imports it (its memo: not said to be imported twice)
         from fairseq import utils
         utils.import_user_module(argparse.Namespace(user_dir=argv[argv.index("--user-dir") + 1]))
+    if average is not None:
+        average_checkpoints(*average)
     try:
         with flag_origins.argument_errors_raised():
             runpy.run_module(f"fairseq_cli.{argv[0]}", run_name="__main__", alter_sys=True)
@@ -120,15 +123,16 @@ def redirected(stdout: str, stderr: str):
     return before
 
 
-def average_checkpoints(step_args, stdout: str, stderr: str, before) -> None:
-    """The recipes' ``average`` step on ``step_args``, its messages where the output went before
-    :func:`redirected`; a refusal exits with its status and removes both files."""
+def average_checkpoints(step_args, stdout: str, stderr: str, before, check: bool = False) -> None:
+    """The recipes' ``average`` step on ``step_args`` (``check``: its ``--check``, the checkpoints chosen
+    and nothing said but a refusal), its messages where the output went before :func:`redirected`; a
+    refusal exits with its status and removes both files."""
     from .__main__ import main as step
 
-    with open(before[0], "w") as out, open(before[1], "w") as err:
+    with open(before[0], "w", closefd=False) as out, open(before[1], "w", closefd=False) as err:
         try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                step(["average", *step_args])
+            with contextlib.redirect_stdout(io.StringIO() if check else out), contextlib.redirect_stderr(err):
+                step(["average", *step_args, *(["--check"] if check else [])])
         except SystemExit as e:
             if e.code:
                 for path in (stdout, stderr):

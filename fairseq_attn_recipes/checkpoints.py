@@ -151,10 +151,6 @@ def cmd_average(args):
     anything: the length study evaluates each run once per k."""
     newest = newest_checkpoint(args.dir)  # before reading: a checkpoint written later makes this stale
     points = checkpoints_to_average(args.dir, args.n, args.at_update)
-    if args.check:
-        print(f"would average {len(points)} checkpoints: " + " ".join(
-            f"{os.path.basename(p['file'])} (update {p['num_updates']})" for p in points))
-        return
     paths = [p["file"] for p in points]
     sources = [_file_state(p) for p in paths]
     settings = _made_before(args.output, sources)
@@ -266,6 +262,4 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("average"); p.add_argument("dir"); p.add_argument("--n", type=int, default=5)
     p.add_argument("--output", required=True); p.add_argument("--record")
     p.add_argument("--at-update", type=int, help="the save points up to that update's, which must exist (a learning curve's point)")
-    p.add_argument("--check", action="store_true", help="only say which checkpoints would be averaged (or refuse as "
-                   "averaging would); nothing is written")
     p.set_defaults(fn=cmd_average)

@@ -12,8 +12,7 @@ fairseq's own; an argument error of a flag a recipe variable gave (PREPROCESS_AR
 ERR -- ARGS`` (evaluate.sh) is the recipes' ``average`` step then fairseq-generate in one process (one
 start of torch and fairseq per evaluation instead of two, about 3 s of CPU): the process's output goes
 to OUT and ERR as a shell redirects it, but the step's messages and refusal (exit 1, OUT and ERR
-removed) go where they would have gone. The checkpoints to average are chosen before fairseq is
-imported: a refusal (fewer save points than N...) starts no fairseq.
+removed) go where they would have gone.
 
 ``preprocess --first N ARGS`` (binarise: the dictionary of the uncapped pairs, then the capped
 data-bin made with it) is fairseq-preprocess on the first N arguments, then on the rest, in one process
@@ -22,7 +21,6 @@ data-bin made with it) is fairseq-preprocess on the first N arguments, then on t
 
 import argparse
 import contextlib
-import io
 import os
 import runpy
 import sys
@@ -65,8 +63,6 @@ def main(argv=None) -> int:
                   "first run's arguments) must be a positive number below the count of ARGS", file=sys.stderr)
             return 2
         runs = [argv[3:3 + n], argv[3 + n:]]
-    if average is not None:
-        average_checkpoints(*average, check=True)
     import_fairseq()
     for i, run in enumerate(runs):
         code = run_command(argv[0], run, average)
@@ -123,16 +119,15 @@ def redirected(stdout: str, stderr: str):
     return before
 
 
-def average_checkpoints(step_args, stdout: str, stderr: str, before, check: bool = False) -> None:
-    """The recipes' ``average`` step on ``step_args`` (``check``: its ``--check``, the checkpoints chosen
-    and nothing said but a refusal), its messages where the output went before :func:`redirected`; a
-    refusal exits with its status and removes both files."""
+def average_checkpoints(step_args, stdout: str, stderr: str, before) -> None:
+    """The recipes' ``average`` step on ``step_args``, its messages where the output went before
+    :func:`redirected`; a refusal exits with its status and removes both files."""
     from .__main__ import main as step
 
-    with open(before[0], "w", closefd=False) as out, open(before[1], "w", closefd=False) as err:
+    with open(before[0], "w") as out, open(before[1], "w") as err:
         try:
-            with contextlib.redirect_stdout(io.StringIO() if check else out), contextlib.redirect_stderr(err):
-                step(["average", *step_args, *(["--check"] if check else [])])
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                step(["average", *step_args])
         except SystemExit as e:
             if e.code:
                 for path in (stdout, stderr):

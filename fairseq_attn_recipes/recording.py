@@ -14,6 +14,7 @@ import uuid
 import warnings
 from typing import Dict, List, Optional
 
+from fairseq_attn_records import checkpoint_config
 from fairseq_attn_records.fairseq_import import import_fairseq
 from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
                                              now, record_path, same_training, save, save_points, trained_patiences,
@@ -72,8 +73,8 @@ def code_version() -> Dict:
 
 def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Dict]:
     """Every checkpoint of a run (``checkpointE.pt``, ``checkpoint_E_U.pt``, ``checkpoint_last.pt``)
-    with the update number read from the file itself; entries of ``known`` whose file is
-    unchanged (size and mtime) are reused."""
+    with the update number read from the file itself (:func:`_saved_at`: no torch for a plain
+    fairseq state); entries of ``known`` whose file is unchanged (size and mtime) are reused."""
     known = known or {}
     out = {}
     for name in sorted(os.listdir(run_dir)):
@@ -84,12 +85,21 @@ def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Di
         if old and old.get("bytes") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
             out[name] = old
             continue
-        from fairseq_attn_plugins.checkpoint_identity import checkpoint_state  # torch
-
-        info = checkpoint_state(os.path.join(run_dir, name))
+        info = _saved_at(os.path.join(run_dir, name))
         out[name] = {"num_updates": info["num_updates"], "epoch": info["epoch"],
                      "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     return out
+
+
+def _saved_at(path: str) -> Dict:
+    """Update number and epoch of a checkpoint: read without torch where its state is plain
+    (:mod:`fairseq_attn_records.checkpoint_config`), else by the plugin (its answer or its one-line error)."""
+    state = checkpoint_config.state_without_tensors(path)
+    if state is not None and state.get("optimizer_history"):
+        return checkpoint_config.saved_at(state)
+    from fairseq_attn_plugins.checkpoint_identity import checkpoint_state  # torch
+
+    return checkpoint_state(path)
 
 
 class NoSavePoint(RecordError):

@@ -7,6 +7,7 @@ allowlist (:mod:`.checkpoint_safety`); a file that cannot be read is a one-line
 from typing import Dict
 
 import torch
+from fairseq_attn_records.checkpoint_config import saved_at
 from fairseq_attn_records.run_record import RecordError, identity_of_cfg
 
 from .checkpoint_safety import corrupt_message, install
@@ -23,13 +24,7 @@ def mapped_state(path: str) -> Dict:
 
 def checkpoint_state(path: str) -> Dict:
     """Update number and epoch a checkpoint holds, read from its own state."""
-    state = mapped_state(path)
-    hist = state.get("optimizer_history") or [{}]
-    it = (state.get("extra_state") or {}).get("train_iterator") or {}
-    epoch = it.get("epoch")
-    if epoch is not None and epoch > 1 and it.get("iterations_in_epoch") == 0:
-        epoch -= 1  # saved at an epoch's end: fairseq stores the next epoch to start
-    return {"num_updates": hist[-1].get("num_updates"), "epoch": epoch}
+    return saved_at(mapped_state(path))
 
 
 def identity_of_checkpoint(path: str) -> Dict:

@@ -57,9 +57,9 @@ def step_module(name: str):
 def cmd_finished_before(args):
     from fairseq_attn_records.run_record import finished_before
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
-    if not finished_before(args.save_dir, train_args):
+    from .recording import finished_at_a_new_place, refresh_seen
+    if not (finished_before(args.save_dir, train_args) or finished_at_a_new_place(args.save_dir, train_args)):
         raise SystemExit(1)
-    from .recording import refresh_seen
     refresh_seen(args.save_dir)  # a record that could not say what the run has seen: read again
     raise SystemExit(0)
 
@@ -75,7 +75,8 @@ def main(argv=None):
     for name in wanted:
         step_module(name).add_parsers(sub)
     p = sub.add_parser("finished-before", help="exit 0 if the run finished with these very fairseq-train "
-                       "arguments (train.sh then starts nothing), else 1")
+                       "arguments, or with them but for where the run and its data lie (a copy, or a moved run: "
+                       "its record then takes the new place) (train.sh then starts nothing), else 1")
     p.add_argument("--save-dir", required=True)
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="-- then fairseq-train's arguments")
     p.set_defaults(fn=cmd_finished_before)

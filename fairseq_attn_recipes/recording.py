@@ -14,9 +14,11 @@ import uuid
 import warnings
 from typing import Dict, List, Optional
 
+from fairseq_attn_records import checkpoint_config
 from fairseq_attn_records.fairseq_import import import_fairseq
 from fairseq_attn_records.run_record import (CHECKPOINT_NAME, FORMAT, RecordError, differences, identity_of_cfg, launch_key, load,
-                                             now, record_path, same_training, save, save_points, trained_patiences)
+                                             now, record_path, same_training, save, save_points, trained_patiences,
+                                             trained_to_its_end)
 
 
 def resolve_train_args(argv: List[str]):
@@ -71,8 +73,8 @@ def code_version() -> Dict:
 
 def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Dict]:
     """Every checkpoint of a run (``checkpointE.pt``, ``checkpoint_E_U.pt``, ``checkpoint_last.pt``)
-    with the update number read from the file itself; entries of ``known`` whose file is
-    unchanged (size and mtime) are reused."""
+    with the update number read from the file itself (:func:`_saved_at`: no torch for a plain
+    fairseq state); entries of ``known`` whose file is unchanged (size and mtime) are reused."""
     known = known or {}
     out = {}
     for name in sorted(os.listdir(run_dir)):
@@ -83,12 +85,21 @@ def scan_checkpoints(run_dir: str, known: Optional[Dict] = None) -> Dict[str, Di
         if old and old.get("bytes") == st.st_size and old.get("mtime_ns") == st.st_mtime_ns:
             out[name] = old
             continue
-        from fairseq_attn_plugins.checkpoint_identity import checkpoint_state  # torch
-
-        info = checkpoint_state(os.path.join(run_dir, name))
+        info = _saved_at(os.path.join(run_dir, name))
         out[name] = {"num_updates": info["num_updates"], "epoch": info["epoch"],
                      "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
     return out
+
+
+def _saved_at(path: str) -> Dict:
+    """Update number and epoch of a checkpoint: read without torch where its state is plain
+    (:mod:`fairseq_attn_records.checkpoint_config`), else by the plugin (its answer or its one-line error)."""
+    state = checkpoint_config.state_without_tensors(path)
+    if state is not None and state.get("optimizer_history"):
+        return checkpoint_config.saved_at(state)
+    from fairseq_attn_plugins.checkpoint_identity import checkpoint_state  # torch
+
+    return checkpoint_state(path)
 
 
 class NoSavePoint(RecordError):
@@ -216,6 +227,42 @@ def trained_in(rec: Dict) -> Optional[str]:
             if value is not None:
                 return os.path.realpath(value) if os.path.isabs(value) else None
     return None
+
+
+def finished_at_a_new_place(run_dir: str, argv: List[str]) -> bool:
+    """A run copied or moved (``run_dir`` holds its record) and asked again for the training it finished:
+    :func:`finished_before` but for where the run, its logs and its data lie (``argv[0]``, a data folder
+    of the record's data_id) and its checkpoint files those the record lists (else False: the training
+    step reads them). The record then takes the new place as the training step's skip (:func:`start_run`)
+    would have it: its data folder and these arguments, so that the next ask matches them exactly. No torch."""
+    try:
+        rec = load(run_dir)
+    except RecordError:
+        return False
+    last = ((rec or {}).get("trainings") or [{}])[-1]
+    if not (last.get("finished") and same_training(last.get("argv"), argv, elsewhere=True) and trained_to_its_end(rec)):
+        return False
+    data = argv[0] if argv else ""
+    if not os.path.isfile(os.path.join(data, "prepare.json")):
+        return False
+    new_data = _data_record(data)
+    if new_data["data_id"] != (rec.get("data") or {}).get("data_id"):
+        return False
+    if not checkpoints_as_listed(run_dir, rec.get("checkpoints") or {}):
+        return False
+    rec["data"] = new_data
+    rec["run_dir"] = trained_in(rec) or os.path.realpath(run_dir)  # before argv names this folder
+    last["argv"] = launch_key(argv)
+    save(run_dir, rec)
+    return True
+
+
+def checkpoints_as_listed(run_dir: str, listed: Dict[str, Dict]) -> bool:
+    """The run's checkpoint files are those ``listed`` (a record's ``checkpoints``), each of its size and
+    time: :func:`scan_checkpoints` would read none of them (no torch)."""
+    held = {name: os.stat(os.path.join(run_dir, name)) for name in os.listdir(run_dir) if CHECKPOINT_NAME.fullmatch(name)}
+    return set(held) == set(listed) and all(
+        (listed[n].get("bytes"), listed[n].get("mtime_ns")) == (st.st_size, st.st_mtime_ns) for n, st in held.items())
 
 
 def continued_elsewhere(run_dir: str, rec: Dict, done: int) -> Optional[Dict]:

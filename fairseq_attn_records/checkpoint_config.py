@@ -3,7 +3,8 @@
 A torch checkpoint is a zip archive whose ``data.pkl`` holds the state; each tensor in it is a
 call of ``torch._utils._rebuild_tensor_v2`` on a storage kept in another member. The reporting
 commands need only the configuration a checkpoint holds (``cfg``: plain dicts and an
-``argparse.Namespace``), yet reading it with torch and the plugin's allowlist
+``argparse.Namespace``), and the recipes' steps the update number and epoch it was saved at
+(:func:`saved_at`), yet reading them with torch and the plugin's allowlist
 (:mod:`fairseq_attn_plugins.checkpoint_identity`) imports fairseq, about 1.5 s per command.
 
 :func:`state_without_tensors` unpickles ``data.pkl`` with an unpickler that builds only
@@ -62,3 +63,14 @@ def state_without_tensors(path: str) -> Optional[Dict]:
             AttributeError, IndexError, KeyError, RecursionError):
         return None
     return state if isinstance(state, dict) else None
+
+
+def saved_at(state: Dict) -> Dict:
+    """``{"num_updates", "epoch"}`` a checkpoint's state was saved at (at an epoch's end fairseq stores
+    the next epoch to start: the one that ended is said)."""
+    hist = state.get("optimizer_history") or [{}]
+    it = (state.get("extra_state") or {}).get("train_iterator") or {}
+    epoch = it.get("epoch")
+    if epoch is not None and epoch > 1 and it.get("iterations_in_epoch") == 0:
+        epoch -= 1  # saved at an epoch's end: fairseq stores the next epoch to start
+    return {"num_updates": hist[-1].get("num_updates"), "epoch": epoch}

@@ -278,11 +278,20 @@ def launch_key(argv: List[str]) -> List[str]:
     return _without(argv, _LAUNCH_ONLY)
 
 
-def same_training(recorded: Optional[List[str]], argv: List[str]) -> bool:
+# arguments that say where the run and its logs lie, not what it trains: a run copied or moved is the
+# run its record (in its folder) says (fairseq-train's first argument, the data folder, likewise: by data_id)
+_PLACE = {"--save-dir", "--tensorboard-logdir"}
+
+
+def same_training(recorded: Optional[List[str]], argv: List[str], elsewhere: bool = False) -> bool:
     """A training recorded with ``recorded`` (its :func:`launch_key`) and one launched with ``argv`` train
-    the same: equal but for how they were launched and which checkpoint files they keep."""
-    ignored = _LAUNCH_ONLY | _FILES_KEPT
-    return recorded is not None and _without(recorded, ignored) == _without(argv, ignored)
+    the same: equal but for how they were launched and which checkpoint files they keep (``elsewhere``:
+    and for where the run, its logs and its data folder, the first argument, lie)."""
+    ignored = _LAUNCH_ONLY | _FILES_KEPT | (_PLACE if elsewhere else set())
+    if recorded is None:
+        return False
+    a, b = _without(recorded, ignored), _without(argv, ignored)
+    return a[1:] == b[1:] if elsewhere else a == b
 
 
 def finished_before(run_dir: str, argv: List[str]) -> bool:
@@ -293,10 +302,14 @@ def finished_before(run_dir: str, argv: List[str]) -> bool:
         rec = load(run_dir)
     except RecordError:
         return False
-    last = (rec or {}).get("trainings") or [{}]
-    last = last[-1]
-    if not (last.get("finished") and same_training(last.get("argv"), argv)):
-        return False
+    last = ((rec or {}).get("trainings") or [{}])[-1]
+    return bool(last.get("finished") and same_training(last.get("argv"), argv) and trained_to_its_end(rec))
+
+
+def trained_to_its_end(rec: Dict) -> bool:
+    """The record's last training reached its ``--max-update``, or fairseq's ``--patience`` stopped it at
+    its last checkpoint."""
+    last = (rec.get("trainings") or [{}])[-1]
     if last.get("stopped") == "patience":  # stopped by fairseq's --patience at its last checkpoint
         return last.get("to_update") == rec.get("num_updates")
     return bool(last.get("max_update") and (rec.get("num_updates") or 0) >= last["max_update"])

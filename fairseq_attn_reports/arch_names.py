@@ -5,10 +5,11 @@ Reading the registry imports fairseq and the plugin (seconds); every ``train.sh`
 architecture before any work (``check-arch``) and ``table1.sh`` its rows (``fairseq-attn-paper
 rows``), so the names are kept in a small cache file keyed by what decides them: the Python
 version, fairseq's installed models (path, version, file names) and the sha256 of every source file
-of ``fairseq_attn_plugins``. Any change of code gives another key, hence a fresh read; a cache that
+of ``fairseq_attn_plugins`` and ``fairseq_attn_core`` (whose pieces name architectures). Any change of code gives another key, hence a fresh read; a cache that
 cannot be read, written or parsed is ignored (the registry is read instead).
 Other lists of names read from the registry (the demo's architectures) are kept in the same file
-(:func:`cached_names`).
+(:func:`cached_names`), and answers read from the pieces' declarations per question
+(:func:`cached_entry`, :mod:`.declared_pieces`).
 The check is only the early refusal: fairseq-train checks the architecture again when it builds.
 """
 
@@ -29,8 +30,8 @@ def _package_dir(name: str) -> Optional[str]:
 
 def code_key() -> Optional[str]:
     """sha256 of what the registry is made from; None when a package cannot be found."""
-    plugins, fairseq = _package_dir("fairseq_attn_plugins"), _package_dir("fairseq")
-    if plugins is None or fairseq is None:
+    plugins, core, fairseq = (_package_dir(p) for p in ("fairseq_attn_plugins", "fairseq_attn_core", "fairseq"))
+    if plugins is None or core is None or fairseq is None:
         return None
     h = hashlib.sha256(sys.version.encode())
     h.update(fairseq.encode())
@@ -39,13 +40,14 @@ def code_key() -> Optional[str]:
         h.update(open(version, "rb").read())
     models = os.path.join(fairseq, "models")
     h.update("\n".join(sorted(os.listdir(models)) if os.path.isdir(models) else []).encode())
-    for root, dirs, files in os.walk(plugins):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for f in sorted(files):
-            if f.endswith(".py"):
-                path = os.path.join(root, f)
-                h.update(os.path.relpath(path, plugins).encode())
-                h.update(open(path, "rb").read())
+    for package in (plugins, core):
+        for root, dirs, files in os.walk(package):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    path = os.path.join(root, f)
+                    h.update(os.path.relpath(path, os.path.dirname(package)).encode())
+                    h.update(open(path, "rb").read())
     return h.hexdigest()
 
 
@@ -71,6 +73,16 @@ def _kept(path: str, key: str) -> dict:
         return {}
 
 
+def _keep(path: Optional[str], key: str, kept: dict, field: str, value) -> None:
+    """``kept`` with ``field`` set to ``value``, written whole to the cache file of this code."""
+    if path:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            write_json(path, {**kept, "key": key, field: value})
+        except OSError:
+            pass  # a read-only home: no cache, the same answer
+
+
 def cached_names(field: str, read) -> List[str]:
     """The list ``field`` of the cache of this code; without it, ``read()`` (which reads the
     registry), then kept in the cache beside the other lists."""
@@ -80,13 +92,22 @@ def cached_names(field: str, read) -> List[str]:
     if isinstance(kept.get(field), list) and kept[field]:
         return kept[field]
     names = read()
-    if path:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            write_json(path, {**kept, "key": key, field: names})
-        except OSError:
-            pass  # a read-only home: no cache, the same answer
+    _keep(path, key, kept, field, names)
     return names
+
+
+def cached_entry(field: str, entry: str, read):
+    """The answer ``entry`` of the table ``field`` in the cache of this code; without it, ``read()``
+    (which imports the code that answers), then kept in that table. A ``read()`` that raises keeps nothing."""
+    key = code_key()
+    path = cache_path(key) if key else None
+    kept = _kept(path, key) if path else {}
+    table = kept.get(field) if isinstance(kept.get(field), dict) else {}
+    if entry in table:
+        return table[entry]
+    value = read()
+    _keep(path, key, kept, field, {**table, entry: value})
+    return value
 
 
 def registered_arch_names() -> List[str]:

@@ -27,6 +27,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records import checkpoint_config, run_record
 
+from . import declared_pieces
+
 
 class Run:
     def __init__(self, given: str):
@@ -50,15 +52,12 @@ class Run:
     def trained_model(self) -> Optional[Dict]:
         """``{"arch", "pieces", "pieces_per_layer"}`` from the record's resolved model flags
         (:func:`fairseq_attn_core.catalogue.model_pieces`, the rule ``fairseq-attn-pieces`` and the
-        model build use), or None without a record."""
+        model build use; kept per model: :mod:`.declared_pieces`), or None without a record."""
         if self.record is None:
             return None
-        from fairseq_attn_core import catalogue  # the pieces' declarations (torch)
-        from fairseq_attn_core.piece import PieceConfigError
-
         try:
-            return catalogue.model_pieces(dict(self.record.get("model") or {}, arch=self.arch))
-        except PieceConfigError as e:
+            return declared_pieces.model_pieces(dict(self.record.get("model") or {}, arch=self.arch))
+        except declared_pieces.UnknownPieces as e:
             raise run_record.RecordError(f"{run_record.record_path(self.path)}: {e}") from None
 
     def describe(self) -> str:
@@ -151,12 +150,10 @@ def check_record_against_checkpoint(run_dir: str, rec: Dict) -> None:
     ckpt = _newest_save_point(run_dir, rec)
     if ckpt is None:
         return
-    from fairseq_attn_core.flags import piece_flags
-
     held = _identity_of_checkpoint(ckpt)
     # what the run is: its architecture, active pieces and their flags (other model flags may be
     # derived by the model build, e.g. relpos turns absolute positions off, and differ legitimately)
-    keys = set(piece_flags()) | {"attn_pieces"}
+    keys = set(declared_pieces.piece_flag_names()) | {"attn_pieces"}
     pieces = lambda model: {k: v for k, v in model.items() if k in keys}
     diff = run_record.differences({"arch": arch, "model": pieces(rec.get("model") or {})},
                                   {"arch": held["arch"], "model": pieces(held["model"])},

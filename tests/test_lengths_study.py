@@ -281,6 +281,10 @@ def test_quick_study_trains_short_tests_long_and_reports_by_length(tmp_path):
         ev = rec["evaluations"]["test"]
         assert read(ev["ref"]) == test_ref
         assert len(read(study / name / "test" / "hyp.txt")) == len(test_ref)
+        # fairseq-generate's log whole (the checkpoints averaged in its process first): its last line the count
+        err = read(study / name / "test" / "generate.err")
+        assert err[-1].startswith(f"INFO:fairseq_cli.generate:Translated {len(test_ref)} sentences"), err[-3:]
+        assert not any("Logging error" in line for line in err)
     # the by-length table: every test sentence in one bucket, the buckets past 7 words marked,
     # each bucket's BLEU that of sacreBLEU on its lines
     from fairseq_attn_reports.study_paths import load_table

@@ -108,3 +108,33 @@ def test_seeds_table_shows_the_recorded_architecture(tmp_path, refs, relpos_chec
     assert "| 1 | old | ? | 2 |" in md and f"| 2 | my_csan_run † | {RELPOS}: relpos | 1 |" in md
     assert "?: no run record (an older run folder, or a translations file), so the architecture is unknown." in md
     assert [r["trained_model"] and r["trained_model"]["pieces"] for r in table["rows"]] == [None, ["relpos"]]
+
+
+def test_the_model_column_is_read_without_torch_once_the_declarations_are_kept(tmp_path, refs, relpos_checkpoint,
+                                                                                monkeypatch):
+    """The pieces a record's model flags make active and the piece flags are kept per code
+    (:mod:`fairseq_attn_reports.declared_pieces`): a second results command, where torch cannot be
+    imported (torch blocked: fairseq imports it; fairseq stays findable, the cache's key
+    names its files), writes the same table; the kept answer is the declarations' own."""
+    import subprocess
+
+    from fairseq_attn_core import catalogue
+    from fairseq_attn_core.flags import piece_flags
+    from fairseq_attn_reports import declared_pieces
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a cache of its own: read from the declarations
+    old = _run_dir(tmp_path / "old_run", refs, 0.5)
+    mine = _run_dir(tmp_path / "my_csan_run", refs, 0.8, relpos_checkpoint)
+    args = ["--ref", str(tmp_path / "test.ref"), old, mine, "--bs-samples", "20", "--ar-trials", "20"]
+    assert results_cli.main(args + ["--json", str(tmp_path / "first.json")]) == 0
+    model = dict(run_record.load(mine)["model"], arch=RELPOS)
+    assert declared_pieces.model_pieces(model) == catalogue.model_pieces(model)
+    assert declared_pieces.piece_flag_names() == sorted(piece_flags())
+    script = ("import sys\nsys.modules['torch'] = None\n"
+              "from fairseq_attn_reports.cli.results import main\n"
+              f"sys.exit(main({args + ['--json', str(tmp_path / 'again.json')]!r}))\n")
+    again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    first, second = (json.loads((tmp_path / f).read_text()) for f in ("first.json", "again.json"))
+    assert second["rows"] == first["rows"]
+    assert second["rows"][1]["trained_model"]["pieces_per_layer"] == "encoder 0-2: relpos; decoder 0-1: relpos"

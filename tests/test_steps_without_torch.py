@@ -66,7 +66,16 @@ def test_a_checkpoint_changed_since_the_record_is_read_from_its_file(tmp_path):
     assert p.returncode == 0, p.stderr
     averaged = json.loads((tmp_path / "avg.json").read_text())["averaged"]
     assert [(a["file"], a["num_updates"]) for a in averaged] == [("checkpoint5.pt", 30), ("checkpoint4.pt", 24)]
-    # the record cannot say it without reading the changed file: refused where torch cannot be imported
+    # the changed file's update read from its plain state where torch cannot be imported (the record's
+    # entry no help); averaging it needs torch: refused there
+    script = block("torch", "fairseq") + ("import json\nfrom fairseq_attn_records import run_record\n"
+                                          "from fairseq_attn_recipes.recording import scan_checkpoints\n"
+                                          f"print(json.dumps(scan_checkpoints({run!r}, run_record.load({run!r})['checkpoints'])))\n")
+    read = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert read.returncode == 0, read.stderr
+    assert {n: c["num_updates"] for n, c in json.loads(read.stdout).items()} == \
+        {n: c["num_updates"] for n, c in scan_checkpoints(run).items()} and "checkpoint5.pt" in read.stdout
+    assert json.loads(read.stdout)["checkpoint5.pt"]["num_updates"] == 30
     blocked = steps_without_torch("average", run, "--n", "2", "--output", str(tmp_path / "avg2.pt"))
     assert blocked.returncode != 0
 

@@ -1,4 +1,8 @@
-"""Table 1's parameters at base size: counted once per process, each the count of the model built."""
+"""Table 1's parameters at base size: counted once per process, each the count of the model built,
+and kept per code: a later process reads it where torch cannot be imported."""
+
+import subprocess
+import sys
 
 import torch
 
@@ -22,3 +26,14 @@ def test_base_size_count_is_the_built_models_and_made_once():
     assert table1.base_size_params(arch) == count
     after = table1.base_size_params.cache_info()
     assert after.hits == before.hits + 1 and after.misses <= before.misses + 1
+
+
+def test_a_base_size_count_is_kept_for_later_processes(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # a cache of its own: counted by building the model
+    arch = table1.ROW_BY_KEY["rel_pos"].arch
+    count = table1.base_size_params.__wrapped__(arch)  # past this process's own memo
+    script = ("import sys\nsys.modules['torch'] = None\nfrom fairseq_attn_reports import table1\n"
+              f"print(table1.base_size_params({arch!r}))\n")
+    again = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    assert int(again.stdout) == count

@@ -3,7 +3,13 @@
 import argparse
 
 import torch
-from fairseq.data import Dictionary
+
+from fairseq_attn_records.fairseq_import import import_fairseq
+
+# fairseq imported as the commands import it, without scikit-learn and scipy.stats, which no test
+# here calls (~1 s of CPU less per pytest process; nothing is imported if fairseq already is)
+import_fairseq()
+from fairseq.data import Dictionary  # noqa: E402
 from torch.testing import assert_close
 
 import fairseq_attn_plugins  # noqa: F401  (registers models and pieces)

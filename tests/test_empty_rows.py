@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name
+from attn_helpers import make_args, make_attention, output64, padded_batch, projections64, path_name, seed_cpu
 from fairseq_attn_core import AttentionContext, AttentionPiece
 from reliability_helpers import compatible_sets, piece_test_flags
 
@@ -58,7 +58,7 @@ def reference64(attn, x, kpm, causal, seed):
     ref = copy.deepcopy(attn).double()
     T, B, _ = x.shape
     H, D = ref.num_heads, ref.head_dim
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     q, k, v = projections64(ref, x)  # (B, H, T, D)
     ctx = AttentionContext(site=ref.site, bsz=B, tgt_len=T, src_len=T, q_pos=torch.arange(T),
                            k_pos=torch.arange(T), key_padding_mask=kpm, training=ref.training,
@@ -154,7 +154,7 @@ def test_emptied_rows_contribute_nothing(names):
         ref = None
         for backend in ("explicit", "fused") if attn.fused_ok else ("explicit",):
             attn.backend = backend
-            torch.manual_seed(5)
+            seed_cpu(5)
             out, _ = attn(x, x, x, key_padding_mask=kpm, attn_mask=mask, need_weights=False)
             if ref is None:
                 ref, probs, empty = reference64(attn, x, kpm, causal, seed=5)
@@ -162,7 +162,7 @@ def test_emptied_rows_contribute_nothing(names):
             assert_close(out.double(), ref, rtol=1e-5, atol=2e-5,
                          msg=lambda m: f"{names} {side} {backend} left_pad={left_pad}: {m}")
             if backend == "explicit":
-                torch.manual_seed(5)
+                seed_cpu(5)
                 _, w = attn(x, x, x, key_padding_mask=kpm, attn_mask=mask, need_head_weights=True)
                 w = w.transpose(0, 1)  # (B, H, T, S)
                 assert float(w.masked_select(empty).abs().max()) == 0.0

@@ -3,7 +3,13 @@
 import argparse
 
 import torch
-from fairseq.data import Dictionary
+
+from fairseq_attn_records.fairseq_import import import_fairseq
+
+# fairseq imported as the commands import it, without scikit-learn and scipy.stats, which no test
+# here calls (~1 s of CPU less per pytest process; nothing is imported if fairseq already is)
+import_fairseq()
+from fairseq.data import Dictionary  # noqa: E402
 from torch.testing import assert_close
 
 import fairseq_attn_plugins  # noqa: F401  (registers models and pieces)
@@ -27,13 +33,21 @@ def make_args(pieces="", layers=2, heads=4, **flags):
     return args
 
 
+def seed_cpu(n: int) -> None:
+    """torch's global CPU generator seeded with ``n``: what ``torch.manual_seed(n)`` does for
+    these CPU tests, without also queueing the seed for each accelerator torch has not
+    initialised, which formats the caller's whole stack every call (~0.5 ms under pytest,
+    thousands of calls per run)."""
+    torch.random.default_generator.manual_seed(n)
+
+
 def make_attention(args, side="encoder", layer_idx=0, embed_dim=16, num_heads=4,
                    backend=None, seed=0, dropout=0.0, dtype=torch.float32, policy=None):
     """A layer of ``args``' pieces; ``policy`` (backends.Policy) lowers its paths' thresholds
     and block sizes."""
     from fairseq_attn_core import backends
 
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     site = AttentionSite(side=side, layer_idx=layer_idx, num_layers=args.encoder_layers,
                          num_heads=num_heads, head_dim=embed_dim // num_heads)
     attn = SelfAttention(embed_dim, num_heads, site, pieces=build_pieces(args, site),
@@ -134,7 +148,7 @@ def build_model(arch, extra=(), dictionary=None, seed=0):
         parser, ["/nonexistent", "--arch", arch, "--task", "translation", *SMALL, *extra]
     )
     task = TranslationTask(args, d, d)
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task), task, args
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import torch
 from fairseq.models import ARCH_CONFIG_REGISTRY
 
-from attn_helpers import make_args, make_attention, output64, projections64, toy_dictionary
+from attn_helpers import make_args, make_attention, output64, projections64, seed_cpu, toy_dictionary
 from fairseq_attn_plugins.models.transformer_attn import AttnTransformerModel
 from piece_refs import assert_matches_reference, loop_apply64, loop_probs64
 
@@ -51,6 +51,6 @@ def build(arch, settings):
     args = argparse.Namespace(**settings)
     ARCH_CONFIG_REGISTRY[arch](args)
     d = toy_dictionary()
-    torch.manual_seed(0)
+    seed_cpu(0)
     task = SimpleNamespace(source_dictionary=d, target_dictionary=d)
     return AttnTransformerModel.build_model(args, task).eval(), d

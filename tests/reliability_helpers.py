@@ -16,7 +16,8 @@ from typing import Dict, List
 
 import torch
 
-import fairseq_attn_plugins  # noqa: F401  (registers model, archs, pieces)
+import attn_helpers  # noqa: F401  (first: it imports fairseq without scikit-learn)
+import fairseq_attn_plugins  # noqa: F401,E402  (registers model, archs, pieces)
 from fairseq import options
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_NAME_REGISTRY

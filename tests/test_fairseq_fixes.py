@@ -41,6 +41,8 @@ def test_unpatched_fairseq_drops_sentences():
 READER_AT_EXIT = r"""
 import sys, time
 import torch
+from fairseq_attn_records.fairseq_import import import_fairseq
+import_fairseq()  # as a training command imports it (without scikit-learn: ~1 s of CPU less per process)
 import fairseq_attn_plugins  # noqa: F401  (installs the fix)
 from fairseq.data.iterators import BufferedIterator
 

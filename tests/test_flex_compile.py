@@ -15,9 +15,7 @@ here: inductor's CUDA kernels and the backward (benchmarks/gpu_checks.sh runs th
 
 import pytest
 import torch
-import torch._dynamo
 from fairseq.sequence_generator import SequenceGenerator
-from torch._dynamo.utils import counters
 from torch.testing import assert_close
 
 from attn_helpers import build_model, toy_dictionary, token_batch
@@ -43,7 +41,11 @@ SHAPES = [[5, 3], [7, 7, 2], [9], [4, 4, 4, 4], [12, 3, 8], [6, 2], [15, 11], [3
 @pytest.fixture
 def graph_count(monkeypatch):
     """aot_eager through a backend that counts its calls; dynamo reset; the recompile
-    limit made an error."""
+    limit made an error. torch._dynamo is imported here, not at collection (~1.4 s of CPU in
+    every pytest-xdist worker, though one runs these tests)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
     calls = []
     aot_eager = torch._dynamo.lookup_backend("aot_eager")
 
@@ -89,6 +91,8 @@ def test_flex_paths_compile_a_bounded_number_of_graphs(graph_count, arch, flags,
                 for a, b in zip(*hyps):
                     assert torch.equal(a[0]["tokens"], b[0]["tokens"])
                     assert_close(a[0]["score"], b[0]["score"], rtol=1e-4, atol=1e-4)
+    from torch._dynamo.utils import counters
+
     installed = counters["stats"]["unique_graphs"]
     assert 1 <= installed <= bound, (installed, graph_count)
     assert not counters["graph_break"], dict(counters["graph_break"])

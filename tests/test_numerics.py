@@ -23,6 +23,7 @@ from fairseq_attn_core import (
     validate_attention_args,
 )
 
+from attn_helpers import seed_cpu
 from reliability_helpers import (
     arch_pieces,
     arch_test_flags,
@@ -67,14 +68,14 @@ def _module_for(names, backend, side):
     validate_attention_args(args)
     site = _site(side)
     pieces = build_pieces(args, site)
-    torch.manual_seed(0)
+    seed_cpu(0)
     return SelfAttention(C, H, site, pieces=pieces, dropout=0.1, backend=backend), pieces
 
 
 def _run(module, side, dtype, need_weights, seed):
     x, kpm, attn_mask = _inputs(side, dtype)
     x.requires_grad_(True)
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     out, w = module(x, x, x, key_padding_mask=kpm, attn_mask=attn_mask,
                     need_weights=need_weights, need_head_weights=need_weights)
     return x, out, w
@@ -140,7 +141,7 @@ def _has_active_piece(model, pieces):
 def test_bf16_model_train_step_finite(arch):
     d = dictionary()
     extra = {**arch_test_flags(arch), "dropout": 0.1, "attention_dropout": 0.1}
-    torch.manual_seed(0)
+    seed_cpu(0)
     model, _, _ = build_model(arch, extra, d=d)
     assert _has_active_piece(model, arch_pieces(arch)), f"{arch}: no piece active with test_flags"
     model = model.to(torch.bfloat16).train()
@@ -156,7 +157,7 @@ def test_bf16_model_train_step_finite(arch):
 def _trajectory(arch, seed, steps=3):
     d = dictionary()
     extra = {**arch_test_flags(arch), "dropout": 0.3, "attention_dropout": 0.3}
-    torch.manual_seed(seed)
+    seed_cpu(seed)
     model, _, _ = build_model(arch, extra, d=d)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -190,7 +191,7 @@ class _FutureOnly(AttentionPiece):
 
 def test_rows_emptied_by_piece_and_causal_mask_are_finite():
     site = _site("decoder")
-    torch.manual_seed(0)
+    seed_cpu(0)
     module = SelfAttention(C, H, site, pieces=[_FutureOnly(site)]).eval()
     x, _, attn_mask = _inputs("decoder", torch.float32)
     outs = {}

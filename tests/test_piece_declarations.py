@@ -197,7 +197,11 @@ TABLE1 = [
 
 
 def base_size_params(arch, **flags):
-    model, _ = build(arch, dict(arch=arch, **flags))
+    """The model's parameter count. Built on the meta device: the same modules and parameter
+    shapes, without allocating or initialising their values (~0.06 s a build instead of ~0.5)."""
+    with torch.device("meta"):
+        model, _ = build(arch, dict(arch=arch, **flags))
+    assert all(p.is_meta for p in model.parameters())
     return sum(p.numel() for p in model.parameters())
 
 

@@ -15,9 +15,9 @@ distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a
 -inf, and Shaw's products with the (2k + 1, D) tables, each one matmul in float32 at least
 (float32 operands: QA is never rounded to fp16) on contiguous rows, the constants folded into
 the small table rather than a pass over the product: ``QA log2(e) = q (scale log2(e) w_K)^T``
-(B H, T, 2k + 1), read by the kernels, whose backward returns dQA (dS summed per table row),
-so ``dq += dQA (scale w_K)`` (added to the kernel's dq in float32, rounded once) and ``d w_K =
-scale dQA^T q``. Shaw's value term: the forward kernel returns PB (B H, T, 2k + 1), each
+(B H, T, 2k + 1), read by the kernels. Their backward returns dQA (dS summed per table row);
+``backward_q`` adds its share of dq, ``scale dQA w_K``, before rounding dq (one dot after its
+loops, float32 operands, tf32x3 for fp16 / bf16 inputs); torch makes ``d w_K = scale dQA^T q``. Shaw's value term: the forward kernel returns PB (B H, T, 2k + 1), each
 query's probability mass per clipped distance, and the output is ``O + PB a_V`` (one matmul,
 added in float32, rounded once; the kernel's O is kept for delta); the backward hands the
 kernels ``dPB = dO a_V^T``, which they read by distance into dP, and ``d a_V = PB^T dO``.
@@ -228,9 +228,11 @@ class _TritonAttention(torch.autograd.Function):
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, *do.stride()[:3], T, H, D, R,
             KEYS=keys, VALUES=common["VALUES"], RB=_pow2(R) if common["VALUES"] else 16, BLOCK_M=cq.block_m,
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], num_warps=4)
+        wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
-            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
+            slopes2, qa2, wk, *strides, *ints, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
+            KEYS_PRECISION="tf32x3" if q.dtype in HALF else common["PRECISION"],
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
@@ -246,11 +248,8 @@ class _TritonAttention(torch.autograd.Function):
             per_distance[:, -1] += far[:, 1]
             d_table = (per_distance @ onehot).t().to(table_dtype).contiguous()
         d_key = d_value = None
-        if keys:  # dq += scale dQA w_K (added in float32, rounded once), d w_K = scale dQA^T q
-            dqa = dqa.view(-1, R)
-            dq.view(-1, D).add_(torch.mm(dqa, key_table.detach().to(dtype) * scale))
-            if ctx.needs_input_grad[4]:
-                d_key = (torch.mm(dqa.t(), q_acc.view(-1, D)) * scale).to(key_table.dtype)
+        if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q (backward_q added dQA's share of dq)
+            d_key = (torch.mm(dqa.view(-1, R).t(), q_acc.view(-1, D)) * scale).to(key_table.dtype)
         if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO
             d_value = torch.mm(pb.view(-1, R).t(), do_acc).to(value_table.dtype)
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7

@@ -30,9 +30,11 @@ D) views, the last dimension contiguous); B H is the grid's first axis.
 
 t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in its band
 tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart)
-and writes them at their distance into two rows of its own (unwrapped, wrapped: no cell is
-written twice), and the far tiles' sums into two cells; torch adds them up per bucket (a
-one-hot matmul).
+and writes them into two rows of its own (unwrapped, wrapped: no cell is written twice),
+distance ``j - i`` at column ``j - i + WL + 2 BLOCK_N`` (the band's distances lie within
+``-WL - 2 BLOCK_N .. WR + BLOCK_M + BLOCK_N``: rows of ``WL + WR + BLOCK_M + 3 BLOCK_N``, the
+same distances in every program, whatever the length), and the far tiles' sums into two
+cells; torch adds them up per bucket (a one-hot matmul).
 """
 
 import triton
@@ -382,7 +384,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
 
 
 @triton.jit
-def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
              NDIST, first0, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
@@ -421,7 +423,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
             jw = c + tl.arange(0, BLOCK_M)[:, None]
             g = tl.gather(ds, jw % BLOCK_N, 1)
             wrapped = jw >= BLOCK_N
-            at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
+            at = n0 - i0 + tl.arange(0, BLOCK_N) + WOFF  # unwrapped: j - i = n0 - i0 + c
             row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
             wr = tl.sum(tl.where(wrapped, g, 0.0), 0)
             tl.store(DTABLE + row0 + at, tl.sum(g, 0) - wr, mask=(at >= 0) & (at < NDIST))
@@ -474,13 +476,14 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+    woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
     row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         dq, dqa, dql, dqr = _dq_tile(
-            dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+            dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -488,7 +491,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr = _dq_tile(
-                dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -497,7 +500,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             dq, dqa, dql, dqr = _dq_tile(
-                dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)

@@ -193,7 +193,7 @@ class _TritonAttention(torch.autograd.Function):
         shape, ints, configs, module, common, table_dtype, scale = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
-        R, NDIST = ints[6], ints[10]
+        R = ints[6]
         do = _rows_view(dout)
         dtype = lse.dtype
         none = lse
@@ -217,7 +217,10 @@ class _TritonAttention(torch.autograd.Function):
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
-        dtable = torch.zeros(B * H * q_tiles * 2 * NDIST if table_grad else 1, dtype=dtype, device=q.device)
+        # the table's per-distance sums, each program's band distances j - i at j - i + WL + 2 block_n
+        # (triton_kernels' docstring): rows as wide as a band, not as the length
+        woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
+        dtable = torch.zeros(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
@@ -231,7 +234,7 @@ class _TritonAttention(torch.autograd.Function):
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
-            slopes2, qa2, wk, *strides, *ints, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
+            slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION="tf32x3" if q.dtype in HALF else common["PRECISION"],
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
@@ -242,11 +245,11 @@ class _TritonAttention(torch.autograd.Function):
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             onehot = shape["onehot"]
-            per_distance = dtable.view(B, H, q_tiles * 2, NDIST).sum((0, 2))
-            far = dfar.view(B, H, q_tiles, 2).sum((0, 2))
-            per_distance[:, 0] += far[:, 0]  # the far tiles' sums, at an edge distance (the same bucket)
-            per_distance[:, -1] += far[:, 1]
-            d_table = (per_distance @ onehot).t().to(table_dtype).contiguous()
+            per_window = dtable.view(B, H, q_tiles * 2, nwin).sum((0, 2))
+            lo, hi = max(0, woff - (S - 1)), min(nwin, woff + T)  # the columns of distances 1 - S .. T - 1
+            far = dfar.view(B, H, q_tiles, 2).sum((0, 2))  # the far tiles' sums: the edge buckets'
+            d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]
+                       + far @ onehot[[0, -1]]).t().to(table_dtype).contiguous()
         d_key = d_value = None
         if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q (backward_q added dQA's share of dq)
             d_key = (torch.mm(dqa.view(-1, R).t(), q_acc.view(-1, D)) * scale).to(key_table.dtype)

@@ -16,7 +16,8 @@ figures are a reading of the code the GPU would run.
    and relpos kv (k = 16); causal and not. The torch ops the
    path runs outside its kernels are recorded at the same time (a dispatch mode): their
    FLOPs (matmuls 2 M N K, other ops one per output element) and bytes (inputs read and
-   outputs written; views cost nothing).
+   outputs written; views cost nothing; an ``out=`` tensor is written, not read). dO, the
+   gradient the layer hands the path, is made before the recording.
 2. The compile: each launch is specialised as Triton's launcher would (its binder: 16-byte
    aligned pointers, ints divisible by 16, ints equal to 1) and compiled by
    ``triton.compile(ASTSource(...), target=GPUTarget("cuda", cap, 32))``. Registers and
@@ -68,6 +69,9 @@ Changes to the reading, and why (2026-11-29; the JSON keeps both readings side b
 * ``terms off`` is now the launch the launcher would make without terms (one stage); the
   earlier reading, three stages with nothing to split, stays as ``terms off, three stages``.
   The other variants' "vs terms off" ratios are against the one-stage reading.
+* the torch work outside the kernels no longer counts the benchmark's own making of dO (a
+  (T, B, H, D) copy, 2.1 MB at L 512, that every variant carried, "terms off" included) nor
+  an ``out=`` tensor as read.
 """
 
 import argparse
@@ -138,7 +142,8 @@ class TorchWork(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if func.is_view:
             return out
-        ins = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        reads = (args, {n: a for n, a in (kwargs or {}).items() if n != "out"})  # an out= tensor is written only
+        ins = [a for a in torch.utils._pytree.tree_leaves(reads) if isinstance(a, torch.Tensor)]
         outs = [a for a in torch.utils._pytree.tree_leaves(out) if isinstance(a, torch.Tensor)]
         name = func.__name__
         if name.startswith(("empty", "new_empty")):
@@ -198,8 +203,9 @@ def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
         kpm = torch.zeros(B, L, dtype=torch.bool)
         kpm[1, L - 37:] = True
         terms, tables = _terms("alibi" if variant.startswith("terms off") else variant, causal, leaf)
-        # dO as the layer's backward passes it (a permuted view of (T, B, H, D)), made before the count
-        dout = torch.randn(L, B, H, D, generator=g).to(torch.float16).permute(1, 2, 0, 3)
+        # dO as the layer's gradient arrives: a (T, B, H, D) tensor seen as (B, H, T, D), made before
+        # the recording (the caller's work, not the path's)
+        dout = torch.randn(B, H, L, D, generator=g).to(torch.float16).permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
         with TorchWork() as work:
             o = triton_launch.triton_attention(terms, q, k, v, D ** -0.5, kpm, causal, configs,
                                                module=stand_in(kernels, calls))

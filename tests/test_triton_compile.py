@@ -74,7 +74,7 @@ def test_no_main_loop_has_a_loop_nested_in_it(reads):
 
 
 def test_the_torch_work_outside_the_kernels_is_counted():
-    """relpos k's QA = q w_K^T and its two gradients are torch matmuls outside the kernels. The report
+    """relpos k's QA = q w_K^T and the table's gradient dQA^T q are torch matmuls outside the kernels. The report
     counts them in its reading with the outside work, so moving work out of a kernel cannot look like a gain."""
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed")
@@ -82,9 +82,9 @@ def test_the_torch_work_outside_the_kernels_is_counted():
     L = 64
     ops = cost.record(L, False, variants=("relpos k",), cap=90)[0]["relpos k"][1]
     qa_flops = 2 * cost.B * cost.H * L * (2 * cost.CLIP + 1) * cost.D  # one (B H L, D) x (D, 2k+1) product
-    assert sum(o["flops"] for o in ops if o["op"].startswith(("mm.", "bmm."))) >= 3 * qa_flops
+    assert sum(o["flops"] for o in ops if o["op"].startswith(("mm.", "bmm."))) >= 2 * qa_flops
     expected = 0.0
     for o in ops:  # each op at its roofline: bytes at the HBM rate, FLOPs at twice the FP32 lanes
         expected += max(o["bytes"] / (3.35e12 / (132 * 1.98e9)), o["flops"] / (2 * 128))
     assert abs(cost.outside_cycles(ops, 90) - expected / (cost.B * cost.H)) <= 1e-9 * expected
-    assert cost.outside_cycles(ops, 90) >= 3 * qa_flops / (2 * 128) / (cost.B * cost.H)
+    assert cost.outside_cycles(ops, 90) >= 2 * qa_flops / (2 * 128) / (cost.B * cost.H)

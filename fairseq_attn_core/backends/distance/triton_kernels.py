@@ -3,7 +3,7 @@ over key tiles, the log-sum-exp saved) and its backward (``backward_delta``: eac
 ``backward_q``: dq, dQA, the table's gradient; ``backward_kv``: dk, dv, keys as the tile's rows
 as in the tutorial), with the terms added per tile: a bias of the distance (t5bias's table per
 distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``
-computed outside, one matmul) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
+computed outside, one matmul; its share of dq is added by ``backward_q``) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
 module imports triton and is imported only when a call runs the kernels.
 
 Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = exp2(x - m)``
@@ -30,9 +30,11 @@ D) views, the last dimension contiguous); B H is the grid's first axis.
 
 t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in its band
 tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart)
-and writes them at their distance into two rows of its own (unwrapped, wrapped: no cell is
-written twice), and the far tiles' sums into two cells; torch adds them up per bucket (a
-one-hot matmul).
+and writes them into two rows of its own (unwrapped, wrapped: no cell is written twice),
+distance ``j - i`` at column ``j - i + WL + 2 BLOCK_N`` (the band's distances lie within
+``-WL - 2 BLOCK_N .. WR + BLOCK_M + BLOCK_N``: rows of ``WL + WR + BLOCK_M + 3 BLOCK_N``, the
+same distances in every program, whatever the length), and the far tiles' sums into two
+cells; torch adds them up per bucket (a one-hot matmul).
 """
 
 import triton
@@ -382,7 +384,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
 
 
 @triton.jit
-def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
              NDIST, first0, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
@@ -421,7 +423,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
             jw = c + tl.arange(0, BLOCK_M)[:, None]
             g = tl.gather(ds, jw % BLOCK_N, 1)
             wrapped = jw >= BLOCK_N
-            at = n0 - i0 + tl.arange(0, BLOCK_N) + (S - 1)  # unwrapped: j - i = n0 - i0 + c
+            at = n0 - i0 + tl.arange(0, BLOCK_N) + WOFF  # unwrapped: j - i = n0 - i0 + c
             row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
             wr = tl.sum(tl.where(wrapped, g, 0.0), 0)
             tl.store(DTABLE + row0 + at, tl.sum(g, 0) - wr, mask=(at >= 0) & (at < NDIST))
@@ -431,17 +433,20 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b,
 
 
 @triton.jit
-def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2,
+def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
-    it sees; (``KEYS``) dQA, its dS summed per table row; (``TABLE_GRAD``) dS summed per
-    distance (band tiles, into DTABLE) and over the far tiles (two cells of DFAR)."""
+    it sees; (``KEYS``) dQA, its dS summed per table row, and its share of dq, ``dQA w_K``
+    (WK: Shaw's key table (2k + 1, D), contiguous), added after the loops (one dot, float32
+    operands at ``KEYS_PRECISION``: tf32x3 keeps them at float32's precision on tensor
+    cores); (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
+    far tiles (two cells of DFAR)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -471,13 +476,14 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+    woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
     row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         dq, dqa, dql, dqr = _dq_tile(
-            dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+            dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -485,7 +491,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr = _dq_tile(
-                dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -494,10 +500,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             dq, dqa, dql, dqr = _dq_tile(
-                dq, dqa, dql, dqr, q, do, K, V, koff, n0, fl, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below)
+        r = tl.arange(0, RI)
+        d_ok = (offs_d < D)[None, :]
+        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok, other=0.0)
+        w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
+        w_right = tl.load(WK + (R - 1) * D + offs_d, mask=offs_d < D, other=0.0).to(ACC)
+        dq += tl.dot(dqa, w_in.to(ACC), out_dtype=ACC, input_precision=KEYS_PRECISION)
+        dq += dql[:, None] * w_left[None, :] + dqr[:, None] * w_right[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
     if KEYS:

@@ -11,12 +11,16 @@ this way the kernel's buckets are the piece's), its one-hot matrix (the table's 
 one matmul of the kernel's per-distance sums), the edges of the far stages (the distances
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
-distance (one gather, in 8 shifted copies: :func:`_bias_rows`), Shaw's ``QA = scale q w_K^T`` (B, H, T, 2k + 1), one
-matmul in float32 whose gradient dQA the kernel returns (dS summed per table row: autograd
-carries it to q and w_K), and the padding as a column of 0 / -inf. Shaw's value term: the
-kernel returns PB (B, H, T, 2k + 1), each query's probability mass per clipped distance, and
-``PB a_V`` is one matmul here; autograd gives ``d a_V = PB^T dO`` and hands the kernel's
-backward ``dPB = dO a_V^T``, which it reads by distance into dP.
+distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a column of 0 /
+-inf, and Shaw's products with the (2k + 1, D) tables, each one matmul in float32 at least
+(float32 operands: QA is never rounded to fp16) on contiguous rows, the constants folded into
+the small table rather than a pass over the product: ``QA log2(e) = q (scale log2(e) w_K)^T``
+(B H, T, 2k + 1), read by the kernels. Their backward returns dQA (dS summed per table row);
+``backward_q`` adds its share of dq, ``scale dQA w_K``, before rounding dq (one dot after its
+loops, float32 operands, tf32x3 for fp16 / bf16 inputs); torch makes ``d w_K = scale dQA^T q``. Shaw's value term: the forward kernel returns PB (B H, T, 2k + 1), each
+query's probability mass per clipped distance, and the output is ``O + PB a_V`` (one matmul,
+added in float32, rounded once; the kernel's O is kept for delta); the backward hands the
+kernels ``dPB = dO a_V^T``, which they read by distance into dP, and ``d a_V = PB^T dO``.
 
 q, k, v and dO are read through their strides (the layer's permuted views, no copies; the
 last dimension must be contiguous, else it is copied). Inputs in fp16 or bf16 (the kernels
@@ -64,17 +68,11 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     S = k.size(2)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     shape = _shape_tables(terms, H, S, T, q.device, acc)
-    qa = None
-    if terms.key_table is not None:  # QA = scale q w_K^T, float32 at least
-        qa = torch.matmul(q.to(acc), terms.key_table.to(acc).t()) * scale
     kb = None
     if key_padding_mask is not None:
         kb = torch.zeros(B, S, dtype=acc, device=q.device).masked_fill_(key_padding_mask, float("-inf"))
-    out, pb = _TritonAttention.apply(q, k, v, terms.bias_table, qa, kb, shape, terms.clip or 0,
-                                     terms.value_table is not None, causal, float(scale), configs, module)
-    if terms.value_table is None:
-        return out
-    return out + torch.matmul(pb.view(B, H, T, -1), terms.value_table.to(pb.dtype)).to(out.dtype)
+    return _TritonAttention.apply(q, k, v, terms.bias_table, terms.key_table, terms.value_table, kb, shape,
+                                  terms.clip or 0, causal, float(scale), configs, module)
 
 
 def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> dict:
@@ -142,11 +140,17 @@ def _rows_view(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _dense(t: Tensor, dtype) -> Tensor:
+    """t in ``dtype``, contiguous, in one pass (``to`` alone keeps a same-dtype view as it is)."""
+    return t.contiguous() if t.dtype == dtype else t.to(dtype, memory_format=torch.contiguous_format)
+
+
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, table, qa, kb, shape, clip, values, causal, scale, configs, module):
+    def forward(ctx, q, k, v, table, key_table, value_table, kb, shape, clip, causal, scale, configs, module):
         B, H, T, D = q.shape
         S = k.size(2)
+        values = value_table is not None
         q, k, v = (_rows_view(t) for t in (q, k, v))
         acc, precision = _launch_args(q, module)
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -157,11 +161,14 @@ class _TritonAttention(torch.autograd.Function):
         b0 = brow = 0
         if table is not None:
             bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, configs, dtype if q.dtype not in HALF else None)
-        qa2 = (qa.detach() * LOG2E).to(dtype).contiguous() if qa is not None else none
         R = 2 * clip + 1
+        q_acc = qa2 = none
+        if key_table is not None:  # QA in base 2 from float32 operands at least (scale and log2(e) in the table)
+            q_acc = _dense(q, dtype)
+            qa2 = torch.mm(q_acc.view(-1, D), (key_table.detach().to(dtype) * (scale * LOG2E)).t()).view(B * H, T, R)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
-        common = dict(BIAS=shape["bias"], KEYS=qa is not None, VALUES=values, CAUSAL=causal,
-                      HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or qa is not None or causal),
+        common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
+                      HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or key_table is not None or causal),
                       BLOCK_D=head_block(D), EVEN_D=head_block(D) == D, ACC=acc, PRECISION=precision)
         ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1, b0, brow)
         pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
@@ -171,27 +178,30 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, out, lse, pb if values else none, *pointers, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             **_even(c, T, S), **common)
-        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers)
-        ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype)
+        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers, q_acc, key_table, value_table)
+        ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         if not values:
-            ctx.mark_non_differentiable(pb)
-        return out, pb
+            return out
+        # Shaw's value term PB a_V, added in float32 and rounded once (out keeps the kernel's part for delta)
+        total = torch.empty_like(out)
+        torch.add(out.view(-1, D), torch.mm(pb.view(-1, R), value_table.detach().to(dtype)), out=total.view(-1, D))
+        return total
 
     @staticmethod
-    def backward(ctx, dout, dpb):
-        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2 = ctx.saved_tensors
-        shape, ints, configs, module, common, table_dtype = ctx.meta
+    def backward(ctx, dout):
+        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2, q_acc, key_table, value_table = ctx.saved_tensors
+        shape, ints, configs, module, common, table_dtype, scale = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
-        R, NDIST = ints[6], ints[10]
+        R = ints[6]
         do = _rows_view(dout)
         dtype = lse.dtype
         none = lse
         delta = torch.empty(B * H, T, dtype=dtype, device=q.device)  # written by backward_delta
-        if common["VALUES"]:
-            dpb = (torch.zeros_like(pb) if dpb is None else dpb.reshape(B * H, T, R).to(dtype)).contiguous()
-        else:
-            dpb = none
+        dpb = do_acc = none
+        if common["VALUES"]:  # dPB = dO a_V^T, float32 at least
+            do_acc = _dense(dout, dtype).view(-1, D)
+            dpb = torch.mm(do_acc, value_table.detach().to(dtype).t()).view(B * H, T, R)
         dq = torch.empty(B, H, T, D, dtype=q.dtype, device=q.device)
         dk, dv = (torch.empty(B, H, S, D, dtype=k.dtype, device=q.device) for _ in range(2))
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
@@ -207,7 +217,10 @@ class _TritonAttention(torch.autograd.Function):
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
-        dtable = torch.zeros(B * H * q_tiles * 2 * NDIST if table_grad else 1, dtype=dtype, device=q.device)
+        # the table's per-distance sums, each program's band distances j - i at j - i + WL + 2 block_n
+        # (triton_kernels' docstring): rows as wide as a band, not as the length
+        woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
+        dtable = torch.zeros(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
@@ -218,9 +231,11 @@ class _TritonAttention(torch.autograd.Function):
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, *do.stride()[:3], T, H, D, R,
             KEYS=keys, VALUES=common["VALUES"], RB=_pow2(R) if common["VALUES"] else 16, BLOCK_M=cq.block_m,
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], num_warps=4)
+        wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
-            slopes2, qa2, *strides, *ints, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
+            slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
+            KEYS_PRECISION="tf32x3" if q.dtype in HALF else common["PRECISION"],
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
@@ -230,13 +245,17 @@ class _TritonAttention(torch.autograd.Function):
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             onehot = shape["onehot"]
-            per_distance = dtable.view(B, H, q_tiles * 2, NDIST).sum((0, 2))
-            far = dfar.view(B, H, q_tiles, 2).sum((0, 2))
-            per_distance[:, 0] += far[:, 0]  # the far tiles' sums, at an edge distance (the same bucket)
-            per_distance[:, -1] += far[:, 1]
-            d_table = (per_distance @ onehot).t().to(table_dtype).contiguous()
-        d_qa = dqa.view(B, H, T, R) if keys else None
-        return (dq, dk, dv, d_table, d_qa) + (None,) * 8
+            per_window = dtable.view(B, H, q_tiles * 2, nwin).sum((0, 2))
+            lo, hi = max(0, woff - (S - 1)), min(nwin, woff + T)  # the columns of distances 1 - S .. T - 1
+            far = dfar.view(B, H, q_tiles, 2).sum((0, 2))  # the far tiles' sums: the edge buckets'
+            d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]
+                       + far @ onehot[[0, -1]]).t().to(table_dtype).contiguous()
+        d_key = d_value = None
+        if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q (backward_q added dQA's share of dq)
+            d_key = (torch.mm(dqa.view(-1, R).t(), q_acc.view(-1, D)) * scale).to(key_table.dtype)
+        if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO
+            d_value = torch.mm(pb.view(-1, R).t(), do_acc).to(value_table.dtype)
+        return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7
 
 
 def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, configs: KernelConfigs, dtype=None):

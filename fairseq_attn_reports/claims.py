@@ -21,13 +21,16 @@ hold (it is not resolved, naming them). The claims and their comparisons:
 3. ``csan_over_cnns`` -- "CSans achieve better performance than Cnns": both CSAN rows over Cnns.
 4. ``parameter_free`` -- "parameter-free ... only marginally affect training efficiency": per CSAN
    row, its parameters counted in its runs equal the baseline's (else it does not hold), and its
-   speed against the baseline's: holds when every pair of timings is at most
-   :data:`MARGINAL_SLOWDOWN` slower, does not hold when every pair is slower than that, not resolved
-   when the pairs fall on both sides (timing noise as large as the threshold). The pairs are the
-   rounds of a side-by-side benchmark when one is given (:mod:`.side_by_side`, ``--speed``), else
-   the seed pairs of the runs' own steps per second -- measured on a shared machine, so they decide
-   nothing when a run's epochs disagree by more than :data:`MAX_EPOCH_UPS_RATIO` (other work ran
-   beside it) or the table records no per-epoch figures: the speed is then not resolved.
+   speed against the baseline's. Given a side-by-side benchmark (:mod:`.side_by_side`, ``--speed``),
+   its rounds are paired measurements: the speed holds when the 95 % distribution-free interval of
+   the median round slowdown (:func:`median_interval`, the sign test's) lies at or below
+   :data:`MARGINAL_SLOWDOWN`, does not hold when it lies above, and is not resolved when it
+   straddles it or there are fewer than 6 rounds. One disturbed round cannot decide it. Without a
+   benchmark, the seed pairs of the runs' own steps per second decide: every pair at most
+   :data:`MARGINAL_SLOWDOWN` slower holds, every pair slower does not hold, anything else is not
+   resolved. They were measured on a shared machine, so they decide nothing when a run's epochs
+   disagree by more than :data:`MAX_EPOCH_UPS_RATIO` (other work ran beside it) or the table
+   records no per-epoch figures.
 5. ``window_11`` -- Figure 2a, "the local size with 11 is superior to other settings": window 11
    over each other window.
 6. ``heads`` -- Figure 2b, "by considering the features across heads (> 1), 2D-CSans further
@@ -37,6 +40,7 @@ hold (it is not resolved, naming them). The claims and their comparisons:
 """
 
 from collections import OrderedDict
+from math import comb
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .seeds import score_seeds
@@ -51,6 +55,8 @@ MARGINAL_SLOWDOWN = 0.05
 #: fastest: other work shared the machine (quiet bible runs of docs/results/lengths_*.json: 1.03 to 1.16;
 #: beside other jobs: 1.3 to 150)
 MAX_EPOCH_UPS_RATIO = 1.2
+#: the confidence of the interval of the median round slowdown of a side-by-side benchmark
+MEDIAN_CONFIDENCE = 0.95
 CSAN = ("csan1d", "csan2d")
 EXISTING = tuple(r.key for r in ROWS if r.key != BASELINE and r.key not in CSAN)
 RULE = ("A over B holds when A is significantly better (p < 0.05, paired bootstrap and approximate "
@@ -156,12 +162,17 @@ def table1_claims(rows: Dict[str, Dict], refs: Sequence[str], tokenize: str = "1
 
 
 def efficiency_rule(speed: Optional[Dict] = None) -> str:
-    pairs = (f"in every interleaved round of {describe_bench(speed)}, measured side by side"
-             if speed else "in every seed pair of the runs' own steps per second (train.log)")
-    return (f"per CSAN row: its parameters (counted in its runs) equal the baseline's; and its steps per second "
-            f"against the baseline's {pairs}: at most {MARGINAL_SLOWDOWN:.0%} slower in every pair holds "
-            f"(the paper's largest CSAN slowdown, 2D-CSans -0.06 of 1.28 steps/s), slower than that in every pair "
-            f"does not hold, pairs on both sides are not resolved (timing noise as large as the threshold).")
+    head = ("per CSAN row: its parameters (counted in its runs) equal the baseline's; and its steps per second "
+            "against the baseline's ")
+    paper = "the paper's largest CSAN slowdown, 2D-CSans -0.06 of 1.28 steps/s"
+    if speed:
+        return (head + f"in the interleaved rounds of {describe_bench(speed)}, measured side by side: the "
+                f"{MEDIAN_CONFIDENCE:.0%} distribution-free interval of the median round slowdown (the sign test's) at "
+                f"most {MARGINAL_SLOWDOWN:.0%} holds ({paper}), above it does not hold, an interval across it (or "
+                f"fewer rounds than such an interval needs) is not resolved.")
+    return (head + f"in every seed pair of the runs' own steps per second (train.log): at most {MARGINAL_SLOWDOWN:.0%} "
+            f"slower in every pair holds ({paper}), slower than that in every pair does not hold, pairs on both "
+            f"sides are not resolved (timing noise as large as the threshold).")
 
 
 def slowdowns(ups: Sequence[float], base_ups: Sequence[float]) -> List[float]:
@@ -174,6 +185,27 @@ def slowdown_verdict(slow: Sequence[float]) -> str:
     if slow and all(s <= MARGINAL_SLOWDOWN for s in slow):
         return HOLDS
     return FAILS if slow and all(s > MARGINAL_SLOWDOWN for s in slow) else OPEN
+
+
+def median_interval(values: Sequence[float], confidence: float = MEDIAN_CONFIDENCE) -> Optional[Tuple[float, float]]:
+    """The distribution-free interval of the median of ``values``: the k-th smallest and k-th largest,
+    for the largest k with P(Binomial(n, 1/2) <= k - 1) <= (1 - confidence) / 2 (it covers the median
+    with at least ``confidence`` whatever the distribution). None when n is too small (n < 6 at 95 %)."""
+    n, tail, k = len(values), 0.0, 0
+    while k < n and tail + comb(n, k) / 2 ** n <= (1.0 - confidence) / 2:
+        tail += comb(n, k) / 2 ** n
+        k += 1
+    if k == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[k - 1], ordered[n - k]
+
+
+def interval_verdict(interval: Optional[Tuple[float, float]]) -> str:
+    """The interval at most :data:`MARGINAL_SLOWDOWN` holds, above it does not hold; else not resolved."""
+    if interval is None:
+        return OPEN
+    return HOLDS if interval[1] <= MARGINAL_SLOWDOWN else FAILS if interval[0] > MARGINAL_SLOWDOWN else OPEN
 
 
 def distorted(rows: Dict[str, Dict], key: str) -> List[str]:
@@ -201,23 +233,27 @@ def efficiency(rows: Dict[str, Dict], key: str, speed: Optional[Dict] = None) ->
     added = rows[key]["params"] - base["params"]
     slow = slowdowns(rows[key]["ups"], base["ups"])
     reasons: List[str] = []
+    interval = None
     if speed:
         rounds = speed["rows"][key]["slowdowns"]
-        speed_verdict = slowdown_verdict(rounds) if len(rounds) >= 2 else OPEN
-        if len(rounds) < 2:
-            reasons.append(f"{speed['path']} has {len(rounds)} round: too few to tell noise")
+        interval = median_interval(rounds)
+        speed_verdict = interval_verdict(interval)
+        if interval is None:
+            reasons.append(f"{speed['path']} has {len(rounds)} round(s): too few for a {MEDIAN_CONFIDENCE:.0%} "
+                           f"interval of the median")
     else:
         rounds = None
         reasons = distorted(rows, BASELINE) + distorted(rows, key)
         speed_verdict = OPEN if reasons else slowdown_verdict(slow)
     verdict = FAILS if added != 0 else speed_verdict
     return {"row": key, "verdict": verdict, "params_added": added, "speed_verdict": speed_verdict,
-            "speed_from": "side by side" if speed else "in-run", "round_slowdowns": rounds, "speed_reasons": reasons,
+            "speed_from": "side by side" if speed else "in-run", "round_slowdowns": rounds,
+            "median_interval": list(interval) if interval else None, "speed_reasons": reasons,
             "slowdowns": slow, "ups": list(rows[key]["ups"]), "baseline_ups": list(base["ups"])}
 
 
 def efficiency_context(rows: Dict[str, Dict], speed: Optional[Dict] = None) -> List[str]:
-    """The other rows' parameters and mean slowdown, beside the CSAN rows' (side by side where measured);
+    """The other rows' parameters and median slowdown, beside the CSAN rows' (side by side where measured);
     without a side-by-side measurement, what can distort the runs' own."""
     base = rows[BASELINE]
     out = []
@@ -226,7 +262,7 @@ def efficiency_context(rows: Dict[str, Dict], speed: Optional[Dict] = None) -> L
             measured = (speed or {}).get("rows", {}).get(r.key)
             s = measured["slowdowns"] if measured else slowdowns(rows[r.key]["ups"], base["ups"])
             out.append(f"{r.name}: {rows[r.key]['params'] - base['params']:+,} parameters, "
-                       f"{sum(s) / len(s):+.1%} mean slowdown ({'side by side' if measured else 'in-run'})")
+                       f"{_median(s):+.1%} median slowdown ({'side by side' if measured else 'in-run'})")
     notes = ["beside it, every row: " + "; ".join(out)] if out else []
     if not speed:
         notes.append("the runs' own steps/s were measured on a shared machine, where other work distorts them; "
@@ -284,6 +320,12 @@ def _name(key: str) -> str:
     return ROW_BY_KEY[key].name if key in ROW_BY_KEY else key
 
 
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _span(slow: Sequence[float]) -> str:
     return f"{min(slow):+.1%} to {max(slow):+.1%}" if slow else "none"
 
@@ -295,7 +337,11 @@ def _efficiency_line(p: Dict) -> str:
            f"{len(p['slowdowns'])} seed pairs")
     if p.get("speed_from") == "side by side":
         r = p["round_slowdowns"]
-        speed = f"side by side, slowdown {_span(r)} over {len(r)} rounds; in-run, shared machine: {own}"
+        iv = p.get("median_interval")
+        median = (f"median {_median(r):+.1%} ({MEDIAN_CONFIDENCE:.0%} interval {_span(iv)}), " if iv else
+                  f"median {_median(r):+.1%}, " if r else "")
+        speed = (f"side by side, slowdown {median}{_span(r)} over {len(r)} rounds; in-run, shared machine: "
+                 f"{own}")
     else:
         speed = own
     why = "".join(f"; not resolved: {w}" for w in p.get("speed_reasons", []))

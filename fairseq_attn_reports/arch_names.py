@@ -13,6 +13,7 @@ Other lists of names read from the registry (the demo's architectures) are kept 
 The check is only the early refusal: fairseq-train checks the architecture again when it builds.
 """
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -73,14 +74,21 @@ def _kept(path: str, key: str) -> dict:
         return {}
 
 
-def _keep(path: Optional[str], key: str, kept: dict, field: str, value) -> None:
-    """``kept`` with ``field`` set to ``value``, written whole to the cache file of this code."""
-    if path:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+def _keep(path: Optional[str], key: str, field: str, value) -> None:
+    """``field`` set to ``value`` in the cache file of this code (a table merged into the file's table),
+    under a lock, the file re-read first: processes that fill it at once keep each other's answers."""
+    if not path:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            kept = _kept(path, key)
+            if isinstance(value, dict) and isinstance(kept.get(field), dict):
+                value = {**kept[field], **value}
             write_json(path, {**kept, "key": key, field: value})
-        except OSError:
-            pass  # a read-only home: no cache, the same answer
+    except OSError:
+        pass  # a read-only home: no cache, the same answer
 
 
 def cached_names(field: str, read) -> List[str]:
@@ -92,7 +100,7 @@ def cached_names(field: str, read) -> List[str]:
     if isinstance(kept.get(field), list) and kept[field]:
         return kept[field]
     names = read()
-    _keep(path, key, kept, field, names)
+    _keep(path, key, field, names)
     return names
 
 
@@ -106,7 +114,7 @@ def cached_entry(field: str, entry: str, read):
     if entry in table:
         return table[entry]
     value = read()
-    _keep(path, key, kept, field, {**table, entry: value})
+    _keep(path, key, field, {entry: value})
     return value
 
 

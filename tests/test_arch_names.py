@@ -46,3 +46,20 @@ def test_a_source_change_changes_the_key(tmp_path, monkeypatch):
     (plugins / "models" / "n.py").write_text("")
     c = arch_names.code_key()
     assert len({a, b, c}) == 3
+
+
+def test_answers_kept_while_another_process_kept_its_own_are_both_in_the_cache(tmp_path, monkeypatch):
+    """An answer computed while another process kept another answer (and another list) does not
+    drop theirs: the file is re-read under a lock before it is written."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def slow_read():  # meanwhile, "another process" fills the cache
+        assert arch_names.cached_entry("pieces", "other", lambda: ["theirs"]) == ["theirs"]
+        assert arch_names.cached_names("demo", lambda: ["a", "b"]) == ["a", "b"]
+        return ["ours"]
+
+    assert arch_names.cached_entry("pieces", "mine", slow_read) == ["ours"]
+    kept = json.load(open(arch_names.cache_path(arch_names.code_key())))
+    assert kept["pieces"] == {"other": ["theirs"], "mine": ["ours"]} and kept["demo"] == ["a", "b"]
+    # read back without calling read() again
+    assert arch_names.cached_entry("pieces", "other", lambda: 1 / 0) == ["theirs"]

@@ -55,6 +55,16 @@ def _load_rows(ptrs, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexp
 
 
 @triton.jit
+def _row_vector(ptrs, offs, n, other, EVEN: tl.constexpr):
+    """A per-row vector, masked only where the rows may run past their end."""
+    if EVEN:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=offs < n, other=other)
+    return x
+
+
+@triton.jit
 def _stages(i0, lo, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr,
             CAUSAL: tl.constexpr):
     """The key bounds of a query tile's stages (rows ``i0 .. i0 + BLOCK_M - 1``, keys
@@ -117,7 +127,7 @@ def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.c
 
 
 @triton.jit
-def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
+def _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
                KEYS: tl.constexpr, ACC: tl.constexpr):
     """The far tiles' per-row term (KIND 0 far-left, 2 far-right)."""
     row = tl.zeros(offs_m.shape, ACC)
@@ -206,6 +216,25 @@ def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
 
 
 @triton.jit
+def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI: tl.constexpr, ACC: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """The rows' ``QA log2(e) = q (scale log2(e) w_K)^T`` (WK: the scaled table, (R, D)):
+    the interior columns 1 .. R - 2 as one dot of float32 operands at ``PRECISION`` (tf32x3
+    keeps float32's precision on tensor cores), the edge columns as row sums; all stored
+    into QA2 (the band tiles read it back after the barrier); returns the edge columns."""
+    r = tl.arange(0, RI)
+    d_ok = offs_d < D
+    w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=(r < R - 2)[None, :] & d_ok[:, None], other=0.0)
+    qf = q.to(ACC)
+    qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
+    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
+    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
+    _store_bins(QA2, qa_rows, qa, left, right, R, T, offs_m, RI)
+    tl.debug_barrier()  # the band tiles read other threads' QA
+    return left, right
+
+
+@triton.jit
 def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, sk, sv, qk_scale,
               slope2, KB, BIAS2, QA2, qa_rows, row, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
@@ -241,15 +270,18 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 
 
 @triton.jit
-def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
             qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
     """One query tile: the output (without Shaw's value term), the base-2 log-sum-exp and
     (``VALUES``) PB (B H, T, R), each row's probability mass per clipped distance, accumulated
-    beside the output and rescaled with it (the caller adds ``PB a_V``)."""
+    beside the output and rescaled with it (the caller adds ``PB a_V``); (``KEYS``) the rows'
+    QA, computed first (:func:`_key_products`; WK: Shaw's key table times ``scale log2(e)``,
+    (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
+    backward kernels read."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -267,6 +299,10 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     qa_rows = (bh * T + offs_m) * R
+    qa_left = tl.zeros((BLOCK_M,), ACC)
+    qa_right = qa_left
+    if KEYS:
+        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI, ACC, KEYS_PRECISION)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
@@ -278,7 +314,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -291,7 +327,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -477,7 +513,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
-    row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
@@ -495,7 +531,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
@@ -538,21 +574,18 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    if EVEN_M:
-        lse = tl.load(LSE + bh * T + offs_m)
-        delta = tl.load(DELTA + bh * T + offs_m)
-    else:
-        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
     qa_rows = (bh * T + offs_m) * R
-    if KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
-        far = (2 * bh + KIND // 2) * T + offs_m
-        if KEYS:
-            lse = tl.load(LSEF + far, mask=offs_m < T, other=float("inf"))
-        if BIAS != 0:
-            lse -= _rows_term(offs_m, i0, h, T, S, 0, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
-        if VALUES:
-            delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
+    far = (2 * bh + KIND // 2) * T + offs_m
+    if KEYS and KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
+        lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
+    else:
+        lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
+    if VALUES and KIND != 1:
+        delta = _row_vector(DELTAF + far, offs_m, T, 0.0, EVEN_M)
+    else:
+        delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
+    if BIAS != 0 and KIND != 1:
+        lse -= _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
     sT = tl.dot(k, tl.trans(q), out_dtype=ACC, input_precision=PRECISION)
     if BIAS == 2 and KIND != 1:  # alibi's per-key part in far tiles

@@ -121,6 +121,12 @@ def _launch_args(q: Tensor, module: ModuleType):
     raise ValueError(f"the Triton distance kernels take fp16, bf16, float32 or float64 (got {q.dtype})")
 
 
+def _keys_precision(q: Tensor, common: dict) -> str:
+    """The dots with Shaw's key table (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
+    precision on tensor cores), else the kernels' own."""
+    return "tf32x3" if q.dtype in HALF else common["PRECISION"]
+
+
 def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
@@ -162,10 +168,10 @@ class _TritonAttention(torch.autograd.Function):
         if table is not None:
             bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, configs, dtype if q.dtype not in HALF else None)
         R = 2 * clip + 1
-        q_acc = qa2 = none
-        if key_table is not None:  # QA in base 2 from float32 operands at least (scale and log2(e) in the table)
-            q_acc = _dense(q, dtype)
-            qa2 = torch.mm(q_acc.view(-1, D), (key_table.detach().to(dtype) * (scale * LOG2E)).t()).view(B * H, T, R)
+        qa2 = wk2 = none
+        if key_table is not None:  # QA in base 2, made by the forward kernel (scale and log2(e) in the table)
+            wk2 = (key_table.detach().to(dtype) * (scale * LOG2E)).contiguous()
+            qa2 = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
                       HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or key_table is not None or causal),
@@ -175,10 +181,10 @@ class _TritonAttention(torch.autograd.Function):
                     qa2)
         c = configs.forward_values if values else configs.forward
         module.forward[(B * H, _cdiv(T, c.block_m))](
-            q, k, v, out, lse, pb if values else none, *pointers, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            q, k, v, out, lse, pb if values else none, *pointers, wk2, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-            **_even(c, T, S), **common)
-        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers, q_acc, key_table, value_table)
+            KEYS_PRECISION=_keys_precision(q, common), **_even(c, T, S), **common)
+        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         if not values:
             return out
@@ -189,7 +195,7 @@ class _TritonAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2, q_acc, key_table, value_table = ctx.saved_tensors
+        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2, key_table, value_table = ctx.saved_tensors
         shape, ints, configs, module, common, table_dtype, scale = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
@@ -235,7 +241,7 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
-            KEYS_PRECISION="tf32x3" if q.dtype in HALF else common["PRECISION"],
+            KEYS_PRECISION=_keys_precision(q, common),
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
@@ -252,7 +258,7 @@ class _TritonAttention(torch.autograd.Function):
                        + far @ onehot[[0, -1]]).t().to(table_dtype).contiguous()
         d_key = d_value = None
         if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q (backward_q added dQA's share of dq)
-            d_key = (torch.mm(dqa.view(-1, R).t(), q_acc.view(-1, D)) * scale).to(key_table.dtype)
+            d_key = (torch.mm(dqa.view(-1, R).t(), _dense(q, dtype).view(-1, D)) * scale).to(key_table.dtype)
         if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO
             d_value = torch.mm(pb.view(-1, R).t(), do_acc).to(value_table.dtype)
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7

@@ -469,7 +469,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, 
 
 
 @triton.jit
-def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
+def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
@@ -478,10 +478,11 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
-    it sees; (``KEYS``) dQA, its dS summed per table row, and its share of dq, ``dQA w_K``
-    (WK: Shaw's key table (2k + 1, D), contiguous), added after the loops (one dot, float32
-    operands at ``KEYS_PRECISION``: tf32x3 keeps them at float32's precision on tensor
-    cores); (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
+    it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
+    dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
+    of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
+    over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
+    them at float32's precision on tensor cores), the edge rows as sums; (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
     far tiles (two cells of DFAR)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -550,8 +551,15 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         dq += dql[:, None] * w_left[None, :] + dqr[:, None] * w_right[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
-    if KEYS:
-        _store_bins(DQA, qa_rows, dqa, dql, dqr, R, T, offs_m, RI)
+    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros)
+        qf = q.to(ACC)
+        part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
+        dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
+                 mask=(r < R - 2)[:, None] & d_ok)
+        tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
+        tl.store(part + (R - 1) * D + offs_d, tl.sum(dqr[:, None] * qf, 0) * (qk_scale * 0.6931471805599453),
+                 mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))

@@ -228,7 +228,7 @@ class _TritonAttention(torch.autograd.Function):
         woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
         dtable = torch.zeros(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
-        dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
+        dwk = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
         # the far tiles' per-row log-sum-exp (Shaw's key term) and delta (value term), (B H, 2, T)
         lsef = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if keys else none
@@ -239,7 +239,7 @@ class _TritonAttention(torch.autograd.Function):
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
-            q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
+            q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common),
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
@@ -257,8 +257,8 @@ class _TritonAttention(torch.autograd.Function):
             d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]
                        + far @ onehot[[0, -1]]).t().to(table_dtype).contiguous()
         d_key = d_value = None
-        if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q (backward_q added dQA's share of dq)
-            d_key = (torch.mm(dqa.view(-1, R).t(), _dense(q, dtype).view(-1, D)) * scale).to(key_table.dtype)
+        if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q, summed over backward_q's programs
+            d_key = dwk.sum(0).to(key_table.dtype)
         if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO
             d_value = torch.mm(pb.view(-1, R).t(), do_acc).to(value_table.dtype)
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7

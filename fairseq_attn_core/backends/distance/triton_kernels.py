@@ -216,6 +216,16 @@ def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
 
 
 @triton.jit
+def _tf32_parts(x):
+    """float32 x as hi + lo, both exact in tf32 but for lo's rounding (to nearest): a product with
+    an operand exact in tf32 (fp16 / bf16 values) is then two tf32 dots within float32's precision
+    (tf32x3 would split both operands: three dots)."""
+    hi = (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    lo = (((x - hi).to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return hi, lo
+
+
+@triton.jit
 def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI: tl.constexpr, ACC: tl.constexpr,
                   PRECISION: tl.constexpr):
     """The rows' ``QA log2(e) = q (scale log2(e) w_K)^T`` (WK: the scaled table, (R, D)):
@@ -224,11 +234,16 @@ def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI: tl.constexpr
     into QA2 (the band tiles read it back after the barrier); returns the edge columns."""
     r = tl.arange(0, RI)
     d_ok = offs_d < D
-    w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=(r < R - 2)[None, :] & d_ok[:, None], other=0.0)
+    w_mask = (r < R - 2)[None, :] & d_ok[:, None]
+    w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
     qf = q.to(ACC)
-    qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
     left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
     right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
+    if PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
+        w_hi, w_lo = _tf32_parts(w_in)
+        qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+    else:
+        qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
     _store_bins(QA2, qa_rows, qa, left, right, R, T, offs_m, RI)
     tl.debug_barrier()  # the band tiles read other threads' QA
     return left, right
@@ -554,7 +569,11 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros)
         qf = q.to(ACC)
         part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
-        dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only dQA is split
+            d_hi, d_lo = _tf32_parts(tl.trans(dqa))
+            dw_in = tl.dot(d_hi, qf, tl.dot(d_lo, qf, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
         tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
                  mask=(r < R - 2)[:, None] & d_ok)
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)

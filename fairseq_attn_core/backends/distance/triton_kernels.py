@@ -1,10 +1,15 @@
 """The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
 over key tiles, the log-sum-exp saved) and its backward (``backward_delta``: each row's delta;
-``backward_q``: dq, dQA, the table's gradient; ``backward_kv``: dk, dv, keys as the tile's rows
+``backward_q``: dq, dQA, the tables' gradients; ``backward_kv``: dk, dv, keys as the tile's rows
 as in the tutorial), with the terms added per tile: a bias of the distance (t5bias's table per
-distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``
-computed outside, one matmul; its share of dq is added by ``backward_q``) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
-module imports triton and is imported only when a call runs the kernels.
+distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``,
+made by the forward for its rows and kept for the backward; its shares of dq and of ``d w_K``
+are made by ``backward_q``) and Shaw's value term (PB, below; ``PB a_V`` added by the forward,
+``dPB = dO a_V^T`` and ``d a_V``'s shares made by ``backward_delta``). The products with
+Shaw's float32 tables are dots of float32 operands: for fp16 / bf16 inputs the operand that is
+not q or dO (exact in tf32) is split in two tf32 parts (:func:`_tf32_parts`), float32's
+precision in two tensor-core dots. Launched by :mod:`.triton_launch`, which holds the layout;
+this module imports triton and is imported only when a call runs the kernels.
 
 Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = exp2(x - m)``
 (the caller passes the terms already multiplied by log2(e); the log-sum-exp is kept in base
@@ -285,15 +290,18 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 
 
 @triton.jit
-def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
             qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
-    """One query tile: the output (without Shaw's value term), the base-2 log-sum-exp and
-    (``VALUES``) PB (B H, T, R), each row's probability mass per clipped distance, accumulated
-    beside the output and rescaled with it (the caller adds ``PB a_V``); (``KEYS``) the rows'
+    """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
+    each row's probability mass per clipped distance, accumulated beside the output and
+    rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
+    (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
+    as products: the output is rounded once), the output without it in OP (for delta, whose
+    value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
     QA, computed first (:func:`_key_products`; WK: Shaw's key table times ``scale log2(e)``,
     (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
     backward kernels read."""
@@ -353,22 +361,37 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, sqb, sqh, sqt, skb
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
     lse = tl.where(has, m_i + tl.log2(l_safe), float("inf"))
     if VALUES:
-        _store_bins(PB, qa_rows, pb / l_safe[:, None], pbl / l_safe, pbr / l_safe, R, T, offs_m, RI)
+        pb = pb / l_safe[:, None]
+        pbl = pbl / l_safe
+        pbr = pbr / l_safe
+        _store_bins(PB, qa_rows, pb, pbl, pbr, R, T, offs_m, RI)
+        tl.store(OP + bh * T * D + offs_m[:, None] * D + offs_d[None, :], out.to(OP.dtype.element_ty), mask=q_mask)
+        r = tl.arange(0, RI)
+        d_ok = offs_d < D
+        av = tl.load(AV + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok[None, :], other=0.0)
+        out = tl.dot(pb, av, out, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        out += pbl[:, None] * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :]
+        out += pbr[:, None] * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :]
     o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
     tl.store(O + o_off, out.to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
 
 @triton.jit
-def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt, T, H, D, R,
+def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
                    KEYS: tl.constexpr, VALUES: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_D: tl.constexpr, ACC: tl.constexpr):
-    """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``: dP_ij =
-    dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i = sum_j P_ij dP_ij), the backward's
-    first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
+                   BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee"):
+    """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
+    output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
+    sum_j P_ij dP_ij), the backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
     With Shaw's terms, also what :func:`backward_kv`'s far tiles read per row, (B H, 2, T)
     (far-left, far-right): ``LSEF``, the log-sum-exp less the row's edge QA (``KEYS``), and
-    ``DELTAF``, delta less its edge dPB (``VALUES``)."""
+    ``DELTAF``, delta less its edge dPB (``VALUES``). With ``VALUES`` it makes the value
+    term's products from the dO tile it holds (AV: Shaw's value table, (R, D) contiguous, in
+    the accumulator's dtype): ``dPB = dO a_V^T`` into DPB (B H, T, R), and the program's share
+    of the table's gradient, ``PB^T dO``, into DAV (programs, R, D; the caller sums it over
+    the programs): float32 operands at ``PRECISION`` (tf32x3: dO in fp16 / bf16 is exact in
+    tf32, so the other operand alone is split, :func:`_tf32_parts`)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -378,24 +401,37 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt,
     q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
     do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
     o = tl.load(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    delta = tl.sum(do.to(ACC) * o.to(ACC), 1)
-    if VALUES:
-        rows = (bh * T + offs_m) * R
-        cols = tl.arange(0, RB)[None, :]
-        t_mask = (offs_m < T)[:, None] & (cols < R)
-        delta += tl.sum(tl.load(PB + rows[:, None] + cols, mask=t_mask, other=0.0)
-                        * tl.load(DPB + rows[:, None] + cols, mask=t_mask, other=0.0), 1)
-    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
+    dof = do.to(ACC)
+    delta = tl.sum(dof * o.to(ACC), 1)
     rows = (bh * T + offs_m) * R
+    if VALUES:
+        cols = tl.arange(0, RB)
+        r_ok = cols < R
+        d_ok = offs_d < D
+        t_mask = (offs_m < T)[:, None] & r_ok[None, :]
+        av = tl.load(AV + cols[None, :] * D + offs_d[:, None], mask=r_ok[None, :] & d_ok[:, None], other=0.0)
+        pb = tl.load(PB + rows[:, None] + cols[None, :], mask=t_mask, other=0.0)
+        if PRECISION == "tf32x3":
+            a_hi, a_lo = _tf32_parts(av)
+            dpb = tl.dot(dof, a_hi, tl.dot(dof, a_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+            p_hi, p_lo = _tf32_parts(tl.trans(pb))
+            dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dpb = tl.dot(dof, av, out_dtype=ACC, input_precision=PRECISION)
+            dav = tl.dot(tl.trans(pb), dof, out_dtype=ACC, input_precision=PRECISION)
+        tl.store(DPB + rows[:, None] + cols[None, :], dpb, mask=t_mask)
+        delta += tl.sum(pb * dpb, 1)
+        tl.store(DAV + (bh * tl.num_programs(1) + pid_m) * R * D + cols[:, None] * D + offs_d[None, :], dav,
+                 mask=r_ok[:, None] & d_ok[None, :])
+        tl.store(DELTAF + 2 * bh * T + offs_m, delta - tl.sum(tl.where(cols[None, :] == 0, dpb, 0.0), 1),
+                 mask=offs_m < T)
+        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - tl.sum(tl.where(cols[None, :] == R - 1, dpb, 0.0), 1),
+                 mask=offs_m < T)
+    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
     if KEYS:
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         tl.store(LSEF + 2 * bh * T + offs_m, lse - tl.load(QA2 + rows, mask=offs_m < T, other=0.0), mask=offs_m < T)
         tl.store(LSEF + (2 * bh + 1) * T + offs_m, lse - tl.load(QA2 + rows + R - 1, mask=offs_m < T, other=0.0),
-                 mask=offs_m < T)
-    if VALUES:
-        tl.store(DELTAF + 2 * bh * T + offs_m, delta - tl.load(DPB + rows, mask=offs_m < T, other=0.0),
-                 mask=offs_m < T)
-        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - tl.load(DPB + rows + R - 1, mask=offs_m < T, other=0.0),
                  mask=offs_m < T)
 
 
@@ -601,18 +637,17 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
+    lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
+    delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
-    far = (2 * bh + KIND // 2) * T + offs_m
-    if KEYS and KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
-        lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
-    else:
-        lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
-    if VALUES and KIND != 1:
-        delta = _row_vector(DELTAF + far, offs_m, T, 0.0, EVEN_M)
-    else:
-        delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
-    if BIAS != 0 and KIND != 1:
-        lse -= _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+    if KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
+        far = (2 * bh + KIND // 2) * T + offs_m
+        if KEYS:
+            lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
+        if BIAS != 0:
+            lse -= _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+        if VALUES:  # masked on whole tiles too: unmasked, relpos kv's causal backward_kv spills 16 B on sm_90
+            delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
     sT = tl.dot(k, tl.trans(q), out_dtype=ACC, input_precision=PRECISION)
     if BIAS == 2 and KIND != 1:  # alibi's per-key part in far tiles

@@ -379,7 +379,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
 
 @triton.jit
 def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
-                   KEYS: tl.constexpr, VALUES: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr,
+                   KEYS: tl.constexpr, VALUES: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee"):
     """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
     output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
@@ -404,29 +404,35 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     dof = do.to(ACC)
     delta = tl.sum(dof * o.to(ACC), 1)
     rows = (bh * T + offs_m) * R
-    if VALUES:
-        cols = tl.arange(0, RB)
-        r_ok = cols < R
+    if VALUES:  # interior columns 1 .. R - 2 by dots, the edge columns as sums
+        r = tl.arange(0, RI)
+        in_ok = r < R - 2
         d_ok = offs_d < D
-        t_mask = (offs_m < T)[:, None] & r_ok[None, :]
-        av = tl.load(AV + cols[None, :] * D + offs_d[:, None], mask=r_ok[None, :] & d_ok[:, None], other=0.0)
-        pb = tl.load(PB + rows[:, None] + cols[None, :], mask=t_mask, other=0.0)
+        m_ok = offs_m < T
+        av = tl.load(AV + (1 + r)[None, :] * D + offs_d[:, None], mask=in_ok[None, :] & d_ok[:, None], other=0.0)
         if PRECISION == "tf32x3":
             a_hi, a_lo = _tf32_parts(av)
             dpb = tl.dot(dof, a_hi, tl.dot(dof, a_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dpb = tl.dot(dof, av, out_dtype=ACC, input_precision=PRECISION)
+        dpb_l = tl.sum(dof * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :], 1)
+        dpb_r = tl.sum(dof * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :], 1)
+        _store_bins(DPB, rows, dpb, dpb_l, dpb_r, R, T, offs_m, RI)
+        pb = tl.load(PB + rows[:, None] + 1 + r[None, :], mask=m_ok[:, None] & in_ok[None, :], other=0.0)
+        pb_l = tl.load(PB + rows, mask=m_ok, other=0.0)
+        pb_r = tl.load(PB + rows + R - 1, mask=m_ok, other=0.0)
+        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l + pb_r * dpb_r
+        tl.store(DELTAF + 2 * bh * T + offs_m, delta - dpb_l, mask=m_ok)
+        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
+        part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
+        tl.store(part + offs_d, tl.sum(pb_l[:, None] * dof, 0), mask=d_ok)
+        tl.store(part + (R - 1) * D + offs_d, tl.sum(pb_r[:, None] * dof, 0), mask=d_ok)
+        if PRECISION == "tf32x3":
             p_hi, p_lo = _tf32_parts(tl.trans(pb))
             dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
         else:
-            dpb = tl.dot(dof, av, out_dtype=ACC, input_precision=PRECISION)
             dav = tl.dot(tl.trans(pb), dof, out_dtype=ACC, input_precision=PRECISION)
-        tl.store(DPB + rows[:, None] + cols[None, :], dpb, mask=t_mask)
-        delta += tl.sum(pb * dpb, 1)
-        tl.store(DAV + (bh * tl.num_programs(1) + pid_m) * R * D + cols[:, None] * D + offs_d[None, :], dav,
-                 mask=r_ok[:, None] & d_ok[None, :])
-        tl.store(DELTAF + 2 * bh * T + offs_m, delta - tl.sum(tl.where(cols[None, :] == 0, dpb, 0.0), 1),
-                 mask=offs_m < T)
-        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - tl.sum(tl.where(cols[None, :] == R - 1, dpb, 0.0), 1),
-                 mask=offs_m < T)
+        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dav, mask=in_ok[:, None] & d_ok[None, :])
     tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
     if KEYS:
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))

@@ -230,7 +230,7 @@ class _TritonAttention(torch.autograd.Function):
         dav = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if common["VALUES"] else none
         module.backward_delta[(B * H, q_tiles)](
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, av, dav, *do.stride()[:3],
-            T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RB=_pow2(R) if common["VALUES"] else 16, BLOCK_M=cq.block_m,
+            T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cq.block_m,
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common), num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](

@@ -123,8 +123,9 @@ def _launch_args(q: Tensor, module: ModuleType):
 
 
 def _keys_precision(q: Tensor, common: dict) -> str:
-    """The dots with Shaw's key table (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
-    precision on tensor cores), else the kernels' own."""
+    """The dots with Shaw's tables (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
+    precision on tensor cores; where the other operand is q or dO, exact in tf32, the kernels split
+    the float32 one alone: two tf32 dots), else the kernels' own."""
     return "tf32x3" if q.dtype in HALF else common["PRECISION"]
 
 

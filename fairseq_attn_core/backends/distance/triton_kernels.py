@@ -1,10 +1,15 @@
 """The Triton flash kernels of the distance terms: FlashAttention-2's forward (online softmax
 over key tiles, the log-sum-exp saved) and its backward (``backward_delta``: each row's delta;
-``backward_q``: dq, dQA, the table's gradient; ``backward_kv``: dk, dv, keys as the tile's rows
+``backward_q``: dq, dQA, the tables' gradients; ``backward_kv``: dk, dv, keys as the tile's rows
 as in the tutorial), with the terms added per tile: a bias of the distance (t5bias's table per
-distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``
-computed outside, one matmul; its share of dq is added by ``backward_q``) and Shaw's value term (PB, below). Launched by :mod:`.triton_launch`, which holds the layout; this
-module imports triton and is imported only when a call runs the kernels.
+distance, alibi's slopes), Shaw's key term ``QA[i, clip(j - i) + k]`` (``QA = scale q w_K^T``,
+made by the forward for its rows and kept for the backward; its shares of dq and of ``d w_K``
+are made by ``backward_q``) and Shaw's value term (PB, below; ``PB a_V`` added by the forward,
+``dPB = dO a_V^T`` and ``d a_V``'s shares made by ``backward_delta``). The products with
+Shaw's float32 tables are dots of float32 operands: for fp16 / bf16 inputs the operand that is
+not q or dO (exact in tf32) is split in two tf32 parts (:func:`_tf32_parts`), float32's
+precision in two tensor-core dots. Launched by :mod:`.triton_launch`, which holds the layout;
+this module imports triton and is imported only when a call runs the kernels.
 
 Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = exp2(x - m)``
 (the caller passes the terms already multiplied by log2(e); the log-sum-exp is kept in base
@@ -51,6 +56,16 @@ def _load_rows(ptrs, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexp
             x = tl.load(ptrs, mask=(offs_d < D)[None, :], other=0.0)
     else:
         x = tl.load(ptrs, mask=(offs < n)[:, None] & (offs_d < D)[None, :], other=0.0)
+    return x
+
+
+@triton.jit
+def _row_vector(ptrs, offs, n, other, EVEN: tl.constexpr):
+    """A per-row vector, masked only where the rows may run past their end."""
+    if EVEN:
+        x = tl.load(ptrs)
+    else:
+        x = tl.load(ptrs, mask=offs < n, other=other)
     return x
 
 
@@ -117,7 +132,7 @@ def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.c
 
 
 @triton.jit
-def _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
+def _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
                KEYS: tl.constexpr, ACC: tl.constexpr):
     """The far tiles' per-row term (KIND 0 far-left, 2 far-right)."""
     row = tl.zeros(offs_m.shape, ACC)
@@ -206,6 +221,40 @@ def _store_bins(PTR, rows, inner, left, right, R, T, offs_m, RI: tl.constexpr):
 
 
 @triton.jit
+def _tf32_parts(x):
+    """float32 x as hi + lo, both exact in tf32 but for lo's rounding (to nearest): a product with
+    an operand exact in tf32 (fp16 / bf16 values) is then two tf32 dots within float32's precision
+    (tf32x3 would split both operands: three dots)."""
+    hi = (x.to(tl.uint32, bitcast=True) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    lo = (((x - hi).to(tl.uint32, bitcast=True) + 0x1000) & 0xFFFFE000).to(tl.float32, bitcast=True)
+    return hi, lo
+
+
+@triton.jit
+def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI: tl.constexpr, ACC: tl.constexpr,
+                  PRECISION: tl.constexpr):
+    """The rows' ``QA log2(e) = q (scale log2(e) w_K)^T`` (WK: the scaled table, (R, D)):
+    the interior columns 1 .. R - 2 as one dot of float32 operands at ``PRECISION`` (tf32x3
+    keeps float32's precision on tensor cores), the edge columns as row sums; all stored
+    into QA2 (the band tiles read it back after the barrier); returns the edge columns."""
+    r = tl.arange(0, RI)
+    d_ok = offs_d < D
+    w_mask = (r < R - 2)[None, :] & d_ok[:, None]
+    w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
+    qf = q.to(ACC)
+    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
+    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
+    if PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
+        w_hi, w_lo = _tf32_parts(w_in)
+        qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+    else:
+        qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
+    _store_bins(QA2, qa_rows, qa, left, right, R, T, offs_m, RI)
+    tl.debug_barrier()  # the band tiles read other threads' QA
+    return left, right
+
+
+@triton.jit
 def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, sk, sv, qk_scale,
               slope2, KB, BIAS2, QA2, qa_rows, row, clip,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
@@ -241,15 +290,21 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 
 
 @triton.jit
-def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
             qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
-    """One query tile: the output (without Shaw's value term), the base-2 log-sum-exp and
-    (``VALUES``) PB (B H, T, R), each row's probability mass per clipped distance, accumulated
-    beside the output and rescaled with it (the caller adds ``PB a_V``)."""
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
+    """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
+    each row's probability mass per clipped distance, accumulated beside the output and
+    rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
+    (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
+    as products: the output is rounded once), the output without it in OP (for delta, whose
+    value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
+    QA, computed first (:func:`_key_products`; WK: Shaw's key table times ``scale log2(e)``,
+    (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
+    backward kernels read."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -267,6 +322,10 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     qa_rows = (bh * T + offs_m) * R
+    qa_left = tl.zeros((BLOCK_M,), ACC)
+    qa_right = qa_left
+    if KEYS:
+        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI, ACC, KEYS_PRECISION)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
@@ -278,7 +337,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -291,7 +350,7 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -302,22 +361,37 @@ def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, sqb, sqh, sqt, skb, sk
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
     lse = tl.where(has, m_i + tl.log2(l_safe), float("inf"))
     if VALUES:
-        _store_bins(PB, qa_rows, pb / l_safe[:, None], pbl / l_safe, pbr / l_safe, R, T, offs_m, RI)
+        pb = pb / l_safe[:, None]
+        pbl = pbl / l_safe
+        pbr = pbr / l_safe
+        _store_bins(PB, qa_rows, pb, pbl, pbr, R, T, offs_m, RI)
+        tl.store(OP + bh * T * D + offs_m[:, None] * D + offs_d[None, :], out.to(OP.dtype.element_ty), mask=q_mask)
+        r = tl.arange(0, RI)
+        d_ok = offs_d < D
+        av = tl.load(AV + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok[None, :], other=0.0)
+        out = tl.dot(pb, av, out, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        out += pbl[:, None] * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :]
+        out += pbr[:, None] * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :]
     o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
     tl.store(O + o_off, out.to(O.dtype.element_ty), mask=q_mask)
     tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
 
 @triton.jit
-def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt, T, H, D, R,
-                   KEYS: tl.constexpr, VALUES: tl.constexpr, RB: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_D: tl.constexpr, ACC: tl.constexpr):
-    """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``: dP_ij =
-    dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i = sum_j P_ij dP_ij), the backward's
-    first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
+def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
+                   KEYS: tl.constexpr, VALUES: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee"):
+    """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
+    output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
+    sum_j P_ij dP_ij), the backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
     With Shaw's terms, also what :func:`backward_kv`'s far tiles read per row, (B H, 2, T)
     (far-left, far-right): ``LSEF``, the log-sum-exp less the row's edge QA (``KEYS``), and
-    ``DELTAF``, delta less its edge dPB (``VALUES``)."""
+    ``DELTAF``, delta less its edge dPB (``VALUES``). With ``VALUES`` it makes the value
+    term's products from the dO tile it holds (AV: Shaw's value table, (R, D) contiguous, in
+    the accumulator's dtype): ``dPB = dO a_V^T`` into DPB (B H, T, R), and the program's share
+    of the table's gradient, ``PB^T dO``, into DAV (programs, R, D; the caller sums it over
+    the programs): float32 operands at ``PRECISION`` (tf32x3: dO in fp16 / bf16 is exact in
+    tf32, so the other operand alone is split, :func:`_tf32_parts`)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -327,24 +401,43 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, sdb, sdh, sdt,
     q_mask = (offs_m < T)[:, None] & (offs_d < D)[None, :]
     do = tl.load(DO + b * sdb + h * sdh + offs_m[:, None] * sdt + offs_d[None, :], mask=q_mask, other=0.0)
     o = tl.load(O + bh * T * D + offs_m[:, None] * D + offs_d[None, :], mask=q_mask, other=0.0)
-    delta = tl.sum(do.to(ACC) * o.to(ACC), 1)
-    if VALUES:
-        rows = (bh * T + offs_m) * R
-        cols = tl.arange(0, RB)[None, :]
-        t_mask = (offs_m < T)[:, None] & (cols < R)
-        delta += tl.sum(tl.load(PB + rows[:, None] + cols, mask=t_mask, other=0.0)
-                        * tl.load(DPB + rows[:, None] + cols, mask=t_mask, other=0.0), 1)
-    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
+    dof = do.to(ACC)
+    delta = tl.sum(dof * o.to(ACC), 1)
     rows = (bh * T + offs_m) * R
+    if VALUES:  # interior columns 1 .. R - 2 by dots, the edge columns as sums
+        r = tl.arange(0, RI)
+        in_ok = r < R - 2
+        d_ok = offs_d < D
+        m_ok = offs_m < T
+        av = tl.load(AV + (1 + r)[None, :] * D + offs_d[:, None], mask=in_ok[None, :] & d_ok[:, None], other=0.0)
+        if PRECISION == "tf32x3":
+            a_hi, a_lo = _tf32_parts(av)
+            dpb = tl.dot(dof, a_hi, tl.dot(dof, a_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dpb = tl.dot(dof, av, out_dtype=ACC, input_precision=PRECISION)
+        dpb_l = tl.sum(dof * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :], 1)
+        dpb_r = tl.sum(dof * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :], 1)
+        _store_bins(DPB, rows, dpb, dpb_l, dpb_r, R, T, offs_m, RI)
+        pb = tl.load(PB + rows[:, None] + 1 + r[None, :], mask=m_ok[:, None] & in_ok[None, :], other=0.0)
+        pb_l = tl.load(PB + rows, mask=m_ok, other=0.0)
+        pb_r = tl.load(PB + rows + R - 1, mask=m_ok, other=0.0)
+        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l + pb_r * dpb_r
+        tl.store(DELTAF + 2 * bh * T + offs_m, delta - dpb_l, mask=m_ok)
+        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
+        part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
+        tl.store(part + offs_d, tl.sum(pb_l[:, None] * dof, 0), mask=d_ok)
+        tl.store(part + (R - 1) * D + offs_d, tl.sum(pb_r[:, None] * dof, 0), mask=d_ok)
+        if PRECISION == "tf32x3":
+            p_hi, p_lo = _tf32_parts(tl.trans(pb))
+            dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dav = tl.dot(tl.trans(pb), dof, out_dtype=ACC, input_precision=PRECISION)
+        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dav, mask=in_ok[:, None] & d_ok[None, :])
+    tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
     if KEYS:
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         tl.store(LSEF + 2 * bh * T + offs_m, lse - tl.load(QA2 + rows, mask=offs_m < T, other=0.0), mask=offs_m < T)
         tl.store(LSEF + (2 * bh + 1) * T + offs_m, lse - tl.load(QA2 + rows + R - 1, mask=offs_m < T, other=0.0),
-                 mask=offs_m < T)
-    if VALUES:
-        tl.store(DELTAF + 2 * bh * T + offs_m, delta - tl.load(DPB + rows, mask=offs_m < T, other=0.0),
-                 mask=offs_m < T)
-        tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - tl.load(DPB + rows + R - 1, mask=offs_m < T, other=0.0),
                  mask=offs_m < T)
 
 
@@ -433,7 +526,7 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, 
 
 
 @triton.jit
-def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
+def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
                qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
@@ -442,10 +535,11 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
-    it sees; (``KEYS``) dQA, its dS summed per table row, and its share of dq, ``dQA w_K``
-    (WK: Shaw's key table (2k + 1, D), contiguous), added after the loops (one dot, float32
-    operands at ``KEYS_PRECISION``: tf32x3 keeps them at float32's precision on tensor
-    cores); (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
+    it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
+    dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
+    of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
+    over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
+    them at float32's precision on tensor cores), the edge rows as sums; (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
     far tiles (two cells of DFAR)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -477,7 +571,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
-    row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
@@ -495,7 +589,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, NDIST, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
@@ -514,8 +608,19 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DQA, DPB, DTABLE, DFAR, KB, BIAS2, S
         dq += dql[:, None] * w_left[None, :] + dqr[:, None] * w_right[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
-    if KEYS:
-        _store_bins(DQA, qa_rows, dqa, dql, dqr, R, T, offs_m, RI)
+    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros)
+        qf = q.to(ACC)
+        part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
+        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only dQA is split
+            d_hi, d_lo = _tf32_parts(tl.trans(dqa))
+            dw_in = tl.dot(d_hi, qf, tl.dot(d_lo, qf, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
+                 mask=(r < R - 2)[:, None] & d_ok)
+        tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
+        tl.store(part + (R - 1) * D + offs_d, tl.sum(dqr[:, None] * qf, 0) * (qk_scale * 0.6931471805599453),
+                 mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))
@@ -538,20 +643,16 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    if EVEN_M:
-        lse = tl.load(LSE + bh * T + offs_m)
-        delta = tl.load(DELTA + bh * T + offs_m)
-    else:
-        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+    lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
+    delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
     if KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
         far = (2 * bh + KIND // 2) * T + offs_m
         if KEYS:
-            lse = tl.load(LSEF + far, mask=offs_m < T, other=float("inf"))
+            lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
         if BIAS != 0:
-            lse -= _rows_term(offs_m, i0, h, T, S, 0, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
-        if VALUES:
+            lse -= _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+        if VALUES:  # masked on whole tiles too: unmasked, relpos kv's causal backward_kv spills 16 B on sm_90
             delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
     sT = tl.dot(k, tl.trans(q), out_dtype=ACC, input_precision=PRECISION)

@@ -12,15 +12,16 @@ one matmul of the kernel's per-distance sums), the edges of the far stages (the 
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
 distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a column of 0 /
--inf, and Shaw's products with the (2k + 1, D) tables, each one matmul in float32 at least
-(float32 operands: QA is never rounded to fp16) on contiguous rows, the constants folded into
-the small table rather than a pass over the product: ``QA log2(e) = q (scale log2(e) w_K)^T``
-(B H, T, 2k + 1), read by the kernels. Their backward returns dQA (dS summed per table row);
-``backward_q`` adds its share of dq, ``scale dQA w_K``, before rounding dq (one dot after its
-loops, float32 operands, tf32x3 for fp16 / bf16 inputs); torch makes ``d w_K = scale dQA^T q``. Shaw's value term: the forward kernel returns PB (B H, T, 2k + 1), each
-query's probability mass per clipped distance, and the output is ``O + PB a_V`` (one matmul,
-added in float32, rounded once; the kernel's O is kept for delta); the backward hands the
-kernels ``dPB = dO a_V^T``, which they read by distance into dP, and ``d a_V = PB^T dO``.
+-inf, and Shaw's tables in the accumulator's dtype (the key table times ``scale log2(e)``:
+the kernels' QA is in base 2). The kernels make Shaw's products themselves (float32 operands:
+QA is never rounded to fp16): the forward writes ``QA log2(e) = q (scale log2(e) w_K)^T`` (B H,
+T, 2k + 1), read by the backward kernels; ``backward_q`` adds dq's share ``scale dQA w_K``
+before rounding dq and writes each program's share of ``d w_K = scale dQA^T q`` (dQA: dS summed
+per table row), which torch sums over the programs (one small sum). Shaw's value term: the
+forward kernel returns PB (B H, T, 2k + 1), each query's probability mass per clipped
+distance, and adds ``PB a_V`` to the output before rounding it once (the output without it is
+kept for delta); ``backward_delta`` makes ``dPB = dO a_V^T``, which the other kernels read by
+distance into dP, and its programs' shares of ``d a_V = PB^T dO``, summed by torch.
 
 q, k, v and dO are read through their strides (the layer's permuted views, no copies; the
 last dimension must be contiguous, else it is copied). Inputs in fp16 or bf16 (the kernels
@@ -121,6 +122,13 @@ def _launch_args(q: Tensor, module: ModuleType):
     raise ValueError(f"the Triton distance kernels take fp16, bf16, float32 or float64 (got {q.dtype})")
 
 
+def _keys_precision(q: Tensor, common: dict) -> str:
+    """The dots with Shaw's tables (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
+    precision on tensor cores; where the other operand is q or dO, exact in tf32, the kernels split
+    the float32 one alone: two tf32 dots), else the kernels' own."""
+    return "tf32x3" if q.dtype in HALF else common["PRECISION"]
+
+
 def _pow2(n: int) -> int:
     return max(16, 1 << (n - 1).bit_length())
 
@@ -140,11 +148,6 @@ def _rows_view(t: Tensor) -> Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _dense(t: Tensor, dtype) -> Tensor:
-    """t in ``dtype``, contiguous, in one pass (``to`` alone keeps a same-dtype view as it is)."""
-    return t.contiguous() if t.dtype == dtype else t.to(dtype, memory_format=torch.contiguous_format)
-
-
 class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, table, key_table, value_table, kb, shape, clip, causal, scale, configs, module):
@@ -162,10 +165,10 @@ class _TritonAttention(torch.autograd.Function):
         if table is not None:
             bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, configs, dtype if q.dtype not in HALF else None)
         R = 2 * clip + 1
-        q_acc = qa2 = none
-        if key_table is not None:  # QA in base 2 from float32 operands at least (scale and log2(e) in the table)
-            q_acc = _dense(q, dtype)
-            qa2 = torch.mm(q_acc.view(-1, D), (key_table.detach().to(dtype) * (scale * LOG2E)).t()).view(B * H, T, R)
+        qa2 = wk2 = none
+        if key_table is not None:  # QA in base 2, made by the forward kernel (scale and log2(e) in the table)
+            wk2 = (key_table.detach().to(dtype) * (scale * LOG2E)).contiguous()
+            qa2 = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
                       HAS_PAD=kb is not None, SPLIT=bool(shape["bias"] or key_table is not None or causal),
@@ -173,23 +176,20 @@ class _TritonAttention(torch.autograd.Function):
         ints = (scale * LOG2E, T, S, H, D, S - T, R, clip, shape["WL"], shape["WR"], S + T - 1, b0, brow)
         pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
                     qa2)
+        av = value_table.detach().to(dtype).contiguous() if values else none
+        out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
         c = configs.forward_values if values else configs.forward
         module.forward[(B * H, _cdiv(T, c.block_m))](
-            q, k, v, out, lse, pb if values else none, *pointers, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-            **_even(c, T, S), **common)
-        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers, q_acc, key_table, value_table)
+            KEYS_PRECISION=_keys_precision(q, common), **_even(c, T, S), **common)
+        ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
-        if not values:
-            return out
-        # Shaw's value term PB a_V, added in float32 and rounded once (out keeps the kernel's part for delta)
-        total = torch.empty_like(out)
-        torch.add(out.view(-1, D), torch.mm(pb.view(-1, R), value_table.detach().to(dtype)), out=total.view(-1, D))
-        return total
+        return out
 
     @staticmethod
     def backward(ctx, dout):
-        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2, q_acc, key_table, value_table = ctx.saved_tensors
+        q, k, v, out, lse, pb, kb, bias2, slopes2, qa2, key_table, value_table = ctx.saved_tensors
         shape, ints, configs, module, common, table_dtype, scale = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
@@ -198,10 +198,10 @@ class _TritonAttention(torch.autograd.Function):
         dtype = lse.dtype
         none = lse
         delta = torch.empty(B * H, T, dtype=dtype, device=q.device)  # written by backward_delta
-        dpb = do_acc = none
-        if common["VALUES"]:  # dPB = dO a_V^T, float32 at least
-            do_acc = _dense(dout, dtype).view(-1, D)
-            dpb = torch.mm(do_acc, value_table.detach().to(dtype).t()).view(B * H, T, R)
+        dpb = av = none
+        if common["VALUES"]:  # dPB = dO a_V^T, made by backward_delta
+            dpb = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
+            av = value_table.detach().to(dtype).contiguous()  # (R, D): a copy of a small table
         dq = torch.empty(B, H, T, D, dtype=q.dtype, device=q.device)
         dk, dv = (torch.empty(B, H, S, D, dtype=k.dtype, device=q.device) for _ in range(2))
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
@@ -222,20 +222,22 @@ class _TritonAttention(torch.autograd.Function):
         woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
         dtable = torch.zeros(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
-        dqa = torch.empty(B * H, T, R, dtype=dtype, device=q.device) if keys else none
+        dwk = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
         # the far tiles' per-row log-sum-exp (Shaw's key term) and delta (value term), (B H, 2, T)
         lsef = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if keys else none
         deltaf = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if common["VALUES"] else none
+        # d a_V = PB^T dO, each backward_delta program's share
+        dav = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if common["VALUES"] else none
         module.backward_delta[(B * H, q_tiles)](
-            out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, *do.stride()[:3], T, H, D, R,
-            KEYS=keys, VALUES=common["VALUES"], RB=_pow2(R) if common["VALUES"] else 16, BLOCK_M=cq.block_m,
-            BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], num_warps=4)
+            out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, av, dav, *do.stride()[:3],
+            T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cq.block_m,
+            BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common), num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
-            q, k, v, do, lse, delta, dq, dqa, dpb, dtable, dfar, kb, bias2,
+            q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
-            KEYS_PRECISION="tf32x3" if q.dtype in HALF else common["PRECISION"],
+            KEYS_PRECISION=_keys_precision(q, common),
             BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
@@ -251,10 +253,10 @@ class _TritonAttention(torch.autograd.Function):
             d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]
                        + far @ onehot[[0, -1]]).t().to(table_dtype).contiguous()
         d_key = d_value = None
-        if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q (backward_q added dQA's share of dq)
-            d_key = (torch.mm(dqa.view(-1, R).t(), q_acc.view(-1, D)) * scale).to(key_table.dtype)
-        if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO
-            d_value = torch.mm(pb.view(-1, R).t(), do_acc).to(value_table.dtype)
+        if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q, summed over backward_q's programs
+            d_key = dwk.sum(0).to(key_table.dtype)
+        if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO, summed over backward_delta's programs
+            d_value = dav.sum(0).to(value_table.dtype)
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7
 
 

@@ -50,6 +50,35 @@ def pytest_configure(config):
         # with the most tests first
         if hasattr(config.option, "loadscopereorder"):
             config.option.loadscopereorder = False
+        _compile_test_modules(config)
+
+
+def _compile_test_modules(config):
+    """The test modules rewritten for pytest's assertions, and the helpers compiled, once per run
+    into ``tests/__pycache__``, before any worker collects. With PYTHONDONTWRITEBYTECODE set (as
+    here) pytest rewrites every test module in every worker (about 5 s of CPU each) and Python
+    compiles every helper in every process that imports it; both read the files written here
+    (pytest's own cache file and checks: a module changed since is rewritten as before)."""
+    import compileall
+    from pathlib import Path
+
+    from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
+    from _pytest.assertion import assertstate_key
+
+    state = config.stash.get(assertstate_key, None)
+    if state is None or config.getoption("assertmode") != "rewrite":
+        return
+    here = Path(__file__).resolve().parent
+    for fn in sorted(here.glob("*.py")):
+        if not fn.name.startswith("test_"):
+            compileall.compile_file(str(fn), quiet=2)
+            continue
+        cache = get_cache_dir(fn)
+        cache.mkdir(exist_ok=True)
+        pyc = cache / (fn.name[:-3] + PYC_TAIL)
+        if _read_pyc(fn, pyc) is None:
+            stat, co = _rewrite_test(fn, config)
+            _write_pyc(state, co, stat, pyc)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -62,9 +62,11 @@ def _compile_test_modules(config):
     import compileall
     from pathlib import Path
 
-    from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
-    from _pytest.assertion import assertstate_key
-
+    try:  # pytest's own functions (pytest < 9, requirements.txt); without them, each worker rewrites
+        from _pytest.assertion import assertstate_key
+        from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
+    except ImportError:
+        return
     state = config.stash.get(assertstate_key, None)
     if state is None or config.getoption("assertmode") != "rewrite":
         return

@@ -103,6 +103,16 @@ def pytest_unconfigure(config):
         shutil.rmtree(root, ignore_errors=True)
 
 
+def pytest_collection_finish(session):
+    """What collection loaded (torch, fairseq, the test modules: millions of objects) frozen out of
+    the garbage collector's generations (``gc.freeze``): every full collection a test triggers
+    otherwise walks them all again; what the tests make is collected as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_torch_thread():
     import torch

@@ -75,12 +75,14 @@ def _compile_test_modules(config):
         if not fn.name.startswith("test_"):
             compileall.compile_file(str(fn), quiet=2)
             continue
-        cache = get_cache_dir(fn)
-        cache.mkdir(exist_ok=True)
-        pyc = cache / (fn.name[:-3] + PYC_TAIL)
-        if _read_pyc(fn, pyc) is None:
-            stat, co = _rewrite_test(fn, config)
-            _write_pyc(state, co, stat, pyc)
+        pyc = get_cache_dir(fn) / (fn.name[:-3] + PYC_TAIL)
+        try:
+            if _read_pyc(fn, pyc) is None:
+                pyc.parent.mkdir(exist_ok=True)
+                stat, co = _rewrite_test(fn, config)
+                _write_pyc(state, co, stat, pyc)
+        except (OSError, SyntaxError, ValueError):  # left to the collection, which reports it as before
+            continue
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -50,7 +50,8 @@ def pytest_configure(config):
         # with the most tests first
         if hasattr(config.option, "loadscopereorder"):
             config.option.loadscopereorder = False
-        _compile_test_modules(config)
+        if getattr(config.option, "numprocesses", None):  # workers will collect: rewritten for them once
+            _compile_test_modules(config)
 
 
 def _compile_test_modules(config):

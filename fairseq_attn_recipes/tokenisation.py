@@ -3,6 +3,7 @@
 import re
 from multiprocessing import Pool
 
+from fairseq_attn_records.fairseq_import import import_sacremoses
 from fairseq_attn_records.output_files import write_lines
 
 from .languages import language
@@ -14,14 +15,13 @@ _TOK = None
 def _init_tokenizer(lang, tool):
     global _TOK
     if tool == "moses":
-        from sacremoses import MosesPunctNormalizer, MosesTokenizer
-        norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+        sacremoses = import_sacremoses()
+        norm, tok = sacremoses.MosesPunctNormalizer(lang=lang), sacremoses.MosesTokenizer(lang=lang)
         # as fairseq's prepare-wmt14en2de.sh: normalise punctuation, tokenizer.perl -a
         _TOK = lambda s: tok.tokenize(norm.normalize(s), aggressive_dash_splits=True,
                                       escape=False, return_str=True)
     elif tool == "moses-plain":  # tokenizer.perl without -a: for tokenised BLEU as the papers report it
-        from sacremoses import MosesTokenizer
-        tok = MosesTokenizer(lang=lang)
+        tok = import_sacremoses().MosesTokenizer(lang=lang)
         _TOK = lambda s: tok.tokenize(s, escape=False, return_str=True)
     elif tool == "jieba":
         import logging
@@ -67,8 +67,7 @@ def cmd_tokenize(args):
 def detok_file(lang: str, inp: str, outp: str) -> None:
     lines = read_lines(inp)
     if language(lang).spaced:
-        from sacremoses import MosesDetokenizer
-        md = MosesDetokenizer(lang=lang)
+        md = import_sacremoses().MosesDetokenizer(lang=lang)
         out = [md.detokenize(line.split()) for line in lines]
     else:  # words written without spaces (zh, ja): the spaces between non-ASCII tokens removed
         out = [re.sub(r"(?<=[^\x00-\x7f]) (?=[^\x00-\x7f])", "", line) for line in lines]

@@ -29,6 +29,9 @@ the plugin imports fairseq as it always did. fairseq's files and the Python envi
 changed; where fairseq or one of the three modules is imported already, fairseq is imported as
 it always is. Not thread-safe: meant for a process's start, before other threads import
 anything.
+
+:func:`import_sacremoses` does the same for sacremoses and joblib (:data:`SACREMOSES_DEFERRED`), in
+the recipe steps that tokenise or detokenise with Moses (:mod:`fairseq_attn_recipes.tokenisation`).
 """
 
 import importlib
@@ -41,6 +44,10 @@ DEFERRED = {
     "sklearn.metrics": ("f1_score", "matthews_corrcoef"),
     "scipy.stats": ("pearsonr", "spearmanr"),
 }
+#: the names sacremoses 0.1 imports from joblib at module level (``sacremoses.util``: its parallel
+#: helpers, which the recipes never call; their steps parallelise with multiprocessing): about 0.3 s
+#: of CPU (joblib and numpy) in every step that tokenises or detokenises with Moses
+SACREMOSES_DEFERRED = {"joblib": ("Parallel", "delayed")}
 
 
 class Deferred:
@@ -57,37 +64,46 @@ class Deferred:
 
 
 class Placeholder(types.ModuleType):
-    """Stands for a module while fairseq is imported; after, its other attributes are the real
-    module's (imported then)."""
+    """Stands for a module while fairseq (or sacremoses) is imported; after, its other attributes
+    are the real module's (imported then)."""
 
     def __getattr__(self, attr):
         if attr.startswith("__") or sys.modules.get(self.__name__) is self:
-            raise AttributeError(f"{self.__name__}.{attr}: not deferred while fairseq is imported "
-                                 f"(fairseq_attn_records.fairseq_import.DEFERRED names what is)")
+            raise AttributeError(f"{self.__name__}.{attr}: not deferred while fairseq (or sacremoses) is imported "
+                                 f"(fairseq_attn_records.fairseq_import.DEFERRED and SACREMOSES_DEFERRED name what is)")
         return getattr(importlib.import_module(self.__name__), attr)
 
 
-def placeholders():
-    """A placeholder for each module of :data:`DEFERRED`, holding its deferred names."""
-    made = {name: Placeholder(name) for name in DEFERRED}
-    for name, attrs in DEFERRED.items():
+def placeholders(deferred=DEFERRED):
+    """A placeholder for each module of ``deferred``, holding its deferred names."""
+    made = {name: Placeholder(name) for name in deferred}
+    for name, attrs in deferred.items():
         for attr in attrs:
             sub = f"{name}.{attr}"
             setattr(made[name], attr, made[sub] if sub in made else Deferred(name, attr))
     return made
 
 
-def import_fairseq():
-    """``import fairseq``, with scikit-learn and scipy.stats deferred to their first call."""
-    if "fairseq" in sys.modules or any(name in sys.modules for name in DEFERRED):
-        import fairseq
-        return fairseq
-    standing = placeholders()
+def import_deferring(module: str, deferred):
+    """``import module``, with the names of ``deferred`` (module -> names) deferred to their first
+    call; as a plain import where ``module`` or one of them is imported already."""
+    if module in sys.modules or any(name in sys.modules for name in deferred):
+        return importlib.import_module(module)
+    standing = placeholders(deferred)
     sys.modules.update(standing)
     try:
-        import fairseq
+        return importlib.import_module(module)
     finally:
-        for name, module in standing.items():
-            if sys.modules.get(name) is module:
+        for name, placeholder in standing.items():
+            if sys.modules.get(name) is placeholder:
                 del sys.modules[name]
-    return fairseq
+
+
+def import_fairseq():
+    """``import fairseq``, with scikit-learn and scipy.stats deferred to their first call."""
+    return import_deferring("fairseq", DEFERRED)
+
+
+def import_sacremoses():
+    """``import sacremoses``, with joblib deferred to its first call (:data:`SACREMOSES_DEFERRED`)."""
+    return import_deferring("sacremoses", SACREMOSES_DEFERRED)

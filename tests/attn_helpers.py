@@ -1,6 +1,8 @@
 """Small builders shared by the tests (not a test module)."""
 
 import argparse
+import copy
+import functools
 
 import torch
 
@@ -136,17 +138,21 @@ SMALL = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim"
          "--decoder-attention-heads", "4", "--dropout", "0"]
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(arch, extra):
+    """fairseq-train's arguments for ``arch``, parsed once per process (callers copy them)."""
+    from fairseq import options
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(parser, ["/nonexistent", "--arch", arch, "--task", "translation", *SMALL, *extra])
+
+
 def build_model(arch, extra=(), dictionary=None, seed=0):
     """Build a model of ``arch`` exactly as fairseq-train would, on a toy dictionary."""
-    from fairseq import options
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.tasks.translation import TranslationTask
 
     d = dictionary or toy_dictionary()
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, ["/nonexistent", "--arch", arch, "--task", "translation", *SMALL, *extra]
-    )
+    args = copy.deepcopy(_parsed(arch, tuple(extra)))
     task = TranslationTask(args, d, d)
     seed_cpu(seed)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task), task, args

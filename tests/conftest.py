@@ -50,6 +50,40 @@ def pytest_configure(config):
         # with the most tests first
         if hasattr(config.option, "loadscopereorder"):
             config.option.loadscopereorder = False
+        if getattr(config.option, "numprocesses", None):  # workers will collect: rewritten for them once
+            _compile_test_modules(config)
+
+
+def _compile_test_modules(config):
+    """The test modules rewritten for pytest's assertions, and the helpers compiled, once per run
+    into ``tests/__pycache__``, before any worker collects. With PYTHONDONTWRITEBYTECODE set (as
+    here) pytest rewrites every test module in every worker (about 5 s of CPU each) and Python
+    compiles every helper in every process that imports it; both read the files written here
+    (pytest's own cache file and checks: a module changed since is rewritten as before)."""
+    import compileall
+    from pathlib import Path
+
+    try:  # pytest's own functions (pytest < 9, requirements.txt); without them, each worker rewrites
+        from _pytest.assertion import assertstate_key
+        from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc, _rewrite_test, _write_pyc, get_cache_dir
+    except ImportError:
+        return
+    state = config.stash.get(assertstate_key, None)
+    if state is None or config.getoption("assertmode") != "rewrite":
+        return
+    here = Path(__file__).resolve().parent
+    for fn in sorted(here.glob("*.py")):
+        if not fn.name.startswith("test_"):
+            compileall.compile_file(str(fn), quiet=2)
+            continue
+        pyc = get_cache_dir(fn) / (fn.name[:-3] + PYC_TAIL)
+        try:
+            if _read_pyc(fn, pyc) is None:
+                pyc.parent.mkdir(exist_ok=True)
+                stat, co = _rewrite_test(fn, config)
+                _write_pyc(state, co, stat, pyc)
+        except (OSError, SyntaxError, ValueError):  # left to the collection, which reports it as before
+            continue
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -70,6 +104,16 @@ def pytest_unconfigure(config):
     root = config.stash.get(_ROOT, None)
     if root:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def pytest_collection_finish(session):
+    """What collection loaded (torch, fairseq, the test modules: millions of objects) frozen out of
+    the garbage collector's generations (``gc.freeze``): every full collection a test triggers
+    otherwise walks them all again; what the tests make is collected as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True, scope="session")

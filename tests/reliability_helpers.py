@@ -8,6 +8,8 @@ active on layer 0 of the tiny 2-layer model with the class attribute
 """
 
 import argparse
+import copy
+import functools
 import itertools
 import os
 import subprocess
@@ -107,10 +109,16 @@ def dictionary(n_words: int = 20) -> Dictionary:
     return d
 
 
-def parse_args(arch: str, extra: Dict = None, cli_extra: List[str] = ()) -> argparse.Namespace:
-    """Parse like ``fairseq-train`` would (model flags have no argparse defaults)."""
+@functools.lru_cache(maxsize=None)
+def _parsed(arch: str, cli_extra: tuple) -> argparse.Namespace:
     parser = options.get_training_parser(default_task="translation")
-    args = options.parse_args_and_arch(parser, ["/unused-data", "--arch", arch] + TINY_CLI + list(cli_extra))
+    return options.parse_args_and_arch(parser, ["/unused-data", "--arch", arch] + TINY_CLI + list(cli_extra))
+
+
+def parse_args(arch: str, extra: Dict = None, cli_extra: List[str] = ()) -> argparse.Namespace:
+    """Parse like ``fairseq-train`` would (model flags have no argparse defaults); each command
+    line is parsed once per process, every caller gets its own copy."""
+    args = copy.deepcopy(_parsed(arch, tuple(cli_extra)))
     for k, v in (extra or {}).items():
         setattr(args, k, v)
     return args

@@ -51,11 +51,13 @@ def heap_frozen():
     import torch.profiler  # noqa: F401
 
     gc.collect()  # what the earlier tests left is freed now, not frozen
+    frozen_before = gc.get_freeze_count()  # what the session froze after collection (conftest.py) stays frozen
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 @pytest.fixture(scope="module")

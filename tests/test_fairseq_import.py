@@ -93,3 +93,39 @@ def test_fairseq_preprocess_run_by_the_recipes_prints_what_fairseq_prints_withou
     assert json.loads(ours[-1]) == []
     assert json.loads(theirs[-1]) == sorted(DEFERRED)  # fairseq's own command loads them
     assert ours[:-1] == theirs[:-1] and "--destdir" in "\n".join(ours)
+
+
+# the recipes' tokenize step, then sacremoses' deferred joblib names called
+MOSES_STEP = (
+    "import json, runpy, sys\n"
+    "sys.argv = ['-m', 'tokenize', '--lang', 'de', '--tool', 'moses', sys.argv[1], sys.argv[2]]\n"
+    "try:\n"
+    "    runpy.run_module('fairseq_attn_recipes', run_name='__main__', alter_sys=True)\n"
+    "except SystemExit as e:\n"
+    "    assert not e.code, e.code\n"
+    "loaded = sorted(m for m in ('joblib', 'numpy') if m in sys.modules)\n"
+    "from sacremoses import util\n"
+    "called = util.Parallel(n_jobs=1)(util.delayed(abs)(x) for x in (-1, 2, -3))\n"
+    "import joblib\n"
+    "print(json.dumps({'loaded': loaded, 'called': called, 'real': type(joblib).__name__,\n"
+    "                  'Parallel': util.Parallel.__name__}))\n"
+)
+
+
+def test_a_moses_step_imports_sacremoses_without_joblib_and_tokenises_as_sacremoses(tmp_path):
+    """sacremoses imports joblib (and with it numpy) for parallel helpers the recipes never call: the
+    steps that tokenise or detokenise load neither (fairseq_import.import_sacremoses), write what
+    sacremoses writes, and the names sacremoses holds call the real joblib."""
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+    lines = ["Das ist ein gut-gemachter Test, oder?", "„Anführungszeichen“ – und 3.5 Euro…"]
+    (tmp_path / "in.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    p = subprocess.run([sys.executable, "-c", MOSES_STEP, str(tmp_path / "in.de"), str(tmp_path / "out.de")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got == {"loaded": [], "called": [1, 2, 3], "real": "module", "Parallel": "Parallel"}
+    norm, tok = MosesPunctNormalizer(lang="de"), MosesTokenizer(lang="de")
+    want = [" ".join(tok.tokenize(norm.normalize(s), aggressive_dash_splits=True, escape=False, return_str=True).split())
+            for s in lines]
+    assert (tmp_path / "out.de").read_text(encoding="utf-8").splitlines() == want and "@-@" in want[0]

@@ -33,3 +33,12 @@ def run_interpreted(out: Path, script: str = "triton_cases.py") -> dict:
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return torch.load(out)
+
+
+def skip_overflow_checks() -> None:
+    """In the child, before the first kernel runs: the interpreter's int32 overflow check of every
+    integer add, sub and mul left out (``sanitize_overflow``: a third of its time here). Compiled
+    kernels assert it only in debug builds; the cases hold a few thousand elements, no index comes
+    near 2**31, and the results are bit-identical with the check."""
+    from triton.runtime import interpreter
+    interpreter.interpreter_builder.options = interpreter.InterpreterOptions(sanitize_overflow=False)

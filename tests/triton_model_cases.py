@@ -93,6 +93,8 @@ def bench_compiles():
 
 
 if __name__ == "__main__":
+    from triton_interpreter import skip_overflow_checks
+    skip_overflow_checks()
     results = {"bench": bench_compiles()}
     for name, (flags, ref) in CASES.items():
         args = args_for(PIECE[name], **flags)

@@ -41,6 +41,7 @@ hold (it is not resolved, naming them). The claims and their comparisons:
 
 from collections import OrderedDict
 from math import comb
+from statistics import median
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .seeds import score_seeds
@@ -262,7 +263,7 @@ def efficiency_context(rows: Dict[str, Dict], speed: Optional[Dict] = None) -> L
             measured = (speed or {}).get("rows", {}).get(r.key)
             s = measured["slowdowns"] if measured else slowdowns(rows[r.key]["ups"], base["ups"])
             out.append(f"{r.name}: {rows[r.key]['params'] - base['params']:+,} parameters, "
-                       f"{_median(s):+.1%} median slowdown ({'side by side' if measured else 'in-run'})")
+                       f"{median(s):+.1%} median slowdown ({'side by side' if measured else 'in-run'})")
     notes = ["beside it, every row: " + "; ".join(out)] if out else []
     if not speed:
         notes.append("the runs' own steps/s were measured on a shared machine, where other work distorts them; "
@@ -320,12 +321,6 @@ def _name(key: str) -> str:
     return ROW_BY_KEY[key].name if key in ROW_BY_KEY else key
 
 
-def _median(values: Sequence[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def _span(slow: Sequence[float]) -> str:
     return f"{min(slow):+.1%} to {max(slow):+.1%}" if slow else "none"
 
@@ -338,9 +333,9 @@ def _efficiency_line(p: Dict) -> str:
     if p.get("speed_from") == "side by side":
         r = p["round_slowdowns"]
         iv = p.get("median_interval")
-        median = (f"median {_median(r):+.1%} ({MEDIAN_CONFIDENCE:.0%} interval {_span(iv)}), " if iv else
-                  f"median {_median(r):+.1%}, " if r else "")
-        speed = (f"side by side, slowdown {median}{_span(r)} over {len(r)} rounds; in-run, shared machine: "
+        middle = (f"median {median(r):+.1%} ({MEDIAN_CONFIDENCE:.0%} interval {_span(iv)}), " if iv else
+                  f"median {median(r):+.1%}, " if r else "")
+        speed = (f"side by side, slowdown {middle}{_span(r)} over {len(r)} rounds; in-run, shared machine: "
                  f"{own}")
     else:
         speed = own

@@ -17,6 +17,7 @@ the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_reco
 import argparse
 import importlib
 import sys
+from fairseq_attn_records.command_line import Parser
 
 #: every step and the module that declares its parser beside it (``add_parsers``), in the order of
 #: the help. A step's process imports that module alone (a recipe runs about twenty steps per
@@ -70,7 +71,7 @@ def main(argv=None):
         wanted = []
     else:
         wanted = [STEPS[argv[0]]] if argv and argv[0] in STEPS else STEP_MODULES
-    ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes", description=__doc__)
+    ap = Parser(prog="python -m fairseq_attn_recipes", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in wanted:
         step_module(name).add_parsers(sub)

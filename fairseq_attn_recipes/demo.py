@@ -32,6 +32,7 @@ from .fingerprints import CHANGED, SAME, fingerprint, stage_state
 from .profiles import profile
 from .step_runs import StepFailed, run_module
 from .train_progress import EpochProgress
+from fairseq_attn_records.command_line import Parser
 
 FAIRSEQ = fairseq_command.__name__  # fairseq's preprocess and generate, run as python -m fairseq_cli.X runs them
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"
@@ -171,8 +172,8 @@ class Pipeline:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="fairseq-attn-demo", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="fairseq-attn-demo", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--out-dir", default="demo_out", help="where everything goes (default ./demo_out)")
     ap.add_argument("--quick", action="store_true", help="tiny corpus and 2 epochs (seconds per step; for tests)")
     ap.add_argument("--archs", default=DEFAULT_ARCHS, help=f"comma-separated registered architectures, baseline first, "

@@ -28,6 +28,7 @@ import sys
 from fairseq_attn_records.fairseq_import import import_fairseq
 
 from . import flag_origins
+from fairseq_attn_records.command_line import Parser
 
 COMMANDS = ("preprocess", "generate")
 #: ``preprocess --first N``: the first N arguments are a run of their own, before the rest
@@ -48,8 +49,8 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         cut = argv.index("--")
-        ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes.fairseq_command generate --average",
-                                     allow_abbrev=False)
+        ap = Parser(prog="python -m fairseq_attn_recipes.fairseq_command generate --average",
+                    allow_abbrev=False)
         ap.add_argument("--stdout", required=True)
         ap.add_argument("--stderr", required=True)
         outputs, step_args = ap.parse_known_args(argv[2:cut])

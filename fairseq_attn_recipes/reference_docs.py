@@ -6,7 +6,6 @@ and every command's ``--help`` (from the commands' own parsers).
 (tests/test_reference_docs.py) keeps the committed pages equal to the generated ones.
 """
 
-import argparse
 import contextlib
 import functools
 import importlib
@@ -17,6 +16,7 @@ import sys
 from typing import Callable, Dict, List, Tuple
 
 from . import variables
+from fairseq_attn_records.command_line import Parser
 
 #: every console command of pyproject.toml and the function it runs (a test holds the two the same)
 COMMANDS: Tuple[Tuple[str, str], ...] = (
@@ -126,7 +126,7 @@ PAGES = {"variables.md": variables_page, "cli.md": cli_page}
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes.reference_docs", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="python -m fairseq_attn_recipes.reference_docs", description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="the folder of the reference pages (docs/reference)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each page that differs")
     args = ap.parse_args(argv)

@@ -408,8 +408,8 @@ def main(argv=None) -> None:
     """``python -m fairseq_attn_recipes.variables SCRIPT... [--set VAR=VALUE]...``: the step alone, as the
     recipes call it before every script (the same as ``python -m fairseq_attn_recipes check-variables``,
     which imports this module alone too)."""
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m fairseq_attn_recipes.variables")
+    from fairseq_attn_records.command_line import Parser
+    ap = Parser(prog="python -m fairseq_attn_recipes.variables")
     sub = ap.add_subparsers(dest="cmd")
     add_parsers(sub)
     args = ap.parse_args(["check-variables", *(sys.argv[1:] if argv is None else argv)])

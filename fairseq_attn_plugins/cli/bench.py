@@ -24,6 +24,7 @@ from fairseq_attn_records.output_files import write_text
 
 from .. import registration
 from ..bench_presets import DTYPE_NAMES, MODES, PRESETS
+from fairseq_attn_records.command_line import Parser
 
 
 def _positive(text):
@@ -34,7 +35,7 @@ def _positive(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="fairseq-attn-bench",
         description="Training throughput, peak memory and beam-4 inference speed of stock fairseq "
                     "and every registered transformer_attn architecture, measured interleaved in "

@@ -17,12 +17,13 @@ import sys
 from typing import List, Optional
 
 from .. import registration
+from fairseq_attn_records.command_line import Parser
 
 TARGETS = ("ct2",)
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fairseq-attn-export", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="fairseq-attn-export", description=__doc__.split("\n\n")[0])
     p.add_argument("data", help="fairseq binarized data dir (for the dictionaries)")
     p.add_argument("--path", required=True, help="checkpoint file (.pt)")
     p.add_argument("--to", required=True, choices=TARGETS, help="target engine: ct2 (CTranslate2)")

@@ -22,10 +22,11 @@ from typing import List, Optional
 from fairseq_attn_records.output_files import write_text
 
 from .. import registration
+from fairseq_attn_records.command_line import Parser
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fairseq-attn-pieces", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="fairseq-attn-pieces", description=__doc__.split("\n\n")[0])
     p.add_argument("pieces", nargs="*", metavar="PIECE", help="pieces to describe (default: all)")
     p.add_argument("--arch", help="a transformer_attn architecture: its pieces per layer")
     p.add_argument("--markdown", action="store_true", help="flag tables in Markdown")

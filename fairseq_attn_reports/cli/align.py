@@ -34,10 +34,11 @@ from fairseq_attn_records import run_record
 from fairseq_attn_records.alignment import AlignmentError
 
 from ..alignment_evaluation import AlignInputError, align, summary
+from fairseq_attn_records.command_line import Parser
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fairseq-attn-align", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="fairseq-attn-align", description=__doc__.split("\n\n")[0])
     p.add_argument("run", nargs="?", help="run folder (its run.json names checkpoint and data)")
     p.add_argument("--checkpoint", help="checkpoint file (default: the run's evaluated checkpoint)")
     p.add_argument("--data", help="data folder (default: the run's); its raw/ holds the scored lines")

@@ -9,7 +9,6 @@ input. ``--prepare``: the prepare.json of the data the systems were trained on (
 pairs of TRAIN_CONCAT, said under the table). With COMET in the tables (COMET_MODEL), the inputs longer
 than COMET's window are counted per k beside its column."""
 
-import argparse
 import json
 import os
 import sys
@@ -19,10 +18,11 @@ from fairseq_attn_records.output_files import write_text
 
 from .. import by_concat
 from ..study_paths import load_table, relative, write_table
+from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fairseq_attn_reports.cli.by_concat", description=__doc__)
+    p = Parser(prog="python -m fairseq_attn_reports.cli.by_concat", description=__doc__)
     p.add_argument("--study-json", required=True, help="the study's lengths.json (fairseq-attn-results --json)")
     p.add_argument("--study-md", required=True, help="the study's lengths.md")
     p.add_argument("--info", help="concat-test's concat.json (the documents and the groups)")

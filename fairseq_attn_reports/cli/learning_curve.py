@@ -8,7 +8,6 @@ Each condition's runs are ``DIR/<name>`` (or ``DIR/<name>_seed<N>`` for each of 
 ``PREFIX.md`` and ``PREFIX.json``. With ``--points``: the curve table (``--md``, ``--json``) and one plot per system,
 ``--plot-dir/curve_<name>.png``."""
 
-import argparse
 import json
 import os
 import sys
@@ -17,6 +16,7 @@ from fairseq_attn_records.output_files import write_text
 
 from .. import learning_curve as lc
 from ..study_paths import PATHS_KEY, load_table, write_table
+from fairseq_attn_records.command_line import Parser
 
 SECTION = "## Training length"
 
@@ -38,7 +38,7 @@ def _written_before(path: str, table) -> bool:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fairseq_attn_reports.cli.learning_curve", description=__doc__)
+    p = Parser(prog="python -m fairseq_attn_reports.cli.learning_curve", description=__doc__)
     p.add_argument("--condition", action="append", required=True, nargs=2, metavar=("LABEL", "DIR"),
                    help="a training condition's label and its runs' folder (two arguments: a label may hold '=')")
     p.add_argument("--names", nargs="+", required=True)

@@ -41,6 +41,7 @@ from ..study_bundle import is_committed, table_tokenize, with_outputs
 from ..study_paths import load_table, write_table
 from ..table1 import BASELINE
 from .metric_options import add_metric_args, load_comet, print_comet_hint
+from fairseq_attn_records.command_line import Parser
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:
@@ -208,8 +209,8 @@ def cmd_claims(args) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="fairseq-attn-paper", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = Parser(prog="fairseq-attn-paper", description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     rows_help = (f"'all' (the paper's rows; table1 adds the extra rows "
                  f"{', '.join(r.key for r in table1.EXTRA_ROWS)} whose runs are present) or "

@@ -27,10 +27,11 @@ import sys
 from typing import List, Optional
 
 from fairseq_attn_records.output_files import write_json
+from fairseq_attn_records.command_line import Parser
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fairseq-attn-plot", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="fairseq-attn-plot", description=__doc__.split("\n\n")[0])
     p.add_argument("data", help="fairseq binarized data dir (for the dictionaries)")
     p.add_argument("--path", required=True, help="checkpoint file (.pt)")
     p.add_argument("--sentence", required=True, help="source sentence, tokenised like the training data")

@@ -42,11 +42,12 @@ from ..significance import check_counts
 from ..study_paths import write_table
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
+from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="fairseq-attn-results", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=seeds.HELP)
+    p = Parser(prog="fairseq-attn-results", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=seeds.HELP)
     p.add_argument("--ref", help="detokenised reference of the test set (required unless only --curves)")
     p.add_argument("runs", nargs="+", help="run directories (train.log, and run.json or hyp.txt); the first is the baseline")
     p.add_argument("--names", nargs="+", help="system names (default: run directory names without a "

@@ -24,12 +24,13 @@ from fairseq_attn_records.output_files import check_output_paths, write_json
 from ..significance import check_counts, format_table, legend_lines, paired_tests
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
+from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:
     prog = "fairseq-attn-significance"
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog=prog, description=__doc__.split("\n\n")[1],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("ref", help="detokenised reference, one sentence per line")
     p.add_argument("baseline", help="baseline system output (detokenised)")
     p.add_argument("systems", nargs="+", help="system outputs to compare with the baseline")

@@ -3,7 +3,6 @@
 TRAIN_CONCAT minus the study trained without them, per system and k, with the paired tests of every pair of
 seeds (:mod:`fairseq_attn_reports.train_conditions`); the table printed."""
 
-import argparse
 import os
 import sys
 
@@ -12,10 +11,11 @@ from fairseq_attn_records.output_files import write_text
 
 from .. import train_conditions
 from ..study_paths import load_table, write_table
+from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fairseq_attn_reports.cli.train_conditions", description=__doc__)
+    p = Parser(prog="python -m fairseq_attn_reports.cli.train_conditions", description=__doc__)
     p.add_argument("--without", required=True, help="lengths.json of the study trained without the joined pairs")
     p.add_argument("--with", dest="with_", required=True, help="lengths.json of the study trained with them")
     p.add_argument("--train-concat", help="TRAIN_CONCAT, named in the heading")

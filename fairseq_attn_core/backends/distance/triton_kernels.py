@@ -231,27 +231,45 @@ def _tf32_parts(x):
 
 
 @triton.jit
-def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI: tl.constexpr, ACC: tl.constexpr,
-                  PRECISION: tl.constexpr):
-    """The rows' ``QA log2(e) = q (scale log2(e) w_K)^T`` (WK: the scaled table, (R, D)):
-    the interior columns 1 .. R - 2 as one dot of float32 operands at ``PRECISION`` (tf32x3
-    keeps float32's precision on tensor cores), the edge columns as row sums; all stored
-    into QA2 (the band tiles read it back after the barrier); returns the edge columns."""
+def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl.constexpr, ACC: tl.constexpr,
+                  PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
+    """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D), in the
+    accumulator's dtype; ``qk_scale``: scale log2(e), applied after the products): the interior
+    columns 1 .. R - 2 as one dot of float32 operands (``TABLE_TF32``, a table in fp16 / bf16:
+    q and the table are exact in tf32, one tf32 dot is exact; else at ``PRECISION``, tf32x3
+    splitting the table alone), the edge columns as row sums; all stored into QA2 (the band
+    tiles read it back after the barrier); returns the edge columns."""
     r = tl.arange(0, RI)
     d_ok = offs_d < D
     w_mask = (r < R - 2)[None, :] & d_ok[:, None]
     w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
     qf = q.to(ACC)
-    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
-    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
-    if PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
+    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+    if TABLE_TF32:
+        qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")
+    elif PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
         w_hi, w_lo = _tf32_parts(w_in)
         qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
     else:
         qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
-    _store_bins(QA2, qa_rows, qa, left, right, R, T, offs_m, RI)
+    _store_bins(QA2, qa_rows, qa * qk_scale, left, right, R, T, offs_m, RI)
     tl.debug_barrier()  # the band tiles read other threads' QA
     return left, right
+
+
+@triton.jit
+def _dot_table(a, table, acc, ACC: tl.constexpr, PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
+    """``acc + a table`` for float32 ``a`` (PB, dQA) and one of Shaw's tables: with ``TABLE_TF32``
+    (the table exact in tf32) ``a`` alone is split, two tf32 dots; else at ``PRECISION`` (tf32x3:
+    three)."""
+    if TABLE_TF32:
+        a_hi, a_lo = _tf32_parts(a)
+        out = tl.dot(a_hi, table, tl.dot(a_lo, table, acc, out_dtype=ACC, input_precision="tf32"),
+                     out_dtype=ACC, input_precision="tf32")
+    else:
+        out = tl.dot(a, table, acc, out_dtype=ACC, input_precision=PRECISION)
+    return out
 
 
 @triton.jit
@@ -295,14 +313,14 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
     (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
     as products: the output is rounded once), the output without it in OP (for delta, whose
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
-    QA, computed first (:func:`_key_products`; WK: Shaw's key table times ``scale log2(e)``,
+    QA, computed first (:func:`_key_products`; WK: Shaw's key table in the accumulator's dtype,
     (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
     backward kernels read."""
     bh = tl.program_id(0)
@@ -325,7 +343,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     qa_left = tl.zeros((BLOCK_M,), ACC)
     qa_right = qa_left
     if KEYS:
-        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI, ACC, KEYS_PRECISION)
+        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC,
+                                            KEYS_PRECISION, TABLE_TF32)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
@@ -369,7 +388,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
         r = tl.arange(0, RI)
         d_ok = offs_d < D
         av = tl.load(AV + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok[None, :], other=0.0)
-        out = tl.dot(pb, av, out, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        out = _dot_table(pb, av, out, ACC, KEYS_PRECISION, TABLE_TF32)
         out += pbl[:, None] * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :]
         out += pbr[:, None] * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :]
     o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
@@ -380,7 +399,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
 @triton.jit
 def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
                    KEYS: tl.constexpr, VALUES: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee"):
+                   BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee",
+                   TABLE_TF32: tl.constexpr = False):
     """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
     output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
     sum_j P_ij dP_ij), the backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
@@ -391,7 +411,8 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     the accumulator's dtype): ``dPB = dO a_V^T`` into DPB (B H, T, R), and the program's share
     of the table's gradient, ``PB^T dO``, into DAV (programs, R, D; the caller sums it over
     the programs): float32 operands at ``PRECISION`` (tf32x3: dO in fp16 / bf16 is exact in
-    tf32, so the other operand alone is split, :func:`_tf32_parts`)."""
+    tf32, so the other operand alone is split, :func:`_tf32_parts`; ``TABLE_TF32``: the table in
+    fp16 / bf16, exact in tf32, dPB in one tf32 dot)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -410,7 +431,9 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
         d_ok = offs_d < D
         m_ok = offs_m < T
         av = tl.load(AV + (1 + r)[None, :] * D + offs_d[:, None], mask=in_ok[None, :] & d_ok[:, None], other=0.0)
-        if PRECISION == "tf32x3":
+        if TABLE_TF32:  # dO and the table exact in tf32: one dot is exact
+            dpb = tl.dot(dof, av, out_dtype=ACC, input_precision="tf32")
+        elif PRECISION == "tf32x3":
             a_hi, a_lo = _tf32_parts(av)
             dpb = tl.dot(dof, a_hi, tl.dot(dof, a_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
         else:
@@ -533,14 +556,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
+               NWIN: tl.constexpr = 16):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
     of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
     over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
-    them at float32's precision on tensor cores), the edge rows as sums; (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
-    far tiles (two cells of DFAR)."""
+    them at float32's precision on tensor cores; ``TABLE_TF32``, a table in fp16 / bf16, exact in
+    tf32: dQA alone split, two dots), the edge rows as sums; (``TABLE_GRAD``) dS summed per
+    distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
+    are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
+    cells of DFAR)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -604,7 +631,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok, other=0.0)
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
         w_right = tl.load(WK + (R - 1) * D + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        dq += tl.dot(dqa, w_in.to(ACC), out_dtype=ACC, input_precision=KEYS_PRECISION)
+        dq = _dot_table(dqa, w_in.to(ACC), dq, ACC, KEYS_PRECISION, TABLE_TF32)
         dq += dql[:, None] * w_left[None, :] + dqr[:, None] * w_right[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
@@ -625,6 +652,15 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))
         tl.store(DFAR + far + 1, tl.sum(dqr, 0))
+        # the cells the band tiles did not write: the unwrapped row's [lo, end), the wrapped one's a tile earlier
+        lo = fl - i0 + woff
+        end = lo + ((fr - fl + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+        cols = tl.arange(0, NWIN)
+        zeros = tl.zeros((NWIN,), DTABLE.dtype.element_ty)
+        row0 = far * NDIST
+        tl.store(DTABLE + row0 + cols, zeros, mask=(cols < NDIST) & ((cols < lo) | (cols >= end)))
+        tl.store(DTABLE + row0 + NDIST + cols, zeros,
+                 mask=(cols < NDIST) & ((cols < lo - BLOCK_N) | (cols >= end - BLOCK_N)))
 
 
 @triton.jit

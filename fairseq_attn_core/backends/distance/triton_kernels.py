@@ -132,7 +132,7 @@ def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.c
 
 
 @triton.jit
-def _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
+def _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
                KEYS: tl.constexpr, ACC: tl.constexpr):
     """The far tiles' per-row term (KIND 0 far-left, 2 far-right)."""
     row = tl.zeros(offs_m.shape, ACC)
@@ -141,11 +141,11 @@ def _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_row, R, KIND: tl.cons
             row -= slope2 * (offs_m - i0 + (S - T)).to(ACC)
         else:
             row += slope2 * (offs_m - i0 + (S - T)).to(ACC)
-    if BIAS == 1:  # BIAS2 at distance 0 of the head's row
+    if BIAS == 1:  # BIAS2 at distance 0 of the head's row; -WL and WR have the edge buckets
         if KIND == 0:
-            row += tl.load(BIAS2 - (S - 1)).to(ACC) * 1.4426950408889634
+            row += tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
         else:
-            row += tl.load(BIAS2 + (T - 1)).to(ACC) * 1.4426950408889634
+            row += tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
     if KEYS:
         if KIND == 0:
             row += tl.load(QA2 + qa_row, mask=offs_m < T, other=0.0).to(ACC)
@@ -356,7 +356,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
+    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -369,7 +369,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -598,7 +598,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
-    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
@@ -616,7 +616,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
@@ -665,7 +665,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
 
 @triton.jit
 def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sq, sdo, qk_scale,
-              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
@@ -687,7 +687,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         if KEYS:
             lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
         if BIAS != 0:
-            lse -= _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+            lse -= _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
         if VALUES:  # masked on whole tiles too: unmasked, relpos kv's causal backward_kv spills 16 B on sm_90
             delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
@@ -753,15 +753,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 2, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]

@@ -171,7 +171,8 @@ class _TritonAttention(torch.autograd.Function):
         bias2 = none
         b0 = brow = 0
         if table is not None:
-            bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, configs, dtype if q.dtype not in HALF else None)
+            bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, shape["WL"], shape["WR"], configs,
+                                         dtype if q.dtype not in HALF else None)
         R = 2 * clip + 1
         qa2 = wk2 = none
         if key_table is not None:  # QA in base 2, made by the forward kernel (times scale log2(e) there)
@@ -271,18 +272,24 @@ class _TritonAttention(torch.autograd.Function):
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7
 
 
-def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, configs: KernelConfigs, dtype=None):
+def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, WL: int, WR: int, configs: KernelConfigs, dtype=None):
     """The table's bias per distance as the kernels read it: (H, 8, BROW), copy c of a head's
     row starting c distances later (a band tile's row reads the copy that aligns its first
-    key: whole vectors), distance 0 at column B0, zeros either side (a tile reads its whole
-    span unmasked, up to a tile's size past the first or last distance). In the table's dtype
+    key: whole vectors), distance 0 at column B0. The row holds the distances band tiles can
+    reach, a block_m + block_n beyond the far stages' edges ``-WL`` and ``WR`` (past them the
+    far tiles read one value a row, at ``-WL`` or ``WR``), within the call's ``1 - S .. T - 1``,
+    and zeros either side (a tile reads its whole span unmasked, up to a tile's size past the
+    first or last distance): its width does not grow with the length. In the table's dtype
     when ``dtype`` is None (fp16, bf16: the kernels scale it by log2(e) in float32), else in
     ``dtype``. Returns (rows, B0, BROW)."""
-    pad = max(max(c.block_m, c.block_n) for c in vars(configs).values() if c is not None) + 8
-    b0 = _round16(S - 1 + pad)
-    brow = _round16(b0 + T + pad)
+    blocks = [c for c in vars(configs).values() if c is not None]
+    pad = max(max(c.block_m, c.block_n) for c in blocks) + 8
+    reach = max(c.block_m + c.block_n for c in blocks) + 8
+    left, right = min(S - 1, max(WL, 0) + reach), min(T - 1, max(WR, 0) + reach)
+    b0 = _round16(left + pad)
+    brow = _round16(b0 + right + 1 + pad)
     row = torch.zeros(table.size(1), brow + 8, dtype=dtype or table.dtype, device=table.device)
-    row[:, b0 - (S - 1): b0 + T] = table.detach()[bucket].t()
+    row[:, b0 - left: b0 + right + 1] = table.detach()[bucket[S - 1 - left: S + right]].t()
     return torch.stack([row[:, c: c + brow] for c in range(8)], 1).contiguous(), b0, brow
 
 

@@ -425,9 +425,9 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     dof = do.to(ACC)
     delta = tl.sum(dof * o.to(ACC), 1)
     rows = (bh * T + offs_m) * R
-    if VALUES:  # interior columns 1 .. R - 2 by dots, the edge columns as sums
+    if VALUES:  # columns 1 .. R - 1 by dots (the interior and the right edge: RI >= 2k = R - 1), column 0 as sums
         r = tl.arange(0, RI)
-        in_ok = r < R - 2
+        in_ok = r < R - 1
         d_ok = offs_d < D
         m_ok = offs_m < T
         av = tl.load(AV + (1 + r)[None, :] * D + offs_d[:, None], mask=in_ok[None, :] & d_ok[:, None], other=0.0)
@@ -439,17 +439,16 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
         else:
             dpb = tl.dot(dof, av, out_dtype=ACC, input_precision=PRECISION)
         dpb_l = tl.sum(dof * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :], 1)
-        dpb_r = tl.sum(dof * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :], 1)
-        _store_bins(DPB, rows, dpb, dpb_l, dpb_r, R, T, offs_m, RI)
+        dpb_r = tl.sum(tl.where((r == R - 2)[None, :], dpb, 0.0), 1)
+        tl.store(DPB + rows[:, None] + 1 + r[None, :], dpb, mask=m_ok[:, None] & in_ok[None, :])
+        tl.store(DPB + rows, dpb_l, mask=m_ok)
         pb = tl.load(PB + rows[:, None] + 1 + r[None, :], mask=m_ok[:, None] & in_ok[None, :], other=0.0)
         pb_l = tl.load(PB + rows, mask=m_ok, other=0.0)
-        pb_r = tl.load(PB + rows + R - 1, mask=m_ok, other=0.0)
-        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l + pb_r * dpb_r
+        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l
         tl.store(DELTAF + 2 * bh * T + offs_m, delta - dpb_l, mask=m_ok)
         tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
         part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
         tl.store(part + offs_d, tl.sum(pb_l[:, None] * dof, 0), mask=d_ok)
-        tl.store(part + (R - 1) * D + offs_d, tl.sum(pb_r[:, None] * dof, 0), mask=d_ok)
         if PRECISION == "tf32x3":
             p_hi, p_lo = _tf32_parts(tl.trans(pb))
             dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
@@ -625,17 +624,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below)
+    if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
+        # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots
         r = tl.arange(0, RI)
         d_ok = (offs_d < D)[None, :]
-        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok, other=0.0)
+        dqa = tl.where((r == R - 2)[None, :], dqr[:, None], dqa)
+        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok, other=0.0)
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        w_right = tl.load(WK + (R - 1) * D + offs_d, mask=offs_d < D, other=0.0).to(ACC)
         dq = _dot_table(dqa, w_in.to(ACC), dq, ACC, KEYS_PRECISION, TABLE_TF32)
-        dq += dql[:, None] * w_left[None, :] + dqr[:, None] * w_right[None, :]
+        dq += dql[:, None] * w_left[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
-    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros)
+    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros); rows 1 .. R - 1 by the dot
         qf = q.to(ACC)
         part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
         if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only dQA is split
@@ -644,10 +644,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         else:
             dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
         tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
-                 mask=(r < R - 2)[:, None] & d_ok)
+                 mask=(r < R - 1)[:, None] & d_ok)
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
-        tl.store(part + (R - 1) * D + offs_d, tl.sum(dqr[:, None] * qf, 0) * (qk_scale * 0.6931471805599453),
-                 mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))

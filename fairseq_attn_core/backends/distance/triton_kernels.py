@@ -412,7 +412,8 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     of the table's gradient, ``PB^T dO``, into DAV (programs, R, D; the caller sums it over
     the programs): float32 operands at ``PRECISION`` (tf32x3: dO in fp16 / bf16 is exact in
     tf32, so the other operand alone is split, :func:`_tf32_parts`; ``TABLE_TF32``: the table in
-    fp16 / bf16, exact in tf32, dPB in one tf32 dot)."""
+    fp16 / bf16, exact in tf32, dPB in one tf32 dot), columns 1 .. R - 1 by the dots (the right
+    edge as the interior tile's spare column: RI >= 2k), column 0 as sums."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -563,7 +564,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
     over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
     them at float32's precision on tensor cores; ``TABLE_TF32``, a table in fp16 / bf16, exact in
-    tf32: dQA alone split, two dots), the edge rows as sums; (``TABLE_GRAD``) dS summed per
+    tf32: dQA alone split, two dots), table rows 1 .. R - 1 by the dots (the right edge's dQA in
+    the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
     distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
     cells of DFAR)."""

@@ -22,7 +22,12 @@
 #      few seconds each, the delta kernel's under one, 3 lengths x 5 methods x 7 passes of 3
 #      batches). Then the numerics against float64 in fp16 and bf16
 #      (t5bias, alibi, relpos k and kv, t5bias and relpos kv also causal: output and every
-#      gradient, tables included; 100 s), then the bf16 timing (100 s);
+#      gradient, tables included; 100 s), then Shaw's terms again in fp16, bf16 and fp32 (what the
+#      CPU cannot prove: the forward's QA store, barrier and reload by the band tiles and the
+#      backward, at a length no block divides, 77, and at whole blocks, 512; Shaw's tables in
+#      float32 beside half inputs, the tf32 split, and in the inputs' dtype, one exact tf32 dot;
+#      the output, every gradient and the stored QA against float64: --relpos-check, 120 s;
+#      about 36 compiles beyond the first check's), then the bf16 timing (100 s);
 #   then, in the time left (a step with under 20 s left is skipped), the earlier checks, the
 #   distance kernels' regression check first:
 #   0. whole-model numerics of relpos, rope and t5bias in fp16 and bf16 (fused / flex against
@@ -47,8 +52,9 @@
 # aot_eager on CPU, which tests/test_flex_compile.py checks), the L = 512 sweep in fp16 and
 # the distance-kernel systems at L = 512 in bf16 and L = 1024 in fp16 under both policies,
 # alibi / csan1d / csan2d numerics, training at WMT lengths in bf16 and under both policies.
-# Run in this order: T, 2, 0, 1, 4, 3 (limits 150 + 100 + 100, 75, 80 + 80, 90, 115, 60 s; the
-# Triton steps and 2, 425 s, fit the 540 s budget; the rest run in what the others leave).
+# Run in this order: T, 2, 0, 1, 4, 3 (limits 150 + 100 + 120 + 100, 75, 80 + 80, 90, 115, 60 s;
+# the Triton steps and 2, 545 s at their limits, share the 540 s budget (2 gets what is left);
+# the rest run in what the others leave).
 # Every JSON records the card, torch, the commit (or the sources hash without .git) and the
 # paths each system's layers take at each measured shape. How to read it: docs/explanation/benchmark.md,
 # "To be measured on GPU".
@@ -129,14 +135,17 @@ cat "$OUT/machine.txt"
 # count, not a measurement)
 if [ "$DEV" = cuda ]; then
     TRITON=(python3 benchmarks/triton_distance_bench.py --device cuda); TRITON_DTYPES=(fp16 bf16)
+    RELPOS_DTYPES=fp16,bf16,fp32
     TRITON_SIZES=(--lengths 512,1024,wmt --tokens 16384 --batches 3 --rounds 3 --profile-passes 1)
 else
     TRITON=(env TRITON_INTERPRET=1 python3 benchmarks/triton_distance_bench.py --device cpu); TRITON_DTYPES=(fp32)
+    RELPOS_DTYPES=fp32,fp16  # the interpreter's fp16 dots are right, its bf16 ones are not
     TRITON_SIZES=(--lengths 16,32,wmt --tokens 32 --batches 2 --rounds 3 --profile-passes 1)
 fi
 TAIL=70 step "triton_time_${TRITON_DTYPES[0]}" 150 "${TRITON[@]}" --time --dtypes "${TRITON_DTYPES[0]}" \
     "${TRITON_SIZES[@]}" --max-compiles 30 --out "$OUT"
 TAIL=16 step triton_check 100 "${TRITON[@]}" --check --dtypes "$(IFS=,; echo "${TRITON_DTYPES[*]}")"
+TAIL=20 step triton_relpos_check 120 "${TRITON[@]}" --relpos-check --relpos-dtypes "$RELPOS_DTYPES"
 for DT in "${TRITON_DTYPES[@]:1}"; do
     TAIL=70 step "triton_time_$DT" 100 "${TRITON[@]}" --time --dtypes "$DT" "${TRITON_SIZES[@]}" --out "$OUT"
 done

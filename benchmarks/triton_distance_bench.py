@@ -5,7 +5,15 @@ numerics against float64 and attention-level timing against today's paths and st
 the decoder's causal mask: :data:`CHECKS`) and dtype, the Triton path's output and the gradients of q, k, v and the tables (T5's, Shaw's)
 against a dense float64 computation on the same device, norm-wise relative error, over padded batches (a sentence
 with every key padded among them); fails above ``--tol`` (2e-2, the distance kernels'
-half-precision tolerance of tests/test_distance_kernels_devices.py) or on a NaN.
+half-precision tolerance of tests/test_distance_kernels_devices.py) or on a NaN. The reference
+takes the same rounded inputs and tables as the kernels, so the error is the kernels' own.
+
+``--relpos-check``: Shaw's terms again (:data:`RELPOS_CHECKS`), in each of ``--relpos-dtypes``
+(fp16, bf16, fp32): at a length that is not a multiple of any block and at one of whole blocks,
+with Shaw's tables in float32 beside half inputs (the kernels split the table in two tf32
+parts) and in the inputs' dtype (one exact tf32 dot); the output, every gradient, and the QA
+the forward stores for its band tiles and the backward (float64 reference, ``QA_TOL`` 1e-5:
+a plain tf32 product of a float32 table would be off by tf32's rounding, about 5e-4).
 
 ``--time``: encoder self-attention forward + backward (B, H = 8, T, D = 64: base) at each
 length, ``--tokens`` tokens per batch (16k: what an 80-140 GB card trains per step), per
@@ -65,6 +73,14 @@ METHODS = ("t5bias", "alibi", "relpos_k", "relpos_kv", "rope")
 #: and for the fullest kernel (each variant is one more compile of three kernels)
 CHECKS = (("t5bias", False), ("t5bias", True), ("alibi", False), ("relpos_k", False), ("relpos_kv", False),
           ("relpos_kv", True))
+#: Shaw's terms checked again (:func:`check_relpos`): (method, causal, length, tables: "inputs" in
+#: the inputs' dtype, else a dtype), each in every dtype of --relpos-dtypes; lengths below
+RELPOS_CHECKS = (("relpos_k", False, "odd", "fp32"), ("relpos_kv", False, "odd", "fp32"),
+                 ("relpos_kv", False, "whole", "inputs"))
+#: a length not a multiple of any block (nor of 16), and one of whole blocks (unmasked loads)
+RELPOS_LENGTHS = {"cuda": {"odd": 77, "whole": 512}, "cpu": {"odd": 13, "whole": 32}}
+#: the stored QA against float64: float32's precision, norm-wise
+QA_TOL = 1e-5
 #: WMT-like batches: sentences of 16..64 tokens, padded to the batch's longest (the dry run
 #: on the CPU interpreter: 4..12)
 WMT = {"cuda": (16, 64), "cpu": (4, 12)}
@@ -178,30 +194,70 @@ def check(args, device, configs) -> bool:
     T = 200 if device.type == "cuda" else 21
     print(f"== numerics: B {B}, H {H}, T {T}, D {D}; tolerance {args.tol} (norm-wise, float64 reference)")
     for dtype_name in args.dtypes:
-        dtype = DTYPES[dtype_name]
         for method, causal in CHECKS:
-            x = [torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(4)]
-            tables = tables_for(method, H, D, device, g)
-            kpm = padding([T, T - 37 % T, 5, 0], T, "cpu")  # full, padded, short, every key padded
-            q, k, v, dout = (t.to(device) for t in x)
-            kpm = kpm.to(device)
-            leaves64 = [t.to(device).requires_grad_(True) for t in (q, k, v, *tables)]
-            ref = dense64(terms_for(method, H, leaves64[3:], causal), *leaves64[:3], D ** -0.5, kpm, causal)
-            ref_grads = torch.autograd.grad(ref, leaves64, dout)
-            leaves = [t.to(device, dtype).requires_grad_(True) for t in (q, k, v, *tables)]
-            out = triton_attention(terms_for(method, H, leaves[3:], causal), *leaves[:3], D ** -0.5, kpm, causal,
-                                   configs)
-            grads = torch.autograd.grad(out, leaves, dout.to(dtype))
-            errs = {}
-            names = ("out", "dq", "dk", "dv", "dtable", "dtable_v")
-            for name, a, e in zip(names, (out,) + grads, (ref,) + ref_grads):
-                a64 = a.detach().double()
-                errs[name] = float((a64 - e.detach()).norm() / e.detach().norm().clamp_min(1e-30))
-                if not math.isfinite(errs[name]) or not torch.isfinite(a64).all():
-                    errs[name] = float("nan")
-            ok &= report(dtype_name, f"{method}{' causal' if causal else ''}", errs, args.tol)
-        ok &= check_rope(dtype, dtype_name, B, H, T, D, device, g, args.tol)
+            ok &= check_form(method, causal, dtype_name, dtype_name, B, H, T, D, device, g, configs, args.tol)
+        ok &= check_rope(DTYPES[dtype_name], dtype_name, B, H, T, D, device, g, args.tol)
     return ok
+
+
+def check_relpos(args, device, configs) -> bool:
+    """Shaw's terms again (:data:`RELPOS_CHECKS`) in each of ``--relpos-dtypes``: lengths not a
+    multiple of any block and of whole blocks, Shaw's tables in float32 beside half inputs (the
+    kernels split the table in two tf32 parts) or in the inputs' dtype (one exact tf32 dot); the
+    output and every gradient, and the QA the forward stores (:func:`qa_error`)."""
+    ok = True
+    g = torch.Generator(device="cpu").manual_seed(1)
+    B, (H, D) = 4, SIZES[device.type]
+    print(f"== Shaw's terms: B {B}, H {H}, D {D}; tolerance {args.tol}, QA's {QA_TOL} (norm-wise, float64 reference)")
+    for dtype_name in args.relpos_dtypes:
+        for method, causal, length, tables in RELPOS_CHECKS:
+            ok &= check_form(method, causal, dtype_name, dtype_name if tables == "inputs" else tables, B, H,
+                             RELPOS_LENGTHS[device.type][length], D, device, g, configs, args.tol)
+    return ok
+
+
+def check_form(method, causal, dtype_name, table_dtype_name, B, H, T, D, device, g, configs, tol) -> bool:
+    """One form in ``dtype_name`` (its tables in ``table_dtype_name``) against float64 from the
+    same rounded inputs and tables: output and every gradient; with Shaw's key term, QA."""
+    dtype, table_dtype = DTYPES[dtype_name], DTYPES[table_dtype_name]
+    x = [torch.randn(B, H, T, D, generator=g, dtype=torch.float64).to(dtype).double() for _ in range(4)]
+    tables = [t.to(table_dtype).double() for t in tables_for(method, H, D, device, g)]
+    kpm = padding([T, T - 37 % T, 5, 0], T, "cpu")  # full, padded, short, every key padded
+    q, k, v, dout = (t.to(device) for t in x)
+    kpm = kpm.to(device)
+    leaves64 = [t.to(device).requires_grad_(True) for t in (q, k, v, *tables)]
+    ref = dense64(terms_for(method, H, leaves64[3:], causal), *leaves64[:3], D ** -0.5, kpm, causal)
+    ref_grads = torch.autograd.grad(ref, leaves64, dout)
+    leaves = [t.to(device, dtype).requires_grad_(True) for t in (q, k, v)]
+    leaves += [t.to(device, table_dtype).requires_grad_(True) for t in tables]
+    out = triton_attention(terms_for(method, H, leaves[3:], causal), *leaves[:3], D ** -0.5, kpm, causal,
+                           configs)
+    qa = qa_error(out, q, tables[0].to(device), D ** -0.5) if method.startswith("relpos") else None
+    grads = torch.autograd.grad(out, leaves, dout.to(dtype))
+    errs = {}
+    names = ("out", "dq", "dk", "dv", "dtable", "dtable_v")
+    for name, a, e in zip(names, (out,) + grads, (ref,) + ref_grads):
+        a64 = a.detach().double()
+        errs[name] = float((a64 - e.detach()).norm() / e.detach().norm().clamp_min(1e-30))
+        if not math.isfinite(errs[name]) or not torch.isfinite(a64).all():
+            errs[name] = float("nan")
+    form = f"{method}{' causal' if causal else ''} T {T}" + (f", tables {table_dtype_name}"
+                                                            if table_dtype_name != dtype_name else "")
+    ok = report(dtype_name, form, errs, tol)
+    if qa is not None:
+        ok &= report(dtype_name, form, {"QA": qa}, QA_TOL)
+    return ok
+
+
+def qa_error(out, q, key_table, scale) -> float:
+    """The forward's stored ``QA log2(e) = scale log2(e) q w_K^T`` (B H, T, 2k + 1; the band
+    tiles read it back after the barrier, the backward kernels later), kept by the autograd
+    node, against float64 from the same q and table: float32's precision (a plain tf32 product
+    of a float32 table would be off by tf32's rounding, 2^-11, about 5e-4)."""
+    qa = out.grad_fn.saved_tensors[9].detach()
+    B, H, T, D = q.shape
+    ref = torch.einsum("bhtd,rd->bhtr", q.detach(), key_table.detach()).reshape(B * H, T, -1) * (scale * 1.4426950408889634)
+    return float((qa.double() - ref).norm() / ref.norm())
 
 
 def report(dtype_name, form, errs, tol) -> bool:
@@ -457,6 +513,9 @@ def main(argv=None):
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--tol", type=float, default=2e-2)
+    p.add_argument("--relpos-check", action="store_true",
+                   help="Shaw's terms at more lengths, dtypes and table dtypes, QA included (RELPOS_CHECKS)")
+    p.add_argument("--relpos-dtypes", default="fp16,bf16,fp32", help="the dtypes of --relpos-check")
     p.add_argument("--profile-passes", type=int, default=1,
                    help="profiler passes per path after the timed rounds (kernel time; default 1)")
     p.add_argument("--max-compiles", type=int, default=None,
@@ -465,19 +524,21 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="folder for triton_results_<dtypes>.md and .json")
     args = p.parse_args(argv)
     args.dtypes = args.dtypes.split(",")
+    args.relpos_dtypes = args.relpos_dtypes.split(",")
     args.methods = args.methods.split(",")
     args.lengths = args.lengths.split(",")
-    for d in args.dtypes:
-        if d not in DTYPES:
-            fail(f"--dtypes: {d!r} is not one of {list(DTYPES)}")
+    for flag, names in (("--dtypes", args.dtypes), ("--relpos-dtypes", args.relpos_dtypes)):
+        for d in names:
+            if d not in DTYPES:
+                fail(f"{flag}: {d!r} is not one of {list(DTYPES)}")
     for m in args.methods:
         if m not in METHODS:
             fail(f"--methods: {m!r} is not one of {list(METHODS)}")
     for n in args.lengths:
         if n != "wmt" and not n.isdigit():
             fail(f"--lengths: {n!r} is neither 'wmt' nor a length")
-    if not (args.check or args.time):
-        fail("give --check and/or --time")
+    if not (args.check or args.time or args.relpos_check):
+        fail("give --check, --relpos-check and/or --time")
     if args.rounds < 1 or args.batches < 1 or args.profile_passes < 0:
         fail("--rounds and --batches must be >= 1, --profile-passes >= 0")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -491,6 +552,8 @@ def main(argv=None):
     ok = True
     if args.check:
         ok = check(args, device, configs)
+    if args.relpos_check:
+        ok &= check_relpos(args, device, configs)
     rows = []
     for group in time_paths(args, device, configs) if args.time else ():
         rows += group

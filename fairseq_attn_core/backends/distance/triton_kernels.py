@@ -132,7 +132,7 @@ def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.c
 
 
 @triton.jit
-def _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
+def _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_row, R, KIND: tl.constexpr, BIAS: tl.constexpr,
                KEYS: tl.constexpr, ACC: tl.constexpr):
     """The far tiles' per-row term (KIND 0 far-left, 2 far-right)."""
     row = tl.zeros(offs_m.shape, ACC)
@@ -141,11 +141,11 @@ def _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_row, R, KIND: tl.cons
             row -= slope2 * (offs_m - i0 + (S - T)).to(ACC)
         else:
             row += slope2 * (offs_m - i0 + (S - T)).to(ACC)
-    if BIAS == 1:  # BIAS2 at distance 0 of the head's row
+    if BIAS == 1:  # BIAS2 at distance 0 of the head's row; -WL and WR have the edge buckets
         if KIND == 0:
-            row += tl.load(BIAS2 - (S - 1)).to(ACC) * 1.4426950408889634
+            row += tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
         else:
-            row += tl.load(BIAS2 + (T - 1)).to(ACC) * 1.4426950408889634
+            row += tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
     if KEYS:
         if KIND == 0:
             row += tl.load(QA2 + qa_row, mask=offs_m < T, other=0.0).to(ACC)
@@ -231,27 +231,45 @@ def _tf32_parts(x):
 
 
 @triton.jit
-def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI: tl.constexpr, ACC: tl.constexpr,
-                  PRECISION: tl.constexpr):
-    """The rows' ``QA log2(e) = q (scale log2(e) w_K)^T`` (WK: the scaled table, (R, D)):
-    the interior columns 1 .. R - 2 as one dot of float32 operands at ``PRECISION`` (tf32x3
-    keeps float32's precision on tensor cores), the edge columns as row sums; all stored
-    into QA2 (the band tiles read it back after the barrier); returns the edge columns."""
+def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl.constexpr, ACC: tl.constexpr,
+                  PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
+    """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D), in the
+    accumulator's dtype; ``qk_scale``: scale log2(e), applied after the products): the interior
+    columns 1 .. R - 2 as one dot of float32 operands (``TABLE_TF32``, a table in fp16 / bf16:
+    q and the table are exact in tf32, one tf32 dot is exact; else at ``PRECISION``, tf32x3
+    splitting the table alone), the edge columns as row sums; all stored into QA2 (the band
+    tiles read it back after the barrier); returns the edge columns."""
     r = tl.arange(0, RI)
     d_ok = offs_d < D
     w_mask = (r < R - 2)[None, :] & d_ok[:, None]
     w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
     qf = q.to(ACC)
-    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
-    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1)
-    if PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
+    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+    if TABLE_TF32:
+        qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")
+    elif PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
         w_hi, w_lo = _tf32_parts(w_in)
         qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
     else:
         qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
-    _store_bins(QA2, qa_rows, qa, left, right, R, T, offs_m, RI)
+    _store_bins(QA2, qa_rows, qa * qk_scale, left, right, R, T, offs_m, RI)
     tl.debug_barrier()  # the band tiles read other threads' QA
     return left, right
+
+
+@triton.jit
+def _dot_table(a, table, acc, ACC: tl.constexpr, PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
+    """``acc + a table`` for float32 ``a`` (PB, dQA) and one of Shaw's tables: with ``TABLE_TF32``
+    (the table exact in tf32) ``a`` alone is split, two tf32 dots; else at ``PRECISION`` (tf32x3:
+    three)."""
+    if TABLE_TF32:
+        a_hi, a_lo = _tf32_parts(a)
+        out = tl.dot(a_hi, table, tl.dot(a_lo, table, acc, out_dtype=ACC, input_precision="tf32"),
+                     out_dtype=ACC, input_precision="tf32")
+    else:
+        out = tl.dot(a, table, acc, out_dtype=ACC, input_precision=PRECISION)
+    return out
 
 
 @triton.jit
@@ -295,14 +313,14 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
     (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
     as products: the output is rounded once), the output without it in OP (for delta, whose
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
-    QA, computed first (:func:`_key_products`; WK: Shaw's key table times ``scale log2(e)``,
+    QA, computed first (:func:`_key_products`; WK: Shaw's key table in the accumulator's dtype,
     (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
     backward kernels read."""
     bh = tl.program_id(0)
@@ -325,7 +343,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     qa_left = tl.zeros((BLOCK_M,), ACC)
     qa_right = qa_left
     if KEYS:
-        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, RI, ACC, KEYS_PRECISION)
+        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC,
+                                            KEYS_PRECISION, TABLE_TF32)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
@@ -337,7 +356,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
+    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -350,7 +369,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
         for n0 in range(fr, hi, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -369,7 +388,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
         r = tl.arange(0, RI)
         d_ok = offs_d < D
         av = tl.load(AV + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok[None, :], other=0.0)
-        out = tl.dot(pb, av, out, out_dtype=ACC, input_precision=KEYS_PRECISION)
+        out = _dot_table(pb, av, out, ACC, KEYS_PRECISION, TABLE_TF32)
         out += pbl[:, None] * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :]
         out += pbr[:, None] * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :]
     o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
@@ -380,7 +399,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
 @triton.jit
 def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
                    KEYS: tl.constexpr, VALUES: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee"):
+                   BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee",
+                   TABLE_TF32: tl.constexpr = False):
     """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
     output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
     sum_j P_ij dP_ij), the backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
@@ -391,7 +411,9 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     the accumulator's dtype): ``dPB = dO a_V^T`` into DPB (B H, T, R), and the program's share
     of the table's gradient, ``PB^T dO``, into DAV (programs, R, D; the caller sums it over
     the programs): float32 operands at ``PRECISION`` (tf32x3: dO in fp16 / bf16 is exact in
-    tf32, so the other operand alone is split, :func:`_tf32_parts`)."""
+    tf32, so the other operand alone is split, :func:`_tf32_parts`; ``TABLE_TF32``: the table in
+    fp16 / bf16, exact in tf32, dPB in one tf32 dot), columns 1 .. R - 1 by the dots (the right
+    edge as the interior tile's spare column: RI >= 2k), column 0 as sums."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -404,29 +426,30 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     dof = do.to(ACC)
     delta = tl.sum(dof * o.to(ACC), 1)
     rows = (bh * T + offs_m) * R
-    if VALUES:  # interior columns 1 .. R - 2 by dots, the edge columns as sums
+    if VALUES:  # columns 1 .. R - 1 by dots (the interior and the right edge: RI >= 2k = R - 1), column 0 as sums
         r = tl.arange(0, RI)
-        in_ok = r < R - 2
+        in_ok = r < R - 1
         d_ok = offs_d < D
         m_ok = offs_m < T
         av = tl.load(AV + (1 + r)[None, :] * D + offs_d[:, None], mask=in_ok[None, :] & d_ok[:, None], other=0.0)
-        if PRECISION == "tf32x3":
+        if TABLE_TF32:  # dO and the table exact in tf32: one dot is exact
+            dpb = tl.dot(dof, av, out_dtype=ACC, input_precision="tf32")
+        elif PRECISION == "tf32x3":
             a_hi, a_lo = _tf32_parts(av)
             dpb = tl.dot(dof, a_hi, tl.dot(dof, a_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
         else:
             dpb = tl.dot(dof, av, out_dtype=ACC, input_precision=PRECISION)
         dpb_l = tl.sum(dof * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :], 1)
-        dpb_r = tl.sum(dof * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :], 1)
-        _store_bins(DPB, rows, dpb, dpb_l, dpb_r, R, T, offs_m, RI)
+        dpb_r = tl.sum(tl.where((r == R - 2)[None, :], dpb, 0.0), 1)
+        tl.store(DPB + rows[:, None] + 1 + r[None, :], dpb, mask=m_ok[:, None] & in_ok[None, :])
+        tl.store(DPB + rows, dpb_l, mask=m_ok)
         pb = tl.load(PB + rows[:, None] + 1 + r[None, :], mask=m_ok[:, None] & in_ok[None, :], other=0.0)
         pb_l = tl.load(PB + rows, mask=m_ok, other=0.0)
-        pb_r = tl.load(PB + rows + R - 1, mask=m_ok, other=0.0)
-        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l + pb_r * dpb_r
+        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l
         tl.store(DELTAF + 2 * bh * T + offs_m, delta - dpb_l, mask=m_ok)
         tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
         part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
         tl.store(part + offs_d, tl.sum(pb_l[:, None] * dof, 0), mask=d_ok)
-        tl.store(part + (R - 1) * D + offs_d, tl.sum(pb_r[:, None] * dof, 0), mask=d_ok)
         if PRECISION == "tf32x3":
             p_hi, p_lo = _tf32_parts(tl.trans(pb))
             dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
@@ -533,14 +556,19 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee"):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
+               NWIN: tl.constexpr = 16):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
     of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
     over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
-    them at float32's precision on tensor cores), the edge rows as sums; (``TABLE_GRAD``) dS summed per distance (band tiles, into DTABLE) and over the
-    far tiles (two cells of DFAR)."""
+    them at float32's precision on tensor cores; ``TABLE_TF32``, a table in fp16 / bf16, exact in
+    tf32: dQA alone split, two dots), table rows 1 .. R - 1 by the dots (the right edge's dQA in
+    the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
+    distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
+    are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
+    cells of DFAR)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -571,7 +599,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
-    row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
@@ -589,7 +617,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
@@ -598,17 +626,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below)
+    if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
+        # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots
         r = tl.arange(0, RI)
         d_ok = (offs_d < D)[None, :]
-        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok, other=0.0)
+        dqa = tl.where((r == R - 2)[None, :], dqr[:, None], dqa)
+        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok, other=0.0)
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        w_right = tl.load(WK + (R - 1) * D + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        dq += tl.dot(dqa, w_in.to(ACC), out_dtype=ACC, input_precision=KEYS_PRECISION)
-        dq += dql[:, None] * w_left[None, :] + dqr[:, None] * w_right[None, :]
+        dq = _dot_table(dqa, w_in.to(ACC), dq, ACC, KEYS_PRECISION, TABLE_TF32)
+        dq += dql[:, None] * w_left[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
-    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros)
+    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros); rows 1 .. R - 1 by the dot
         qf = q.to(ACC)
         part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
         if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only dQA is split
@@ -617,19 +646,26 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         else:
             dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
         tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
-                 mask=(r < R - 2)[:, None] & d_ok)
+                 mask=(r < R - 1)[:, None] & d_ok)
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
-        tl.store(part + (R - 1) * D + offs_d, tl.sum(dqr[:, None] * qf, 0) * (qk_scale * 0.6931471805599453),
-                 mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))
         tl.store(DFAR + far + 1, tl.sum(dqr, 0))
+        # the cells the band tiles did not write: the unwrapped row's [lo, end), the wrapped one's a tile earlier
+        lo = fl - i0 + woff
+        end = lo + ((fr - fl + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+        cols = tl.arange(0, NWIN)
+        zeros = tl.zeros((NWIN,), DTABLE.dtype.element_ty)
+        row0 = far * NDIST
+        tl.store(DTABLE + row0 + cols, zeros, mask=(cols < NDIST) & ((cols < lo) | (cols >= end)))
+        tl.store(DTABLE + row0 + NDIST + cols, zeros,
+                 mask=(cols < NDIST) & ((cols < lo - BLOCK_N) | (cols >= end - BLOCK_N)))
 
 
 @triton.jit
 def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sq, sdo, qk_scale,
-              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
@@ -651,7 +687,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         if KEYS:
             lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
         if BIAS != 0:
-            lse -= _rows_term(offs_m, i0, h, T, S, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
+            lse -= _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
         if VALUES:  # masked on whole tiles too: unmasked, relpos kv's causal backward_kv spills 16 B on sm_90
             delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
@@ -717,15 +753,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 2, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]

@@ -12,9 +12,10 @@ one matmul of the kernel's per-distance sums), the edges of the far stages (the 
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
 distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a column of 0 /
--inf, and Shaw's tables in the accumulator's dtype (the key table times ``scale log2(e)``:
-the kernels' QA is in base 2). The kernels make Shaw's products themselves (float32 operands:
-QA is never rounded to fp16): the forward writes ``QA log2(e) = q (scale log2(e) w_K)^T`` (B H,
+-inf, and Shaw's tables in the accumulator's dtype. The kernels make Shaw's products
+themselves (float32 operands: QA is never rounded to fp16; tables in fp16 / bf16 are exact in
+tf32, so their products with q or dO are one tf32 dot): the forward writes ``QA log2(e) =
+scale log2(e) q w_K^T`` (B H,
 T, 2k + 1), read by the backward kernels; ``backward_q`` adds dq's share ``scale dQA w_K``
 before rounding dq and writes each program's share of ``d w_K = scale dQA^T q`` (dQA: dS summed
 per table row), which torch sums over the programs (one small sum). Shaw's value term: the
@@ -81,7 +82,7 @@ def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> 
     shape: ``bias`` (the kernels' BIAS: 0 none, 1 a table per distance, 2 slopes), the far
     stages' edges ``WL``, ``WR`` (every pair at ``j - i <= -WL`` has one term per row, as
     every pair at ``j - i >= WR``), and per kind the bucket index, its one-hot matrix
-    (S + T - 1, N) or the slopes in base 2."""
+    (S + T - 1, N) and its first and last rows (the far stages' buckets), or the slopes in base 2."""
     if terms.bias_table is not None:
         key = ("buckets", terms.bucket, terms.bias_table.size(0))
     elif terms.slopes is not None:
@@ -92,14 +93,14 @@ def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> 
     got = _TABLES.get(key)
     if got is not None:
         return got
-    got = dict(bias=0, WL=0, WR=0, bucket=None, onehot=None, slopes2=None)
+    got = dict(bias=0, WL=0, WR=0, bucket=None, onehot=None, edges=None, slopes2=None)
     if terms.bias_table is not None:
         bucket = terms.bucket(torch.arange(1 - S, T)).long()  # on the CPU: no device copy to read back
         run_left = int((bucket != bucket[0]).nonzero()[0, 0]) if (bucket != bucket[0]).any() else S + T - 1
         run_right = int((bucket.flip(0) != bucket[-1]).nonzero()[0, 0]) if (bucket != bucket[-1]).any() else S + T - 1
-        onehot = torch.zeros(S + T - 1, terms.bias_table.size(0), dtype=acc)
-        onehot[torch.arange(S + T - 1), bucket] = 1.0
-        got.update(bias=1, WL=S - run_left, WR=T - run_right, bucket=bucket.to(device), onehot=onehot.to(device))
+        onehot = (bucket[:, None] == torch.arange(terms.bias_table.size(0))).to(acc)
+        got.update(bias=1, WL=S - run_left, WR=T - run_right, bucket=bucket.to(device), onehot=onehot.to(device),
+                   edges=onehot[[0, -1]].to(device))
     elif terms.slopes is not None:
         got.update(bias=2, slopes2=torch.tensor([s * LOG2E for s in terms.slopes], dtype=acc).to(device))
     else:
@@ -120,6 +121,13 @@ def _launch_args(q: Tensor, module: ModuleType):
     if q.dtype == torch.float64:
         return tl.float64, "ieee"
     raise ValueError(f"the Triton distance kernels take fp16, bf16, float32 or float64 (got {q.dtype})")
+
+
+def _tables_tf32(q: Tensor, *tables) -> bool:
+    """Whether Shaw's tables are exact in tf32 where the kernels' dots with them run in tf32:
+    fp16 / bf16 inputs and tables (their products with q or dO are then one exact tf32 dot,
+    with PB or dQA two: only the float32 operand is split)."""
+    return q.dtype in HALF and all(t is None or t.dtype in HALF for t in tables)
 
 
 def _keys_precision(q: Tensor, common: dict) -> str:
@@ -163,11 +171,12 @@ class _TritonAttention(torch.autograd.Function):
         bias2 = none
         b0 = brow = 0
         if table is not None:
-            bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, configs, dtype if q.dtype not in HALF else None)
+            bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, shape["WL"], shape["WR"], configs,
+                                         dtype if q.dtype not in HALF else None)
         R = 2 * clip + 1
         qa2 = wk2 = none
-        if key_table is not None:  # QA in base 2, made by the forward kernel (scale and log2(e) in the table)
-            wk2 = (key_table.detach().to(dtype) * (scale * LOG2E)).contiguous()
+        if key_table is not None:  # QA in base 2, made by the forward kernel (times scale log2(e) there)
+            wk2 = key_table.detach().to(dtype).contiguous()
             qa2 = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
@@ -182,7 +191,8 @@ class _TritonAttention(torch.autograd.Function):
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
-            KEYS_PRECISION=_keys_precision(q, common), **_even(c, T, S), **common)
+            KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
+            **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         return out
@@ -220,8 +230,9 @@ class _TritonAttention(torch.autograd.Function):
         # the table's per-distance sums, each program's band distances j - i at j - i + WL + 2 block_n
         # (triton_kernels' docstring): rows as wide as a band, not as the length
         woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
-        dtable = torch.zeros(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
-        dfar = torch.zeros(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
+        # every cell written by backward_q (the band's sums, zeros elsewhere)
+        dtable = torch.empty(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
+        dfar = torch.empty(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dwk = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
         # the far tiles' per-row log-sum-exp (Shaw's key term) and delta (value term), (B H, 2, T)
@@ -232,13 +243,14 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_delta[(B * H, q_tiles)](
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, av, dav, *do.stride()[:3],
             T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cq.block_m,
-            BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common), num_warps=4)
+            BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
+            TABLE_TF32=_tables_tf32(q, key_table, value_table), num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
-            KEYS_PRECISION=_keys_precision(q, common),
-            BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
+            KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
+            NWIN=_pow2(nwin) if table_grad else 16, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
@@ -251,7 +263,7 @@ class _TritonAttention(torch.autograd.Function):
             lo, hi = max(0, woff - (S - 1)), min(nwin, woff + T)  # the columns of distances 1 - S .. T - 1
             far = dfar.view(B, H, q_tiles, 2).sum((0, 2))  # the far tiles' sums: the edge buckets'
             d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]
-                       + far @ onehot[[0, -1]]).t().to(table_dtype).contiguous()
+                       + far @ shape["edges"]).t().to(table_dtype).contiguous()
         d_key = d_value = None
         if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q, summed over backward_q's programs
             d_key = dwk.sum(0).to(key_table.dtype)
@@ -260,18 +272,24 @@ class _TritonAttention(torch.autograd.Function):
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7
 
 
-def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, configs: KernelConfigs, dtype=None):
+def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, WL: int, WR: int, configs: KernelConfigs, dtype=None):
     """The table's bias per distance as the kernels read it: (H, 8, BROW), copy c of a head's
     row starting c distances later (a band tile's row reads the copy that aligns its first
-    key: whole vectors), distance 0 at column B0, zeros either side (a tile reads its whole
-    span unmasked, up to a tile's size past the first or last distance). In the table's dtype
+    key: whole vectors), distance 0 at column B0. The row holds the distances band tiles can
+    reach, a block_m + block_n beyond the far stages' edges ``-WL`` and ``WR`` (past them the
+    far tiles read one value a row, at ``-WL`` or ``WR``), within the call's ``1 - S .. T - 1``,
+    and zeros either side (a tile reads its whole span unmasked, up to a tile's size past the
+    first or last distance): its width does not grow with the length. In the table's dtype
     when ``dtype`` is None (fp16, bf16: the kernels scale it by log2(e) in float32), else in
     ``dtype``. Returns (rows, B0, BROW)."""
-    pad = max(max(c.block_m, c.block_n) for c in vars(configs).values() if c is not None) + 8
-    b0 = _round16(S - 1 + pad)
-    brow = _round16(b0 + T + pad)
+    blocks = [c for c in vars(configs).values() if c is not None]
+    pad = max(max(c.block_m, c.block_n) for c in blocks) + 8
+    reach = max(c.block_m + c.block_n for c in blocks) + 8
+    left, right = min(S - 1, max(WL, 0) + reach), min(T - 1, max(WR, 0) + reach)
+    b0 = _round16(left + pad)
+    brow = _round16(b0 + right + 1 + pad)
     row = torch.zeros(table.size(1), brow + 8, dtype=dtype or table.dtype, device=table.device)
-    row[:, b0 - (S - 1): b0 + T] = table.detach()[bucket].t()
+    row[:, b0 - left: b0 + right + 1] = table.detach()[bucket[S - 1 - left: S + right]].t()
     return torch.stack([row[:, c: c + brow] for c in range(8)], 1).contiguous(), b0, brow
 
 

@@ -26,7 +26,8 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 # scikit-learn and scipy.stats, which translation never calls (fairseq_command.py)
 FAIRSEQ=("$PYTHON" -m fairseq_attn_recipes.fairseq_command)
 
-log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
+# (bash's own basename and clock: a recipe logs hundreds of lines, each a fork of date and basename otherwise)
+log() { local name=${RECIPE_DIR:-recipe}; name=${name%/}; printf '[%s %(%H:%M:%S)T] %s\n' "${name##*/}" -1 "$*" >&2; }
 # progress bars (tqdm: subword-nmt's learn_bpe, sacremoses) only where a person watches: a log file gets
 # none (tqdm reads TQDM_DISABLE)
 [[ -t 2 ]] || export TQDM_DISABLE=1

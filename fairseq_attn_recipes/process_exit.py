@@ -32,7 +32,7 @@ def exit_now(code=0) -> None:
             try:
                 if not obj.closed:
                     obj.flush()
-            except (OSError, ValueError):
+            except Exception:  # as a finaliser's failure, it ends nothing
                 pass
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -28,7 +28,9 @@ def exit_now(code=0) -> None:
         sys.exit(code)
     run_handlers()
     for obj in gc.get_objects():  # file objects left open: written out as their finaliser would
-        if isinstance(obj, io.IOBase) and obj not in (sys.stdout, sys.stderr):
+        # by type(), not isinstance(): that one reads an object's __class__, which some objects answer
+        # with a message (torch.distributed.reduce_op's deprecation warning, on stderr)
+        if issubclass(type(obj), io.IOBase) and obj is not sys.stdout and obj is not sys.stderr:
             try:
                 if not obj.closed:
                     obj.flush()

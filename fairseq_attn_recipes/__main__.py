@@ -19,6 +19,8 @@ import importlib
 import sys
 from fairseq_attn_records.command_line import Parser
 
+from .process_exit import exit_now
+
 #: every step and the module that declares its parser beside it (``add_parsers``), in the order of
 #: the help. A step's process imports that module alone (a recipe runs about twenty steps per
 #: train.sh and evaluate.sh, and importing every module, sacreBLEU and numpy among them, cost each
@@ -87,3 +89,4 @@ def main(argv=None):
 
 if __name__ == "__main__":
     main()
+    exit_now(0)  # without the interpreter's teardown (process_exit.py): check-positions and average import torch

@@ -28,7 +28,7 @@ from fairseq_attn_records import comet as comet_metric
 from . import fairseq_command
 from .demo_archs import DemoError, registered_archs, resolve_archs  # noqa: F401  (the demo's API)
 from .fairseq_args import generate_args, preprocess_args, train_args
-from .fingerprints import CHANGED, SAME, fingerprint, stage_state
+from .fingerprints import CHANGED, SAME, args_in, fingerprint, stage_state
 from .profiles import profile
 from .step_runs import StepFailed, run_module
 from .train_progress import EpochProgress
@@ -163,7 +163,10 @@ class Pipeline:
         self.stage("bpe", self._build, "bpe", self.bpe, settings={"merges": self.p["bpe_merges"]}, inputs=corpus_files)
         self.stage("binarise", self._build, "data-bin", self.binarise, inputs=[self.path("bpe")])
         for arch in self.archs:
-            self.stage(f"train.{arch}", self.train, arch, settings={"argv": shlex.join(self.train_settings(arch))},
+            # the demo folder's paths (data-bin, the run) named relative to it: a copied or moved folder
+            # keeps its trainings, as a recipe's WORK keeps its steps
+            self.stage(f"train.{arch}", self.train, arch,
+                       settings={"argv": shlex.join(args_in(self.train_settings(arch), self.out))},
                        inputs=[self.path("data-bin")])
             self.stage(f"generate.{arch}", self.generate, arch, settings={"beam": 4},
                        inputs=[self.path("runs", arch, "checkpoint_best.pt"), self.path("corpus", f"test.{TGT}")])

@@ -27,8 +27,10 @@ import sys
 
 from fairseq_attn_records.fairseq_import import import_fairseq
 
-from . import flag_origins
 from fairseq_attn_records.command_line import Parser
+
+from . import flag_origins
+from .process_exit import exit_now
 
 COMMANDS = ("preprocess", "generate")
 #: ``preprocess --first N``: the first N arguments are a run of their own, before the rest
@@ -137,4 +139,4 @@ def average_checkpoints(step_args, stdout: str, stderr: str, before) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without the interpreter's teardown (process_exit.py)

@@ -67,6 +67,12 @@ def _setting_in(value, folder, tag=WORK_TAG):
     return value
 
 
+def args_in(args, folder) -> list:
+    """A command's arguments as a record names them: each one that is a path inside ``folder``
+    named relative to it (a folder copied or moved keeps the steps it ran)."""
+    return [_setting_in(a, folder) for a in args]
+
+
 def fingerprint(settings, files, work=None) -> dict:
     """What a step is made from; files and settings inside ``work`` named relative to it."""
     return {"settings": {k: _setting_in(v, work) for k, v in sorted(settings.items())},

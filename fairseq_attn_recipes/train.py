@@ -23,6 +23,7 @@ import sys
 from fairseq_attn_records.run_record import RecordError
 
 from . import flag_origins, patience, recording
+from .process_exit import exit_now
 
 SKIPPED = 10
 
@@ -141,4 +142,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())  # without the interpreter's teardown (process_exit.py)

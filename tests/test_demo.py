@@ -182,7 +182,8 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
     """One uninterrupted ``--quick`` demo is the reference for everything here: its table and
     files; a second demo killed during training (SIGKILL, mid-epoch) and run again gives exactly
     its weights, translations and table (it resumes from a mid-epoch checkpoint, fairseq's
-    --save-interval-updates, at the saved iterator position); re-running it reuses every
+    --save-interval-updates, at the saved iterator position; its second run, copied from the
+    reference's folder with its stage records, is reused, not trained again); re-running it reuses every
     finished step and redoes a lost one alone; other settings in its folder are refused. The
     command line is run as a new process where that matters (the reference run, the killed one);
     the runs after it by the same ``main`` in this process."""
@@ -230,12 +231,14 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
                   for line in ref_log.splitlines() if "| train |" in line}
     killed = tmp_path / "killed"
     # its folder starts with the reference's prepared data (corpus, BPE, data-bin and their stage
-    # records, which name files relative to the folder): the demo reuses them, so it trains on the
-    # same files without binarising again; the trainings are its own
-    for folder in ("corpus", "bpe", "data-bin"):
+    # records, which name files relative to the folder) and its second run (the run folder and the
+    # records of its training and evaluation, which name the folder's paths relative to it): the demo
+    # reuses them, so it trains on the same files without binarising again; the killed training is its own
+    second = demo.DEFAULT_ARCHS.split(",")[1]
+    for folder in ("corpus", "bpe", "data-bin", f"runs/{second}"):
         shutil.copytree(out / folder, killed / folder)
     (killed / ".done").mkdir()
-    for stage in ("corpus", "bpe", "binarise"):
+    for stage in ("corpus", "bpe", "binarise", f"train.{second}", f"generate.{second}"):
         shutil.copy(out / ".done" / stage, killed / ".done" / stage)
     shutil.copy(out / "settings.json", killed / "settings.json")
     killed_cmd = [exe, *quick, "--out-dir", str(killed)]
@@ -243,7 +246,8 @@ def test_demo_quick_end_to_end_kill_resume_and_rerun(tmp_path, capsys):
     assert not (killed / ".done" / f"train.{first}").exists()
     p = _demo_in_process(killed_cmd[1:], capsys)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert all(f"{stage}: done before, reused" in p.stdout for stage in ("corpus", "bpe", "binarise")), p.stdout
+    assert all(f"{stage}: done before, reused" in p.stdout
+               for stage in ("corpus", "bpe", "binarise", f"train.{second}", f"generate.{second}")), p.stdout
     resumed = re.findall(r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch (\d+) @ (\d+) updates\)",
                          (killed / "runs" / first / "train.log").read_text())
     assert resumed, "the second run did not resume from a checkpoint"

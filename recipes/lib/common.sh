@@ -26,7 +26,8 @@ STEPS=("$PYTHON" -m fairseq_attn_recipes)  # the Python steps, by module (any fo
 # scikit-learn and scipy.stats, which translation never calls (fairseq_command.py)
 FAIRSEQ=("$PYTHON" -m fairseq_attn_recipes.fairseq_command)
 
-log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
+# (bash's own basename and clock: a recipe logs hundreds of lines, each a fork of date and basename otherwise)
+log() { local name=${RECIPE_DIR:-recipe}; name=${name%/}; printf '[%s %(%H:%M:%S)T] %s\n' "${name##*/}" -1 "$*" >&2; }
 # progress bars (tqdm: subword-nmt's learn_bpe, sacremoses) only where a person watches: a log file gets
 # none (tqdm reads TQDM_DISABLE)
 [[ -t 2 ]] || export TQDM_DISABLE=1
@@ -37,10 +38,14 @@ log() { echo "[$(basename "${RECIPE_DIR:-recipe}") $(date +%H:%M:%S)] $*" >&2; }
 usage_error() { echo "error: $*" >&2; exit 2; }
 die() { echo "error: $*" >&2; exit 1; }
 # every recipe needs torch, fairseq and this package importable by PYTHON: said in one line
-# before any step (found, not imported: milliseconds)
-PYTHON_MISSING=$("$PYTHON" -c 'import importlib.util as u
-print(" ".join(m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_attn_recipes") if u.find_spec(m) is None))' 2>/dev/null) \
+# before any step (found, not imported: milliseconds). The same process says where the plugin
+# lies (PLUGIN_DIR: fairseq's --user-dir, recipe_defaults), found once per script
+PYTHON_FOUND=$("$PYTHON" -c 'import importlib.util as u
+missing = [m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_attn_recipes") if u.find_spec(m) is None]
+print(" ".join(missing))
+print("" if missing else u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
   || die "PYTHON=$PYTHON does not run: give an interpreter (e.g. PYTHON=.venv/bin/python after 'bash scripts/test.sh')"
+{ read -r PYTHON_MISSING; read -r PLUGIN_DIR || true; } <<< "$PYTHON_FOUND"
 [[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
 # (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...)
@@ -116,8 +121,7 @@ recipe_defaults() {
   # the default layout: each prepared data in WORK/data/<id>, WORK/data-bin a symlink naming the
   # latest, each run evaluated on its own (DATA_KEYED=1); an explicit DATA is written/read as given
   if [[ $DATA == "$WORK/data-bin" ]]; then DATA_KEYED=1; else DATA_KEYED=0; fi
-  USER_DIR=$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
-    || die "fairseq_attn_plugins is not importable by $PYTHON; run 'bash scripts/setup_env.sh' and '. .venv/bin/activate'"
+  USER_DIR=$PLUGIN_DIR
   language_facts
 }
 

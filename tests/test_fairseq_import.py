@@ -97,10 +97,10 @@ def test_fairseq_preprocess_run_by_the_recipes_prints_what_fairseq_prints_withou
 
 # the recipes' tokenize step, then sacremoses' deferred joblib names called
 MOSES_STEP = (
-    "import json, runpy, sys\n"
-    "sys.argv = ['-m', 'tokenize', '--lang', 'de', '--tool', 'moses', sys.argv[1], sys.argv[2]]\n"
+    "import json, sys\n"
+    "from fairseq_attn_recipes.__main__ import main  # the step's main (its process then exits at once)\n"
     "try:\n"
-    "    runpy.run_module('fairseq_attn_recipes', run_name='__main__', alter_sys=True)\n"
+    "    main(['tokenize', '--lang', 'de', '--tool', 'moses', sys.argv[1], sys.argv[2]])\n"
     "except SystemExit as e:\n"
     "    assert not e.code, e.code\n"
     "loaded = sorted(m for m in ('joblib', 'numpy') if m in sys.modules)\n"

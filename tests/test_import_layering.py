@@ -23,7 +23,7 @@ LAYERS: List[Tuple[Tuple[str, ...], str]] = [
     (("fairseq_attn_records",),
      "torch-free: the run record, the metric registry, COMET, the readers of text inputs, of "
      "fairseq-generate output and of a checkpoint's configuration, alignment scores, the atomic file writer, fairseq's import without "
-     "scikit-learn (called by the commands)"),
+     "scikit-learn (called by the commands), the commands' argument parser (a single-valued option given twice refused)"),
     (("fairseq_attn_core.settings", "fairseq_attn_core.scores"),
      "`Setting` (one flag as data), layer-list and side parsing, the value checks, `PieceConfigError`; "
      "`Scores` (the masks and biases of one call, the rows a mask empties)"),

@@ -17,6 +17,7 @@ the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_reco
 import argparse
 import importlib
 import sys
+
 from fairseq_attn_records.command_line import Parser
 
 from .process_exit import exit_now

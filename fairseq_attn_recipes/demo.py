@@ -21,6 +21,7 @@ from typing import Dict, List
 
 from fairseq_attn_reports import table1
 from fairseq_attn_reports.curves import plot_curves
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.output_files import write_json, write_text
 from fairseq_attn_reports.results import collect, format_markdown
 from fairseq_attn_records import comet as comet_metric
@@ -32,7 +33,6 @@ from .fingerprints import CHANGED, SAME, args_in, fingerprint, stage_state
 from .profiles import profile
 from .step_runs import StepFailed, run_module
 from .train_progress import EpochProgress
-from fairseq_attn_records.command_line import Parser
 
 FAIRSEQ = fairseq_command.__name__  # fairseq's preprocess and generate, run as python -m fairseq_cli.X runs them
 DEFAULT_ARCHS = "transformer_attn_wmt_en_de,transformer_csan2d_wmt_en_de"

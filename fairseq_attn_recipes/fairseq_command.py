@@ -25,9 +25,8 @@ import os
 import runpy
 import sys
 
-from fairseq_attn_records.fairseq_import import import_fairseq
-
 from fairseq_attn_records.command_line import Parser
+from fairseq_attn_records.fairseq_import import import_fairseq
 
 from . import flag_origins
 from .process_exit import exit_now

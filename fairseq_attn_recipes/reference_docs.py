@@ -15,8 +15,9 @@ import re
 import sys
 from typing import Callable, Dict, List, Tuple
 
-from . import variables
 from fairseq_attn_records.command_line import Parser
+
+from . import variables
 
 #: every console command of pyproject.toml and the function it runs (a test holds the two the same)
 COMMANDS: Tuple[Tuple[str, str], ...] = (

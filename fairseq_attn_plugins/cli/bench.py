@@ -20,11 +20,11 @@ import math
 import os
 import sys
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.output_files import write_text
 
 from .. import registration
 from ..bench_presets import DTYPE_NAMES, MODES, PRESETS
-from fairseq_attn_records.command_line import Parser
 
 
 def _positive(text):

@@ -16,8 +16,9 @@ import os
 import sys
 from typing import List, Optional
 
-from .. import registration
 from fairseq_attn_records.command_line import Parser
+
+from .. import registration
 
 TARGETS = ("ct2",)
 

@@ -19,10 +19,10 @@ import os
 import sys
 from typing import List, Optional
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.output_files import write_text
 
 from .. import registration
-from fairseq_attn_records.command_line import Parser
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -30,11 +30,11 @@ import argparse
 import sys
 from typing import List, Optional
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records import run_record
 from fairseq_attn_records.alignment import AlignmentError
 
 from ..alignment_evaluation import AlignInputError, align, summary
-from fairseq_attn_records.command_line import Parser
 
 
 def get_parser() -> argparse.ArgumentParser:

@@ -13,12 +13,12 @@ import json
 import os
 import sys
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records import comet as comet_metric
 from fairseq_attn_records.output_files import write_text
 
 from .. import by_concat
 from ..study_paths import load_table, relative, write_table
-from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:

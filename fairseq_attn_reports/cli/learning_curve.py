@@ -12,11 +12,11 @@ import json
 import os
 import sys
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.output_files import write_text
 
 from .. import learning_curve as lc
 from ..study_paths import PATHS_KEY, load_table, write_table
-from fairseq_attn_records.command_line import Parser
 
 SECTION = "## Training length"
 

@@ -30,6 +30,7 @@ import sys
 import tempfile
 from typing import Dict, List, Sequence, Tuple
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.metrics import parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
@@ -41,7 +42,6 @@ from ..study_bundle import is_committed, table_tokenize, with_outputs
 from ..study_paths import load_table, write_table
 from ..table1 import BASELINE
 from .metric_options import add_metric_args, load_comet, print_comet_hint
-from fairseq_attn_records.command_line import Parser
 
 
 def _pairs(items: List[str], flag: str, numeric: bool) -> List[Tuple]:

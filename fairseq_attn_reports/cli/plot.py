@@ -26,8 +26,8 @@ import os
 import sys
 from typing import List, Optional
 
-from fairseq_attn_records.output_files import write_json
 from fairseq_attn_records.command_line import Parser
+from fairseq_attn_records.output_files import write_json
 
 
 def get_parser() -> argparse.ArgumentParser:

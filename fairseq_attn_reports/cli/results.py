@@ -30,6 +30,7 @@ checks (the same run twice, runs trained differently): :mod:`fairseq_attn_report
 import argparse
 import sys
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import read_text_lines
 
@@ -42,7 +43,6 @@ from ..significance import check_counts
 from ..study_paths import write_table
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
-from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:

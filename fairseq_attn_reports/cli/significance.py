@@ -17,6 +17,7 @@ length ratio (sacreBLEU's sys_len / ref_len).
 import argparse
 import sys
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.metrics import check_tokenize, parse_metrics
 from fairseq_attn_records.text_inputs import check_aligned, describe_empty, read_text_lines
 
@@ -24,7 +25,6 @@ from fairseq_attn_records.output_files import check_output_paths, write_json
 from ..significance import check_counts, format_table, legend_lines, paired_tests
 from .length_options import add_length_args, check_length_args, draw_plot, length_markdown, score_buckets, segments_of
 from .metric_options import add_metric_args, load_comet, print_comet_hint
-from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:

@@ -6,12 +6,12 @@ seeds (:mod:`fairseq_attn_reports.train_conditions`); the table printed."""
 import os
 import sys
 
+from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records import comet as comet_metric
 from fairseq_attn_records.output_files import write_text
 
 from .. import train_conditions
 from ..study_paths import load_table, write_table
-from fairseq_attn_records.command_line import Parser
 
 
 def main(argv=None) -> int:

@@ -10,6 +10,7 @@ as argparse makes them. Subcommands and argument groups of a :class:`Parser` fol
 """
 
 import argparse
+import shlex
 
 
 class StoreOnce(argparse.Action):
@@ -26,7 +27,8 @@ class StoreOnce(argparse.Action):
 
 
 def _shown(values) -> str:
-    return " ".join(map(str, values)) if isinstance(values, list) else str(values)
+    """The values as a shell would read them back (a path with a space quoted)."""
+    return shlex.join(map(str, values if isinstance(values, list) else [values]))
 
 
 class Parser(argparse.ArgumentParser):

@@ -38,6 +38,7 @@ def sample_parser():
     (["--n", "1", "--n", "2"], "--n given twice (--n 1, then --n 2)"),
     (["--pair", "a", "b", "--pair", "c", "d"], "--pair given twice (--pair a b, then --pair c d)"),
     (["--md", "x.md", "--md", "y.md"], "--md given twice"),
+    (["--md", "a b.md", "--md", "c.md"], "--md given twice (--md 'a b.md', then --md c.md)"),
     (["claims", "--table1", "t.json", "--table1", "u.json"], "--table1 given twice"),
 ])
 def test_a_single_valued_option_given_twice_is_refused_naming_both_values(argv, said, capsys):

@@ -41,12 +41,15 @@ def errors(p):
 
 @pytest.mark.parametrize("recipe", sorted(SCRIPTS))
 def test_every_recipe_script_exits_2_for_a_usage_error_and_1_for_a_refused_input(recipe, tmp_path):
+    """The usage error: an argument no script takes (--dry-run, which a user may well try), refused
+    in one line before doing anything: nothing made, not even WORK."""
     for name in SCRIPTS[recipe]:
         work = tmp_path / name / "work"
-        usage = ("list", "--bogus") if name == "data.sh" else ("--bogus",)
+        usage = ("list", "--dry-run") if name == "data.sh" else ("--dry-run",)
         p = script(recipe, name, *usage, env={"WORK": str(work)}, check=False)
         assert p.returncode == 2 and p.stderr.splitlines() == errors(p) and len(errors(p)) == 1, (recipe, name, p.stderr)
-        assert "unknown argument '--bogus'" in p.stderr, (recipe, name, p.stderr)
+        assert "unknown argument '--dry-run'" in p.stderr, (recipe, name, p.stderr)
+        assert not work.exists(), (recipe, name)
         args, env, says = refused_input(name, tmp_path / name)
         p = script(recipe, name, *args, env=dict(env, WORK=str(work)), check=False)
         assert p.returncode == 1 and len(errors(p)) == 1 and says in errors(p)[0], (recipe, name, p.stderr[-2000:])

@@ -2,7 +2,7 @@
 not abort at exit while fairseq's batch reader thread works; a resumed fp16 run keeps its loss
 scaler's schedule."""
 
-import subprocess
+import os
 import sys
 
 import numpy as np
@@ -10,6 +10,9 @@ import pytest
 from fairseq.data import data_utils
 
 import fairseq_attn_plugins  # noqa: F401  (installs the fix)
+
+sys.path.insert(0, os.path.dirname(__file__))
+import training_process  # noqa: E402
 
 
 @pytest.mark.parametrize("n, mult", [(20, 8), (7, 8), (16, 8), (21, 4), (5, 1)])
@@ -38,52 +41,19 @@ def test_unpatched_fairseq_drops_sentences():
 
 
 # ------------------------------------------------------------ fairseq's batch reader at exit
-READER_AT_EXIT = r"""
-import sys, time
-import torch
-from fairseq_attn_records.fairseq_import import import_fairseq
-import_fairseq()  # as a training command imports it (without scikit-learn: ~1 s of CPU less per process)
-import fairseq_attn_plugins  # noqa: F401  (installs the fix)
-from fairseq.data.iterators import BufferedIterator
-
-if sys.argv[1] == "unfixed":
-    BufferedIterator._create_consumer = BufferedIterator._create_consumer.__wrapped__
-
-
-class Slow:  # each batch some 0.2 s of torch work in the reader thread, as a collate of big batches
-    def __len__(self):
-        return 50
-
-    def __iter__(self):
-        x = torch.randn(300, 300)
-        for i in range(50):
-            t = time.monotonic()
-            while time.monotonic() - t < 0.2:
-                x = torch.tanh(x @ x)
-            yield i
-
-
-it = BufferedIterator(2, Slow())
-print("first batch", next(it), flush=True)
-"""
-
-
-def _reader_at_exit(mode):
-    return subprocess.run([sys.executable, "-c", READER_AT_EXIT, mode], capture_output=True, text=True,
-                          timeout=120)
-
-
+@pytest.mark.xdist_group("training_process")  # its process also shows test_fixes_once's marks: started once
 def test_a_process_ends_cleanly_while_fairseqs_batch_reader_works():
     """Training stops while fairseq's reader thread collates the next batch: the process exits 0."""
-    p = _reader_at_exit("fixed")
+    p = training_process.run("fixed")
     assert p.returncode == 0 and "terminate called" not in p.stderr, p.stderr[-2000:]
-    assert p.stdout == "first batch 0\n"
+    assert p.stdout.splitlines()[1:] == ["first batch 0"], p.stdout  # (the first line: test_fixes_once's marks)
 
 
 def test_unpatched_fairseq_aborts_at_exit_while_its_reader_works():
     """Documents what the fix is for: without it the same process aborts (SIGABRT) at exit."""
-    p = _reader_at_exit("unfixed")
+    p = training_process.run("unfixed")
     assert p.returncode == -6 and "terminate called without an active exception" in p.stderr, p.stderr[-2000:]
+    assert p.stdout == "first batch 0\n"
 
 
 def test_a_reader_that_never_parks_is_waited_for_at_most_the_timeout_and_named(caplog):

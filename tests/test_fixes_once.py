@@ -5,38 +5,26 @@ the code's (``python tests/test_fixes_once.py`` rewrites it)."""
 import json
 import os
 import re
-import subprocess
 import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import training_process  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 DOC = os.path.join(ROOT, "docs", "explanation", "architecture.md")
 BLOCK = re.compile(r"(<!-- fixes -->\n)(.*?)(\n<!-- /fixes -->)", re.S)
 
-# as fairseq-train: every row's condition holds (the refusals are installed in commands only)
-COUNT = """
-import json, sys
-sys.argv[0] = "/venv/bin/fairseq-train"
-import fairseq_attn_plugins
-from fairseq_attn_plugins.integration import fixes
-fixes.install()
-fixes.install()
-marks = {}
-for fix in fixes.FIXES:
-    owner, attribute = fix.owner_and_attribute()
-    function, names = getattr(owner, attribute), []
-    while function is not None:
-        if getattr(function, fixes.MARK, None) is not None:
-            names.append(getattr(function, fixes.MARK))
-        function = getattr(function, "__wrapped__", None)
-    marks[fix.target] = names
-print(json.dumps(marks))
-"""
 
-
+@pytest.mark.xdist_group("training_process")  # the process of test_fairseq_fixes' reader at exit: started once
 def test_each_function_is_replaced_once_even_when_the_installer_runs_twice():
-    done = subprocess.run([sys.executable, "-c", COUNT], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    marks = json.loads(done.stdout.strip().splitlines()[-1])
+    """In a process named fairseq-train (every row's condition holds: the refusals are installed in
+    commands only), the installer run twice more after the plugin's import."""
+    done = training_process.run("fixed")
+    lines = done.stdout.splitlines()  # the marks, then the reader's first batch (its exit: test_fairseq_fixes)
+    assert lines and lines[0].startswith("{"), done.stderr[-3000:]
+    marks = json.loads(lines[0])
     from fairseq_attn_plugins.integration import fixes
 
     assert len(marks) == len(fixes.FIXES) == 18  # one row per replaced function, no target twice

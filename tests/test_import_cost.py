@@ -4,9 +4,8 @@ nor ``torch._inductor`` (about a second per process, with sympy); the first comp
 flex_attention call imports dynamo itself and computes the same attention. In a fresh interpreter,
 so that what other tests imported does not count."""
 
-import json
 import math
-import subprocess
+import os
 import sys
 
 import pytest
@@ -14,67 +13,22 @@ import torch
 
 from fairseq_attn_core.backends import flex
 
-COMPILER = ("torch._dynamo", "torch._inductor")
+sys.path.insert(0, os.path.dirname(__file__))
+import plugin_script  # noqa: E402
 
-
-def loaded(names) -> str:
-    return f"sorted(m for m in sys.modules if m in {tuple(names)!r} or m.startswith('torch._dynamo.'))"
-
-
-# One interpreter (one start of torch and fairseq) for the three checks, each a stage that
-# prints its own line as it ends: the plugin imported alone, then every module of the core, the
-# plugin and the recipe steps, then the first compiled flex_attention call. Each stage sees what
-# a fresh process importing the same modules would: the first imports a subset of the second's
-# modules, and the third starts from a process the second found free of the compiler stack.
-STAGES = (
-    "import importlib, json, pkgutil, sys\n"
-    "import fairseq_attn_plugins\n"
-    f"print(json.dumps({{'stage': 'plugin', 'compiler': {loaded(COMPILER)}, 'torch': 'torch' in sys.modules,"
-    " 'triton': 'triton' in sys.modules}),"
-    " flush=True)\n"
-    "names = []\n"
-    "for top in ('fairseq_attn_core', 'fairseq_attn_plugins', 'fairseq_attn_recipes'):\n"
-    "    pkg = importlib.import_module(top)\n"
-    "    for m in pkgutil.walk_packages(pkg.__path__, top + '.'):\n"
-    "        if not m.name.endswith('__main__'):\n"
-    "            importlib.import_module(m.name)\n"
-    "            names.append(m.name)\n"
-    f"print(json.dumps({{'stage': 'every', 'modules': names, 'compiler': {loaded(COMPILER)}}}), flush=True)\n"
-    "import torch\n"
-    "p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0]))\n"
-    "opt = torch.optim.SGD([p], lr=0.5, momentum=0.9)\n"
-    "p.grad = torch.tensor([0.5, 0.25, -1.0])\n"
-    "opt.state[p]['momentum_buffer'] = torch.tensor([0.5, 0.25, -1.0])\n"
-    "state = opt.state_dict()\n"
-    "opt.zero_grad()\n"
-    "opt.state.clear()\n"
-    "opt.load_state_dict(state)\n"
-    "opt.add_param_group({'params': [torch.nn.Parameter(torch.zeros(2))]})\n"
-    f"print(json.dumps({{'stage': 'optimizer', 'compiler': {loaded(COMPILER)}, 'p': p.tolist(), 'grad': p.grad,\n"
-    "                  'buffer': opt.state_dict()['state'][0]['momentum_buffer'].tolist(),\n"
-    "                  'groups': len(opt.param_groups)}), flush=True)\n"
-    "from fairseq_attn_core.backends import flex\n"
-    "if flex.HAVE_FLEX:\n"
-    "    before = 'torch._dynamo' in sys.modules\n"
-    "    g = torch.Generator().manual_seed(0)\n"
-    "    q, k, v = (torch.randn(2, 2, 5, 16, generator=g) for _ in range(3))\n"
-    "    bias = torch.tensor(0.5)\n"
-    "    def score_mod(score, b, h, i, j):\n"
-    "        return score - bias * (i - j).abs()\n"
-    "    out = flex.call(q, k, v, score_mod, None, 0.25, compile='aot_eager')\n"
-    "    opt.zero_grad()\n"
-    "    decorated = torch.optim.Optimizer.zero_grad.__wrapped__.__wrapped__  # torch's method, under its decorator\n"
-    "    print(json.dumps({'stage': 'flex', 'before': before, 'after': 'torch._dynamo' in sys.modules,\n"
-    "                      'zero_grad_through_torch': getattr(decorated, '__dynamo_disable', None) is not None,\n"
-    "                      'q': q.tolist(), 'k': k.tolist(), 'v': v.tolist(), 'out': out.tolist()}), flush=True)\n")
+# The stages of one interpreter (plugin_script: one start of torch and fairseq, shared with
+# test_refusal_hooks), each printing its own line as it ends: the plugin imported alone, then
+# every module of the core, the plugin and the recipe steps, then the first compiled
+# flex_attention call. Each stage sees what a fresh process importing the same modules would:
+# the first imports a subset of the second's modules, and the third starts from a process the
+# second found free of the compiler stack (the script's calls between them, a DataLoader and an
+# autocast block, can only add modules: a stage's check fails if they load the compiler stack).
 
 
 @pytest.fixture(scope="module")
 def stages():
     """stage name -> its printed line, and the process's stderr (a stage that failed prints none)."""
-    done = subprocess.run([sys.executable, "-c", STAGES], capture_output=True, text=True)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    return {line.pop("stage"): line for line in lines}, done.stderr
+    return plugin_script.stages(), plugin_script.run().stderr
 
 
 def stage(stages, name) -> dict:
@@ -83,7 +37,8 @@ def stage(stages, name) -> dict:
     return printed[name]
 
 
-# one worker runs the three (pytest-xdist --dist loadgroup): one interpreter for all of them
+# one worker runs these and test_refusal_hooks' script tests (pytest-xdist --dist loadgroup): one
+# interpreter for all of them
 pytestmark = pytest.mark.xdist_group("import_cost")
 
 

@@ -334,7 +334,7 @@ def test_averaging_loads_through_the_safe_loader(tmp_path):
     for update in (1, 2):
         _checkpoint(tmp_path / f"checkpoint_1_{update}.pt", {"w": torch.ones(2)}, update)
     torch.save({"model": {"w": torch.ones(2)}, "evil": _Payload()}, tmp_path / "checkpoint_1_3.pt")
-    p = steps("average", str(tmp_path), "--n", "2", "--output", str(tmp_path / "avg.pt"))
+    p = steps_in_process("average", str(tmp_path), "--n", "2", "--output", str(tmp_path / "avg.pt"))
     # the package's message, naming the file and the refused class (not torch's hint)
     assert p.returncode == 1 and "checkpoint_1_3.pt" in p.stderr and "_Payload" in p.stderr
     assert "weights_only=False" not in p.stderr.replace("do not disable weights_only", "")

@@ -13,35 +13,26 @@ import pytest
 
 from fairseq_attn_plugins.integration import refusals
 
+sys.path.insert(0, os.path.dirname(__file__))
+import plugin_script  # noqa: E402
+
 PLUGIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fairseq_attn_plugins")
 
 
 @pytest.fixture(scope="module")
 def a_script():
-    """One script's interpreter (one start of torch and fairseq): the hooks checked right after the
-    import, printing "untouched"; the filters of fairseq's logger, printed; the two warnings
-    fairseq-train gives on a CPU (its batch iterator's pinned memory, its step's autocast), which
-    the package drops by message, and another warning, which passes; then a script's own error
-    raised by the plugin, which keeps its traceback."""
-    from fairseq_attn_plugins.integration import quiet_imports
-    code = "\n".join([
-        "import argparse, logging, sys, warnings",
-        "h = sys.excepthook; e = argparse.ArgumentParser.error",
-        "import fairseq_attn_plugins",
-        "assert sys.excepthook is h; assert argparse.ArgumentParser.error is e",
-        "print('untouched', flush=True)",
-        f"print(logging.getLogger({quiet_imports.LOGGER!r}).filters, flush=True)",
-        "import torch",
-        "list(torch.utils.data.DataLoader([1, 2], pin_memory=True))",
-        "with torch.cuda.amp.autocast(enabled=False):",
-        "    pass",
-        "warnings.warn('pin_memory: another warning')",
-        "sys.stderr.flush()",
-        "from fairseq_attn_core.flags import validate_attention_args",
-        "validate_attention_args(argparse.Namespace(attn_pieces='nosuch', attn_backend='auto'))"])
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    """One script's interpreter (plugin_script: one start of torch and fairseq, shared with
+    test_import_cost): the hooks checked right after the import, printing "untouched"; the filters
+    of fairseq's logger, printed; the two warnings fairseq-train gives on a CPU (its batch
+    iterator's pinned memory, its step's autocast), which the package drops by message, and
+    another warning, which passes; then a script's own error raised by the plugin, which keeps its
+    traceback. What the script printed itself and its stderr, the stages of test_import_cost left out."""
+    done = plugin_script.run()
+    return subprocess.CompletedProcess(done.args, done.returncode, plugin_script.script_stdout(),
+                                       plugin_script.script_stderr())
 
 
+@pytest.mark.xdist_group("import_cost")  # the script of plugin_script: one worker starts it once
 def test_importing_the_plugin_leaves_the_interpreter_alone(a_script):
     p = a_script
     lines = p.stdout.splitlines()
@@ -49,6 +40,7 @@ def test_importing_the_plugin_leaves_the_interpreter_alone(a_script):
     assert p.returncode == 1 and "Traceback" in p.stderr and "call attention_defaults(args) first" in p.stderr
 
 
+@pytest.mark.xdist_group("import_cost")  # the script of plugin_script: one worker starts it once
 def test_importing_the_plugin_prints_nothing_and_fairseqs_cpu_warnings_are_dropped_by_message(a_script):
     """``import fairseq_attn_plugins`` prints nothing (fairseq's tensorboardX notice was its only
     line); torch's pinned-memory and autocast warnings, which fairseq-train gave at every CPU
@@ -118,6 +110,7 @@ def test_fairseq_generate_still_prints_a_refusal_in_one_line(tmp_path):
     assert p.stderr.splitlines()[-1].startswith(f"error: checkpoint '{bad}' (16 bytes) is corrupt"), p.stderr[-2000:]
 
 
+@pytest.mark.xdist_group("import_cost")  # the script of plugin_script: one worker starts it once
 def test_commands_print_what_was_asked_and_nothing_before(a_script, tmp_path):
     """Our commands print their output alone: fairseq-attn-plot on a trained checkpoint, the
     translation first, then the statistics, and nothing on stderr (neither fairseq's import-time

@@ -47,7 +47,8 @@ def comet_score(argv, monkeypatch):
     (``comet.cli.score:score_command``), in this process (a child would start torch, Lightning and
     transformers again: ~8 s of CPU). It loads its own model from the checkpoint; what it changes in
     the process is put back after it: torch's float32 matmul precision (set when its module is
-    imported), the random states ``seed_everything`` seeds and the log levels ``--quiet`` sets."""
+    imported), the random states and environment variables ``seed_everything`` sets and the log
+    levels ``--quiet`` sets."""
     import logging
     import random
 
@@ -56,11 +57,7 @@ def comet_score(argv, monkeypatch):
     for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(k, "1")
     monkeypatch.setattr(sys, "argv", ["comet-score", *argv])
-    for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):  # seed_everything sets them: restored (or removed) at teardown
-        if k in os.environ:
-            monkeypatch.setenv(k, os.environ[k])
-        else:
-            monkeypatch.delenv(k, raising=False)
+    seed_env = {k: os.environ.get(k) for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}  # seed_everything sets them
     precision = torch.get_float32_matmul_precision()
     states = random.getstate(), numpy.random.get_state(), torch.get_rng_state()
     manager = logging.root.manager
@@ -74,6 +71,11 @@ def comet_score(argv, monkeypatch):
         random.setstate(states[0])
         numpy.random.set_state(states[1])
         torch.set_rng_state(states[2])
+        for k, v in seed_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         for name, lg in list(manager.loggerDict.items()):
             if isinstance(lg, logging.Logger):
                 lg.setLevel(levels.get(name, logging.NOTSET))

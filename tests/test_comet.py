@@ -5,7 +5,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -43,6 +42,45 @@ def tiny_comet(tmp_path_factory):
     return paths, ckpt
 
 
+def comet_score(argv, monkeypatch):
+    """unbabel-comet's ``comet-score`` with ``argv``: the function its console script runs
+    (``comet.cli.score:score_command``), in this process (a child would start torch, Lightning and
+    transformers again: ~8 s of CPU). It loads its own model from the checkpoint; what it changes in
+    the process is put back after it: torch's float32 matmul precision (set when its module is
+    imported), the random states and environment variables ``seed_everything`` sets and the log
+    levels ``--quiet`` sets."""
+    import logging
+    import random
+
+    import numpy
+
+    for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.setenv(k, "1")
+    monkeypatch.setattr(sys, "argv", ["comet-score", *argv])
+    seed_env = {k: os.environ.get(k) for k in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS")}  # seed_everything sets them
+    precision = torch.get_float32_matmul_precision()
+    states = random.getstate(), numpy.random.get_state(), torch.get_rng_state()
+    manager = logging.root.manager
+    levels = {name: lg.level for name, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    try:
+        from comet.cli.score import score_command
+
+        score_command()
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        random.setstate(states[0])
+        numpy.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        for k, v in seed_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for name, lg in list(manager.loggerDict.items()):
+            if isinstance(lg, logging.Logger):
+                lg.setLevel(levels.get(name, logging.NOTSET))
+
+
 def test_scores_equal_comet_score(tiny_comet, tmp_path, monkeypatch):
     paths, ckpt = tiny_comet
     monkeypatch.setenv("COMET_MODEL", ckpt)
@@ -53,12 +91,10 @@ def test_scores_equal_comet_score(tiny_comet, tmp_path, monkeypatch):
                               "--json", str(out)]) == 0
     ours = json.loads(out.read_text())
     assert ours["metrics"] == ["bleu", "chrf", "comet"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     theirs_json = tmp_path / "theirs.json"
-    comet_score = os.path.join(os.path.dirname(sys.executable), "comet-score")
-    subprocess.run([comet_score, "-s", str(paths["src"]), "-t", str(paths["base"]), str(paths["good"]),
-                    "-r", str(paths["ref"]), "--model", ckpt, "--gpus", "0", "--batch_size", "8", "--quiet",
-                    "--only_system", "--to_json", str(theirs_json)], check=True, capture_output=True, env=env)
+    comet_score(["-s", str(paths["src"]), "-t", str(paths["base"]), str(paths["good"]), "-r", str(paths["ref"]),
+                 "--model", ckpt, "--gpus", "0", "--batch_size", "8", "--quiet", "--only_system",
+                 "--to_json", str(theirs_json)], monkeypatch)
     theirs = json.loads(theirs_json.read_text())
     for row, key in zip(ours["systems"], ("base", "good")):
         segs = [x["COMET"] for x in theirs[str(paths[key])]]

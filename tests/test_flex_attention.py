@@ -75,15 +75,16 @@ def test_band_scores_match_loops():
                                            (2, 2, 40, 40, 0, 5, 8), (1, 1, 5, 12, 7, 4, 2)]:
         q = torch.randn(B, H, T, 4, generator=g, dtype=torch.float64)
         k = torch.randn(B, H, S, 4, generator=g, dtype=torch.float64)
-        ref = torch.zeros(B, H, T, 2 * half + 1, dtype=torch.float64)
+        ql, kl = q.tolist(), k.tolist()  # Python floats (float64): the loops index lists, not tensors
+        ref = [[[[0.0] * (2 * half + 1) for _ in range(T)] for _ in range(H)] for _ in range(B)]
         for b in range(B):
             for h in range(H):
                 for i in range(T):
                     for c, d in enumerate(range(-half, half + 1)):
                         j = start + i + d
                         if 0 <= j < S:
-                            ref[b, h, i, c] = sum(q[b, h, i, x] * k[b, h, j, x] for x in range(4))
-        assert_close(flex_forms.band_scores(q, k, start, half, block), ref)
+                            ref[b][h][i][c] = sum(ql[b][h][i][x] * kl[b][h][j][x] for x in range(4))
+        assert_close(flex_forms.band_scores(q, k, start, half, block), torch.tensor(ref, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("kmax", [1, 3, 16])

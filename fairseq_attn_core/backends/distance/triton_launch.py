@@ -231,7 +231,7 @@ class _TritonAttention(torch.autograd.Function):
         # (triton_kernels' docstring): rows as wide as a band, not as the length
         woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
         # every cell written by backward_q (the band's sums, zeros elsewhere)
-        dtable = torch.empty(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
+        dtable = torch.empty(B * H * q_tiles * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.empty(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dwk = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
@@ -259,7 +259,7 @@ class _TritonAttention(torch.autograd.Function):
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             onehot = shape["onehot"]
-            per_window = dtable.view(B, H, q_tiles * 2, nwin).sum((0, 2))
+            per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))
             lo, hi = max(0, woff - (S - 1)), min(nwin, woff + T)  # the columns of distances 1 - S .. T - 1
             far = dfar.view(B, H, q_tiles, 2).sum((0, 2))  # the far tiles' sums: the edge buckets'
             d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]

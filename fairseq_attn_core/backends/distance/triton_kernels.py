@@ -672,7 +672,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
 
 @triton.jit
 def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sq, sdo, qk_scale,
-              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, far_row,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
@@ -689,7 +689,9 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
     delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
-    if KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
+    if KIND == 3:  # a far tile of either side: its per-row term given (a bias by bucket alone)
+        lse -= far_row
+    if KIND == 0 or KIND == 2:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
         far = (2 * bh + KIND // 2) * T + offs_m
         if KEYS:
             lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
@@ -729,11 +731,12 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False):
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
-    past S, read as zeros, are not stored)."""
+    past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone, non-causal): the
+    far tiles of both sides in one loop before the band, one pipeline prologue less."""
     bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = bh // H
@@ -758,18 +761,32 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     if CAUSAL:  # queries left of the tile's first key see none of it
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 2, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's term chosen per
+        # tile (a bias by bucket alone, non-causal)
+        far_r = tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
+        far_l = tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
+        n_right = (a - m_lo + BLOCK_M - 1) // BLOCK_M
+        for t in range(0, n_right + (T - c + BLOCK_M - 1) // BLOCK_M):
+            right = t < n_right
+            m0 = tl.where(right, m_lo + t * BLOCK_M, c + (t - n_right) * BLOCK_M)
+            dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
+                               sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
+                               tl.where(right, far_r, far_l), 3, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N,
+                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if not MERGE_FAR:
+        for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
+            dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
+                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 2, BIAS, KEYS, VALUES, CAUSAL,
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if not MERGE_FAR:
+        for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
+            dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
+                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, BIAS, KEYS, VALUES, CAUSAL,
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
         dk = tl.where(keep, dk, 0.0)

@@ -247,6 +247,8 @@ class _TritonAttention(torch.autograd.Function):
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
             TABLE_TF32=_tables_tf32(q, key_table, value_table), num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
+        # a bias by bucket alone, non-causal: backward_kv's far tiles of both sides in one loop (one prologue)
+        merge = common["BIAS"] == 1 and not keys and not common["VALUES"] and not common["CAUSAL"]
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
@@ -256,7 +258,7 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            **_even(ckv, T, S), **common)
+            MERGE_FAR=merge, **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))

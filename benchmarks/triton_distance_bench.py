@@ -191,7 +191,8 @@ def check(args, device, configs) -> bool:
     ok = True
     g = torch.Generator(device="cpu").manual_seed(0)
     B, (H, D) = 4, SIZES[device.type]
-    T = 200 if device.type == "cuda" else 21
+    # on the GPU's blocks every kernel then has far tiles on both sides (t5bias's band reaches distance 91)
+    T = 456 if device.type == "cuda" else 21
     print(f"== numerics: B {B}, H {H}, T {T}, D {D}; tolerance {args.tol} (norm-wise, float64 reference)")
     for dtype_name in args.dtypes:
         for method, causal in CHECKS:

@@ -34,8 +34,9 @@ zero gradients), the core's rule. q, k, v and dO are read through their strides 
 D) views, the last dimension contiguous); B H is the grid's first axis.
 
 t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in its band
-tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart)
-and writes them into two rows of its own (unwrapped, wrapped: no cell is written twice),
+tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart;
+the wrapped ones have the previous tile's distances and are stored with its unwrapped ones,
+carried to the next tile) and writes them into a row of its own (no cell is written twice),
 distance ``j - i`` at column ``j - i + WL + 2 BLOCK_N`` (the band's distances lie within
 ``-WL - 2 BLOCK_N .. WR + BLOCK_M + BLOCK_N``: rows of ``WL + WR + BLOCK_M + 3 BLOCK_N``, the
 same distances in every program, whatever the length), and the far tiles' sums into two
@@ -500,7 +501,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
 
 
 @triton.jit
-def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
              NDIST, first0, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
@@ -538,14 +539,13 @@ def _dq_tile(dq, dqa, dql, dqr, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, 
             c = tl.arange(0, BLOCK_N)[None, :]
             jw = c + tl.arange(0, BLOCK_M)[:, None]
             g = tl.gather(ds, jw % BLOCK_N, 1)
-            wrapped = jw >= BLOCK_N
-            at = n0 - i0 + tl.arange(0, BLOCK_N) + WOFF  # unwrapped: j - i = n0 - i0 + c
-            row0 = ((bh * tl.num_programs(1) + pid_m) * 2) * NDIST
-            wr = tl.sum(tl.where(wrapped, g, 0.0), 0)
-            tl.store(DTABLE + row0 + at, tl.sum(g, 0) - wr, mask=(at >= 0) & (at < NDIST))
-            at -= BLOCK_N  # wrapped: one tile width less
-            tl.store(DTABLE + row0 + NDIST + at, wr, mask=(at >= 0) & (at < NDIST))
-    return dq, dqa, dql, dqr
+            wr = tl.sum(tl.where(jw >= BLOCK_N, g, 0.0), 0)
+            # the wrapped sums are the previous tile's unwrapped distances (j - i = n0 - i0 - BLOCK_N + c):
+            # stored with them (carried), each cell once
+            tl.store(DTABLE + (bh * tl.num_programs(1) + pid_m) * NDIST + n0 - i0 - BLOCK_N + WOFF
+                     + tl.arange(0, BLOCK_N), carry + wr)
+            carry = tl.sum(g, 0) - wr
+    return dq, dqa, dql, dqr, carry
 
 
 @triton.jit
@@ -594,6 +594,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     dqa = tl.zeros((BLOCK_M, RI), ACC)
     dql = tl.zeros((BLOCK_M,), ACC)
     dqr = tl.zeros((BLOCK_M,), ACC)
+    carry = tl.zeros((BLOCK_N,), ACC)
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
@@ -604,16 +605,16 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
-        dq, dqa, dql, dqr = _dq_tile(
-            dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+        dq, dqa, dql, dqr, carry = _dq_tile(
+            dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
-            dq, dqa, dql, dqr = _dq_tile(
-                dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+            dq, dqa, dql, dqr, carry = _dq_tile(
+                dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -621,8 +622,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
-            dq, dqa, dql, dqr = _dq_tile(
-                dq, dqa, dql, dqr, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+            dq, dqa, dql, dqr, carry = _dq_tile(
+                dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -652,20 +653,20 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))
         tl.store(DFAR + far + 1, tl.sum(dqr, 0))
-        # the cells the band tiles did not write: the unwrapped row's [lo, end), the wrapped one's a tile earlier
+        # the last band tile's unwrapped sums (zeros without a band); the band wrote [lo - BLOCK_N, end),
+        # the rest of the row is zeroed
         lo = fl - i0 + woff
         end = lo + ((fr - fl + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+        row0 = (bh * tl.num_programs(1) + pid_m) * NDIST
+        tl.store(DTABLE + row0 + end - BLOCK_N + tl.arange(0, BLOCK_N), carry)
         cols = tl.arange(0, NWIN)
-        zeros = tl.zeros((NWIN,), DTABLE.dtype.element_ty)
-        row0 = far * NDIST
-        tl.store(DTABLE + row0 + cols, zeros, mask=(cols < NDIST) & ((cols < lo) | (cols >= end)))
-        tl.store(DTABLE + row0 + NDIST + cols, zeros,
-                 mask=(cols < NDIST) & ((cols < lo - BLOCK_N) | (cols >= end - BLOCK_N)))
+        tl.store(DTABLE + row0 + cols, tl.zeros((NWIN,), DTABLE.dtype.element_ty),
+                 mask=(cols < NDIST) & ((cols < lo - BLOCK_N) | (cols >= end)))
 
 
 @triton.jit
 def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sq, sdo, qk_scale,
-              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, far_row,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
@@ -682,7 +683,9 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
     delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
-    if KIND != 1:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
+    if KIND == 3:  # a far tile of either side: its per-row term given (a bias by bucket alone)
+        lse -= far_row
+    if KIND == 0 or KIND == 2:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
         far = (2 * bh + KIND // 2) * T + offs_m
         if KEYS:
             lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
@@ -722,11 +725,12 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False):
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
-    past S, read as zeros, are not stored)."""
+    past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone, non-causal): the
+    far tiles of both sides in one loop before the band, one pipeline prologue less."""
     bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = bh // H
@@ -751,18 +755,32 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     if CAUSAL:  # queries left of the tile's first key see none of it
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 2, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's term chosen per
+        # tile (a bias by bucket alone, non-causal)
+        far_r = tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
+        far_l = tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
+        n_right = (a - m_lo + BLOCK_M - 1) // BLOCK_M
+        for t in range(0, n_right + (T - c + BLOCK_M - 1) // BLOCK_M):
+            right = t < n_right
+            m0 = tl.where(right, m_lo + t * BLOCK_M, c + (t - n_right) * BLOCK_M)
+            dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
+                               sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
+                               tl.where(right, far_r, far_l), 3, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N,
+                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if not MERGE_FAR:
+        for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
+            dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
+                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 2, BIAS, KEYS, VALUES, CAUSAL,
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
-        dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    if not MERGE_FAR:
+        for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
+            dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
+                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, BIAS, KEYS, VALUES, CAUSAL,
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
         dk = tl.where(keep, dk, 0.0)

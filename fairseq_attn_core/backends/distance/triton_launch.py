@@ -7,8 +7,9 @@ What depends only on the declaration and the shape is made once per (device, sha
 cached (:func:`_shape_tables`): the bucket of every distance the call has, ``j - i = -(S -
 1) .. T - 1``, computed on the CPU by the declaration's own bucket function (T5's float32
 logarithm of another library could land a distance on the neighbouring bucket at a boundary,
-this way the kernel's buckets are the piece's), its one-hot matrix (the table's gradient is
-one matmul of the kernel's per-distance sums), the edges of the far stages (the distances
+this way the kernel's buckets are the piece's), the one-hot matrix of the distances
+backward_q sums (the table's gradient is one matmul of the kernel's per-distance sums; made
+on the first backward, for its window of distances only), the edges of the far stages (the distances
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
 distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a column of 0 /
@@ -81,8 +82,9 @@ def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> 
     """What the kernels need of the declaration at this shape, made once per device and
     shape: ``bias`` (the kernels' BIAS: 0 none, 1 a table per distance, 2 slopes), the far
     stages' edges ``WL``, ``WR`` (every pair at ``j - i <= -WL`` has one term per row, as
-    every pair at ``j - i >= WR``), and per kind the bucket index, its one-hot matrix
-    (S + T - 1, N) and its first and last rows (the far stages' buckets), or the slopes in base 2."""
+    every pair at ``j - i >= WR``), and per kind the bucket index and the one-hot rows of its
+    first and last (the far stages' buckets; the band's rows are made for backward_q's window,
+    :func:`_window_onehot`), or the slopes in base 2."""
     if terms.bias_table is not None:
         key = ("buckets", terms.bucket, terms.bias_table.size(0))
     elif terms.slopes is not None:
@@ -93,14 +95,13 @@ def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> 
     got = _TABLES.get(key)
     if got is not None:
         return got
-    got = dict(bias=0, WL=0, WR=0, bucket=None, onehot=None, edges=None, slopes2=None)
+    got = dict(bias=0, WL=0, WR=0, bucket=None, edges=None, slopes2=None)
     if terms.bias_table is not None:
         bucket = terms.bucket(torch.arange(1 - S, T)).long()  # on the CPU: no device copy to read back
         run_left = int((bucket != bucket[0]).nonzero()[0, 0]) if (bucket != bucket[0]).any() else S + T - 1
         run_right = int((bucket.flip(0) != bucket[-1]).nonzero()[0, 0]) if (bucket != bucket[-1]).any() else S + T - 1
-        onehot = (bucket[:, None] == torch.arange(terms.bias_table.size(0))).to(acc)
-        got.update(bias=1, WL=S - run_left, WR=T - run_right, bucket=bucket.to(device), onehot=onehot.to(device),
-                   edges=onehot[[0, -1]].to(device))
+        edges = (bucket[[0, -1], None] == torch.arange(terms.bias_table.size(0))).to(acc)
+        got.update(bias=1, WL=S - run_left, WR=T - run_right, bucket=bucket.to(device), edges=edges.to(device))
     elif terms.slopes is not None:
         got.update(bias=2, slopes2=torch.tensor([s * LOG2E for s in terms.slopes], dtype=acc).to(device))
     else:
@@ -171,7 +172,7 @@ class _TritonAttention(torch.autograd.Function):
         bias2 = none
         b0 = brow = 0
         if table is not None:
-            bias2, b0, brow = _bias_rows(table, shape["bucket"], S, T, shape["WL"], shape["WR"], configs,
+            bias2, b0, brow = _bias_rows(table, shape, S, T, configs,
                                          dtype if q.dtype not in HALF else None)
         R = 2 * clip + 1
         qa2 = wk2 = none
@@ -231,7 +232,7 @@ class _TritonAttention(torch.autograd.Function):
         # (triton_kernels' docstring): rows as wide as a band, not as the length
         woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
         # every cell written by backward_q (the band's sums, zeros elsewhere)
-        dtable = torch.empty(B * H * q_tiles * 2 * nwin if table_grad else 1, dtype=dtype, device=q.device)
+        dtable = torch.empty(B * H * q_tiles * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.empty(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
         dwk = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if keys else none
         strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *do.stride()[:3])
@@ -246,6 +247,8 @@ class _TritonAttention(torch.autograd.Function):
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
             TABLE_TF32=_tables_tf32(q, key_table, value_table), num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
+        # a bias by bucket alone, non-causal: backward_kv's far tiles of both sides in one loop (one prologue)
+        merge = common["BIAS"] == 1 and not keys and not common["VALUES"] and not common["CAUSAL"]
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
@@ -255,14 +258,13 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            **_even(ckv, T, S), **common)
+            MERGE_FAR=merge, **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
-            onehot = shape["onehot"]
-            per_window = dtable.view(B, H, q_tiles * 2, nwin).sum((0, 2))
+            per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))
             lo, hi = max(0, woff - (S - 1)), min(nwin, woff + T)  # the columns of distances 1 - S .. T - 1
             far = dfar.view(B, H, q_tiles, 2).sum((0, 2))  # the far tiles' sums: the edge buckets'
-            d_table = (per_window[:, lo:hi] @ onehot[lo - woff + S - 1: hi - woff + S - 1]
+            d_table = (per_window[:, lo:hi] @ _window_onehot(shape, lo - woff + S - 1, hi - woff + S - 1, dtype)
                        + far @ shape["edges"]).t().to(table_dtype).contiguous()
         d_key = d_value = None
         if keys and ctx.needs_input_grad[4]:  # d w_K = scale dQA^T q, summed over backward_q's programs
@@ -272,7 +274,17 @@ class _TritonAttention(torch.autograd.Function):
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7
 
 
-def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, WL: int, WR: int, configs: KernelConfigs, dtype=None):
+def _window_onehot(shape: dict, first: int, end: int, dtype) -> Tensor:
+    """The one-hot matrix (rows, buckets) of the distances ``first - (S - 1) .. end - S`` (the
+    columns of backward_q's per-distance sums), made once per shape and window."""
+    key = ("onehot", first, end, dtype)
+    if key not in shape:
+        bucket = shape["bucket"][first:end]
+        shape[key] = (bucket[:, None] == torch.arange(shape["edges"].size(1), device=bucket.device)).to(dtype)
+    return shape[key]
+
+
+def _bias_rows(table: Tensor, shape: dict, S: int, T: int, configs: KernelConfigs, dtype=None):
     """The table's bias per distance as the kernels read it: (H, 8, BROW), copy c of a head's
     row starting c distances later (a band tile's row reads the copy that aligns its first
     key: whole vectors), distance 0 at column B0. The row holds the distances band tiles can
@@ -281,16 +293,22 @@ def _bias_rows(table: Tensor, bucket: Tensor, S: int, T: int, WL: int, WR: int, 
     and zeros either side (a tile reads its whole span unmasked, up to a tile's size past the
     first or last distance): its width does not grow with the length. In the table's dtype
     when ``dtype`` is None (fp16, bf16: the kernels scale it by log2(e) in float32), else in
-    ``dtype``. Returns (rows, B0, BROW)."""
+    ``dtype``. One gather of the table with a zero row appended, by the bucket of each cell
+    (made once per shape and blocks). Returns (rows, B0, BROW)."""
     blocks = [c for c in vars(configs).values() if c is not None]
     pad = max(max(c.block_m, c.block_n) for c in blocks) + 8
     reach = max(c.block_m + c.block_n for c in blocks) + 8
-    left, right = min(S - 1, max(WL, 0) + reach), min(T - 1, max(WR, 0) + reach)
+    left, right = min(S - 1, max(shape["WL"], 0) + reach), min(T - 1, max(shape["WR"], 0) + reach)
     b0 = _round16(left + pad)
     brow = _round16(b0 + right + 1 + pad)
-    row = torch.zeros(table.size(1), brow + 8, dtype=dtype or table.dtype, device=table.device)
-    row[:, b0 - left: b0 + right + 1] = table.detach()[bucket[S - 1 - left: S + right]].t()
-    return torch.stack([row[:, c: c + brow] for c in range(8)], 1).contiguous(), b0, brow
+    key = ("bias rows", b0, brow, left, right)
+    if key not in shape:  # the bucket of each cell of the first copy and 8 past it (the zero row's index
+        # outside -left .. right); copy c is that row from column c on
+        row = torch.full((brow + 8,), table.size(0), dtype=torch.long, device=shape["bucket"].device)
+        row[b0 - left: b0 + right + 1] = shape["bucket"][S - 1 - left: S + right]
+        shape[key] = row.unfold(0, brow, 1)[:8].contiguous()  # (a view's index would make the gather's result strided)
+    rows = torch.cat([table.detach(), table.new_zeros(1, table.size(1))]).to(dtype or table.dtype)
+    return rows.t()[:, shape[key]].contiguous(), b0, brow
 
 
 def _round16(n: int) -> int:

@@ -32,14 +32,19 @@ def results(tmp_path_factory):
 
 
 def test_the_forms_the_triton_kernels_run_and_what_they_refuse():
-    """A bias of the distance or Shaw's tables; no terms, or a head wider than the configs,
+    """A bias of the distance or Shaw's tables, not both; no terms, or a head wider than the configs,
     are refused in one line before triton is imported."""
     assert DistanceForm(bias="buckets").triton and DistanceForm(bias="slopes").triton
     assert DistanceForm(clip=2, keys=True).triton and DistanceForm(clip=2, keys=True, values=True).triton
     assert not DistanceForm().triton
+    for bias in ("buckets", "slopes"):  # both: the kernels' backward_q would count far tiles twice
+        assert not DistanceForm(clip=2, keys=True, bias=bias).triton
     q = torch.zeros(1, 1, 3, 8)
     with pytest.raises(ValueError, match="run a bias of the distance or Shaw's tables"):
         triton_attention(DistanceTerms(), q, q, q, 1.0)
+    both = DistanceTerms(key_table=torch.zeros(5, 8), clip=2, slopes=(0.5,))
+    with pytest.raises(ValueError, match="run a bias of the distance or Shaw's tables"):
+        triton_attention(both, q, q, q, 1.0)
     assert configs_for(64).forward.block_m >= 16 and configs_for(48) == configs_for(64)
     with pytest.raises(ValueError, match="heads of at most 128 dimensions"):
         configs_for(200)

@@ -57,8 +57,9 @@ class DistanceForm:
 
     @property
     def triton(self) -> bool:
-        """What the Triton kernels run: a bias of the distance, or Shaw's tables."""
-        return self.bias is not None or self.keys
+        """What the Triton kernels run: a bias of the distance, or Shaw's tables, not both
+        (their backward_q would count the far tiles' row sums twice)."""
+        return (self.bias is not None) != self.keys
 
     @property
     def bias_kernel(self) -> bool:

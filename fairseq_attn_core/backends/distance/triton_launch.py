@@ -63,7 +63,7 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     (the decoder). ``configs``: the kernels' blocks (default by head size,
     :mod:`.triton_configs`); ``module``: the kernels (default :func:`kernels`)."""
     if not terms.form.triton:
-        raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's tables")
+        raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's tables, not both")
     module = module or kernels()
     configs = configs or configs_for(q.size(-1), torch.cuda.get_device_capability(q.device)
                                      if q.device.type == "cuda" else None)

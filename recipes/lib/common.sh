@@ -60,8 +60,10 @@ python_found() {  # python_found [MODULE ARG...]: the step's output in STEP_OUT
   (( rc == 0 )) || exit 1
 }
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
-# (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...)
+# (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...),
+# after the interpreter check, as every refusal
 no_args() {
+  (( $# == 0 )) || [[ -n $PLUGIN_DIR ]] || python_found
   (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ${USAGE_EXAMPLE:-ARCH=...} $(basename "$0"); see docs/reference/variables.md)"
 }
 

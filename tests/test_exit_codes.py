@@ -56,6 +56,9 @@ def test_every_recipe_script_exits_2_for_a_usage_error_and_1_for_a_refused_input
         # an interpreter that does not run: refused before any step, the same status
         p = script(recipe, name, *args, env=dict(env, WORK=str(work), PYTHON=str(tmp_path / "no-python")), check=False)
         assert p.returncode == 1 and len(errors(p)) == 1 and "does not run" in errors(p)[0], (recipe, name, p.stderr)
+        if name == "train.sh":  # before an unknown argument too (no step started: bash alone)
+            p = script(recipe, name, "--dry-run", env=dict(WORK=str(work), PYTHON=str(tmp_path / "no-python")), check=False)
+            assert p.returncode == 1 and errors(p) == p.stderr.splitlines() and "does not run" in errors(p)[0], p.stderr
 
 
 def console_commands():

@@ -12,31 +12,33 @@ import sys
 
 import torch
 
-B, H, D, BUCKETS, MAX_DISTANCE = 2, 2, 8, 8, 6
+B, D, BUCKETS, MAX_DISTANCE = 2, 8, 8, 6
 #: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
 CLIP = {33: 3, 32: 3, 5: 6, 1: 2}
 
-#: kind -> (method, T, causal, padding): T = 1, 5, 33, 47 and 32 (whole 16 x 16 tiles); distances
+#: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 47 and 32 (whole 16 x 16 tiles); distances
 #: beyond T5's max distance (6) at T = 32, 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
 #: (under the causal mask its first queries see no key), sentence 1 right-padded or
-#: (``empty``) every key padded
+#: (``empty``) every key padded. Two heads (each its own slopes, its own column of T5's table, its own
+#: slice of q, k, v) in one case of each method and term; one head in the others (the interpreter runs
+#: a program per sentence, head and tile: a second head doubles a case's time)
 CASES = {
     "bias": [
-        ("t5bias", 47, False, "empty"),  # the bias row narrower than the distances (WL + block_m + block_n < 46)
-        ("t5bias", 33, True, "right"),
-        ("alibi", 33, False, "right"),
-        ("alibi", 5, True, "empty"),
-        ("t5bias", 1, False, "right"),
-        ("t5bias", 32, True, "right"),  # whole tiles: the kernels' unmasked loads
+        ("t5bias", 47, False, "empty", 1),  # the bias row narrower than the distances (WL + block_m + block_n < 46)
+        ("t5bias", 33, True, "right", 1),
+        ("alibi", 33, False, "right", 2),
+        ("alibi", 5, True, "empty", 1),
+        ("t5bias", 1, False, "right", 1),
+        ("t5bias", 32, True, "right", 2),  # whole tiles: the kernels' unmasked loads
     ],
     "keys": [  # the key term's code runs in every relpos kv case too
-        ("relpos_k", 33, True, "right"),
+        ("relpos_k", 33, True, "right", 2),
     ],
     "values": [
-        ("relpos_kv", 33, False, "empty"),
-        ("relpos_kv", 33, True, "right"),
-        ("relpos_kv", 5, False, "right"),
-        ("relpos_kv", 32, False, "empty"),  # whole tiles
+        ("relpos_kv", 33, False, "empty", 1),
+        ("relpos_kv", 33, True, "right", 1),
+        ("relpos_kv", 5, False, "right", 1),
+        ("relpos_kv", 32, False, "empty", 2),  # whole tiles
     ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [
@@ -59,7 +61,7 @@ def padding(T: int, pattern: str) -> torch.Tensor:
 
 
 def inputs(case, seed: int):
-    method, T, causal, pad = case
+    method, T, causal, pad, H = case
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, T, D, generator=g, dtype=torch.float64) for _ in range(3))
     table = None
@@ -72,7 +74,7 @@ def inputs(case, seed: int):
     return dict(q=q, k=k, v=v, table=table, table_v=table_v, dout=dout, kpm=padding(T, pad), scale=D ** -0.5)
 
 
-def terms_of(method: str, causal: bool, T: int, table=None, table_v=None):
+def terms_of(method: str, causal: bool, T: int, H: int, table=None, table_v=None):
     from fairseq_attn_core.backends.distance import DistanceTerms
     from fairseq_attn_core.pieces.alibi import alibi_slopes
     from fairseq_attn_core.pieces.t5bias import relative_position_bucket
@@ -87,10 +89,10 @@ def terms_of(method: str, causal: bool, T: int, table=None, table_v=None):
 def run(case, seed):
     from fairseq_attn_core.backends.distance.triton_configs import SMALL
     from fairseq_attn_core.backends.distance.triton_launch import triton_attention
-    method, T, causal, _ = case
+    method, T, causal, _, H = case
     x = inputs(case, seed)
     leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
-    out = triton_attention(terms_of(method, causal, T, *leaves[3:]), *leaves[:3],
+    out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
                          x["scale"], x["kpm"], causal, SMALL)
     grads = torch.autograd.grad(out, leaves, x["dout"])
     return dict(out=out.detach(), grads=[g.detach() for g in grads])
@@ -99,7 +101,7 @@ def run(case, seed):
 def rope_inputs(case, seed: int):
     L, D, rot, first = case
     g = torch.Generator().manual_seed(seed)
-    x, dy = (torch.randn(B, H, L, D, generator=g, dtype=torch.float64) for _ in range(2))
+    x, dy = (torch.randn(B, 2, L, D, generator=g, dtype=torch.float64) for _ in range(2))
     return dict(x=x, dy=dy, pos=torch.arange(first, first + L), rot=rot)
 
 

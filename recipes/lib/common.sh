@@ -38,18 +38,32 @@ log() { local name=${RECIPE_DIR:-recipe}; name=${name%/}; printf '[%s %(%H:%M:%S
 usage_error() { echo "error: $*" >&2; exit 2; }
 die() { echo "error: $*" >&2; exit 1; }
 # every recipe needs torch, fairseq and this package importable by PYTHON: said in one line
-# before any step (found, not imported: milliseconds). The same process says where the plugin
-# lies (PLUGIN_DIR: fairseq's --user-dir, recipe_defaults), found once per script
-PYTHON_FOUND=$("$PYTHON" -c 'import importlib.util as u
+# before any step (found, not imported: milliseconds), in the process of the script's first step
+# (check_variables, which every *_main runs first; a profile read while a recipe's env.sh is sourced),
+# which then runs the step (MODULE ARG...). The same process says where the plugin lies (PLUGIN_DIR:
+# fairseq's --user-dir, recipe_defaults), found once per script
+PYTHON_FOUND='import importlib.util as u, runpy, sys
 missing = [m for m in ("torch", "fairseq", "fairseq_attn_plugins", "fairseq_attn_recipes") if u.find_spec(m) is None]
 print(" ".join(missing))
-print("" if missing else u.find_spec("fairseq_attn_plugins").submodule_search_locations[0])' 2>/dev/null) \
-  || die "PYTHON=$PYTHON does not run: give an interpreter (e.g. PYTHON=.venv/bin/python after 'bash scripts/test.sh')"
-{ read -r PYTHON_MISSING; read -r PLUGIN_DIR || true; } <<< "$PYTHON_FOUND"
-[[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
+print("" if missing else u.find_spec("fairseq_attn_plugins").submodule_search_locations[0], flush=True)
+if not missing and len(sys.argv) > 1:
+    sys.argv = sys.argv[1:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)'
+PLUGIN_DIR=  # found by python_found, never taken from the environment
+python_found() {  # python_found [MODULE ARG...]: the step's output in STEP_OUT
+  local found="" rc=0
+  if command -v -- "$PYTHON" >/dev/null; then found=$("$PYTHON" -c "$PYTHON_FOUND" "$@") || rc=$?; fi
+  [[ -n $found ]] || die "PYTHON=$PYTHON does not run: give an interpreter (e.g. PYTHON=.venv/bin/python after 'bash scripts/test.sh')"
+  { read -r PYTHON_MISSING; read -r PLUGIN_DIR || true; } <<< "$found"
+  STEP_OUT=${found#*$'\n'}; [[ $STEP_OUT == *$'\n'* ]] && STEP_OUT=${STEP_OUT#*$'\n'} || STEP_OUT=""
+  [[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
+  (( rc == 0 )) || exit 1
+}
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
-# (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...)
+# (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...),
+# after the interpreter check, as every refusal
 no_args() {
+  (( $# == 0 )) || [[ -n $PLUGIN_DIR ]] || python_found
   (( $# == 0 )) || usage_error "$(basename "$0"): unknown argument '$1': it takes none (settings are environment variables, e.g. ${USAGE_EXAMPLE:-ARCH=...} $(basename "$0"); see docs/reference/variables.md)"
 }
 
@@ -61,7 +75,8 @@ check_variables() {
   local s todo=()
   for s in "$@"; do [[ " ${VARIABLES_CHECKED:-} " == *" $s "* ]] || todo+=("$s"); done
   (( ${#todo[@]} )) || return 0
-  "$PYTHON" -m fairseq_attn_recipes.variables "${todo[@]}" || exit 1
+  if [[ -n $PLUGIN_DIR ]]; then "$PYTHON" -m fairseq_attn_recipes.variables "${todo[@]}" || exit 1
+  else python_found fairseq_attn_recipes.variables "${todo[@]}"; fi
   VARIABLES_CHECKED="${VARIABLES_CHECKED:-} ${todo[*]}"
 }
 
@@ -121,13 +136,19 @@ recipe_defaults() {
   # the default layout: each prepared data in WORK/data/<id>, WORK/data-bin a symlink naming the
   # latest, each run evaluated on its own (DATA_KEYED=1); an explicit DATA is written/read as given
   if [[ $DATA == "$WORK/data-bin" ]]; then DATA_KEYED=1; else DATA_KEYED=0; fi
+  [[ -n $PLUGIN_DIR ]] || python_found
   USER_DIR=$PLUGIN_DIR
   language_facts
 }
 
 # the recipes' facts live in Python: STEP prints bash (profiles.py's VAR=${VAR:-value} lines, a value
 # the environment gives wins; languages.py's arrays), read here
-step_defaults() { local out; out=$("${STEPS[@]}" "$@") || exit 1; eval "$out"; }
+step_defaults() {
+  local out
+  if [[ -n $PLUGIN_DIR ]]; then out=$("${STEPS[@]}" "$@") || exit 1
+  else python_found fairseq_attn_recipes "$@"; out=$STEP_OUT; fi
+  eval "$out"
+}
 profile() { step_defaults profile "$@"; }  # profile NAME | --arch ARCH [--only VAR...]
 
 # the tokeniser of SRC and TGT and what their words are counted on (LANG_TOKENIZER, LANG_WORDS_OF)

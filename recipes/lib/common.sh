@@ -76,7 +76,7 @@ check_variables() {
   for s in "$@"; do [[ " ${VARIABLES_CHECKED:-} " == *" $s "* ]] || todo+=("$s"); done
   (( ${#todo[@]} )) || return 0
   if [[ -n $PLUGIN_DIR ]]; then "$PYTHON" -m fairseq_attn_recipes.variables "${todo[@]}" || exit 1
-  else python_found fairseq_attn_recipes.variables "${todo[@]}"; fi
+  else python_found fairseq_attn_recipes.variables "${todo[@]}"; [[ -z $STEP_OUT ]] || printf '%s\n' "$STEP_OUT"; fi
   VARIABLES_CHECKED="${VARIABLES_CHECKED:-} ${todo[*]}"
 }
 

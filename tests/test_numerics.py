@@ -60,12 +60,17 @@ def _inputs(side, dtype):
     return x, kpm, attn_mask
 
 
-def _module_for(names, backend, side):
+def _args_for(names, backend):
     flags = {}
     for n in names:
         flags.update(piece_test_flags(n))
     args = plain_args(attn_pieces=",".join(names), attn_backend=backend, **flags)
     validate_attention_args(args)
+    return args
+
+
+def _module_for(args, backend, side):
+    """Both sides from one args, as a fairseq model builds every layer from its one args."""
     site = _site(side)
     pieces = build_pieces(args, site)
     seed_cpu(0)
@@ -97,8 +102,9 @@ def _assert_grads_finite(what, module):
 @pytest.mark.parametrize("names", compatible_sets(2), ids=",".join)
 def test_bf16_forward_backward_finite(names, backend):
     active = False
+    args = _args_for(names, backend)
     for side in ("encoder", "decoder"):
-        module, pieces = _module_for(names, backend, side)
+        module, pieces = _module_for(args, backend, side)
         active |= bool(pieces)
         module = module.to(torch.bfloat16)
         need_weights = backend == "explicit"
@@ -127,8 +133,9 @@ def test_bf16_forward_backward_finite(names, backend):
 
 @pytest.mark.parametrize("names", compatible_sets(1), ids=",".join)
 def test_bf16_close_to_float32(names):
+    args = _args_for(names, "explicit")
     for side in ("encoder", "decoder"):
-        module, _ = _module_for(names, "explicit", side)
+        module, _ = _module_for(args, "explicit", side)
         module.eval()
         low = copy.deepcopy(module).to(torch.bfloat16)
         _, ref, wref = _run(module, side, torch.float32, True, 0)

@@ -154,8 +154,8 @@ def long_lived_frozen():
     """What exists now (the models, optimizers, batches: alive until the block ends) frozen out of
     the collector (``gc.freeze``), so each collection inside walks only what the block made.
     Unfrozen after, also on error, unless the caller had frozen objects itself: ``gc.unfreeze``
-    cannot tell its objects from ours, so they all stay frozen (and are still freed when no
-    longer referenced)."""
+    cannot tell its objects from ours, so they all stay frozen (those in no reference cycle are
+    still freed when no longer referenced: the models and optimizers are)."""
     gc.collect()
     frozen_before = gc.get_freeze_count()
     gc.freeze()

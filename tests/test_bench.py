@@ -263,13 +263,12 @@ def test_measurements_run_collected_with_the_collector_off_and_the_heap_frozen()
             raise RuntimeError("a failing measurement")
         return 1.0
 
-    gc.collect()
+    enabled = gc.isenabled()
+    assert B.interleaved(["a", "b"], 1, measure, log=lambda *_: None) == {"a": [1.0], "b": [1.0]}
+    assert gc.isenabled() == enabled
     frozen_by_session = gc.get_freeze_count()
-    gc.unfreeze()  # the session's freeze (conftest.py) undone, to see the benchmark's own put back
+    gc.unfreeze()  # the session's freeze (conftest.py) undone, to see the benchmark's own undone after
     try:
-        enabled = gc.isenabled()
-        assert B.interleaved(["a", "b"], 1, measure, log=lambda *_: None) == {"a": [1.0], "b": [1.0]}
-        assert gc.get_freeze_count() == 0 and gc.isenabled() == enabled
         with pytest.raises(RuntimeError, match="a failing measurement"):
             B.interleaved(["a", "b"], 2, measure, log=lambda *_: None)
         assert gc.get_freeze_count() == 0 and gc.isenabled() == enabled

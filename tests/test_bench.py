@@ -4,12 +4,12 @@ is the recipes' profile, ``--data-bin`` and the report ``fairseq-attn-paper clai
 No timing thresholds: speed goals live in the benchmark's own output.
 """
 
-import contextlib
 import gc
 import json
 import os
 import shlex
 import statistics
+import weakref
 
 import pytest
 import torch
@@ -38,35 +38,12 @@ def registered_variants():
 pytestmark = pytest.mark.xdist_group("bench_tiny_report")
 
 
-@contextlib.contextmanager
-def heap_frozen():
-    """The benchmark collects garbage before each of its measurements (about 190 in the tiny
-    report): in a test process each full collection walks every object pytest and the earlier
-    tests hold (~0.2 s, three quarters of the report's time). Frozen (``gc.freeze``), those
-    objects are left out of the collections; the benchmark's own garbage is still collected.
-    The modules torch imports on first use inside the benchmark (its optimizer's first
-    ``add_param_group`` imports torch._dynamo, with sympy: ~110,000 objects; the CPU sweep's
-    memory pass imports torch.profiler) are imported first, so they are frozen with the rest."""
-    import torch._dynamo  # noqa: F401
-    import torch.profiler  # noqa: F401
-
-    gc.collect()  # what the earlier tests left is freed now, not frozen
-    frozen_before = gc.get_freeze_count()  # what the session froze after collection (conftest.py) stays frozen
-    gc.freeze()
-    try:
-        yield
-    finally:
-        if not frozen_before:
-            gc.unfreeze()
-
-
 @pytest.fixture(scope="module")
 def tiny_report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("bench")
     js, md = folder / "out.json", folder / "out.md"
-    with heap_frozen():
-        rc = bench.main(["--device", "cpu", "--preset", "tiny", "--mode", "all", "--threads", "1",
-                         "--json", str(js), "--markdown", str(md)])
+    rc = bench.main(["--device", "cpu", "--preset", "tiny", "--mode", "all", "--threads", "1",
+                     "--json", str(js), "--markdown", str(md)])
     assert rc == 0
     return json.loads(js.read_text()), md.read_text()
 
@@ -159,6 +136,8 @@ def test_inference_and_sweep(tiny_report):
     assert len(ref) == rounds
     for e in inf.values():
         assert e["ratio"]["runs"] == pytest.approx([a / b for a, b in zip(e["sentences_per_s"]["runs"], ref)])
+    # the sweep's lengths (16) fit the 256 positions the models were built with for training
+    assert report["sweep"]["models"] == "built for training" and report["sweep"]["build_errors"] == {}
     for L, entry in report["sweep"]["lengths"].items():
         assert entry["batch"] == max(1, B.PRESETS["tiny"]["sweep_tokens"] // int(L))
         stock = entry["systems"]["fairseq"]["tokens_per_s"]["runs"]
@@ -262,6 +241,43 @@ def test_timer_on_cpu_measures_elapsed_time():
     assert 0.04 < t.stop() < 1.0
 
 
+def test_measurements_run_collected_with_the_collector_off_and_the_heap_frozen():
+    """Each measurement: the previous one's cyclic garbage collected before it, the collector off
+    inside, the long-lived heap frozen; all put back after the rounds, also when one fails."""
+    class Cycle:
+        pass
+
+    def cyclic_garbage():
+        c = Cycle()
+        c.me = c
+        ref = weakref.ref(c)
+        del c
+        return ref
+
+    seen, left = [], []
+
+    def measure(name, r):
+        seen.append((name, gc.isenabled(), gc.get_freeze_count() > 0, all(ref() is None for ref in left)))
+        left.append(cyclic_garbage())
+        if r == 1 and name == "b":
+            raise RuntimeError("a failing measurement")
+        return 1.0
+
+    enabled = gc.isenabled()
+    assert B.interleaved(["a", "b"], 1, measure, log=lambda *_: None) == {"a": [1.0], "b": [1.0]}
+    assert gc.isenabled() == enabled
+    frozen_by_session = gc.get_freeze_count()
+    gc.unfreeze()  # the session's freeze (conftest.py) undone, to see the benchmark's own undone after
+    try:
+        with pytest.raises(RuntimeError, match="a failing measurement"):
+            B.interleaved(["a", "b"], 2, measure, log=lambda *_: None)
+        assert gc.get_freeze_count() == 0 and gc.isenabled() == enabled
+    finally:
+        if frozen_by_session:
+            gc.freeze()
+    assert seen == [("a", False, True, True), ("b", False, True, True)] * 2 + [("b", False, True, True)]
+
+
 def test_batches_are_fairseq_like():
     d = B.make_dictionary(50)
     a = B.make_train_batches(d, 200, 3, 30, seed=5, device="cpu")
@@ -324,10 +340,9 @@ def test_position_sweep_lengths(tmp_path):
     memory ratios to stock from the interleaved rounds (arithmetic checked here; one short
     length, ``--lengths 8``, instead of 32 ... 1024 to keep the test short)."""
     js = tmp_path / "sweep.json"
-    with heap_frozen():
-        rc = bench.main(["--device", "cpu", "--preset", "tiny", "--sweep", "lengths", "--threads", "1",
-                         "--lengths", "8", "--systems", "relpos_kv/*,rope/*", "--repeats", "3",
-                         "--json", str(js)])
+    rc = bench.main(["--device", "cpu", "--preset", "tiny", "--sweep", "lengths", "--threads", "1",
+                     "--lengths", "8", "--systems", "relpos_kv/*,rope/*", "--repeats", "3",
+                     "--json", str(js)])
     assert rc == 0
     report = json.loads(js.read_text())
     # --repeats N: N rounds, recorded
@@ -393,8 +408,7 @@ def test_sweep_reports_a_failing_system_and_measures_the_rest():
         raise RuntimeError("the kernel does not compile\nsecond line")
 
     models["broken"].encoder.forward = broken
-    with heap_frozen():
-        sweep = B.bench_sweep(models, cfg, torch.device("cpu"), 1, lambda *a: None)
+    sweep = B.bench_sweep(models, cfg, torch.device("cpu"), 1, lambda *a: None)
     entry = sweep["lengths"]["8"]
     assert entry["failed"] == {"broken": "RuntimeError: the kernel does not compile"}
     assert set(entry["systems"]) == {B.STOCK, "rope/fused"}
@@ -506,9 +520,8 @@ def test_data_bin_measurement_is_what_the_claims_read(tmp_path):
     :func:`side_by_side.read_bench`, refused at another parameter count."""
     data_bin = shared_data()
     js = tmp_path / "bench.json"
-    with heap_frozen():
-        assert bench.main(["--preset", "tiny", "--data-bin", data_bin, "--threads", "1", "--no-infer",
-                           "--systems", "transformer_attn_wmt_en_de,csan2d", "--json", str(js)]) == 0
+    assert bench.main(["--preset", "tiny", "--data-bin", data_bin, "--threads", "1", "--no-infer",
+                       "--systems", "transformer_attn_wmt_en_de,csan2d", "--json", str(js)]) == 0
     report = json.loads(js.read_text())
     lines = sum(1 for _ in open(os.path.join(data_bin, "dict.src.txt"), encoding="utf-8"))
     data = report["meta"]["data"]

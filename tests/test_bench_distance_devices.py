@@ -3,8 +3,6 @@ runs several policies in the same rounds, and records the paths each system's la
 every report names the code it measured (commit, sources hash)."""
 
 import json
-import os
-import sys
 
 import pytest
 
@@ -13,18 +11,14 @@ from fairseq_attn_plugins.bench.report import provenance, sources_hash
 from fairseq_attn_plugins.bench.systems import apply_distance_devices
 from fairseq_attn_plugins.cli import bench as cli
 
-sys.path.insert(0, os.path.dirname(__file__))
-from test_bench import heap_frozen  # noqa: E402  (the benchmark's collections skip pytest's heap)
-
 
 @pytest.fixture(scope="module")
 def two_policies():
     """t5bias's auto at L = 128 (the CPU distance-bias path from 128 positions) and rope's fused
     path, under a policy without cpu (first) and one with it."""
-    with heap_frozen():
-        return run_benchmark("cpu", "tiny", "fp32", systems=["t5bias/auto", "rope/fused"], repeats=2,
-                             log=lambda *a: None, sweep="lengths", lengths=[128],
-                             distance_devices=[("cuda",), ("cpu",)])
+    return run_benchmark("cpu", "tiny", "fp32", systems=["t5bias/auto", "rope/fused"], repeats=2,
+                         log=lambda *a: None, sweep="lengths", lengths=[128],
+                         distance_devices=[("cuda",), ("cpu",)])
 
 
 def test_each_policy_builds_its_own_layers_and_records_their_paths(two_policies):
@@ -49,9 +43,8 @@ def test_a_policy_that_changes_no_path_is_measured_once(two_policies):
 
 def test_one_policy_keeps_the_names_and_the_default_is_left_alone():
     kw = dict(systems=["t5bias/auto"], repeats=2, log=lambda *a: None, sweep="lengths", lengths=[128])
-    with heap_frozen():
-        default = run_benchmark("cpu", "tiny", "fp32", **kw)
-        off = run_benchmark("cpu", "tiny", "fp32", distance_devices=[("cuda",)], **kw)
+    default = run_benchmark("cpu", "tiny", "fp32", **kw)
+    off = run_benchmark("cpu", "tiny", "fp32", distance_devices=[("cuda",)], **kw)
     assert default["sweep"]["lengths"]["128"]["systems"]["t5bias/auto"]["paths"] == {"distance bias": 3}
     assert off["sweep"]["lengths"]["128"]["systems"]["t5bias/auto"]["paths"] == {"fused": 3}
     assert "distance_devices" not in {e["name"]: e for e in default["systems"]}["t5bias/auto"]
@@ -60,10 +53,9 @@ def test_one_policy_keeps_the_names_and_the_default_is_left_alone():
 
 def test_training_records_the_paths_at_every_batch_shape(tmp_path):
     out = tmp_path / "train.json"
-    with heap_frozen():
-        assert cli.main(["--preset", "tiny", "--threads", "1", "--systems", "t5bias", "--no-infer",
-                         "--distance-devices", "cpu", "--distance-devices", "cpu,cuda",
-                         "--json", str(out)]) == 0
+    assert cli.main(["--preset", "tiny", "--threads", "1", "--systems", "t5bias", "--no-infer",
+                     "--distance-devices", "cpu", "--distance-devices", "cpu,cuda",
+                     "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     entries = {e["name"]: e for e in report["systems"]}
     shapes = entries["t5bias"]["paths_by_shape"]

@@ -62,9 +62,10 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
     report["meta"]["data"] = data
     longest = cfg["max_src"] if pair_lengths is None else int(max(max(x) for x in pair_lengths))
     sweep_shapes = [(L, None) for L in cfg["sweep_lengths"]]
+    sweep_positions = max(256, max(cfg["sweep_lengths"]))
+    positions = max(256, longest + 1) if mode != "sweep" else sweep_positions
     models, entries = _build_all(sys_list, (dictionary, tgt_dictionary), cfg, seed, device, dtype,
-                                 max(256, longest + 1) if mode != "sweep" else
-                                 max(256, max(cfg["sweep_lengths"])), log,
+                                 positions, log,
                                  sweep_shapes if mode == "sweep" else
                                  train_shapes(dictionary, cfg, seed, tgt_dictionary, pair_lengths))
     report["systems"] = entries
@@ -73,16 +74,24 @@ def run_benchmark(device="cpu", preset=None, dtype=None, mode="train", systems=N
         report["train"] = bench_train(models, dictionary, cfg, device, seed, log, tgt_dictionary, pair_lengths)
         if infer:
             report["infer"] = bench_infer(models, dictionary, cfg, device, seed, log, tgt_dictionary, pair_lengths)
-    if mode == "all":  # rebuild with position tables long enough for the sweep
+    # mode all: the sweep rebuilds the systems with position tables long enough for its lengths;
+    # where that is the same build (same positions, no system dropped for taking another's paths
+    # at the training shapes), it measures the models built for training instead
+    reuse = positions == sweep_positions and all(s.same_model_as is None for s in sys_list)
+    if mode == "all" and reuse:
+        sweep_entries = entries
+        log("sweep: the models built for training (the same positions)")
+    elif mode == "all":
         del models
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
         models, sweep_entries = _build_all(sys_list, (dictionary, tgt_dictionary), cfg, seed, device, dtype,
-                                           max(256, max(cfg["sweep_lengths"])), log, sweep_shapes)
+                                           sweep_positions, log, sweep_shapes)
     if mode in ("sweep", "all"):
         report["sweep"] = bench_sweep(models, cfg, device, seed, log)
         if mode == "all":
+            report["sweep"]["models"] = "built for training" if reuse else f"rebuilt, {sweep_positions} positions"
             report["sweep"]["build_errors"] = {e["name"]: e["error"] for e in sweep_entries
                                                if "error" in e}
     targets = {s["name"]: s["target"] for s in report["systems"]}

@@ -3,7 +3,7 @@
 import torch
 
 from .systems import STOCK, layer_paths
-from .timing import (PeakMemory, TensorPeak, Timer, interleaved, paired_ratios, summarize,
+from .timing import (PeakMemory, TensorPeak, Timer, interleaved, long_lived_frozen, paired_ratios, summarize,
                      sync_device)
 
 def bench_sweep(models, cfg, device, seed, log):
@@ -56,10 +56,11 @@ def bench_sweep(models, cfg, device, seed, log):
         log(f"sweep: length {L}, batch {bsz}")
         runs = interleaved(alive, cfg["repeats"], measure, lambda *_: None)
         if cpu:  # allocation records, one untimed step each (RSS misses short peaks on CPU)
-            for name in alive:
-                with TensorPeak() as mem:
-                    step(models[name])
-                peaks[name] = mem.peak_bytes
+            with long_lived_frozen():
+                for name in alive:
+                    with TensorPeak() as mem:
+                        step(models[name])
+                    peaks[name] = mem.peak_bytes
         entry = {"batch": bsz, "systems": {}}
         for name in alive:
             entry["systems"][name] = {

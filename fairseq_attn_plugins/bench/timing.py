@@ -8,6 +8,7 @@
   spread exceeds :data:`MAX_SPREAD` (+-3 %) is **unmeasured**: no PASS/MISS is judged on it.
 """
 
+import contextlib
 import ctypes
 import gc
 import os
@@ -134,14 +135,48 @@ def paired_ratios(sys_runs: List[float], ref_runs: List[float]) -> dict:
     return summarize(r)
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """timeit's practice around one measurement: garbage collected before, the collector off
+    inside (a collection's pause is not the system's time), back as it was after, also on error."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@contextlib.contextmanager
+def long_lived_frozen():
+    """What exists now (the models, optimizers, batches: alive until the block ends) frozen out of
+    the collector (``gc.freeze``), so each collection inside walks only what the block made.
+    Unfrozen after, also on error, unless the caller had frozen objects itself: ``gc.unfreeze``
+    cannot tell its objects from ours, so they all stay frozen (those in no reference cycle are
+    still freed when no longer referenced: the models and optimizers are)."""
+    gc.collect()
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
+
+
 def interleaved(systems: List[str], repeats: int, measure, log=print) -> Dict[str, List]:
-    """Round r measures every system once, the order rotated by r."""
+    """Round r measures every system once, the order rotated by r. Each measurement runs in
+    :func:`collector_paused`, the rounds in :func:`long_lived_frozen`."""
     runs = {s: [] for s in systems}
-    for r in range(repeats):
-        order = systems[r % len(systems):] + systems[: r % len(systems)]
-        for s in order:
-            runs[s].append(measure(s, r))
-        log(f"  round {r + 1}/{repeats} done")
+    with long_lived_frozen():
+        for r in range(repeats):
+            order = systems[r % len(systems):] + systems[: r % len(systems)]
+            for s in order:
+                with collector_paused():
+                    runs[s].append(measure(s, r))
+            log(f"  round {r + 1}/{repeats} done")
     return runs
 
 

@@ -59,6 +59,11 @@ python_found() {  # python_found [MODULE ARG...]: the step's output in STEP_OUT
   [[ -z $PYTHON_MISSING ]] || die "PYTHON=$PYTHON cannot import $PYTHON_MISSING: run 'bash scripts/test.sh' once (it installs .venv, which the recipes then use), or activate an environment that has them"
   (( rc == 0 )) || exit 1
 }
+# step_out MODULE ARG...: the step's stdout in STEP_OUT (a failed step ends the script); the
+# script's first step also runs the interpreter check, in the same process (python_found)
+step_out() {
+  if [[ -n $PLUGIN_DIR ]]; then STEP_OUT=$("$PYTHON" -m "$@") || exit 1; else python_found "$@"; fi
+}
 # no_args "$@": a script that takes no argument refuses one, in one line, before doing anything
 # (its settings are environment variables; USAGE_EXAMPLE: one the script reads, default ARCH=...),
 # after the interpreter check, as every refusal
@@ -75,8 +80,8 @@ check_variables() {
   local s todo=()
   for s in "$@"; do [[ " ${VARIABLES_CHECKED:-} " == *" $s "* ]] || todo+=("$s"); done
   (( ${#todo[@]} )) || return 0
-  if [[ -n $PLUGIN_DIR ]]; then "$PYTHON" -m fairseq_attn_recipes.variables "${todo[@]}" || exit 1
-  else python_found fairseq_attn_recipes.variables "${todo[@]}"; [[ -z $STEP_OUT ]] || printf '%s\n' "$STEP_OUT"; fi
+  step_out fairseq_attn_recipes.variables "${todo[@]}"
+  [[ -z $STEP_OUT ]] || printf '%s\n' "$STEP_OUT"
   VARIABLES_CHECKED="${VARIABLES_CHECKED:-} ${todo[*]}"
 }
 
@@ -143,12 +148,7 @@ recipe_defaults() {
 
 # the recipes' facts live in Python: STEP prints bash (profiles.py's VAR=${VAR:-value} lines, a value
 # the environment gives wins; languages.py's arrays), read here
-step_defaults() {
-  local out
-  if [[ -n $PLUGIN_DIR ]]; then out=$("${STEPS[@]}" "$@") || exit 1
-  else python_found fairseq_attn_recipes "$@"; out=$STEP_OUT; fi
-  eval "$out"
-}
+step_defaults() { step_out fairseq_attn_recipes "$@"; eval "$STEP_OUT"; }
 profile() { step_defaults profile "$@"; }  # profile NAME | --arch ARCH [--only VAR...]
 
 # the tokeniser of SRC and TGT and what their words are counted on (LANG_TOKENIZER, LANG_WORDS_OF)

@@ -100,7 +100,7 @@ def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> 
         bucket = terms.bucket(torch.arange(1 - S, T)).long()  # on the CPU: no device copy to read back
         run_left = int((bucket != bucket[0]).nonzero()[0, 0]) if (bucket != bucket[0]).any() else S + T - 1
         run_right = int((bucket.flip(0) != bucket[-1]).nonzero()[0, 0]) if (bucket != bucket[-1]).any() else S + T - 1
-        edges = (bucket[[0, -1], None] == torch.arange(terms.bias_table.size(0))).to(acc)
+        edges = _onehot(bucket[[0, -1]], terms.bias_table.size(0), acc)
         got.update(bias=1, WL=S - run_left, WR=T - run_right, bucket=bucket.to(device), edges=edges.to(device))
     elif terms.slopes is not None:
         got.update(bias=2, slopes2=torch.tensor([s * LOG2E for s in terms.slopes], dtype=acc).to(device))
@@ -279,9 +279,13 @@ def _window_onehot(shape: dict, first: int, end: int, dtype) -> Tensor:
     columns of backward_q's per-distance sums), made once per shape and window."""
     key = ("onehot", first, end, dtype)
     if key not in shape:
-        bucket = shape["bucket"][first:end]
-        shape[key] = (bucket[:, None] == torch.arange(shape["edges"].size(1), device=bucket.device)).to(dtype)
+        shape[key] = _onehot(shape["bucket"][first:end], shape["edges"].size(1), dtype)
     return shape[key]
+
+
+def _onehot(bucket: Tensor, buckets: int, dtype) -> Tensor:
+    """(len(bucket), buckets): row r is 1 at column ``bucket[r]``."""
+    return (bucket[:, None] == torch.arange(buckets, device=bucket.device)).to(dtype)
 
 
 def _bias_rows(table: Tensor, shape: dict, S: int, T: int, configs: KernelConfigs, dtype=None):

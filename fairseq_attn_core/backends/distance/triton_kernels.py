@@ -628,27 +628,36 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
-        # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots
+        # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots;
+        # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), as its transpose q^T dQA
+        # (a dot of BLOCK_D rows), rows 1 .. R - 1 by the dot, row 0 as a sum
         r = tl.arange(0, RI)
         d_ok = (offs_d < D)[None, :]
         dqa = tl.where((r == R - 2)[None, :], dqr[:, None], dqa)
-        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok, other=0.0)
+        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok,
+                       other=0.0).to(ACC)
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        dq = _dot_table(dqa, w_in.to(ACC), dq, ACC, KEYS_PRECISION, TABLE_TF32)
+        qt = tl.trans(q.to(ACC))
+        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: dQA alone is split, once for both
+            d_hi, d_lo = _tf32_parts(dqa)
+            if TABLE_TF32:  # the table too: two dots
+                dq = tl.dot(d_hi, w_in, tl.dot(d_lo, w_in, dq, out_dtype=ACC, input_precision="tf32"),
+                            out_dtype=ACC, input_precision="tf32")
+            else:
+                dq = tl.dot(dqa, w_in, dq, out_dtype=ACC, input_precision="tf32x3")
+            dw_t = tl.dot(qt, d_hi, tl.dot(qt, d_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            dq = tl.dot(dqa, w_in, dq, out_dtype=ACC, input_precision=KEYS_PRECISION)
+            dw_t = tl.dot(qt, dqa, out_dtype=ACC, input_precision=KEYS_PRECISION)
         dq += dql[:, None] * w_left[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
-    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros); rows 1 .. R - 1 by the dot
-        qf = q.to(ACC)
+    if KEYS:
         part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
-        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only dQA is split
-            d_hi, d_lo = _tf32_parts(tl.trans(dqa))
-            dw_in = tl.dot(d_hi, qf, tl.dot(d_lo, qf, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
-        else:
-            dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
-        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
-                 mask=(r < R - 1)[:, None] & d_ok)
-        tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
+        tl.store(part + (1 + r)[None, :] * D + offs_d[:, None], dw_t * (qk_scale * 0.6931471805599453),
+                 mask=(r < R - 1)[None, :] & (offs_d < D)[:, None])
+        tl.store(part + offs_d, tl.sum(dql[:, None] * q.to(ACC), 0) * (qk_scale * 0.6931471805599453),
+                 mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))

@@ -233,30 +233,40 @@ def _tf32_parts(x):
 
 @triton.jit
 def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl.constexpr, ACC: tl.constexpr,
-                  PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
-    """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D), in the
-    accumulator's dtype; ``qk_scale``: scale log2(e), applied after the products): the interior
-    columns 1 .. R - 2 as one dot of float32 operands (``TABLE_TF32``, a table in fp16 / bf16:
-    q and the table are exact in tf32, one tf32 dot is exact; else at ``PRECISION``, tf32x3
-    splitting the table alone), the edge columns as row sums; all stored into QA2 (the band
-    tiles read it back after the barrier); returns the edge columns."""
+                  PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr, TABLE_NATIVE: tl.constexpr):
+    """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D); ``qk_scale``:
+    scale log2(e), applied after the products), stored into QA2 (the band tiles read it back after
+    the barrier), the edge columns too (read back as the far tiles' row terms). ``TABLE_NATIVE`` (the table in q's dtype, fp16 / bf16):
+    dots of q and the table as they are (exact products, float32 sums), columns 1 .. R - 1 in one
+    (the right edge in the interior tile's spare column: RI >= 2k), column 0 in a second of 16
+    columns; else WK is in the accumulator's dtype: the interior columns 1 .. R - 2 as one dot of
+    float32 operands (``TABLE_TF32``, a table in fp16 / bf16: q and the table are exact in tf32,
+    one tf32 dot is exact; else at ``PRECISION``, tf32x3 splitting the table alone), the edge
+    columns as row sums."""
     r = tl.arange(0, RI)
     d_ok = offs_d < D
-    w_mask = (r < R - 2)[None, :] & d_ok[:, None]
-    w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
-    qf = q.to(ACC)
-    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
-    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
-    if TABLE_TF32:
-        qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")
-    elif PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
-        w_hi, w_lo = _tf32_parts(w_in)
-        qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+    if TABLE_NATIVE:
+        w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=(r < R - 1)[None, :] & d_ok[:, None],
+                       other=0.0)
+        qa = tl.dot(q, w_in, out_dtype=ACC) * qk_scale
+        tl.store(QA2 + qa_rows[:, None] + 1 + r[None, :], qa, mask=(offs_m < T)[:, None] & (r < R - 1)[None, :])
+        left = tl.sum(q.to(ACC) * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+        tl.store(QA2 + qa_rows, left, mask=offs_m < T)
     else:
-        qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
-    _store_bins(QA2, qa_rows, qa * qk_scale, left, right, R, T, offs_m, RI)
-    tl.debug_barrier()  # the band tiles read other threads' QA
-    return left, right
+        w_mask = (r < R - 2)[None, :] & d_ok[:, None]
+        w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
+        qf = q.to(ACC)
+        left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+        right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+        if TABLE_TF32:
+            qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")
+        elif PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
+            w_hi, w_lo = _tf32_parts(w_in)
+            qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
+        _store_bins(QA2, qa_rows, qa * qk_scale, left, right, R, T, offs_m, RI)
+    tl.debug_barrier()  # the band tiles and the far tiles' row terms read other threads' QA
 
 
 @triton.jit
@@ -314,7 +324,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
+            TABLE_NATIVE: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -341,11 +352,11 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     qa_rows = (bh * T + offs_m) * R
-    qa_left = tl.zeros((BLOCK_M,), ACC)
-    qa_right = qa_left
+    qa_right = tl.zeros((BLOCK_M,), ACC)
     if KEYS:
-        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC,
-                                            KEYS_PRECISION, TABLE_TF32)
+        _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC,
+                                            KEYS_PRECISION, TABLE_TF32, TABLE_NATIVE)
+        qa_right = tl.load(QA2 + qa_rows + R - 1, mask=offs_m < T, other=0.0)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
@@ -357,7 +368,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
+    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,

@@ -131,6 +131,12 @@ def _tables_tf32(q: Tensor, *tables) -> bool:
     return q.dtype in HALF and all(t is None or t.dtype in HALF for t in tables)
 
 
+def _table_native(q: Tensor, table: Tensor) -> bool:
+    """Whether a Shaw table's products with q run as they are: both in the same fp16 / bf16 dtype
+    (exact products, float32 sums on tensor cores)."""
+    return q.dtype in HALF and table.dtype == q.dtype
+
+
 def _keys_precision(q: Tensor, common: dict) -> str:
     """The dots with Shaw's tables (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
     precision on tensor cores; where the other operand is q or dO, exact in tf32, the kernels split
@@ -177,7 +183,9 @@ class _TritonAttention(torch.autograd.Function):
         R = 2 * clip + 1
         qa2 = wk2 = none
         if key_table is not None:  # QA in base 2, made by the forward kernel (times scale log2(e) there)
-            wk2 = key_table.detach().to(dtype).contiguous()
+            # in q's dtype when the table has it (the forward's dots of q and the table as they are), else
+            # in the accumulator's
+            wk2 = key_table.detach().to(key_table.dtype if _table_native(q, key_table) else dtype).contiguous()
             qa2 = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
@@ -193,7 +201,7 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            **_even(c, T, S), **common)
+            TABLE_NATIVE=key_table is not None and _table_native(q, key_table), **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         return out

@@ -179,7 +179,7 @@ def _band(x, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, cl
         else:
             x += tl.load(BIAS2 + first[:, None] + tl.arange(0, BLOCK_N)[None, :]).to(x.dtype) * 1.4426950408889634
     if KEYS:
-        r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
+        r = tl.minimum(tl.maximum(dist + clip, 0), 2 * clip)
         if TRANS:
             x += tl.load(QA2 + qa_rows[None, :] + r, mask=inside, other=0.0).to(x.dtype)
         else:

@@ -332,9 +332,9 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
     as products: the output is rounded once), the output without it in OP (for delta, whose
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
-    QA, computed first (:func:`_key_products`; WK: Shaw's key table in the accumulator's dtype,
-    (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
-    backward kernels read."""
+    QA, computed first (:func:`_key_products`; WK: Shaw's key table in q's dtype with
+    ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
+    (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -573,9 +573,10 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
     of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
-    over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
-    them at float32's precision on tensor cores; ``TABLE_TF32``, a table in fp16 / bf16, exact in
-    tf32: dQA alone split, two dots), table rows 1 .. R - 1 by the dots (the right edge's dQA in
+    over the programs), made as its transpose ``q^T dQA`` (a dot of BLOCK_D rows, as the tensor
+    cores' wide instructions take it): one dot each, float32 operands at ``KEYS_PRECISION``
+    (tf32x3 keeps them at float32's precision on tensor cores; q is exact in tf32, so dQA alone is
+    split, once for both: two dots; ``TABLE_TF32``, a table in fp16 / bf16, the same for dQA w_K), table rows 1 .. R - 1 by the dots (the right edge's dQA in
     the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
     distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two

@@ -13,9 +13,11 @@ on the first backward, for its window of distances only), the edges of the far s
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
 distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a column of 0 /
--inf, and Shaw's tables in the accumulator's dtype. The kernels make Shaw's products
-themselves (float32 operands: QA is never rounded to fp16; tables in fp16 / bf16 are exact in
-tf32, so their products with q or dO are one tf32 dot): the forward writes ``QA log2(e) =
+-inf, and Shaw's tables in the accumulator's dtype (the forward's key table in q's when it has
+it). The kernels make Shaw's products themselves (QA is never rounded to fp16: a table in q's
+dtype meets q in one fp16 / bf16 dot, exact products summed in float32; other tables in fp16 /
+bf16 are exact in tf32, so their products with q or dO are one tf32 dot; a float32 operand is
+split in two tf32 parts): the forward writes ``QA log2(e) =
 scale log2(e) q w_K^T`` (B H,
 T, 2k + 1), read by the backward kernels; ``backward_q`` adds dq's share ``scale dQA w_K``
 before rounding dq and writes each program's share of ``d w_K = scale dQA^T q`` (dQA: dS summed

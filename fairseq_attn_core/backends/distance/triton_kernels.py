@@ -568,7 +568,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-               NWIN: tl.constexpr = 16):
+               NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
@@ -649,7 +649,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok,
                        other=0.0).to(ACC)
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        qt = tl.trans(q.to(ACC))
+        qf = q.to(ACC)
+        # d w_K's share as q^T dQA (BLOCK_D rows: Hopper's 64-row warp-group dot, ``WGMMA``), else dQA^T q
         if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: dQA alone is split, once for both
             d_hi, d_lo = _tf32_parts(dqa)
             if TABLE_TF32:  # the table too: two dots
@@ -657,19 +658,30 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                             out_dtype=ACC, input_precision="tf32")
             else:
                 dq = tl.dot(dqa, w_in, dq, out_dtype=ACC, input_precision="tf32x3")
-            dw_t = tl.dot(qt, d_hi, tl.dot(qt, d_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+            if WGMMA:
+                dw = tl.dot(tl.trans(qf), d_hi, tl.dot(tl.trans(qf), d_lo, out_dtype=ACC, input_precision="tf32"),
+                            input_precision="tf32")
+            else:
+                dw = tl.dot(tl.trans(d_hi), qf, tl.dot(tl.trans(d_lo), qf, out_dtype=ACC, input_precision="tf32"),
+                            input_precision="tf32")
         else:
             dq = tl.dot(dqa, w_in, dq, out_dtype=ACC, input_precision=KEYS_PRECISION)
-            dw_t = tl.dot(qt, dqa, out_dtype=ACC, input_precision=KEYS_PRECISION)
+            if WGMMA:
+                dw = tl.dot(tl.trans(qf), dqa, out_dtype=ACC, input_precision=KEYS_PRECISION)
+            else:
+                dw = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
         dq += dql[:, None] * w_left[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
     if KEYS:
         part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
-        tl.store(part + (1 + r)[None, :] * D + offs_d[:, None], dw_t * (qk_scale * 0.6931471805599453),
-                 mask=(r < R - 1)[None, :] & (offs_d < D)[:, None])
-        tl.store(part + offs_d, tl.sum(dql[:, None] * q.to(ACC), 0) * (qk_scale * 0.6931471805599453),
-                 mask=offs_d < D)
+        if WGMMA:  # (BLOCK_D, RI)
+            tl.store(part + (1 + r)[None, :] * D + offs_d[:, None], dw * (qk_scale * 0.6931471805599453),
+                     mask=(r < R - 1)[None, :] & (offs_d < D)[:, None])
+        else:  # (RI, BLOCK_D)
+            tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw * (qk_scale * 0.6931471805599453),
+                     mask=(r < R - 1)[:, None] & (offs_d < D)[None, :])
+        tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + far, tl.sum(dql, 0))

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from .terms import DistanceTerms
-from .triton_configs import KernelConfigs, configs_for, head_block
+from .triton_configs import BlockConfig, KernelConfigs, configs_for, head_block
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -263,7 +263,7 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            NWIN=_pow2(nwin) if table_grad else 16, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
+            NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
@@ -305,7 +305,7 @@ def _bias_rows(table: Tensor, shape: dict, S: int, T: int, configs: KernelConfig
     when ``dtype`` is None (fp16, bf16: the kernels scale it by log2(e) in float32), else in
     ``dtype``. One gather of the table with a zero row appended, by the bucket of each cell
     (made once per shape and blocks). Returns (rows, B0, BROW)."""
-    blocks = [c for c in vars(configs).values() if c is not None]
+    blocks = [c for c in vars(configs).values() if isinstance(c, BlockConfig)]
     pad = max(max(c.block_m, c.block_n) for c in blocks) + 8
     reach = max(c.block_m + c.block_n for c in blocks) + 8
     left, right = min(S - 1, max(shape["WL"], 0) + reach), min(T - 1, max(shape["WR"], 0) + reach)

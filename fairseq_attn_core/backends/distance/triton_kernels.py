@@ -202,14 +202,14 @@ def _bias_first(phase, BROW, BLOCK_M: tl.constexpr):
 
 @triton.jit
 def _bins(v, pos_i, n0, clip, RI: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r + 1 - clip`` when it is in this tile
-    and r + 1 an interior bin (1 .. 2 clip - 1), else 0: a tile's share of the interior of a
-    (rows, 2k + 1) table (each interior bin of a row is one key)."""
+    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r + 1 - clip`` when it is in this tile,
+    else 0: a tile's share of the interior of a (rows, 2k + 1) table (each interior bin of a row
+    is one key). Columns r >= 2 clip - 1 hold right-edge keys: every reader masks them (the
+    table's rows past R - 1 are zeros, the stores stop at R - 1) or overwrites column R - 2."""
     r = tl.arange(0, RI)
     jl = pos_i[:, None] + r[None, :] + 1 - clip - n0
-    ok = (jl >= 0) & (jl < BLOCK_N) & (r < 2 * clip - 1)[None, :]
-    got = tl.gather(v, tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1), 1)
-    return tl.where(ok, got, 0.0)
+    jc = tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1)
+    return tl.where(jc == jl, tl.gather(v, jc, 1), 0.0)
 
 
 @triton.jit

@@ -236,10 +236,10 @@ def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl
                   PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr, TABLE_NATIVE: tl.constexpr):
     """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D); ``qk_scale``:
     scale log2(e), applied after the products), stored into QA2 (the band tiles read it back after
-    the barrier), the edge columns too (read back as the far tiles' row terms). ``TABLE_NATIVE`` (the table in q's dtype, fp16 / bf16):
-    dots of q and the table as they are (exact products, float32 sums), columns 1 .. R - 1 in one
-    (the right edge in the interior tile's spare column: RI >= 2k), column 0 in a second of 16
-    columns; else WK is in the accumulator's dtype: the interior columns 1 .. R - 2 as one dot of
+    the barrier), the edge columns too (read back as the far tiles' row terms). ``TABLE_NATIVE``
+    (the table in q's dtype, fp16 / bf16): one dot of q and the table as they are (exact products,
+    float32 sums) for columns 1 .. R - 1 (the right edge in the interior tile's spare column:
+    RI >= 2k), column 0 as a row sum; else WK is in the accumulator's dtype: the interior columns 1 .. R - 2 as one dot of
     float32 operands (``TABLE_TF32``, a table in fp16 / bf16: q and the table are exact in tf32,
     one tf32 dot is exact; else at ``PRECISION``, tf32x3 splitting the table alone), the edge
     columns as row sums."""
@@ -354,8 +354,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     qa_rows = (bh * T + offs_m) * R
     qa_right = tl.zeros((BLOCK_M,), ACC)
     if KEYS:
-        _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC,
-                                            KEYS_PRECISION, TABLE_TF32, TABLE_NATIVE)
+        _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC, KEYS_PRECISION, TABLE_TF32,
+                      TABLE_NATIVE)
         qa_right = tl.load(QA2 + qa_rows + R - 1, mask=offs_m < T, other=0.0)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
@@ -573,8 +573,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
     of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
-    over the programs), made as its transpose ``q^T dQA`` (a dot of BLOCK_D rows, as the tensor
-    cores' wide instructions take it): one dot each, float32 operands at ``KEYS_PRECISION``
+    over the programs), with ``WGMMA`` (Hopper's configs) made as its transpose ``q^T dQA``, a dot
+    of BLOCK_D rows as Hopper's warp-group instructions take it: one dot each, float32 operands at ``KEYS_PRECISION``
     (tf32x3 keeps them at float32's precision on tensor cores; q is exact in tf32, so dQA alone is
     split, once for both: two dots; ``TABLE_TF32``, a table in fp16 / bf16, the same for dQA w_K), table rows 1 .. R - 1 by the dots (the right edge's dQA in
     the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
@@ -641,8 +641,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
         # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots;
-        # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), as its transpose q^T dQA
-        # (a dot of BLOCK_D rows), rows 1 .. R - 1 by the dot, row 0 as a sum
+        # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), rows 1 .. R - 1 by the
+        # dot, row 0 as a sum
         r = tl.arange(0, RI)
         d_ok = (offs_d < D)[None, :]
         dqa = tl.where((r == R - 2)[None, :], dqr[:, None], dqa)

@@ -87,13 +87,17 @@ def terms_of(method: str, causal: bool, T: int, H: int, table=None, table_v=None
 
 
 def run(case, seed):
+    import dataclasses
+
     from fairseq_attn_core.backends.distance.triton_configs import SMALL
     from fairseq_attn_core.backends.distance.triton_launch import triton_attention
     method, T, causal, _, H = case
     x = inputs(case, seed)
     leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
+    # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q
+    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k")
     out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
-                         x["scale"], x["kpm"], causal, SMALL)
+                         x["scale"], x["kpm"], causal, configs)
     grads = torch.autograd.grad(out, leaves, x["dout"])
     return dict(out=out.detach(), grads=[g.detach() for g in grads])
 

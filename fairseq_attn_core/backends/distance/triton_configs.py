@@ -38,18 +38,22 @@ class KernelConfigs:
     backward_kv_values: Optional[BlockConfig] = None
     #: backward_kv with Shaw's key term (it reads QA per pair)
     backward_kv_keys: Optional[BlockConfig] = None
+    #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
+    #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)
+    warpgroup_mma: bool = False
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
 _BWD = BlockConfig(64, 64, 4, 2)
 CONFIGS: Dict[int, KernelConfigs] = {
-    16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
-    32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2)),
+    16: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2), warpgroup_mma=True),
+    32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2), warpgroup_mma=True),
     64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
                       backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
-                      backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2)),
+                      backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
+                      warpgroup_mma=True),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
-                       BlockConfig(64, 64, 8, 2)),
+                       BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
 
 #: the same for GPUs before Hopper (sm_80 A100, sm_86, sm_89): the tensor cores' operands and

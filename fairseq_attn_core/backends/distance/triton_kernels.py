@@ -179,7 +179,7 @@ def _band(x, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, cl
         else:
             x += tl.load(BIAS2 + first[:, None] + tl.arange(0, BLOCK_N)[None, :]).to(x.dtype) * 1.4426950408889634
     if KEYS:
-        r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
+        r = tl.minimum(tl.maximum(dist + clip, 0), 2 * clip)
         if TRANS:
             x += tl.load(QA2 + qa_rows[None, :] + r, mask=inside, other=0.0).to(x.dtype)
         else:
@@ -202,14 +202,14 @@ def _bias_first(phase, BROW, BLOCK_M: tl.constexpr):
 
 @triton.jit
 def _bins(v, pos_i, n0, clip, RI: tl.constexpr, BLOCK_N: tl.constexpr):
-    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r + 1 - clip`` when it is in this tile
-    and r + 1 an interior bin (1 .. 2 clip - 1), else 0: a tile's share of the interior of a
-    (rows, 2k + 1) table (each interior bin of a row is one key)."""
+    """``out[i, r] = v[i, j]`` for the key j at ``j - i = r + 1 - clip`` when it is in this tile,
+    else 0: a tile's share of the interior of a (rows, 2k + 1) table (each interior bin of a row
+    is one key). Columns r >= 2 clip - 1 hold right-edge keys: every reader masks them (the
+    table's rows past R - 1 are zeros, the stores stop at R - 1) or overwrites column R - 2."""
     r = tl.arange(0, RI)
     jl = pos_i[:, None] + r[None, :] + 1 - clip - n0
-    ok = (jl >= 0) & (jl < BLOCK_N) & (r < 2 * clip - 1)[None, :]
-    got = tl.gather(v, tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1), 1)
-    return tl.where(ok, got, 0.0)
+    jc = tl.minimum(tl.maximum(jl, 0), BLOCK_N - 1)
+    return tl.where(jc == jl, tl.gather(v, jc, 1), 0.0)
 
 
 @triton.jit
@@ -233,30 +233,40 @@ def _tf32_parts(x):
 
 @triton.jit
 def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl.constexpr, ACC: tl.constexpr,
-                  PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
-    """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D), in the
-    accumulator's dtype; ``qk_scale``: scale log2(e), applied after the products): the interior
-    columns 1 .. R - 2 as one dot of float32 operands (``TABLE_TF32``, a table in fp16 / bf16:
-    q and the table are exact in tf32, one tf32 dot is exact; else at ``PRECISION``, tf32x3
-    splitting the table alone), the edge columns as row sums; all stored into QA2 (the band
-    tiles read it back after the barrier); returns the edge columns."""
+                  PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr, TABLE_NATIVE: tl.constexpr):
+    """The rows' ``QA log2(e) = scale log2(e) q w_K^T`` (WK: Shaw's key table, (R, D); ``qk_scale``:
+    scale log2(e), applied after the products), stored into QA2 (the band tiles read it back after
+    the barrier), the edge columns too (read back as the far tiles' row terms). ``TABLE_NATIVE``
+    (the table in q's dtype, fp16 / bf16): one dot of q and the table as they are (exact products,
+    float32 sums) for columns 1 .. R - 1 (the right edge in the interior tile's spare column:
+    RI >= 2k), column 0 as a row sum; else WK is in the accumulator's dtype: the interior columns 1 .. R - 2 as one dot of
+    float32 operands (``TABLE_TF32``, a table in fp16 / bf16: q and the table are exact in tf32,
+    one tf32 dot is exact; else at ``PRECISION``, tf32x3 splitting the table alone), the edge
+    columns as row sums."""
     r = tl.arange(0, RI)
     d_ok = offs_d < D
-    w_mask = (r < R - 2)[None, :] & d_ok[:, None]
-    w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
-    qf = q.to(ACC)
-    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
-    right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
-    if TABLE_TF32:
-        qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")
-    elif PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
-        w_hi, w_lo = _tf32_parts(w_in)
-        qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+    if TABLE_NATIVE:
+        w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=(r < R - 1)[None, :] & d_ok[:, None],
+                       other=0.0)
+        qa = tl.dot(q, w_in, out_dtype=ACC) * qk_scale
+        tl.store(QA2 + qa_rows[:, None] + 1 + r[None, :], qa, mask=(offs_m < T)[:, None] & (r < R - 1)[None, :])
+        left = tl.sum(q.to(ACC) * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+        tl.store(QA2 + qa_rows, left, mask=offs_m < T)
     else:
-        qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
-    _store_bins(QA2, qa_rows, qa * qk_scale, left, right, R, T, offs_m, RI)
-    tl.debug_barrier()  # the band tiles read other threads' QA
-    return left, right
+        w_mask = (r < R - 2)[None, :] & d_ok[:, None]
+        w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
+        qf = q.to(ACC)
+        left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+        right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
+        if TABLE_TF32:
+            qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")
+        elif PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only the table is split
+            w_hi, w_lo = _tf32_parts(w_in)
+            qa = tl.dot(qf, w_hi, tl.dot(qf, w_lo, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        else:
+            qa = tl.dot(qf, w_in.to(ACC), out_dtype=ACC, input_precision=PRECISION)
+        _store_bins(QA2, qa_rows, qa * qk_scale, left, right, R, T, offs_m, RI)
+    tl.debug_barrier()  # the band tiles and the far tiles' row terms read other threads' QA
 
 
 @triton.jit
@@ -314,16 +324,17 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False):
+              EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
+            TABLE_NATIVE: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
     (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
     as products: the output is rounded once), the output without it in OP (for delta, whose
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
-    QA, computed first (:func:`_key_products`; WK: Shaw's key table in the accumulator's dtype,
-    (2k + 1, D) contiguous) and written to QA2 (B H, T, R), which the band tiles and the
-    backward kernels read."""
+    QA, computed first (:func:`_key_products`; WK: Shaw's key table in q's dtype with
+    ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
+    (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -341,11 +352,11 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     if BIAS == 2:
         slope2 = tl.load(SLOPES2 + h).to(ACC)
     qa_rows = (bh * T + offs_m) * R
-    qa_left = tl.zeros((BLOCK_M,), ACC)
-    qa_right = qa_left
+    qa_right = tl.zeros((BLOCK_M,), ACC)
     if KEYS:
-        qa_left, qa_right = _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC,
-                                            KEYS_PRECISION, TABLE_TF32)
+        _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI, ACC, KEYS_PRECISION, TABLE_TF32,
+                      TABLE_NATIVE)
+        qa_right = tl.load(QA2 + qa_rows + R - 1, mask=offs_m < T, other=0.0)
     first0 = _bias_first(-i0, BROW, BLOCK_M)
     m_i = tl.full((BLOCK_M,), -1.0e30, ACC)  # finite: a row without keys so far keeps alpha = 1, p = 0
     l_i = tl.zeros((BLOCK_M,), ACC)
@@ -357,7 +368,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, False, ACC) + qa_left
+    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -557,14 +568,15 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-               NWIN: tl.constexpr = 16):
+               NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
     of the table's gradient, ``scale dQA^T q``, into DWK (programs, R, D; the caller sums it
-    over the programs): one dot each, float32 operands at ``KEYS_PRECISION`` (tf32x3 keeps
-    them at float32's precision on tensor cores; ``TABLE_TF32``, a table in fp16 / bf16, exact in
-    tf32: dQA alone split, two dots), table rows 1 .. R - 1 by the dots (the right edge's dQA in
+    over the programs), with ``WGMMA`` (Hopper's configs) made as its transpose ``q^T dQA``, a dot
+    of BLOCK_D rows as Hopper's warp-group instructions take it: one dot each, float32 operands at ``KEYS_PRECISION``
+    (tf32x3 keeps them at float32's precision on tensor cores; q is exact in tf32, so dQA alone is
+    split, once for both: two dots; ``TABLE_TF32``, a table in fp16 / bf16, the same for dQA w_K), table rows 1 .. R - 1 by the dots (the right edge's dQA in
     the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
     distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
@@ -628,26 +640,47 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
-        # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots
+        # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots;
+        # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), rows 1 .. R - 1 by the
+        # dot, row 0 as a sum
         r = tl.arange(0, RI)
         d_ok = (offs_d < D)[None, :]
         dqa = tl.where((r == R - 2)[None, :], dqr[:, None], dqa)
-        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok, other=0.0)
+        w_in = tl.load(WK + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 1)[:, None] & d_ok,
+                       other=0.0).to(ACC)
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
-        dq = _dot_table(dqa, w_in.to(ACC), dq, ACC, KEYS_PRECISION, TABLE_TF32)
+        qf = q.to(ACC)
+        # d w_K's share as q^T dQA (BLOCK_D rows: Hopper's 64-row warp-group dot, ``WGMMA``), else dQA^T q
+        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: dQA alone is split, once for both
+            d_hi, d_lo = _tf32_parts(dqa)
+            if TABLE_TF32:  # the table too: two dots
+                dq = tl.dot(d_hi, w_in, tl.dot(d_lo, w_in, dq, out_dtype=ACC, input_precision="tf32"),
+                            out_dtype=ACC, input_precision="tf32")
+            else:
+                dq = tl.dot(dqa, w_in, dq, out_dtype=ACC, input_precision="tf32x3")
+            if WGMMA:
+                dw = tl.dot(tl.trans(qf), d_hi, tl.dot(tl.trans(qf), d_lo, out_dtype=ACC, input_precision="tf32"),
+                            input_precision="tf32")
+            else:
+                dw = tl.dot(tl.trans(d_hi), qf, tl.dot(tl.trans(d_lo), qf, out_dtype=ACC, input_precision="tf32"),
+                            input_precision="tf32")
+        else:
+            dq = tl.dot(dqa, w_in, dq, out_dtype=ACC, input_precision=KEYS_PRECISION)
+            if WGMMA:
+                dw = tl.dot(tl.trans(qf), dqa, out_dtype=ACC, input_precision=KEYS_PRECISION)
+            else:
+                dw = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
         dq += dql[:, None] * w_left[None, :]
     tl.store(DQ + bh * T * D + offs_m[:, None] * D + offs_d[None, :], (dq * (qk_scale * 0.6931471805599453))
              .to(DQ.dtype.element_ty), mask=q_mask)
-    if KEYS:  # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros); rows 1 .. R - 1 by the dot
-        qf = q.to(ACC)
+    if KEYS:
         part = DWK + (bh * tl.num_programs(1) + pid_m) * R * D
-        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: only dQA is split
-            d_hi, d_lo = _tf32_parts(tl.trans(dqa))
-            dw_in = tl.dot(d_hi, qf, tl.dot(d_lo, qf, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
-        else:
-            dw_in = tl.dot(tl.trans(dqa), qf, out_dtype=ACC, input_precision=KEYS_PRECISION)
-        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw_in * (qk_scale * 0.6931471805599453),
-                 mask=(r < R - 1)[:, None] & d_ok)
+        if WGMMA:  # (BLOCK_D, RI)
+            tl.store(part + (1 + r)[None, :] * D + offs_d[:, None], dw * (qk_scale * 0.6931471805599453),
+                     mask=(r < R - 1)[None, :] & (offs_d < D)[:, None])
+        else:  # (RI, BLOCK_D)
+            tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw * (qk_scale * 0.6931471805599453),
+                     mask=(r < R - 1)[:, None] & (offs_d < D)[None, :])
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
         far = (bh * tl.num_programs(1) + pid_m) * 2

@@ -13,9 +13,11 @@ on the first backward, for its window of distances only), the edges of the far s
 beyond which the bucket no longer changes) and alibi's slopes in base 2: no host-device copy,
 hence no synchronisation, on later calls. Per call, torch makes the table's bias per
 distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a column of 0 /
--inf, and Shaw's tables in the accumulator's dtype. The kernels make Shaw's products
-themselves (float32 operands: QA is never rounded to fp16; tables in fp16 / bf16 are exact in
-tf32, so their products with q or dO are one tf32 dot): the forward writes ``QA log2(e) =
+-inf, and Shaw's tables in the accumulator's dtype (the forward's key table in q's when it has
+it). The kernels make Shaw's products themselves (QA is never rounded to fp16: a table in q's
+dtype meets q in one fp16 / bf16 dot, exact products summed in float32; other tables in fp16 /
+bf16 are exact in tf32, so their products with q or dO are one tf32 dot; a float32 operand is
+split in two tf32 parts): the forward writes ``QA log2(e) =
 scale log2(e) q w_K^T`` (B H,
 T, 2k + 1), read by the backward kernels; ``backward_q`` adds dq's share ``scale dQA w_K``
 before rounding dq and writes each program's share of ``d w_K = scale dQA^T q`` (dQA: dS summed
@@ -39,7 +41,7 @@ import torch
 from torch import Tensor
 
 from .terms import DistanceTerms
-from .triton_configs import KernelConfigs, configs_for, head_block
+from .triton_configs import BlockConfig, KernelConfigs, configs_for, head_block
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -131,6 +133,12 @@ def _tables_tf32(q: Tensor, *tables) -> bool:
     return q.dtype in HALF and all(t is None or t.dtype in HALF for t in tables)
 
 
+def _table_native(q: Tensor, table: Tensor) -> bool:
+    """Whether a Shaw table's products with q run as they are: both in the same fp16 / bf16 dtype
+    (exact products, float32 sums on tensor cores)."""
+    return q.dtype in HALF and table.dtype == q.dtype
+
+
 def _keys_precision(q: Tensor, common: dict) -> str:
     """The dots with Shaw's tables (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
     precision on tensor cores; where the other operand is q or dO, exact in tf32, the kernels split
@@ -177,7 +185,9 @@ class _TritonAttention(torch.autograd.Function):
         R = 2 * clip + 1
         qa2 = wk2 = none
         if key_table is not None:  # QA in base 2, made by the forward kernel (times scale log2(e) there)
-            wk2 = key_table.detach().to(dtype).contiguous()
+            # in q's dtype when the table has it (the forward's dots of q and the table as they are), else
+            # in the accumulator's
+            wk2 = key_table.detach().to(key_table.dtype if _table_native(q, key_table) else dtype).contiguous()
             qa2 = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
@@ -193,7 +203,7 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            **_even(c, T, S), **common)
+            TABLE_NATIVE=key_table is not None and _table_native(q, key_table), **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         return out
@@ -253,7 +263,7 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            NWIN=_pow2(nwin) if table_grad else 16, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
+            NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
@@ -299,7 +309,7 @@ def _bias_rows(table: Tensor, shape: dict, S: int, T: int, configs: KernelConfig
     when ``dtype`` is None (fp16, bf16: the kernels scale it by log2(e) in float32), else in
     ``dtype``. One gather of the table with a zero row appended, by the bucket of each cell
     (made once per shape and blocks). Returns (rows, B0, BROW)."""
-    blocks = [c for c in vars(configs).values() if c is not None]
+    blocks = [c for c in vars(configs).values() if isinstance(c, BlockConfig)]
     pad = max(max(c.block_m, c.block_n) for c in blocks) + 8
     reach = max(c.block_m + c.block_n for c in blocks) + 8
     left, right = min(S - 1, max(shape["WL"], 0) + reach), min(T - 1, max(shape["WR"], 0) + reach)

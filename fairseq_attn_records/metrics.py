@@ -42,12 +42,16 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-from sacrebleu.metrics import BLEU, CHRF, TER
-
 if TYPE_CHECKING:
     import numpy as np
-# numpy (about 0.1 s of CPU) is imported by the functions that compute with it, not here: a command
-# that refuses its arguments or only scores (corpus_scores) does not load it
+# numpy and sacreBLEU (about 0.1 and 0.15 s of CPU) are imported by the functions that compute with
+# them, not here: a process that reads the registry alone (a table's rows, a variable's check) or
+# refuses its arguments before scoring loads neither; a command that only scores loads no numpy
+
+
+def _sacrebleu():
+    from sacrebleu import metrics
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,9 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
-register(Metric("bleu", "BLEU", make=lambda tokenize: BLEU(tokenize=tokenize)))
-register(Metric("chrf", "chrF++", make=lambda tokenize: CHRF(word_order=2), help="chrF++: word order 2"))
-register(Metric("ter", "TER", higher_is_better=False, make=lambda tokenize: TER()))
+register(Metric("bleu", "BLEU", make=lambda tokenize: _sacrebleu().BLEU(tokenize=tokenize)))
+register(Metric("chrf", "chrF++", make=lambda tokenize: _sacrebleu().CHRF(word_order=2), help="chrF++: word order 2"))
+register(Metric("ter", "TER", higher_is_better=False, make=lambda tokenize: _sacrebleu().TER()))
 register(Metric("comet", "COMET", digits=4, level="segment", needs_source=True))
 register(Metric("aer", "AER", higher_is_better=False, level="alignment",
                 help="alignment error rate (%) of cross-attention against gold word alignments "
@@ -118,12 +122,12 @@ def get(key: str) -> Metric:
 
 
 def tokenizers() -> List[str]:
-    return sorted(BLEU.TOKENIZERS)
+    return sorted(_sacrebleu().BLEU.TOKENIZERS)
 
 
 def check_tokenize(tokenize: str) -> None:
     """``--tokenize`` must be one of sacreBLEU's tokenisers (one line, not a KeyError)."""
-    if tokenize not in BLEU.TOKENIZERS:
+    if tokenize not in _sacrebleu().BLEU.TOKENIZERS:
         raise ValueError(f"--tokenize {tokenize}: unknown sacreBLEU tokeniser; one of {', '.join(tokenizers())}")
 
 

@@ -17,10 +17,13 @@ Torch-free (read by the results table, the recipes and ``fairseq-attn-align``).
   of the tables, on the sufficient statistics ``(2 |A & G|, |A| + |G|)`` per sentence.
 """
 
-import os
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+from __future__ import annotations  # (np.ndarray in signatures: numpy is imported by the functions using it)
 
-import numpy as np
+import os
+from typing import TYPE_CHECKING, Dict, Iterable, List, Sequence, Set, Tuple
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from .output_files import write_lines
 
@@ -83,6 +86,8 @@ def write_pharaoh(path: str, alignments: Sequence[Links]) -> None:
 
 def sentence_stats(pred: Sequence[Links], gold: Sequence[Links]) -> np.ndarray:
     """(n, 3) int64: |A & G|, |A|, |G| per sentence."""
+    import numpy as np
+
     if len(pred) != len(gold):
         raise AlignmentError(f"{len(pred)} predicted sentences but {len(gold)} gold ones")
     return np.array([[len(a & g), len(a), len(g)] for a, g in zip(pred, gold)], dtype=np.int64).reshape(-1, 3)
@@ -109,6 +114,8 @@ def paired_aer_tests(gold: Sequence[Links], systems: Sequence[Tuple[str, Sequenc
     One dict per system as a cell of the main table's tests (``score`` is the AER in percent;
     ``bs_mean`` and ``bs_ci`` of the AER; p-values of the difference to the baseline, which are those of F1:
     AER = 1 - F1). The draws are sacreBLEU's for the seed and sentence count."""
+    import numpy as np
+
     from .metrics import ratio_paired_tests
 
     ratios = []

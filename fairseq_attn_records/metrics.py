@@ -35,13 +35,23 @@ Differences from sacreBLEU's output, each deliberate:
   (sacreBLEU's own ``-f json`` writer crashes on chrF's float32 in paired mode).
 """
 
+from __future__ import annotations  # (np.ndarray in signatures: numpy is imported by the functions using it)
+
 import math
 import os
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-from sacrebleu.metrics import BLEU, CHRF, TER
+if TYPE_CHECKING:
+    import numpy as np
+# numpy and sacreBLEU (about 0.1 and 0.15 s of CPU) are imported by the functions that compute with
+# them, not here: a process that reads the registry alone (a table's rows, a variable's check) or
+# refuses its arguments before scoring loads neither; a command that only scores loads no numpy
+
+
+def _sacrebleu():
+    from sacrebleu import metrics
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -81,9 +91,9 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
-register(Metric("bleu", "BLEU", make=lambda tokenize: BLEU(tokenize=tokenize)))
-register(Metric("chrf", "chrF++", make=lambda tokenize: CHRF(word_order=2), help="chrF++: word order 2"))
-register(Metric("ter", "TER", higher_is_better=False, make=lambda tokenize: TER()))
+register(Metric("bleu", "BLEU", make=lambda tokenize: _sacrebleu().BLEU(tokenize=tokenize)))
+register(Metric("chrf", "chrF++", make=lambda tokenize: _sacrebleu().CHRF(word_order=2), help="chrF++: word order 2"))
+register(Metric("ter", "TER", higher_is_better=False, make=lambda tokenize: _sacrebleu().TER()))
 register(Metric("comet", "COMET", digits=4, level="segment", needs_source=True))
 register(Metric("aer", "AER", higher_is_better=False, level="alignment",
                 help="alignment error rate (%) of cross-attention against gold word alignments "
@@ -112,12 +122,12 @@ def get(key: str) -> Metric:
 
 
 def tokenizers() -> List[str]:
-    return sorted(BLEU.TOKENIZERS)
+    return sorted(_sacrebleu().BLEU.TOKENIZERS)
 
 
 def check_tokenize(tokenize: str) -> None:
     """``--tokenize`` must be one of sacreBLEU's tokenisers (one line, not a KeyError)."""
-    if tokenize not in BLEU.TOKENIZERS:
+    if tokenize not in _sacrebleu().BLEU.TOKENIZERS:
         raise ValueError(f"--tokenize {tokenize}: unknown sacreBLEU tokeniser; one of {', '.join(tokenizers())}")
 
 
@@ -244,6 +254,8 @@ def sacrebleu_paired_tests(refs: Sequence[str], systems: Sequence[Tuple[str, Seq
     "systems": [{"name", "scores": {key: {"score", "bs_mean", "bs_ci", "p_bootstrap",
     "p_ar", "same_as_baseline"}}}]}``; the baseline has no p-values.
     """
+    import numpy as np
+
     if len(systems) < 2:
         raise ValueError("need a baseline and at least one system to compare")
     if not refs:
@@ -300,6 +312,8 @@ def bootstrap_indices(n_items: int, n_samples: int, comparison: bool = True) -> 
     (``_paired_bs_test``: ``default_rng(seed or None)``), or for the baseline's own
     confidence interval (``_bootstrap_resample``: ``default_rng(seed)``; the two differ
     only for seed 0)."""
+    import numpy as np
+
     seed, _ = sacrebleu_seed()
     rng = np.random.default_rng((seed if seed else None) if comparison else seed)
     return rng.choice(n_items, size=(n_samples, n_items), replace=True)
@@ -308,6 +322,8 @@ def bootstrap_indices(n_items: int, n_samples: int, comparison: bool = True) -> 
 def ar_selectors(n_items: int, n_trials: int) -> np.ndarray:
     """The (n_trials, n_items) coin flips of sacreBLEU's ``_paired_ar_test`` (True: the
     pseudo-system A takes the baseline's sentence)."""
+    import numpy as np
+
     seed, _ = sacrebleu_seed()
     rng = np.random.default_rng(seed if seed else None)
     return rng.integers(2, size=(n_trials, n_items), dtype=bool)
@@ -327,11 +343,15 @@ def _mean(values: Sequence[float]) -> float:
 
 def _p_value(stats: np.ndarray, real_difference: float) -> float:
     """sacreBLEU's ``_compute_p_value``: (count of stats > difference + 1) / (n + 1)."""
+    import numpy as np
+
     return (int(np.sum(stats > real_difference)) + 1) / (len(stats) + 1)
 
 
 def _mean_stats(segments: Sequence[float]) -> np.ndarray:
     """A segment-mean metric as sacreBLEU's sufficient statistics: (score, 1) per segment."""
+    import numpy as np
+
     return np.array([[float(v), 1.0] for v in segments], dtype=np.float64)
 
 
@@ -349,6 +369,8 @@ def resampled_scores(score: Callable[[list], float], stats: np.ndarray, idxs: np
     statistics summed in float64 and scored from plain Python floats, so that no step depends on
     numpy's type promotion. (sacreBLEU sums float32 statistics and scores numpy float32 scalars,
     which numpy 1 and numpy 2 round differently.)"""
+    import numpy as np
+
     stats = np.asarray(stats, dtype=np.float64)
     return np.array([score(stats[i].sum(axis=0).tolist()) for i in idxs], dtype=np.float64)
 
@@ -378,6 +400,8 @@ def ratio_paired_tests(stats: Sequence[np.ndarray], bs_samples: int = 1000, ar_t
     """The paired tests of a score that is a ratio of sums of per-sentence statistics
     ``(numerator, denominator)`` (``stats[k]``: (n, 2) of system k, ``stats[0]`` the baseline):
     a segment mean is (score, 1), an alignment F1 (2 |A & G|, |A| + |G|) (:func:`paired_stat_tests`)."""
+    import numpy as np
+
     return paired_stat_tests([np.asarray(s, dtype=np.float64) for s in stats], _ratio_of_sums, bs_samples, ar_trials)
 
 
@@ -392,6 +416,8 @@ def paired_stat_tests(stats: Sequence[np.ndarray], score: Callable[[list], float
     numbers are the same under every numpy version. ``scores``: each system's score (default: ``score``
     of its summed statistics). One dict per system: ``score``, ``bs_mean``, ``bs_ci`` and, but for the
     baseline, ``p_bootstrap``, ``p_ar`` and ``same_as_baseline`` (no difference: p = 1, module doc)."""
+    import numpy as np
+
     base = stats[0]
     n = len(base)
     scores = [score(s.sum(axis=0).tolist()) for s in stats] if scores is None else list(scores)

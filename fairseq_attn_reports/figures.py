@@ -17,8 +17,6 @@ odd because the attended area is centred on the head (``--csan-heads``).
 import os
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from sacrebleu.metrics import BLEU
-
 from fairseq_attn_records.output_files import staged
 from fairseq_attn_records.text_inputs import check_aligned, read_text_lines
 
@@ -35,6 +33,8 @@ def _check_lengths(name: str, hyps: Sequence[str], refs: Sequence[str]) -> None:
 def ngram_statistics(hyps: Sequence[str], refs: Sequence[str], tokenize: str = "13a") -> Dict:
     """sacreBLEU's corpus n-gram statistics: ``counts[n-1]`` clipped matches,
     ``totals[n-1]`` hypothesis n-grams, ``precisions[n-1] = 100 * counts / totals``."""
+    from sacrebleu.metrics import BLEU  # here: the commands that draw no figure do not load sacreBLEU
+
     _check_lengths("hypotheses", hyps, refs)
     bleu = BLEU(tokenize=tokenize, force=tokenize == "none")
     s = bleu.corpus_score(list(hyps), [list(refs)])
@@ -101,6 +101,8 @@ def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str =
     (``bleu_per_seed``, ``seeds``, ``run_dirs``, ``hyps``), their mean (``bleu``) and sample std
     (``bleu_std``, None for one seed). ``expect(value)``: the keyword arguments of :meth:`Run.expect`
     (label, architecture, flags) each run must satisfy."""
+    from sacrebleu.metrics import BLEU
+
     from .curves import mean_std
     from .seeds import group_runs
 

@@ -122,6 +122,19 @@ def _one_torch_thread():
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _registry_names_read_here():
+    """The lists the steps' and commands' processes read from fairseq's registry (the names' cache,
+    :mod:`fairseq_attn_reports.arch_names`, keyed by the code) read in this process, which has
+    imported fairseq and the plugin already (collection): the first step to need one would import
+    them for it (3 s of CPU), in each worker at once. Nothing read where they are not imported."""
+    if "fairseq_attn_plugins.models" in sys.modules:
+        from fairseq_attn_recipes import demo_archs
+        from fairseq_attn_reports import arch_names, declared_pieces
+
+        arch_names.registered_arch_names(), demo_archs.registered_archs(), declared_pieces.piece_flag_names()
+
+
 @pytest.hookimpl(trylast=True)  # after pytest-xdist's own, which names each test's group
 def pytest_collection_modifyitems(config, items):
     """The slowest tests first, longest first (:data:`SLOWEST`), then the other end-to-end runs and

@@ -21,7 +21,10 @@ from distance_refs import shaw64
 from fairseq_attn_core.backends import flex
 from fairseq_attn_core.backends.distance import flex_forms
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# one worker runs them (pytest-xdist --dist loadgroup): torch's eager flex_attention compiles each form (score_mod
+# and mask_mod code, dtype, grad mode) once per process, and most tests here share forms; spread over two
+# workers, both compiled most of them (a 2-worker run of this file: 40 -> 29 CPU s)
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"), pytest.mark.xdist_group("flex_eager")]
 
 
 @pytest.fixture

@@ -20,6 +20,9 @@ from position_helpers import (
     run,
 )
 
+# in the worker of test_flex_attention (its group): the flex forms compiled there are compiled once
+pytestmark = pytest.mark.xdist_group("flex_eager")
+
 
 def test_alibi_slopes_follow_the_paper():
     from fairseq_attn_core.pieces.alibi import alibi_slopes

@@ -5,7 +5,7 @@ import glob
 import os
 
 from fairseq_attn_core import PIECES, catalogue
-from fairseq_attn_plugins.cli.pieces import main as pieces_main
+from fairseq_attn_plugins.cli.pieces import main as pieces_main, piece_names
 
 DOCS = os.path.join(os.path.dirname(__file__), "..", "docs", "pieces")
 
@@ -27,6 +27,12 @@ def test_every_piece_has_its_generated_flag_table_in_one_doc():
         assert body == catalogue.markdown_table(PIECES[name]), (
             f"docs/pieces/{doc}: the flag table of {name} differs from its declarations; "
             f"run fairseq-attn-pieces --update-docs docs/pieces")
+
+
+def test_the_command_reads_the_names_the_registry_holds():
+    """fairseq-attn-pieces refuses an unknown name by the names it reads from the pieces' files
+    (without importing torch): the same as the registered pieces'."""
+    assert piece_names() == sorted(PIECES)
 
 
 def test_every_flag_is_in_the_docs_with_its_default():

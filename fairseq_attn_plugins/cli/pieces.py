@@ -13,8 +13,10 @@ Everything is generated from the pieces' declarations (:mod:`fairseq_attn_core.c
 """
 
 import argparse
+import ast
 import difflib
 import glob
+import importlib.util
 import os
 import sys
 from typing import List, Optional
@@ -35,15 +37,33 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
+def piece_names() -> List[str]:
+    """The pieces' names as their classes declare them (``name = "..."`` in each ``@register_piece``
+    class of fairseq_attn_core/pieces/), read without importing the pieces: an unknown name is
+    refused without importing torch. A test holds them equal to the registry's."""
+    folder = os.path.join(importlib.util.find_spec("fairseq_attn_core").submodule_search_locations[0], "pieces")
+    names = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for cls in tree.body:
+            if isinstance(cls, ast.ClassDef) and any(
+                    isinstance(d, ast.Name) and d.id == "register_piece" for d in cls.decorator_list):
+                names += [s.value.value for s in cls.body if isinstance(s, ast.Assign)
+                          and [getattr(t, "id", None) for t in s.targets] == ["name"]
+                          and isinstance(s.value, ast.Constant)]
+    return sorted(names)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = get_parser().parse_args(argv)
+    names = piece_names()
+    unknown = [n for n in args.pieces if n not in names]
+    if unknown:
+        print(f"fairseq-attn-pieces: unknown piece(s) {unknown}; allowed: {names}", file=sys.stderr)
+        return 1
     from fairseq_attn_core import PIECES, catalogue  # (registers the pieces)
 
-    unknown = [n for n in args.pieces if n not in PIECES]
-    if unknown:
-        print(f"fairseq-attn-pieces: unknown piece(s) {unknown}; allowed: {sorted(PIECES)}",
-              file=sys.stderr)
-        return 1
     if args.update_docs:
         paths = sorted(glob.glob(os.path.join(args.update_docs, "*.md")))
         if not paths:

@@ -512,7 +512,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
 
 
 @triton.jit
-def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
              NDIST, first0, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
@@ -542,10 +542,8 @@ def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_
             dqr += tl.sum(tl.where(dist >= clip, ds, 0.0), 1)
             dqa += _bins(ds, pos_i, n0, clip, RI, BLOCK_N)
     if TABLE_GRAD:
-        if KIND == 0:
-            dql += tl.sum(ds, 1)
-        if KIND == 2:
-            dqr += tl.sum(ds, 1)
+        if KIND != 1:  # a far stage's one bucket: dS added up per pair, summed once after the stage's loop
+            far += ds
         if KIND == 1:  # the tile's diagonals, from g[i, c] = ds[i, (c + i) mod BLOCK_N] (BLOCK_M <= BLOCK_N)
             c = tl.arange(0, BLOCK_N)[None, :]
             jw = c + tl.arange(0, BLOCK_M)[:, None]
@@ -556,7 +554,7 @@ def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_
             tl.store(DTABLE + (bh * tl.num_programs(1) + pid_m) * NDIST + n0 - i0 - BLOCK_N + WOFF
                      + tl.arange(0, BLOCK_N), carry + wr)
             carry = tl.sum(g, 0) - wr
-    return dq, dqa, dql, dqr, carry
+    return dq, dqa, dql, dqr, carry, far
 
 
 @triton.jit
@@ -607,6 +605,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     dql = tl.zeros((BLOCK_M,), ACC)
     dqr = tl.zeros((BLOCK_M,), ACC)
     carry = tl.zeros((BLOCK_N,), ACC)
+    far = tl.zeros((BLOCK_M, BLOCK_N), ACC)  # TABLE_GRAD: a far stage's dS, per pair
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
@@ -617,16 +616,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
-        dq, dqa, dql, dqr, carry = _dq_tile(
-            dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+        dq, dqa, dql, dqr, carry, far = _dq_tile(
+            dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    far_left = tl.sum(tl.sum(far, 1), 0)
+    far = tl.zeros((BLOCK_M, BLOCK_N), ACC)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
-            dq, dqa, dql, dqr, carry = _dq_tile(
-                dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -634,8 +635,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
-            dq, dqa, dql, dqr, carry = _dq_tile(
-                dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -683,9 +684,9 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                      mask=(r < R - 1)[:, None] & (offs_d < D)[None, :])
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
-        far = (bh * tl.num_programs(1) + pid_m) * 2
-        tl.store(DFAR + far, tl.sum(dql, 0))
-        tl.store(DFAR + far + 1, tl.sum(dqr, 0))
+        cell = (bh * tl.num_programs(1) + pid_m) * 2
+        tl.store(DFAR + cell, far_left)
+        tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
         # the last band tile's unwrapped sums (zeros without a band); the band wrote [lo - BLOCK_N, end),
         # the rest of the row is zeroed
         lo = fl - i0 + woff

@@ -502,7 +502,7 @@ def plan(launch, fn, variant: str):
     tiles each program visits in each stage as the kernel's own bounds give them (a mirror of
     ``_stages`` / ``_q_stages`` of the kernels: far-left, band, far-right for a query tile;
     far-right, band, far-left for a key tile; one loop when nothing splits; with ``MERGE_FAR``
-    backward_kv's far tiles of both sides in one loop, then the band)."""
+    (the forward, backward_kv) the far tiles of both sides in one loop, then the band)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731
     kw = launch["kwargs"]
     if launch["kernel"] == "backward_delta":
@@ -539,7 +539,7 @@ def plan(launch, fn, variant: str):
         return [(0, 0)]
     if not split:  # one loop: every tile in the stage that holds them
         counts = [sum(counts)]
-    elif kw.get("MERGE_FAR") and name == "backward_kv":  # the far tiles of both sides in one loop, before the band
+    elif kw.get("MERGE_FAR"):  # the far tiles of both sides in one loop, before the band
         counts = [counts[0] + counts[2], counts[1]]
     elif causal:  # the far-right stage is empty by construction: compiled away
         counts = counts[:2] if name in ("forward", "backward_q") else counts[1:]

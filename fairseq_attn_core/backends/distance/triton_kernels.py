@@ -325,7 +325,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-            TABLE_NATIVE: tl.constexpr = False):
+            TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -334,7 +334,9 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
     QA, computed first (:func:`_key_products`; WK: Shaw's key table in q's dtype with
     ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
-    (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read."""
+    (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read.
+    ``MERGE_FAR`` (a bias by bucket alone, non-causal): the far tiles of both sides in one loop
+    before the band, one pipeline prologue less."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -369,7 +371,18 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
-    for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
+    if MERGE_FAR:  # far-left and far-right tiles in one loop (one pipeline prologue), the side's row term
+        # chosen per tile (a bias by bucket alone, non-causal: one value a side)
+        row_r = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC)
+        n_left = (fl + BLOCK_N - 1) // BLOCK_N
+        for t in range(0, n_left + (hi - fr + BLOCK_N - 1) // BLOCK_N):
+            right = t >= n_left
+            n0 = tl.where(right, fr + (t - n_left) * BLOCK_N, t * BLOCK_N)
+            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
+                CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    for n0 in range(0, fl if not MERGE_FAR else 0, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
             qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
@@ -382,7 +395,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
-        for n0 in range(fr, hi, BLOCK_N):  # far-right
+        for n0 in range(fr, hi if not MERGE_FAR else fr, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,

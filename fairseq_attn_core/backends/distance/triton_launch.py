@@ -323,7 +323,8 @@ def _bias_rows(table: Tensor, shape: dict, S: int, T: int, configs: KernelConfig
         # outside -left .. right); copy c is that row from column c on
         row = torch.full((brow + 8,), table.size(0), dtype=torch.long, device=shape["bucket"].device)
         row[b0 - left: b0 + right + 1] = shape["bucket"][S - 1 - left: S + right]
-        shape[key] = row.unfold(0, brow, 1)[:8].contiguous()  # (a view's index would make the gather's result strided)
+        # contiguous: a view's index would make the gather's result strided; int32: half the bytes to read
+        shape[key] = row.unfold(0, brow, 1)[:8].to(torch.int32).contiguous()
     rows = torch.cat([table.detach(), table.new_zeros(1, table.size(1))]).to(dtype or table.dtype)
     return rows.t()[:, shape[key]].contiguous(), b0, brow
 

@@ -699,7 +699,10 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if TABLE_GRAD:
         cell = (bh * tl.num_programs(1) + pid_m) * 2
         tl.store(DFAR + cell, far_left)
-        tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
+        if CAUSAL:  # no far-right stage
+            tl.store(DFAR + cell + 1, 0.0)
+        else:
+            tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
         # the last band tile's unwrapped sums (zeros without a band); the band wrote [lo - BLOCK_N, end),
         # the rest of the row is zeroed
         lo = fl - i0 + woff

@@ -93,3 +93,16 @@ def test_the_torch_work_outside_the_kernels_is_counted():
             expected += max(o["bytes"] / (3.35e12 / (132 * 1.98e9)), o["flops"] / (2 * 128))
         assert abs(cost.outside_cycles(ops, 90) - expected / (cost.B * cost.H)) <= 1e-9 * expected
         assert cost.outside_cycles(ops, 90) >= shares / (3.35e12 / (132 * 1.98e9)) / (cost.B * cost.H)
+
+
+def test_the_torch_work_counted_is_a_call_whose_shape_was_seen():
+    """A shape's tables (t5bias's bucket of every distance, by the piece's own function, with its
+    logarithm) are made by its first call and cached: the count is of the next call, the first
+    call's torch work is kept apart and holds them."""
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    cost = _report()
+    _, ops, first = cost.record(64, False, variants=("t5bias",), cap=90)[0]["t5bias"]
+    assert any(o["op"].startswith("log.") for o in first)
+    assert not any(o["op"].startswith("log.") for o in ops)
+    assert cost.outside_cycles(ops, 90) < cost.outside_cycles(first, 90)

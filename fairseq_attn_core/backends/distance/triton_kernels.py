@@ -325,7 +325,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-            TABLE_NATIVE: tl.constexpr = False):
+            TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -334,7 +334,9 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
     QA, computed first (:func:`_key_products`; WK: Shaw's key table in q's dtype with
     ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
-    (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read."""
+    (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read.
+    ``MERGE_FAR`` (a bias by bucket alone, non-causal): the far tiles of both sides in one loop
+    before the band, one pipeline prologue less."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -369,7 +371,18 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
-    for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
+    if MERGE_FAR:  # far-left and far-right tiles in one loop (one pipeline prologue), the side's row term
+        # chosen per tile (a bias by bucket alone, non-causal: one value a side)
+        row_r = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC)
+        n_left = (fl + BLOCK_N - 1) // BLOCK_N
+        for t in range(0, n_left + (hi - fr + BLOCK_N - 1) // BLOCK_N):
+            right = t >= n_left
+            n0 = tl.where(right, fr + (t - n_left) * BLOCK_N, t * BLOCK_N)
+            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
+                CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    for n0 in range(0, fl if not MERGE_FAR else 0, BLOCK_N):  # far-left (every tile when no term splits)
         acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
             acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
             qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
@@ -382,7 +395,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
-        for n0 in range(fr, hi, BLOCK_N):  # far-right
+        for n0 in range(fr, hi if not MERGE_FAR else fr, BLOCK_N):  # far-right
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
@@ -512,7 +525,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
 
 
 @triton.jit
-def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
              NDIST, first0, sk, sv, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta, DTABLE, clip,
              KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
@@ -542,10 +555,8 @@ def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_
             dqr += tl.sum(tl.where(dist >= clip, ds, 0.0), 1)
             dqa += _bins(ds, pos_i, n0, clip, RI, BLOCK_N)
     if TABLE_GRAD:
-        if KIND == 0:
-            dql += tl.sum(ds, 1)
-        if KIND == 2:
-            dqr += tl.sum(ds, 1)
+        if KIND != 1:  # a far stage's one bucket: dS added up per pair, summed once after the stage's loop
+            far += ds
         if KIND == 1:  # the tile's diagonals, from g[i, c] = ds[i, (c + i) mod BLOCK_N] (BLOCK_M <= BLOCK_N)
             c = tl.arange(0, BLOCK_N)[None, :]
             jw = c + tl.arange(0, BLOCK_M)[:, None]
@@ -556,7 +567,7 @@ def _dq_tile(dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, WOFF, offs_m, pos_
             tl.store(DTABLE + (bh * tl.num_programs(1) + pid_m) * NDIST + n0 - i0 - BLOCK_N + WOFF
                      + tl.arange(0, BLOCK_N), carry + wr)
             carry = tl.sum(g, 0) - wr
-    return dq, dqa, dql, dqr, carry
+    return dq, dqa, dql, dqr, carry, far
 
 
 @triton.jit
@@ -607,6 +618,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     dql = tl.zeros((BLOCK_M,), ACC)
     dqr = tl.zeros((BLOCK_M,), ACC)
     carry = tl.zeros((BLOCK_N,), ACC)
+    far = tl.zeros((BLOCK_M, BLOCK_N), ACC)  # TABLE_GRAD: a far stage's dS, per pair
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
@@ -617,16 +629,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if VALUES:
         delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
     for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
-        dq, dqa, dql, dqr, carry = _dq_tile(
-            dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+        dq, dqa, dql, dqr, carry, far = _dq_tile(
+            dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    far_left = tl.sum(tl.sum(far, 1), 0)
+    far = tl.zeros((BLOCK_M, BLOCK_N), ACC)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
-            dq, dqa, dql, dqr, carry = _dq_tile(
-                dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -634,8 +648,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
         for n0 in range(fr, hi, BLOCK_N):  # far-right
-            dq, dqa, dql, dqr, carry = _dq_tile(
-                dq, dqa, dql, dqr, carry, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                 ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
@@ -683,9 +697,12 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                      mask=(r < R - 1)[:, None] & (offs_d < D)[None, :])
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
-        far = (bh * tl.num_programs(1) + pid_m) * 2
-        tl.store(DFAR + far, tl.sum(dql, 0))
-        tl.store(DFAR + far + 1, tl.sum(dqr, 0))
+        cell = (bh * tl.num_programs(1) + pid_m) * 2
+        tl.store(DFAR + cell, far_left)
+        if CAUSAL:  # no far-right stage
+            tl.store(DFAR + cell + 1, 0.0)
+        else:
+            tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
         # the last band tile's unwrapped sums (zeros without a band); the band wrote [lo - BLOCK_N, end),
         # the rest of the row is zeroed
         lo = fl - i0 + woff

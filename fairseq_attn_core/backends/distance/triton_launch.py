@@ -199,11 +199,14 @@ class _TritonAttention(torch.autograd.Function):
         av = value_table.detach().to(dtype).contiguous() if values else none
         out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
         c = configs.forward_values if values else configs.forward
+        # a bias by bucket alone, non-causal: the far tiles of both sides in one loop (one prologue)
+        merge = shape["bias"] == 1 and key_table is None and not causal
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            TABLE_NATIVE=key_table is not None and _table_native(q, key_table), **_even(c, T, S), **common)
+            TABLE_NATIVE=key_table is not None and _table_native(q, key_table), MERGE_FAR=merge, **_even(c, T, S),
+            **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         return out
@@ -320,7 +323,8 @@ def _bias_rows(table: Tensor, shape: dict, S: int, T: int, configs: KernelConfig
         # outside -left .. right); copy c is that row from column c on
         row = torch.full((brow + 8,), table.size(0), dtype=torch.long, device=shape["bucket"].device)
         row[b0 - left: b0 + right + 1] = shape["bucket"][S - 1 - left: S + right]
-        shape[key] = row.unfold(0, brow, 1)[:8].contiguous()  # (a view's index would make the gather's result strided)
+        # contiguous: a view's index would make the gather's result strided; int32: half the bytes to read
+        shape[key] = row.unfold(0, brow, 1)[:8].to(torch.int32).contiguous()
     rows = torch.cat([table.detach(), table.new_zeros(1, table.size(1))]).to(dtype or table.dtype)
     return rows.t()[:, shape[key]].contiguous(), b0, brow
 

@@ -87,3 +87,29 @@ def test_the_device_run_s_lengths_reuse_compiled_kernels(results):
     assert new == ["4 new", "0 new", "4 new"], bench["out"][-3000:]
     assert "Triton kernel specializations (compiles on a GPU): 8, at most 5 allowed" in bench["out"]
     assert bench["status"] == 1 and "more than --max-compiles 5" in bench["err"], bench["err"][-2000:]
+
+
+def test_the_launcher_keeps_the_tables_of_a_shape_in_use_while_others_come_and_go():
+    """The per-shape tables (bucket index, edge rows) are dropped least recently used first: a
+    length met on every step keeps its tables however many other lengths pass, and the tables
+    of the length not used since the start are made again."""
+    import functools
+
+    from fairseq_attn_core.backends.distance import triton_launch
+    from fairseq_attn_core.backends.distance.terms import DistanceTerms
+    from fairseq_attn_core.pieces.t5bias import relative_position_bucket
+
+    bucket = functools.partial(relative_position_bucket, bidirectional=True, num_buckets=4, max_distance=8)
+    terms = DistanceTerms(bias_table=torch.zeros(4, 2), bucket=bucket)
+
+    def tables(length):
+        return triton_launch._shape_tables(terms, 2, length, length, torch.device("cpu"), torch.float64)
+
+    in_use, left = tables(1), tables(2)
+    for length in range(3, 3 + triton_launch._MAX_TABLES):
+        assert tables(1) is in_use
+        tables(length)
+    assert tables(1) is in_use
+    assert tables(2) is not left
+    expected = [[int(bucket(torch.tensor(j - i))) for j in range(2)] for i in range(2)]
+    assert [[int(left["bucket"][1 + j - i]) for j in range(2)] for i in range(2)] == expected

@@ -45,9 +45,11 @@ from .triton_configs import BlockConfig, KernelConfigs, configs_for, head_block
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
-#: (kind, declaration's key, S, T, device, dtype) -> tables; bounded (oldest dropped)
+#: (kind, declaration's key, S, T, device, dtype) -> tables, least recently used dropped first. A
+#: training run meets every length of its batches again and again: the bound holds one per length
+#: up to 256 for encoder and decoder (t5bias: about 0.1 MB a shape at L = 256 or 1024, 51 MB in all)
 _TABLES: dict = {}
-_MAX_TABLES = 64
+_MAX_TABLES = 512
 
 
 def kernels() -> ModuleType:
@@ -94,8 +96,9 @@ def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> 
     else:
         key = ("clip", terms.clip)
     key += (S, T, str(device), acc)
-    got = _TABLES.get(key)
+    got = _TABLES.pop(key, None)
     if got is not None:
+        _TABLES[key] = got  # the most recently used last
         return got
     got = dict(bias=0, WL=0, WR=0, bucket=None, edges=None, slopes2=None)
     if terms.bias_table is not None:

@@ -136,6 +136,12 @@ def _tables_tf32(q: Tensor, *tables) -> bool:
     return q.dtype in HALF and all(t is None or t.dtype in HALF for t in tables)
 
 
+def _far_tiles_merged(common: dict) -> bool:
+    """Whether the forward and backward_kv run the far tiles of both sides in one loop (one
+    pipeline prologue less): a bias by bucket alone (one value a side), non-causal."""
+    return common["BIAS"] == 1 and not common["KEYS"] and not common["VALUES"] and not common["CAUSAL"]
+
+
 def _table_native(q: Tensor, table: Tensor) -> bool:
     """Whether a Shaw table's products with q run as they are: both in the same fp16 / bf16 dtype
     (exact products, float32 sums on tensor cores)."""
@@ -187,10 +193,11 @@ class _TritonAttention(torch.autograd.Function):
                                          dtype if q.dtype not in HALF else None)
         R = 2 * clip + 1
         qa2 = wk2 = none
+        native = key_table is not None and _table_native(q, key_table)
         if key_table is not None:  # QA in base 2, made by the forward kernel (times scale log2(e) there)
             # in q's dtype when the table has it (the forward's dots of q and the table as they are), else
             # in the accumulator's
-            wk2 = key_table.detach().to(key_table.dtype if _table_native(q, key_table) else dtype).contiguous()
+            wk2 = key_table.detach().to(key_table.dtype if native else dtype).contiguous()
             qa2 = torch.empty(B * H, T, R, dtype=dtype, device=q.device)
         pb = torch.empty(B * H, T, R if values else 0, dtype=dtype, device=q.device)
         common = dict(BIAS=shape["bias"], KEYS=key_table is not None, VALUES=values, CAUSAL=causal,
@@ -202,14 +209,11 @@ class _TritonAttention(torch.autograd.Function):
         av = value_table.detach().to(dtype).contiguous() if values else none
         out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
         c = configs.forward_values if values else configs.forward
-        # a bias by bucket alone, non-causal: the far tiles of both sides in one loop (one prologue)
-        merge = shape["bias"] == 1 and key_table is None and not causal
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            TABLE_NATIVE=key_table is not None and _table_native(q, key_table), MERGE_FAR=merge, **_even(c, T, S),
-            **common)
+            TABLE_NATIVE=native, MERGE_FAR=_far_tiles_merged(common), **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
         return out
@@ -263,8 +267,6 @@ class _TritonAttention(torch.autograd.Function):
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
             TABLE_TF32=_tables_tf32(q, key_table, value_table), num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
-        # a bias by bucket alone, non-causal: backward_kv's far tiles of both sides in one loop (one prologue)
-        merge = common["BIAS"] == 1 and not keys and not common["VALUES"] and not common["CAUSAL"]
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
@@ -274,7 +276,7 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            MERGE_FAR=merge, **_even(ckv, T, S), **common)
+            MERGE_FAR=_far_tiles_merged(common), **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))

@@ -245,18 +245,17 @@ def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl
     columns as row sums."""
     r = tl.arange(0, RI)
     d_ok = offs_d < D
+    qf = q.to(ACC)
+    left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
     if TABLE_NATIVE:
         w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=(r < R - 1)[None, :] & d_ok[:, None],
                        other=0.0)
         qa = tl.dot(q, w_in, out_dtype=ACC) * qk_scale
         tl.store(QA2 + qa_rows[:, None] + 1 + r[None, :], qa, mask=(offs_m < T)[:, None] & (r < R - 1)[None, :])
-        left = tl.sum(q.to(ACC) * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
         tl.store(QA2 + qa_rows, left, mask=offs_m < T)
     else:
         w_mask = (r < R - 2)[None, :] & d_ok[:, None]
         w_in = tl.load(WK + (1 + r)[None, :] * D + offs_d[:, None], mask=w_mask, other=0.0)
-        qf = q.to(ACC)
-        left = tl.sum(qf * tl.load(WK + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
         right = tl.sum(qf * tl.load(WK + (R - 1) * D + offs_d, mask=d_ok, other=0.0).to(ACC)[None, :], 1) * qk_scale
         if TABLE_TF32:
             qa = tl.dot(qf, w_in, out_dtype=ACC, input_precision="tf32")

@@ -359,7 +359,7 @@ def refuse_other_run_data(run_dir: str, data: str, data_id: str, want: dict) -> 
 
 def cmd_check_data(args):
     """The data-bin matches the settings of this run and its record; a run directory was
-    trained on this very data-bin (--run-dir: recorded on first use, or --require it)."""
+    trained on this very data-bin (--run-dir: recorded on first use unless --no-record, or --require it)."""
     path = os.path.join(args.data, "prepare.json")
     if not os.path.isfile(path):
         die(f"{args.data} has no prepare.json (not made by this prepare.sh, or by an older one): "
@@ -402,7 +402,7 @@ def cmd_check_data(args):
         elif args.require:
             die(f"{args.run_dir} has no data.json: no record of the data its model was trained on "
                 f"(trained by an older train.sh?); train it again with train.sh")
-        else:
+        elif args.record:
             os.makedirs(args.run_dir, exist_ok=True)
             write_lines(run_rec, [json.dumps({"data": os.path.realpath(args.data), "data_id": rec["data_id"],
                                                      "settings": rec["settings"],
@@ -434,4 +434,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--downloads", help="WORK/downloads.sha256 (the archives downloaded)"); p.set_defaults(fn=cmd_prepare_record)
     p = sub.add_parser("check-data"); p.add_argument("--data", required=True); p.add_argument("--set", action="append")
     p.add_argument("--test-ref"); p.add_argument("--run-dir"); p.add_argument("--require", action="store_true")
+    # the nodes of one multi-node training share SAVE_DIR: node 0 records its data.json, the others
+    # only check it (two writers of one file race: one's rename finds the other's gone)
+    p.add_argument("--no-record", dest="record", action="store_false",
+                   help="check --run-dir's data.json where it exists, never write it")
     p.add_argument("--print-pairs", action="store_true"); p.set_defaults(fn=cmd_check_data)

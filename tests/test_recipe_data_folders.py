@@ -292,6 +292,20 @@ def test_the_same_data_from_other_settings_is_one_folder_accepting_both(tmp_path
         else:
             assert "CLEAN='1-250' there, CLEAN='1-200' here" in p.stderr
 
+    # a run folder: a node other than node 0 (--no-record) checks it and writes nothing; node 0
+    # records the data; then a record of other data is refused with and without --no-record
+    run_dir = tmp_path / "run"
+    check = ("check-data", "--data", str(work / "data-bin"), "--set", "SRC=en", "--set", "TGT=de",
+             "--set", "CLEAN=1-250", "--run-dir", str(run_dir))
+    p = steps(*check, "--no-record")
+    assert p.returncode == 0 and not (run_dir / "data.json").exists(), p.stderr
+    p = steps(*check)
+    assert p.returncode == 0 and json.load(open(run_dir / "data.json"))["data_id"] == rec["data_id"], p.stderr
+    json.dump({"data": str(tmp_path / "other"), "data_id": "f" * 64, "settings": {}}, open(run_dir / "data.json", "w"))
+    for extra in ((), ("--no-record",)):
+        p = steps(*check, *extra)
+        assert p.returncode == 1 and f"SAVE_DIR={run_dir} holds a run trained on" in p.stderr, p.stderr
+
     # the folder changed by hand (its record says other data): moved aside whole, never deleted
     json.dump({**rec, "data_id": "changed-by-hand"}, open(work / "data" / folder / "prepare.json", "w"))
     (work / "data" / folder / "notes.txt").write_text("mine\n")

@@ -6,8 +6,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -450,7 +452,7 @@ def test_gloo_two_processes(ende):
 
 
 @pytest.mark.e2e
-def test_two_nodes_train_like_one_process_with_update_freq(ende):
+def test_two_nodes_train_like_one_process_with_update_freq(ende, tmp_path):
     """Multi-node through the recipe's own torchrun launch, simulated: two "nodes" on
     127.0.0.1 (NNODES=2, NODE_RANK=0/1, one gloo process each) train exactly what one process
     with --update-freq 2 trains on the same data and seed (no dropout: each rank would draw
@@ -467,26 +469,38 @@ def test_two_nodes_train_like_one_process_with_update_freq(ende):
     full["PATH"] = os.path.dirname(sys.executable) + os.pathsep + full["PATH"]
     single = os.path.join(ende["WORK"], "runs", "update_freq2")
     train = ["bash", os.path.join(RECIPES, "wmt14_en_de", "train.sh")]
-    # node 1 and the single-process reference run beside node 0 (the test's wall time)
-    others = [subprocess.Popen(train, env=dict(full, **env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-              for env in (dict(nodes, NODE_RANK="1"), dict(common, UPDATE_FREQ="2", SAVE_DIR=single))]
-    p0 = None
+    # both nodes and the single-process reference side by side (the test's wall time); each
+    # output in its own file (a pipe nobody reads would fill and stop its writer)
+    envs = {"node 0": dict(nodes, NODE_RANK="0"), "node 1": dict(nodes, NODE_RANK="1"),
+            "update_freq 2": dict(common, UPDATE_FREQ="2", SAVE_DIR=single)}
+    outs = {name: open(tmp_path / f"{name.replace(' ', '_')}.out", "w+") for name in envs}
+    procs = {name: subprocess.Popen(train, env=dict(full, **env), stdout=outs[name], stderr=subprocess.STDOUT,
+                                    start_new_session=True) for name, env in envs.items()}
+    failed = []
     try:
-        p0 = run("wmt14_en_de", "train.sh", dict(nodes, NODE_RANK="0"))
+        # a node that fails leaves its peer waiting for it (torchrun's rendezvous: 15 minutes):
+        # the first failure stops every process at once and is shown
+        while not failed and any(p.poll() is None for p in procs.values()):
+            failed = [name for name, p in procs.items() if p.poll() not in (None, 0)]
+            time.sleep(0.5)
     finally:
-        if p0 is None:  # node 1 would wait for its peer: stop it (and its torchrun) at once
-            import signal
-            for o in others:
-                os.killpg(o.pid, signal.SIGTERM)
-        outs = [o.communicate(timeout=600)[0] for o in others]
-    for o, out in zip(others, outs):
-        assert o.returncode == 0, out[-3000:]
-    assert "workers=2 (NGPUS=0 NNODES=2)" in p0.stderr
+        for p in procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs.values():
+            p.wait(timeout=60)
+    text = {}
+    for name, f in outs.items():
+        f.seek(0)
+        text[name] = f.read()
+        f.close()
+    failed += [name for name, p in procs.items() if p.returncode != 0 and name not in failed]  # stopped last
+    assert not failed, "\n".join(f"{name} failed ({procs[name].returncode}):\n{text[name][-3000:]}" for name in failed)
+    assert "workers=2 (NGPUS=0 NNODES=2)" in text["node 0"]
     log = open(os.path.join(multi, "train.log"), encoding="utf-8").read()
     assert "torch.distributed.run --nnodes 2" in log
     assert "training on 2 devices" in log and "'distributed_world_size': 2" in log
-    assert "distributed init (rank 1)" in log + outs[0]
+    assert "distributed init (rank 1)" in log + text["node 1"]
 
     def losses(save):
         lines = open(os.path.join(save, "train.log"), encoding="utf-8").read().splitlines()

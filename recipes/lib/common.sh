@@ -626,8 +626,12 @@ train_main() {
   fi
   # the data-bin must be the one prepared with these settings (another language pair: named);
   # a run directory stays on its data
+  # this node's rank: node 0 records the run's data (data.json) and holds the run's lock (below)
+  local rank=0 record=()
+  if (( NNODES > 1 )); then rank=${NODE_RANK:-${SLURM_NODEID:-0}}; fi
+  [[ $rank == 0 ]] || record=(--no-record)
   prepare_settings
-  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" || exit 1
+  "${STEPS[@]}" check-data --data "$DATA" "${PREP_SET[@]}" --run-dir "$SAVE_DIR" "${record[@]}" || exit 1
   # the resolved folder, not the data-bin symlink: what the run records and fairseq reads every epoch
   DATA=$(cd "$DATA" && pwd -P)
   # a data folder carries its own record (checked above): one prepared in another WORK is taken as
@@ -639,8 +643,7 @@ train_main() {
   # and the training it starts; gone with them, so a killed training blocks nothing. The nodes of one
   # multi-node training share SAVE_DIR (a shared file system): each node rank holds its own lock, node 0
   # the run's
-  local lock="$SAVE_DIR/.train.lock" rank=0
-  if (( NNODES > 1 )); then rank=${NODE_RANK:-${SLURM_NODEID:-0}}; fi
+  local lock="$SAVE_DIR/.train.lock"
   [[ $rank == 0 ]] || lock="$SAVE_DIR/.train.node$rank.lock"
   [[ -z ${TRAIN_LOCK+set} ]] || exec {TRAIN_LOCK}>&-  # this shell's lock of a run it trained before
   exec {TRAIN_LOCK}>"$lock"

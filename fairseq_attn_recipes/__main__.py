@@ -9,7 +9,8 @@ Steps: check-tools, check-arch, check-data-dest, check-local-inputs, check-scrip
 concat-parts, extract, tokenize, clean, cap-check, detok, split-compounds, prepare-record,
 data-place, data-point, data-replace, run-data, data-list, data-prune, register-run, average, prune-epoch-checkpoints, evaluated-before, run-arch, hyps, eval-text, score, bible-corpus, toy-corpus,
 check-positions, concat-test, concat-train, profile, language-facts, fairseq-args, parts-record,
-study-export, study-rescore (a committed study's outputs, and its table re-scored from them), study-folder, check-variables.
+study-export, study-rescore (a committed study's outputs, and its table re-scored from them), study-folder,
+study-pack, study-unpack (a study's finished runs carried to another machine), check-variables.
 Training: ``python -m fairseq_attn_recipes.train`` (fairseq-train with
 the run record, see :mod:`.train`, :mod:`.recording` and :mod:`fairseq_attn_records.run_record`).
 """
@@ -49,6 +50,7 @@ STEPS = {
     "language-facts": "languages",
     "fairseq-args": "fairseq_args",
     "study-export": "studies", "study-rescore": "studies", "study-folder": "studies",
+    "study-pack": "study_carry", "study-unpack": "study_carry",
 }
 #: the step modules, in the order of the help
 STEP_MODULES = tuple(dict.fromkeys(STEPS.values()))

@@ -422,6 +422,22 @@ def test_table1_recipe_end_to_end(toy_work, tmp_path):
     p = recipe("table1.sh", dict(env, MAX_UPDATE=str(UPDATES + 1)), check=False)
     assert p.returncode == 1 and "other settings" in p.stderr
 
+    # carried to another machine: the finished runs packed without checkpoints and unpacked into
+    # another study folder; table1.sh there trains nothing and renders the same table
+    carried, archive = os.path.join(work, "table1_carried"), str(tmp_path / "carried.tar.xz")
+    for args in (["study-pack", out, "--to", archive], ["study-unpack", archive, "--to", carried]):
+        c = subprocess.run([sys.executable, "-m", "fairseq_attn_recipes", *args], capture_output=True, text=True)
+        assert c.returncode == 0, c.stderr
+    assert not [f for _, _, files in os.walk(carried) for f in files if f.endswith(".pt")]
+    p = recipe("table1.sh", dict(env, TABLE1_DIR=carried))
+    assert "ARCH=" not in p.stderr and p.stderr.count(": done before, reused") == len(keys) * len(seeds)
+    with open(os.path.join(out, "table1.json"), encoding="utf-8") as f:
+        here = f.read()
+    with open(os.path.join(carried, "table1.json"), encoding="utf-8") as f:
+        there = f.read()
+    assert json.loads(there) == json.loads(here.replace(out, carried))
+    assert read(os.path.join(carried, "table1.md")) == read(os.path.join(out, "table1.md"))
+
     # the paper's claims from the study's record: each comparison is the table's own test
     claims = tmp_path / "claims.json"
     assert paper.main(["claims", "--table1", os.path.join(out, "table1.json"), "--json", str(claims),

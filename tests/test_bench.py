@@ -335,6 +335,22 @@ def test_tensor_peak_sees_a_short_lived_allocation():
     assert 4 * 2**20 <= mem.peak_bytes < 5 * 2**20
 
 
+def test_timed_blocks_on_cpu_run_no_memory_sampler():
+    """RSS sampling is a thread beside the timed steps: the CPU sweep's timed blocks run none (their
+    memory is TensorPeak's, in a pass of its own); the training bench's PeakMemory does sample."""
+    import threading
+    cpu = torch.device("cpu")
+    before = threading.active_count()
+    with B.timing.timed_peak(cpu) as mem:
+        assert mem is None and threading.active_count() == before
+    with B.PeakMemory(cpu) as mem:
+        assert threading.active_count() == before + 1
+        a = torch.ones(1 << 23)  # 32 MiB, touched
+        a.add_(1)
+    del a
+    assert mem.peak_bytes > 0
+
+
 def test_position_sweep_lengths(tmp_path):
     """--sweep lengths: stock and each position method on each CPU training path, time and
     memory ratios to stock from the interleaved rounds (arithmetic checked here; one short

@@ -3,7 +3,7 @@
 import torch
 
 from .systems import STOCK, layer_paths
-from .timing import (PeakMemory, TensorPeak, Timer, interleaved, long_lived_frozen, paired_ratios, summarize,
+from .timing import (TensorPeak, Timer, interleaved, long_lived_frozen, paired_ratios, summarize, timed_peak,
                      sync_device)
 
 def bench_sweep(models, cfg, device, seed, log):
@@ -44,12 +44,12 @@ def bench_sweep(models, cfg, device, seed, log):
         cpu = device.type == "cpu"
 
         def measure(name, r):
-            with PeakMemory(device) as mem:
+            with timed_peak(device) as mem:
                 timer = Timer(device).start()
                 for _ in range(cfg["sweep_steps"]):
                     step(models[name])
                 dt = timer.stop()
-            if not cpu:
+            if mem is not None:
                 peaks[name] = max(peaks.get(name, 0), mem.peak_bytes)
             return bsz * L * cfg["sweep_steps"] / dt
 

@@ -66,6 +66,13 @@ class PeakMemory:
         return False
 
 
+def timed_peak(device):
+    """The peak memory a timed block can measure without cost: CUDA's counters (a
+    :class:`PeakMemory`); on CPU nothing (``None``): RSS sampling runs a thread beside the timed
+    work, so a CPU sweep takes its memory from :class:`TensorPeak` in a pass of its own."""
+    return PeakMemory(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 class TensorPeak:
     """Peak bytes of live tensors allocated inside a block, from torch's own allocation
     records (``torch.profiler`` with ``profile_memory``: every allocation and free of the

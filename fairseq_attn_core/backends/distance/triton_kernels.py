@@ -61,6 +61,20 @@ def _load_rows(ptrs, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexp
 
 
 @triton.jit
+def _tile_rows(PTR, off, n0, stride, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexpr,
+               BLOCK: tl.constexpr, TILE_BASE: tl.constexpr):
+    """The (BLOCK, BLOCK_D) tile of rows ``n0 ..`` (offs) of a (rows, D) matrix at ``PTR + off`` with row
+    stride ``stride``; ``TILE_BASE``: addressed from the tile's scalar base and loop-invariant offsets
+    (fewer address instructions in some loops, more registers in others)."""
+    if TILE_BASE:
+        x = _load_rows((PTR + off + n0 * stride) + tl.arange(0, BLOCK)[:, None] * stride + offs_d[None, :], offs, n,
+                       offs_d, D, EVEN, EVEN_D)
+    else:
+        x = _load_rows(PTR + off + offs[:, None] * stride + offs_d[None, :], offs, n, offs_d, D, EVEN, EVEN_D)
+    return x
+
+
+@triton.jit
 def _row_vector(ptrs, offs, n, other, EVEN: tl.constexpr):
     """A per-row vector, masked only where the rows may run past their end."""
     if EVEN:
@@ -114,12 +128,15 @@ def _offsets(d, BLOCK: tl.constexpr, ACC: tl.constexpr):
 
 @triton.jit
 def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.constexpr, KIND: tl.constexpr,
-             ACC: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr):
+             ACC: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BASE: tl.constexpr = False):
     """The tile's column vector: 0 or -inf (padding, past S), plus alibi's column part in
     far tiles (KIND 0 far-left, 1 band, 2 far-right)."""
     if HAS_PAD:
         if EVEN_N:
-            col = tl.load(KB + b * S + offs_n).to(ACC)
+            if TILE_BASE:  # the tile's scalar base, loop-invariant vector offsets (the forward: fewer address instructions)
+                col = tl.load((KB + b * S + n0) + tl.arange(0, BLOCK_N)).to(ACC)
+            else:
+                col = tl.load(KB + b * S + offs_n).to(ACC)
         else:
             col = tl.load(KB + b * S + offs_n, mask=offs_n < S, other=float("-inf")).to(ACC)
     else:
@@ -291,16 +308,16 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL and (VALUES or not KEYS))
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N)
+                              BLOCK_M, BLOCK_N, not CAUSAL and (VALUES or not KEYS))
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
-    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL and (VALUES or not KEYS))
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
         pbl = pbl * alpha
@@ -492,14 +509,14 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
 def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
             KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr):
+            BLOCK_N: tl.constexpr, TILE_BASE: tl.constexpr = False):
     """One tile's base-2 scores with every term (the forward's and the backward's one rule):
     QK^T scaled, the per-column terms, and in band tiles (``KIND`` 1) the per-distance ones; with
     the pairs' distances and which are inside (T, S)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
         x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
-                                    BLOCK_N)[None, :]
+                                    BLOCK_N, TILE_BASE)[None, :]
     else:
         x = s * qk_scale
     dist = offs_n[None, :] - pos_i[:, None]
@@ -533,8 +550,8 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
               EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL)
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL)
     p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
                                   PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)

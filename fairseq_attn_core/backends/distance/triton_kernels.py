@@ -536,7 +536,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
     no key); with the pairs' distances and which are inside (T, S)."""
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N)
+                              BLOCK_M, BLOCK_N, KIND != 1)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 

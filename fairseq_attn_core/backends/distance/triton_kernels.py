@@ -746,8 +746,13 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
-    delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
+    if KIND == 3:  # the merged far loop: the rows' vectors from the tile's scalar base (fewer address instructions;
+        # in the other loops this form cost more)
+        lse = _row_vector((LSE + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, float("inf"), EVEN_M)
+        delta = _row_vector((DELTA + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, 0.0, EVEN_M)
+    else:
+        lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
+        delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
     if KIND == 3:  # a far tile of either side: its per-row term given (a bias by bucket alone)
         lse -= far_row

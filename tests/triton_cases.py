@@ -94,8 +94,10 @@ def run(case, seed):
     method, T, causal, _, H = case
     x = inputs(case, seed)
     leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
-    # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q
-    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k")
+    # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q;
+    # t5bias at T = 47 (non-causal) and 32 (causal) its Hopper form of the far cells' sums (one reduction), the others
+    # the other form
+    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k" or (method == "t5bias" and T in (47, 32)))
     out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
                          x["scale"], x["kpm"], causal, configs)
     grads = torch.autograd.grad(out, leaves, x["dout"])

@@ -650,7 +650,10 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    far_left = tl.sum(tl.sum(far, 1), 0)
+    if WGMMA:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
+        far_left = tl.sum(far, 1)
+    else:
+        far_left = tl.sum(tl.sum(far, 1), 0)
     far = tl.zeros((BLOCK_M, BLOCK_N), ACC)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
@@ -714,11 +717,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
         cell = (bh * tl.num_programs(1) + pid_m) * 2
-        tl.store(DFAR + cell, far_left)
-        if CAUSAL:  # no far-right stage
-            tl.store(DFAR + cell + 1, 0.0)
+        if WGMMA:
+            if CAUSAL:  # no far-right stage
+                tl.store(DFAR + cell, tl.sum(far_left, 0))
+                tl.store(DFAR + cell + 1, 0.0)
+            else:  # both cells from one reduction across rows
+                tl.store(DFAR + cell + tl.arange(0, 2), tl.sum(tl.join(far_left, tl.sum(far, 1)), 0))
         else:
-            tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
+            tl.store(DFAR + cell, far_left)
+            if CAUSAL:  # no far-right stage
+                tl.store(DFAR + cell + 1, 0.0)
+            else:
+                tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
         # the last band tile's unwrapped sums (zeros without a band); the band wrote [lo - BLOCK_N, end),
         # the rest of the row is zeroed
         lo = fl - i0 + woff

@@ -746,10 +746,11 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
-              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, DP_FIRST: tl.constexpr = False):
     """One query tile of a key tile, transposed as the tutorial's backward is (keys as rows,
     queries as columns: P^T and dS^T are the A operands of dv's and dk's dots as they are,
-    no transpose through shared memory)."""
+    no transpose through shared memory). ``DP_FIRST``: dP's dot before P and dv's (fewer
+    registers at once)."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
@@ -788,9 +789,14 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
         xT = _band(xT, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
                    CAUSAL, BLOCK_M, BLOCK_N, True)
-    pT = tl.exp2(xT - lse[None, :])
-    dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
-    dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+    if DP_FIRST:
+        dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+        pT = tl.exp2(xT - lse[None, :])
+        dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
+    else:
+        pT = tl.exp2(xT - lse[None, :])
+        dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
+        dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
         dpT += tl.load(DPB + qa_rows[None, :] + r, mask=inside, other=0.0)
@@ -806,12 +812,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False):
+              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False, FEW_REGS: tl.constexpr = False):
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
     past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone, non-causal): the
-    far tiles of both sides in one loop before the band, one pipeline prologue less."""
+    far tiles of both sides in one loop before the band, one pipeline prologue less. ``FEW_REGS`` (the
+    launcher's ``backward_kv_bias`` blocks): fewer registers live at once, dP's dot first in each tile
+    and the padding read before the loops (as bytes), so that t5bias's 32 x 128 tiles on 4 warps do not
+    spill."""
     bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = bh // H
@@ -824,6 +833,9 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
     k = tl.load(K + b * skb + h * skh + offs_n[:, None] * skt + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
+    keep8 = tl.zeros((BLOCK_N,), tl.int8)
+    if HAS_PAD and FEW_REGS:  # the padding read before the loops, kept as bytes: no batch index after them
+        keep8 = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0).to(tl.int8)
     qoff = b * sqb + h * sqh
     dooff = b * sdb + h * sdh
     first0 = _bias_first(n0 - start, BROW, BLOCK_M)
@@ -847,23 +859,26 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
                                sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
                                tl.where(right, far_r, far_l), 3, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N,
-                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if not MERGE_FAR:
         for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 2, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 1, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if not MERGE_FAR:
         for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
-        keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
+        if FEW_REGS:
+            keep = (keep8 != 0)[:, None]
+        else:
+            keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
         dk = tl.where(keep, dk, 0.0)
         dv = tl.where(keep, dv, 0.0)
     out_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]

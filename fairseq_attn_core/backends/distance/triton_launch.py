@@ -238,6 +238,8 @@ class _TritonAttention(torch.autograd.Function):
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
+        if _far_tiles_merged(common):  # t5bias without the causal mask
+            ckv = configs.backward_kv_bias or ckv
         if keys:
             cq = configs.backward_q_terms or cq
             ckv = configs.backward_kv_keys or ckv
@@ -276,7 +278,8 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            MERGE_FAR=_far_tiles_merged(common), **_even(ckv, T, S), **common)
+            MERGE_FAR=_far_tiles_merged(common), FEW_REGS=configs.backward_kv_bias is not None
+            and ckv is configs.backward_kv_bias, **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))

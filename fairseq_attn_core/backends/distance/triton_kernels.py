@@ -37,10 +37,10 @@ t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in
 tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart;
 the wrapped ones have the previous tile's distances and are stored with its unwrapped ones,
 carried to the next tile) and writes them into a row of its own (no cell is written twice),
-distance ``j - i`` at column ``j - i + WL + 2 BLOCK_N`` (the band's distances lie within
-``-WL - 2 BLOCK_N .. WR + BLOCK_M + BLOCK_N``: rows of ``WL + WR + BLOCK_M + 3 BLOCK_N``, the
-same distances in every program, whatever the length), and the far tiles' sums into two
-cells; torch adds them up per bucket (a one-hot matmul).
+distance ``j - i`` at column ``j - i + WOFF`` (the launcher sets ``WOFF`` and the row's width
+``NDIST`` to the span the programs' band tiles write, at most ``-WL - 2 BLOCK_N .. WR + BLOCK_M +
+BLOCK_N``: the same distances in every program, whatever the length), and the far tiles' sums
+into two cells; torch adds them up per bucket (a one-hot matmul).
 """
 
 import triton
@@ -589,7 +589,7 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
 @triton.jit
 def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
-               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
+               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW, WOFF,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -639,7 +639,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
+    woff = WOFF  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
     row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:

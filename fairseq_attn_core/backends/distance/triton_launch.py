@@ -77,7 +77,7 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     shape = _shape_tables(terms, H, S, T, q.device, acc)
     kb = None
     if key_padding_mask is not None:
-        kb = torch.zeros(B, S, dtype=acc, device=q.device).masked_fill_(key_padding_mask, float("-inf"))
+        kb = torch.where(key_padding_mask, float("-inf"), 0.0).to(acc)  # one op (float32 as made, acc's in the tests)
     return _TritonAttention.apply(q, k, v, terms.bias_table, terms.key_table, terms.value_table, kb, shape,
                                   terms.clip or 0, causal, float(scale), configs, module)
 

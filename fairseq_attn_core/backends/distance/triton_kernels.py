@@ -308,16 +308,16 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL and (VALUES or not KEYS))
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N, not CAUSAL and (VALUES or not KEYS))
+                              BLOCK_M, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
-    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL and (VALUES or not KEYS))
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
         pbl = pbl * alpha
@@ -550,8 +550,8 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
               EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL)
-    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, not CAUSAL)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
     p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
                                   PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
@@ -650,7 +650,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    if WGMMA:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
+    if WGMMA and EVEN_N:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
         far_left = tl.sum(far, 1)
     else:
         far_left = tl.sum(tl.sum(far, 1), 0)
@@ -717,7 +717,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
         cell = (bh * tl.num_programs(1) + pid_m) * 2
-        if WGMMA:
+        if WGMMA and EVEN_N:
             if CAUSAL:  # no far-right stage
                 tl.store(DFAR + cell, tl.sum(far_left, 0))
                 tl.store(DFAR + cell + 1, 0.0)
@@ -757,7 +757,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    if KIND == 3:  # the merged far loop: the rows' vectors from the tile's scalar base (fewer address instructions;
+    if KIND == 3 and EVEN_M:  # the merged far loop: the rows' vectors from the tile's scalar base (fewer address instructions;
         # in the other loops this form cost more)
         lse = _row_vector((LSE + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, float("inf"), EVEN_M)
         delta = _row_vector((DELTA + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, 0.0, EVEN_M)

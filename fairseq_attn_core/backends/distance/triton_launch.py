@@ -238,8 +238,9 @@ class _TritonAttention(torch.autograd.Function):
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
-        if _far_tiles_merged(common):  # t5bias without the causal mask
-            ckv = configs.backward_kv_bias or ckv
+        bias_kv = configs.backward_kv_bias
+        if _far_tiles_merged(common) and bias_kv is not None and all(_even(bias_kv, T, S).values()):
+            ckv = bias_kv  # t5bias without the causal mask, whole tiles (partial ones spill at these blocks: 36 B)
         if keys:
             cq = configs.backward_q_terms or cq
             ckv = configs.backward_kv_keys or ckv

@@ -38,8 +38,8 @@ class KernelConfigs:
     backward_kv_values: Optional[BlockConfig] = None
     #: backward_kv with Shaw's key term (it reads QA per pair)
     backward_kv_keys: Optional[BlockConfig] = None
-    #: backward_kv with a bias by bucket alone (t5bias) without the causal mask (its far tiles in one loop):
-    #: fewer queries a tile narrow its band
+    #: backward_kv with a bias by bucket alone (t5bias) without the causal mask (its far tiles in one loop), where
+    #: the lengths fill whole tiles (partial ones spill at Hopper's 32 x 128): fewer queries a tile narrow its band
     backward_kv_bias: Optional[BlockConfig] = None
     #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
     #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)

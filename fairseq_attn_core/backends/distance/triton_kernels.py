@@ -133,7 +133,7 @@ def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.c
     far tiles (KIND 0 far-left, 1 band, 2 far-right)."""
     if HAS_PAD:
         if EVEN_N:
-            if TILE_BASE:  # the tile's scalar base, loop-invariant vector offsets (the forward: fewer address instructions)
+            if TILE_BASE:  # the tile's scalar base, loop-invariant offsets (fewer address instructions where set)
                 col = tl.load((KB + b * S + n0) + tl.arange(0, BLOCK_N)).to(ACC)
             else:
                 col = tl.load(KB + b * S + offs_n).to(ACC)
@@ -308,7 +308,9 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
+    # the tiles' scalar bases: whole key tiles, no causal mask, not relpos k (there it spilled)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N,
+                   EVEN_N and not CAUSAL and (VALUES or not KEYS))
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
                               BLOCK_M, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
@@ -317,7 +319,8 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
     alpha = tl.exp2(m_i - m_new)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
-    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N,
+                   EVEN_N and not CAUSAL and (VALUES or not KEYS))
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
         pbl = pbl * alpha

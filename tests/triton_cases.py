@@ -16,7 +16,7 @@ B, D, BUCKETS, MAX_DISTANCE = 2, 8, 8, 6
 #: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
 CLIP = {33: 3, 32: 3, 5: 6, 1: 2}
 
-#: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 47 and 32 (whole 16 x 16 tiles); distances
+#: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 47, 32 and 48 (whole 16 x 16 tiles); distances
 #: beyond T5's max distance (6) at T = 32, 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
 #: (under the causal mask its first queries see no key), sentence 1 right-padded or
 #: (``empty``) every key padded. Two heads (each its own slopes, its own column of T5's table, its own
@@ -30,6 +30,7 @@ CASES = {
         ("alibi", 5, True, "empty", 1),
         ("t5bias", 1, False, "right", 1),
         ("t5bias", 32, True, "right", 2),  # whole tiles: the kernels' unmasked loads
+        ("t5bias", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask: Hopper's paths (run())
     ],
     "keys": [  # the key term's code runs in every relpos kv case too
         ("relpos_k", 33, True, "right", 2),
@@ -94,8 +95,13 @@ def run(case, seed):
     method, T, causal, _, H = case
     x = inputs(case, seed)
     leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
-    # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q
-    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k")
+    # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q;
+    # t5bias at T = 47, 48 and 32 its Hopper form of the far cells' sums (one reduction; whole tiles only: T = 48 and
+    # 32), the others the other form
+    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k" or (method == "t5bias" and T in (47, 48, 32)))
+    if method == "t5bias" and T == 48:  # backward_kv's blocks of its own (t5bias without the causal
+        # mask, whole tiles, as on Hopper): dP first, the padding read before the loops
+        configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv)
     out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
                          x["scale"], x["kpm"], causal, configs)
     grads = torch.autograd.grad(out, leaves, x["dout"])

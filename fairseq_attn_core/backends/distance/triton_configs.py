@@ -38,6 +38,9 @@ class KernelConfigs:
     backward_kv_values: Optional[BlockConfig] = None
     #: backward_kv with Shaw's key term (it reads QA per pair)
     backward_kv_keys: Optional[BlockConfig] = None
+    #: backward_kv with a bias by bucket alone (t5bias) without the causal mask (its far tiles in one loop), where
+    #: the lengths fill whole tiles (partial ones spill at Hopper's 32 x 128): fewer queries a tile narrow its band
+    backward_kv_bias: Optional[BlockConfig] = None
     #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
     #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)
     warpgroup_mma: bool = False
@@ -51,7 +54,7 @@ CONFIGS: Dict[int, KernelConfigs] = {
     64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
                       backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
                       backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
-                      warpgroup_mma=True),
+                      backward_kv_bias=BlockConfig(32, 128, 4, 2), warpgroup_mma=True),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }

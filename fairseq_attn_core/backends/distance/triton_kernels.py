@@ -37,10 +37,10 @@ t5bias's table gradient is deterministic: ``backward_q`` sums dS per distance in
 tiles (a skewed gather: the tile's diagonals, those that wrap around its right edge apart;
 the wrapped ones have the previous tile's distances and are stored with its unwrapped ones,
 carried to the next tile) and writes them into a row of its own (no cell is written twice),
-distance ``j - i`` at column ``j - i + WL + 2 BLOCK_N`` (the band's distances lie within
-``-WL - 2 BLOCK_N .. WR + BLOCK_M + BLOCK_N``: rows of ``WL + WR + BLOCK_M + 3 BLOCK_N``, the
-same distances in every program, whatever the length), and the far tiles' sums into two
-cells; torch adds them up per bucket (a one-hot matmul).
+distance ``j - i`` at column ``j - i + WOFF`` (the launcher sets ``WOFF`` and the row's width
+``NDIST`` to the span the programs' band tiles write, at most ``-WL - 2 BLOCK_N .. WR + BLOCK_M +
+BLOCK_N``: the same distances in every program, whatever the length), and the far tiles' sums
+into two cells; torch adds them up per bucket (a one-hot matmul).
 """
 
 import triton
@@ -57,6 +57,20 @@ def _load_rows(ptrs, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexp
             x = tl.load(ptrs, mask=(offs_d < D)[None, :], other=0.0)
     else:
         x = tl.load(ptrs, mask=(offs < n)[:, None] & (offs_d < D)[None, :], other=0.0)
+    return x
+
+
+@triton.jit
+def _tile_rows(PTR, off, n0, stride, offs, n, offs_d, D, EVEN: tl.constexpr, EVEN_D: tl.constexpr,
+               BLOCK: tl.constexpr, TILE_BASE: tl.constexpr):
+    """The (BLOCK, BLOCK_D) tile of rows ``n0 ..`` (offs) of a (rows, D) matrix at ``PTR + off`` with row
+    stride ``stride``; ``TILE_BASE``: addressed from the tile's scalar base and loop-invariant offsets
+    (fewer address instructions in some loops, more registers in others)."""
+    if TILE_BASE:
+        x = _load_rows((PTR + off + n0 * stride) + tl.arange(0, BLOCK)[:, None] * stride + offs_d[None, :], offs, n,
+                       offs_d, D, EVEN, EVEN_D)
+    else:
+        x = _load_rows(PTR + off + offs[:, None] * stride + offs_d[None, :], offs, n, offs_d, D, EVEN, EVEN_D)
     return x
 
 
@@ -114,12 +128,15 @@ def _offsets(d, BLOCK: tl.constexpr, ACC: tl.constexpr):
 
 @triton.jit
 def _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD: tl.constexpr, BIAS: tl.constexpr, KIND: tl.constexpr,
-             ACC: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr):
+             ACC: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BASE: tl.constexpr = False):
     """The tile's column vector: 0 or -inf (padding, past S), plus alibi's column part in
     far tiles (KIND 0 far-left, 1 band, 2 far-right)."""
     if HAS_PAD:
         if EVEN_N:
-            col = tl.load(KB + b * S + offs_n).to(ACC)
+            if TILE_BASE:  # the tile's scalar base, loop-invariant offsets (fewer address instructions where set)
+                col = tl.load((KB + b * S + n0) + tl.arange(0, BLOCK_N)).to(ACC)
+            else:
+                col = tl.load(KB + b * S + offs_n).to(ACC)
         else:
             col = tl.load(KB + b * S + offs_n, mask=offs_n < S, other=float("-inf")).to(ACC)
     else:
@@ -291,16 +308,19 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    # the tiles' scalar bases: whole key tiles, no causal mask, not relpos k (there it spilled)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N,
+                   EVEN_N and not CAUSAL and (VALUES or not KEYS))
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N)
+                              BLOCK_M, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
-    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N,
+                   EVEN_N and not CAUSAL and (VALUES or not KEYS))
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
         pbl = pbl * alpha
@@ -492,14 +512,14 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
 def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
             KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr):
+            BLOCK_N: tl.constexpr, TILE_BASE: tl.constexpr = False):
     """One tile's base-2 scores with every term (the forward's and the backward's one rule):
     QK^T scaled, the per-column terms, and in band tiles (``KIND`` 1) the per-distance ones; with
     the pairs' distances and which are inside (T, S)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
     if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
         x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
-                                    BLOCK_N)[None, :]
+                                    BLOCK_N, TILE_BASE)[None, :]
     else:
         x = s * qk_scale
     dist = offs_n[None, :] - pos_i[:, None]
@@ -519,7 +539,7 @@ def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scal
     no key); with the pairs' distances and which are inside (T, S)."""
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N)
+                              BLOCK_M, BLOCK_N, KIND != 1)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 
@@ -533,8 +553,8 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
               EVEN_D: tl.constexpr):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _load_rows(K + koff + offs_n[:, None] * sk + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
-    v = _load_rows(V + koff + offs_n[:, None] * sv + offs_d[None, :], offs_n, S, offs_d, D, EVEN_N, EVEN_D)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
     p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
                                   PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
@@ -572,7 +592,7 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
 @triton.jit
 def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, SLOPES2, QA2, WK,
                sqb, sqh, sqt, skb, skh, skt, svb, svh, svt, sdb, sdh, sdt,
-               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
+               qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW, WOFF,
                BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -622,7 +642,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
     fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    woff = WL + 2 * BLOCK_N  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
+    woff = WOFF  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
     row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
     delta_far = delta
     if VALUES:
@@ -633,7 +653,10 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
             first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
             0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
             PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    far_left = tl.sum(tl.sum(far, 1), 0)
+    if WGMMA and EVEN_N:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
+        far_left = tl.sum(far, 1)
+    else:
+        far_left = tl.sum(tl.sum(far, 1), 0)
     far = tl.zeros((BLOCK_M, BLOCK_N), ACC)
     if SPLIT:
         zero = tl.zeros((BLOCK_M,), ACC)
@@ -697,11 +720,18 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
         cell = (bh * tl.num_programs(1) + pid_m) * 2
-        tl.store(DFAR + cell, far_left)
-        if CAUSAL:  # no far-right stage
-            tl.store(DFAR + cell + 1, 0.0)
+        if WGMMA and EVEN_N:
+            if CAUSAL:  # no far-right stage
+                tl.store(DFAR + cell, tl.sum(far_left, 0))
+                tl.store(DFAR + cell + 1, 0.0)
+            else:  # both cells from one reduction across rows
+                tl.store(DFAR + cell + tl.arange(0, 2), tl.sum(tl.join(far_left, tl.sum(far, 1)), 0))
         else:
-            tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
+            tl.store(DFAR + cell, far_left)
+            if CAUSAL:  # no far-right stage
+                tl.store(DFAR + cell + 1, 0.0)
+            else:
+                tl.store(DFAR + cell + 1, tl.sum(tl.sum(far, 1), 0))
         # the last band tile's unwrapped sums (zeros without a band); the band wrote [lo - BLOCK_N, end),
         # the rest of the row is zeroed
         lo = fl - i0 + woff
@@ -719,18 +749,24 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
-              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, DP_FIRST: tl.constexpr = False):
     """One query tile of a key tile, transposed as the tutorial's backward is (keys as rows,
     queries as columns: P^T and dS^T are the A operands of dv's and dk's dots as they are,
-    no transpose through shared memory)."""
+    no transpose through shared memory). ``DP_FIRST``: dP's dot before P and dv's (fewer
+    registers at once)."""
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
     i0 = start + m0
     q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
     do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
-    delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
+    if KIND == 3 and EVEN_M:  # the merged far loop: the rows' vectors from the tile's scalar base (fewer address instructions;
+        # in the other loops this form cost more)
+        lse = _row_vector((LSE + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, float("inf"), EVEN_M)
+        delta = _row_vector((DELTA + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, 0.0, EVEN_M)
+    else:
+        lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
+        delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
     if KIND == 3:  # a far tile of either side: its per-row term given (a bias by bucket alone)
         lse -= far_row
@@ -756,9 +792,14 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
         xT = _band(xT, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
                    CAUSAL, BLOCK_M, BLOCK_N, True)
-    pT = tl.exp2(xT - lse[None, :])
-    dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
-    dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+    if DP_FIRST:
+        dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
+        pT = tl.exp2(xT - lse[None, :])
+        dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
+    else:
+        pT = tl.exp2(xT - lse[None, :])
+        dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
+        dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
         dpT += tl.load(DPB + qa_rows[None, :] + r, mask=inside, other=0.0)
@@ -774,12 +815,15 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False):
+              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False, FEW_REGS: tl.constexpr = False):
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
     past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone, non-causal): the
-    far tiles of both sides in one loop before the band, one pipeline prologue less."""
+    far tiles of both sides in one loop before the band, one pipeline prologue less. ``FEW_REGS`` (the
+    launcher's ``backward_kv_bias`` blocks): fewer registers live at once, dP's dot first in each tile
+    and the padding read before the loops (as bytes), so that t5bias's 32 x 128 tiles on 4 warps do not
+    spill."""
     bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = bh // H
@@ -792,6 +836,9 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     kv_mask = (offs_n < S)[:, None] & (offs_d < D)[None, :]
     k = tl.load(K + b * skb + h * skh + offs_n[:, None] * skt + offs_d[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + b * svb + h * svh + offs_n[:, None] * svt + offs_d[None, :], mask=kv_mask, other=0.0)
+    keep8 = tl.zeros((BLOCK_N,), tl.int8)
+    if HAS_PAD and FEW_REGS:  # the padding read before the loops, kept as bytes: no batch index after them
+        keep8 = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0).to(tl.int8)
     qoff = b * sqb + h * sqh
     dooff = b * sdb + h * sdh
     first0 = _bias_first(n0 - start, BROW, BLOCK_M)
@@ -815,23 +862,26 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
                                sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
                                tl.where(right, far_r, far_l), 3, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N,
-                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if not MERGE_FAR:
         for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 2, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 1, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if not MERGE_FAR:
         for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
-        keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
+        if FEW_REGS:
+            keep = (keep8 != 0)[:, None]
+        else:
+            keep = (tl.load(KB + b * S + offs_n, mask=offs_n < S, other=0.0) == 0)[:, None]
         dk = tl.where(keep, dk, 0.0)
         dv = tl.where(keep, dv, 0.0)
     out_off = bh * S * D + offs_n[:, None] * D + offs_d[None, :]

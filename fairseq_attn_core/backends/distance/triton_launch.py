@@ -77,7 +77,7 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     shape = _shape_tables(terms, H, S, T, q.device, acc)
     kb = None
     if key_padding_mask is not None:
-        kb = torch.zeros(B, S, dtype=acc, device=q.device).masked_fill_(key_padding_mask, float("-inf"))
+        kb = torch.where(key_padding_mask, float("-inf"), 0.0).to(acc)  # one op (float32 as made, acc's in the tests)
     return _TritonAttention.apply(q, k, v, terms.bias_table, terms.key_table, terms.value_table, kb, shape,
                                   terms.clip or 0, causal, float(scale), configs, module)
 
@@ -238,6 +238,9 @@ class _TritonAttention(torch.autograd.Function):
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
+        bias_kv = configs.backward_kv_bias
+        if _far_tiles_merged(common) and bias_kv is not None and all(_even(bias_kv, T, S).values()):
+            ckv = bias_kv  # t5bias without the causal mask, whole tiles (partial ones spill at these blocks: 36 B)
         if keys:
             cq = configs.backward_q_terms or cq
             ckv = configs.backward_kv_keys or ckv
@@ -248,9 +251,9 @@ class _TritonAttention(torch.autograd.Function):
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
-        # the table's per-distance sums, each program's band distances j - i at j - i + WL + 2 block_n
-        # (triton_kernels' docstring): rows as wide as a band, not as the length
-        woff, nwin = shape["WL"] + 2 * cq.block_n, shape["WL"] + shape["WR"] + cq.block_m + 3 * cq.block_n
+        # the table's per-distance sums, each program's band distances j - i at j - i + woff
+        # (triton_kernels' docstring): rows as wide as the span the band tiles write, not as the length
+        woff, nwin = _window(shape, T, S, cq, causal=common["CAUSAL"]) if table_grad else (0, 1)
         # every cell written by backward_q (the band's sums, zeros elsewhere)
         dtable = torch.empty(B * H * q_tiles * nwin if table_grad else 1, dtype=dtype, device=q.device)
         dfar = torch.empty(B * H * q_tiles * 2 if table_grad else 1, dtype=dtype, device=q.device)
@@ -269,14 +272,15 @@ class _TritonAttention(torch.autograd.Function):
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
-            slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], TABLE_GRAD=table_grad, RI=_interior(ints[7]),
+            slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], woff, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            MERGE_FAR=_far_tiles_merged(common), **_even(ckv, T, S), **common)
+            MERGE_FAR=_far_tiles_merged(common), FEW_REGS=configs.backward_kv_bias is not None
+            and ckv is configs.backward_kv_bias, **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))
@@ -290,6 +294,26 @@ class _TritonAttention(torch.autograd.Function):
         if common["VALUES"] and ctx.needs_input_grad[5]:  # d a_V = PB^T dO, summed over backward_delta's programs
             d_value = dav.sum(0).to(value_table.dtype)
         return (dq, dk, dv, d_table, d_key, d_value) + (None,) * 7
+
+
+def _window(shape: dict, T: int, S: int, config: BlockConfig, causal: bool):
+    """(woff, nwin): backward_q's row of per-distance sums holds distance ``j - i`` at column ``j - i +
+    woff``, ``nwin`` columns: the span its programs' band tiles write (the wrapped sums of the first,
+    ``block_n`` left of the band, to the end of the last), from a mirror of the kernel's ``_stages``;
+    made once per shape and blocks."""
+    key = ("window", config.block_m, config.block_n, causal)
+    if key not in shape:
+        bm, bn, WL, WR = config.block_m, config.block_n, shape["WL"], shape["WR"]
+        left = right = 0
+        for m0 in range(0, T, bm):
+            i0 = S - T + m0
+            hi = min(S, i0 + bm) if causal else S
+            fl = min(max(0, (max(i0 - WL + 1, 0) // bn) * bn), hi)
+            fr = hi if causal else max(min(hi, ((i0 + bm - 1 + WR + bn - 1) // bn) * bn), fl)
+            left = max(left, i0 - fl + bn)
+            right = max(right, fl - i0 + -(-(fr - fl) // bn) * bn)
+        shape[key] = (left, left + right)
+    return shape[key]
 
 
 def _window_onehot(shape: dict, first: int, end: int, dtype) -> Tensor:

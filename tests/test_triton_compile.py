@@ -4,7 +4,11 @@ kernel family the paths launch (forward, backward_kv, backward_q, the backward's
 rope's rotation) at its heaviest specialisation: t5bias under the causal mask (its table's
 gradient), t5bias without it (backward_kv's own blocks, 32 x 128 on 4 warps on Hopper: near the
 register limit) and relpos kv (Shaw's key and value terms, the most state per tile); the lighter
-variants compile the same code with terms switched off (the report reads them all). One
+variants compile the same code with terms switched off (the report reads them all). The same
+at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the
+kernels' masked loads, what training's lengths run most), for the variants whose masked forms
+spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
+t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask). One
 compile per (launch, arch), shared by the tests of this module.
 """
 
@@ -16,6 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.xdist_group("triton_compile")
 SAMPLE = (("t5bias", True), ("t5bias", False), ("relpos kv", False))
+#: a length that no block divides (every kernel's last tiles partial), and the variants compiled there
+PARTIAL_L = 1000
+PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("relpos k", False), ("relpos kv", True))
 ARCHS = (90, 80)
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS
 NO_TILE_LOOP = ("backward_delta", "rotate_rows")
@@ -34,17 +41,23 @@ def reads():
         pytest.skip("triton is not installed")
     cost = _report()
     out = {}
-    for variant, causal in SAMPLE:
-        for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
-            recorded, kernels = cost.record(64, causal, variants=(variant,), cap=cap)
-            for launch in recorded[variant][0]:
-                compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], launch["kwargs"], cap)
-                out[(variant, launch["kernel"], cap)] = read(cost, compiled, launch["kernel"], cap)
+    for L, sample in ((64, SAMPLE), (PARTIAL_L, PARTIAL_SAMPLE)):
+        tiles = "whole" if L == 64 else "partial"
+        for variant, causal in sample:
+            for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
+                recorded, kernels = cost.record(L, causal, variants=(variant,), cap=cap)
+                for launch in recorded[variant][0]:
+                    kw = launch["kwargs"]
+                    if tiles == "partial" and "EVEN_M" in kw:  # both masked: the queries' and the keys' last tiles
+                        assert not kw["EVEN_M"] and not kw["EVEN_N"], (variant, launch["kernel"], L)
+                    compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], kw, cap)
+                    name = f"{variant}{' causal' if causal else ''}"
+                    out[(name, launch["kernel"], cap, tiles)] = read(cost, compiled, launch["kernel"], cap)
     calls, rope = cost.record_rope(64)
     for cap in ARCHS:
         launch = calls[0]
         compiled = cost.compile_launch(getattr(rope, launch["kernel"]), launch["args"], launch["kwargs"], cap)
-        out[("rope", launch["kernel"], cap)] = read(cost, compiled, launch["kernel"], cap)
+        out[("rope", launch["kernel"], cap, "whole")] = read(cost, compiled, launch["kernel"], cap)
     return out
 
 
@@ -55,23 +68,35 @@ def read(cost, compiled, kernel, cap):
 
 
 def test_every_kernel_family_compiles_for_sm90_and_sm80_without_spills(reads):
-    kernels = {k for _, k, _ in reads}
-    assert {"forward", "backward_delta", "backward_kv", "backward_q", "rotate_rows"} <= kernels
-    for (variant, kernel, cap), r in reads.items():
-        assert r["regs"] <= 255, (variant, kernel, cap)
-        assert (r["spill_stores"], r["spill_loads"]) == (0, 0), f"{variant} {kernel} sm_{cap} spills: {r}"
+    """Whole tiles and partial ones: no kernel spills on either GPU."""
+    families = {"forward", "backward_delta", "backward_kv", "backward_q"}
+    assert families | {"rotate_rows"} <= {k for _, k, _, _ in reads}
+    assert families <= {k for _, k, _, tiles in reads if tiles == "partial"}
+    assert {v for v, _, _, tiles in reads if tiles == "partial"} == {f"{v}{' causal' if c else ''}"
+                                                                     for v, c in PARTIAL_SAMPLE}
+    for (variant, kernel, cap, tiles), r in reads.items():
+        assert r["regs"] <= 255, (variant, kernel, cap, tiles)
+        assert (r["spill_stores"], r["spill_loads"]) == (0, 0), f"{variant} {kernel} sm_{cap} {tiles} tiles spills: {r}"
 
 
 def test_no_main_loop_has_a_loop_nested_in_it(reads):
     """A loop inside a main loop runs per tile and stops Triton pipelining the main loop;
     checked in the SASS and in the TTGIR (scf.for inside scf.for)."""
-    for (variant, kernel, cap), r in reads.items():
+    for (variant, kernel, cap, tiles), r in reads.items():
         if kernel in NO_TILE_LOOP:
             continue
-        assert r["main_loops"], (variant, kernel, cap)
+        assert r["main_loops"], (variant, kernel, cap, tiles)
         for lp in r["main_loops"]:
-            assert lp["nested_loops"] == [], f"{variant} {kernel} sm_{cap}: a loop inside a main loop"
-        assert r["nested_loops_in_ttgir"] == 0, (variant, kernel, cap)
+            assert lp["nested_loops"] == [], f"{variant} {kernel} sm_{cap} {tiles} tiles: a loop inside a main loop"
+        assert r["nested_loops_in_ttgir"] == 0, (variant, kernel, cap, tiles)
+
+
+def test_every_main_loop_is_pipelined(reads):
+    """Each main loop's dot is fed by asynchronous copies or TMA loads (the TTGIR): blocks chosen to
+    avoid a spill must not do it by giving up the pipeline (one stage)."""
+    for (variant, kernel, cap, tiles), r in reads.items():
+        for lp in r["main_loops"] if kernel not in NO_TILE_LOOP else ():
+            assert lp["pipelined"], f"{variant} {kernel} sm_{cap} {tiles} tiles: a main loop not pipelined"
 
 
 def test_the_torch_work_outside_the_kernels_is_counted():

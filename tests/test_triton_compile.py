@@ -51,8 +51,8 @@ def reads():
                 recorded, kernels = cost.record(L, causal, variants=(variant,), cap=cap)
                 for launch in recorded[variant][0]:
                     kw = launch["kwargs"]
-                    if tiles != "whole" and "EVEN_M" in kw:  # both masked: the queries' and the keys' last tiles
-                        assert not kw["EVEN_M"] and not kw["EVEN_N"], (variant, launch["kernel"], L)
+                    if tiles != "whole" and "EVEN_M" in kw:  # a masked last tile: the queries', the keys' or both
+                        assert not (kw["EVEN_M"] and kw["EVEN_N"]), (variant, causal, launch["kernel"], L)
                     compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], kw, cap)
                     name = f"{variant}{' causal' if causal else ''}"
                     out[(name, launch["kernel"], cap, tiles)] = read(cost, compiled, launch["kernel"], cap,

@@ -44,7 +44,7 @@ class KernelConfigs:
     #: where the lengths leave a partial tile at the blocks above (masked loads, more registers), the blocks
     #: that keep these kernels from spilling; None: the blocks above. The forward with alibi's slopes or
     #: Shaw's key term (not its value term), backward_q with a learned table's gradient without the causal
-    #: mask, backward_kv with Shaw's value term
+    #: mask, backward_kv with Shaw's value term under it
     forward_partial: Optional[BlockConfig] = None
     backward_q_table_partial: Optional[BlockConfig] = None
     backward_kv_values_partial: Optional[BlockConfig] = None

@@ -257,7 +257,9 @@ class _TritonAttention(torch.autograd.Function):
             if not common["CAUSAL"]:  # (under the causal mask the partial blocks spill, the others do not)
                 cq = _partial(cq, configs.backward_q_table_partial, T, S)
         if common["VALUES"]:
-            ckv = _partial(configs.backward_kv_values or ckv, configs.backward_kv_values_partial, T, S)
+            ckv = configs.backward_kv_values or ckv
+            if common["CAUSAL"]:  # (without it the blocks above do not spill with partial tiles)
+                ckv = _partial(ckv, configs.backward_kv_values_partial, T, S)
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")

@@ -4,7 +4,8 @@ with ``TRITON_INTERPRET=1`` (see triton_interpreter.py; not a test module). Usag
 gradients of q, k, v and the table for one fixed output gradient (the inputs are drawn from
 the case's seed: :func:`inputs` gives the tests the same ones).
 
-Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial), float64
+Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial; at T = 33 and 47
+the kernels with blocks of their own for partial tiles take other shapes, see :func:`run`), float64
 inputs (the kernels then accumulate in float64: the interpreter computes tl.dot in numpy).
 """
 

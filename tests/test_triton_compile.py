@@ -4,8 +4,13 @@ kernel family the paths launch (forward, backward_kv, backward_q, the backward's
 rope's rotation) at its heaviest specialisation: t5bias under the causal mask (its table's
 gradient), t5bias without it (backward_kv's own blocks, 32 x 128 on 4 warps on Hopper: near the
 register limit) and relpos kv (Shaw's key and value terms, the most state per tile); the lighter
-variants compile the same code with terms switched off (the report reads them all). One
-compile per (launch, arch), shared by the tests of this module.
+variants compile the same code with terms switched off (the report reads them all). The same
+at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the
+kernels' masked loads, what training's lengths run most), for the variants whose masked forms
+spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
+t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask), and at
+T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k). One compile per
+(launch, arch), shared by the tests of this module.
 """
 
 import importlib.util
@@ -16,6 +21,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.xdist_group("triton_compile")
 SAMPLE = (("t5bias", True), ("t5bias", False), ("relpos kv", False))
+#: lengths that no block divides (every kernel's last tiles partial), and the variants compiled there: 1000
+#: read in full; 1040, a multiple of 16 (the launcher's ints then specialise as divisible by 16: other code),
+#: for its registers and spills alone (ptxas -v; the loops' structure does not depend on it), in the two
+#: variants that spilled there before their partial blocks (alibi's forward on sm_90, relpos k's on sm_80)
+PARTIAL_L, PARTIAL_L16 = 1000, 1040
+PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("relpos k", False), ("relpos kv", True))
+PARTIAL16_SAMPLE = (("alibi", False), ("relpos k", False))
 ARCHS = (90, 80)
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS
 NO_TILE_LOOP = ("backward_delta", "rotate_rows")
@@ -34,44 +46,66 @@ def reads():
         pytest.skip("triton is not installed")
     cost = _report()
     out = {}
-    for variant, causal in SAMPLE:
-        for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
-            recorded, kernels = cost.record(64, causal, variants=(variant,), cap=cap)
-            for launch in recorded[variant][0]:
-                compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], launch["kwargs"], cap)
-                out[(variant, launch["kernel"], cap)] = read(cost, compiled, launch["kernel"], cap)
+    for L, sample in ((64, SAMPLE), (PARTIAL_L, PARTIAL_SAMPLE), (PARTIAL_L16, PARTIAL16_SAMPLE)):
+        tiles = {64: "whole", PARTIAL_L: "partial", PARTIAL_L16: "partial16"}[L]
+        for variant, causal in sample:
+            for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
+                recorded, kernels = cost.record(L, causal, variants=(variant,), cap=cap)
+                for launch in recorded[variant][0]:
+                    kw = launch["kwargs"]
+                    if tiles != "whole" and "EVEN_M" in kw:  # a masked last tile: the queries', the keys' or both
+                        assert not (kw["EVEN_M"] and kw["EVEN_N"]), (variant, causal, launch["kernel"], L)
+                    compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], kw, cap)
+                    name = f"{variant}{' causal' if causal else ''}"
+                    out[(name, launch["kernel"], cap, tiles)] = read(cost, compiled, launch["kernel"], cap,
+                                                                     spills_only=tiles == "partial16")
     calls, rope = cost.record_rope(64)
     for cap in ARCHS:
         launch = calls[0]
         compiled = cost.compile_launch(getattr(rope, launch["kernel"]), launch["args"], launch["kwargs"], cap)
-        out[("rope", launch["kernel"], cap)] = read(cost, compiled, launch["kernel"], cap)
+        out[("rope", launch["kernel"], cap, "whole")] = read(cost, compiled, launch["kernel"], cap)
     return out
 
 
-def read(cost, compiled, kernel, cap):
-    """The benchmark's reading of a kernel; of one without a tile loop, its registers and spills
-    (the SASS disassembly, about 0.4 s a kernel, would find no main loop to check)."""
-    return cost.ptxas_usage(compiled.asm["ptx"], cap) if kernel in NO_TILE_LOOP else cost.read_kernel(compiled, cap)
+def read(cost, compiled, kernel, cap, spills_only=False):
+    """The benchmark's reading of a kernel; of one without a tile loop (or ``spills_only``), its
+    registers and spills (the SASS disassembly, about 0.4 s a kernel, would find no main loop to check)."""
+    if kernel in NO_TILE_LOOP or spills_only:
+        return cost.ptxas_usage(compiled.asm["ptx"], cap)
+    return cost.read_kernel(compiled, cap)
 
 
 def test_every_kernel_family_compiles_for_sm90_and_sm80_without_spills(reads):
-    kernels = {k for _, k, _ in reads}
-    assert {"forward", "backward_delta", "backward_kv", "backward_q", "rotate_rows"} <= kernels
-    for (variant, kernel, cap), r in reads.items():
-        assert r["regs"] <= 255, (variant, kernel, cap)
-        assert (r["spill_stores"], r["spill_loads"]) == (0, 0), f"{variant} {kernel} sm_{cap} spills: {r}"
+    """Whole tiles and partial ones (both lengths): no kernel spills on either GPU."""
+    families = {"forward", "backward_delta", "backward_kv", "backward_q"}
+    assert families | {"rotate_rows"} <= {k for _, k, _, _ in reads}
+    for partial, sample in (("partial", PARTIAL_SAMPLE), ("partial16", PARTIAL16_SAMPLE)):
+        assert families <= {k for _, k, _, tiles in reads if tiles == partial}
+        assert {v for v, _, _, tiles in reads if tiles == partial} == {f"{v}{' causal' if c else ''}"
+                                                                       for v, c in sample}
+    for (variant, kernel, cap, tiles), r in reads.items():
+        assert r["regs"] <= 255, (variant, kernel, cap, tiles)
+        assert (r["spill_stores"], r["spill_loads"]) == (0, 0), f"{variant} {kernel} sm_{cap} {tiles} tiles spills: {r}"
 
 
 def test_no_main_loop_has_a_loop_nested_in_it(reads):
     """A loop inside a main loop runs per tile and stops Triton pipelining the main loop;
     checked in the SASS and in the TTGIR (scf.for inside scf.for)."""
-    for (variant, kernel, cap), r in reads.items():
-        if kernel in NO_TILE_LOOP:
+    for (variant, kernel, cap, tiles), r in reads.items():
+        if kernel in NO_TILE_LOOP or tiles == "partial16":
             continue
-        assert r["main_loops"], (variant, kernel, cap)
+        assert r["main_loops"], (variant, kernel, cap, tiles)
         for lp in r["main_loops"]:
-            assert lp["nested_loops"] == [], f"{variant} {kernel} sm_{cap}: a loop inside a main loop"
-        assert r["nested_loops_in_ttgir"] == 0, (variant, kernel, cap)
+            assert lp["nested_loops"] == [], f"{variant} {kernel} sm_{cap} {tiles} tiles: a loop inside a main loop"
+        assert r["nested_loops_in_ttgir"] == 0, (variant, kernel, cap, tiles)
+
+
+def test_every_main_loop_is_pipelined(reads):
+    """Each main loop's dot is fed by asynchronous copies or TMA loads (the TTGIR): blocks chosen to
+    avoid a spill must not do it by giving up the pipeline (one stage)."""
+    for (variant, kernel, cap, tiles), r in reads.items():
+        for lp in r.get("main_loops", ()):
+            assert lp["pipelined"], f"{variant} {kernel} sm_{cap} {tiles} tiles: a main loop not pipelined"
 
 
 def test_the_torch_work_outside_the_kernels_is_counted():

@@ -4,7 +4,8 @@ with ``TRITON_INTERPRET=1`` (see triton_interpreter.py; not a test module). Usag
 gradients of q, k, v and the table for one fixed output gradient (the inputs are drawn from
 the case's seed: :func:`inputs` gives the tests the same ones).
 
-Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial), float64
+Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial; at T = 33 and 47
+the kernels with blocks of their own for partial tiles take other shapes, see :func:`run`), float64
 inputs (the kernels then accumulate in float64: the interpreter computes tl.dot in numpy).
 """
 
@@ -90,7 +91,7 @@ def terms_of(method: str, causal: bool, T: int, H: int, table=None, table_v=None
 def run(case, seed):
     import dataclasses
 
-    from fairseq_attn_core.backends.distance.triton_configs import SMALL
+    from fairseq_attn_core.backends.distance.triton_configs import SMALL, BlockConfig
     from fairseq_attn_core.backends.distance.triton_launch import triton_attention
     method, T, causal, _, H = case
     x = inputs(case, seed)
@@ -102,6 +103,12 @@ def run(case, seed):
     if method == "t5bias" and T == 48:  # backward_kv's blocks of its own (t5bias without the causal
         # mask, whole tiles, as on Hopper): dP first, the padding read before the loops
         configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv)
+    if T in (33, 47):  # partial tiles: the launcher's own blocks for them where it has some (triton_configs'
+        # *_partial: alibi's and relpos k's forward, t5bias's backward_q without the causal mask, relpos kv's
+        # backward_kv under it), here other shapes than the rest's
+        configs = dataclasses.replace(configs, forward_partial=BlockConfig(32, 16, 1, 1),
+                                      backward_q_table_partial=BlockConfig(16, 32, 1, 1),
+                                      backward_kv_values_partial=BlockConfig(32, 16, 1, 1))
     out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
                          x["scale"], x["kpm"], causal, configs)
     grads = torch.autograd.grad(out, leaves, x["dout"])

@@ -41,6 +41,13 @@ class KernelConfigs:
     #: backward_kv with a bias by bucket alone (t5bias) without the causal mask (its far tiles in one loop), where
     #: the lengths fill whole tiles (partial ones spill at Hopper's 32 x 128): fewer queries a tile narrow its band
     backward_kv_bias: Optional[BlockConfig] = None
+    #: where the lengths leave a partial tile at the blocks above (masked loads, more registers), the blocks
+    #: that keep these kernels from spilling; None: the blocks above. The forward with alibi's slopes or
+    #: Shaw's key term (not its value term), backward_q with a learned table's gradient without the causal
+    #: mask, backward_kv with Shaw's value term under it
+    forward_partial: Optional[BlockConfig] = None
+    backward_q_table_partial: Optional[BlockConfig] = None
+    backward_kv_values_partial: Optional[BlockConfig] = None
     #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
     #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)
     warpgroup_mma: bool = False
@@ -54,7 +61,9 @@ CONFIGS: Dict[int, KernelConfigs] = {
     64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
                       backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
                       backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
-                      backward_kv_bias=BlockConfig(32, 128, 4, 2), warpgroup_mma=True),
+                      backward_kv_bias=BlockConfig(32, 128, 4, 2), forward_partial=BlockConfig(128, 32, 4, 2),
+                      backward_q_table_partial=BlockConfig(64, 64, 4, 3),
+                      backward_kv_values_partial=BlockConfig(16, 128, 8, 2), warpgroup_mma=True),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
@@ -65,7 +74,7 @@ _AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
 AMPERE: Dict[int, KernelConfigs] = {
     block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
                          backward_q_terms=_AMPERE_SMALL, backward_q_table=BlockConfig(32, 64, 4, 2),
-                         backward_kv_values=_AMPERE_SMALL)
+                         backward_kv_values=_AMPERE_SMALL, forward_partial=BlockConfig(64, 32, 4, 2))
     for block in (16, 32, 64)
 }
 

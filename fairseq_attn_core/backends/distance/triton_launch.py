@@ -169,6 +169,12 @@ def _even(config, T: int, S: int) -> dict:
     return dict(EVEN_M=T % config.block_m == 0, EVEN_N=S % config.block_n == 0)
 
 
+def _partial(config: BlockConfig, other: Optional[BlockConfig], T: int, S: int) -> BlockConfig:
+    """``other`` where the lengths leave a partial tile at ``config``'s blocks (its masked loads spill
+    there), else ``config``; ``config`` when ``other`` is None."""
+    return other if other is not None and not all(_even(config, T, S).values()) else config
+
+
 def _rows_view(t: Tensor) -> Tensor:
     """t itself when its last dimension is contiguous (the kernels read the rest by strides)."""
     return t if t.stride(-1) == 1 else t.contiguous()
@@ -209,6 +215,8 @@ class _TritonAttention(torch.autograd.Function):
         av = value_table.detach().to(dtype).contiguous() if values else none
         out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
         c = configs.forward_values if values else configs.forward
+        if shape["bias"] == 2 or (key_table is not None and not values):  # alibi's slopes, Shaw's key term alone
+            c = _partial(c, configs.forward_partial, T, S)
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
@@ -246,8 +254,12 @@ class _TritonAttention(torch.autograd.Function):
             ckv = configs.backward_kv_keys or ckv
         if table_grad:
             cq = configs.backward_q_table or cq
+            if not common["CAUSAL"]:  # (under the causal mask the partial blocks spill, the others do not)
+                cq = _partial(cq, configs.backward_q_table_partial, T, S)
         if common["VALUES"]:
             ckv = configs.backward_kv_values or ckv
+            if common["CAUSAL"]:  # (without it the blocks above do not spill with partial tiles)
+                ckv = _partial(ckv, configs.backward_kv_values_partial, T, S)
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")

@@ -247,8 +247,11 @@ class _TritonAttention(torch.autograd.Function):
         keys = common["KEYS"]
         ckv, cq = configs.backward_kv, configs.backward_q
         bias_kv = configs.backward_kv_bias
-        if _far_tiles_merged(common) and bias_kv is not None and all(_even(bias_kv, T, S).values()):
-            ckv = bias_kv  # t5bias without the causal mask, whole tiles (partial ones spill at these blocks: 36 B)
+        # t5bias without the causal mask, whole tiles (partial ones spill at these blocks: 36 B); no key or
+        # value term then, so the blocks stay these: the kernel's FEW_REGS form
+        few_regs = _far_tiles_merged(common) and bias_kv is not None and all(_even(bias_kv, T, S).values())
+        if few_regs:
+            ckv = bias_kv
         if keys:
             cq = configs.backward_q_terms or cq
             ckv = configs.backward_kv_keys or ckv
@@ -291,8 +294,7 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            MERGE_FAR=_far_tiles_merged(common), FEW_REGS=configs.backward_kv_bias is not None
-            and ckv is configs.backward_kv_bias, **_even(ckv, T, S), **common)
+            MERGE_FAR=_far_tiles_merged(common), FEW_REGS=few_regs, **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))

@@ -1,10 +1,11 @@
 """The Triton kernels compiled for the GPUs they run on, without one: sm_90 (H100/H200) and
 sm_80 (A100), read by benchmarks/triton_static_cost.py (ptxas -v, the SASS, the TTGIR). Every
 kernel family the paths launch (forward, backward_kv, backward_q, the backward's delta,
-rope's rotation) at its heaviest specialisation: t5bias under the causal mask (its table's
-gradient), t5bias without it (backward_kv's own blocks, 32 x 128 on 4 warps on Hopper: near the
-register limit) and relpos kv (Shaw's key and value terms, the most state per tile); the lighter
-variants compile the same code with terms switched off (the report reads them all). The same
+rope's rotation) at its heaviest specialisation, at T = S = 128 (whole tiles of every block): t5bias
+under the causal mask (its table's gradient), t5bias and relpos k without it (backward_kv's merged
+blocks in their FEW_REGS form, 32 x 128 on 4 warps and 64 x 128 on 8 on Hopper: near the register
+limit) and relpos kv (Shaw's key and value terms, the most state per tile); the lighter variants
+compile the same code with terms switched off (the report reads them all). The same
 at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the
 kernels' masked loads, what training's lengths run most), for the variants whose masked forms
 spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
@@ -20,7 +21,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.xdist_group("triton_compile")
-SAMPLE = (("t5bias", True), ("t5bias", False), ("relpos kv", False))
+#: a length that every block divides (before 2026-11-30 the test read L = 64, where backward_kv's merged blocks,
+#: 128 keys wide, were not launched)
+WHOLE_L = 128
+SAMPLE = (("t5bias", True), ("t5bias", False), ("relpos k", False), ("relpos kv", False))
+#: the launches of SAMPLE that must be backward_kv's merged blocks in their FEW_REGS form (sm_90)
+FEW_REGS_SAMPLE = (("t5bias", False), ("relpos k", False))
 #: lengths that no block divides (every kernel's last tiles partial), and the variants compiled there: 1000
 #: read in full; 1040, a multiple of 16 (the launcher's ints then specialise as divisible by 16: other code),
 #: for its registers and spills alone (ptxas -v; the loops' structure does not depend on it), in the two
@@ -46,8 +52,8 @@ def reads():
         pytest.skip("triton is not installed")
     cost = _report()
     out = {}
-    for L, sample in ((64, SAMPLE), (PARTIAL_L, PARTIAL_SAMPLE), (PARTIAL_L16, PARTIAL16_SAMPLE)):
-        tiles = {64: "whole", PARTIAL_L: "partial", PARTIAL_L16: "partial16"}[L]
+    for L, sample in ((WHOLE_L, SAMPLE), (PARTIAL_L, PARTIAL_SAMPLE), (PARTIAL_L16, PARTIAL16_SAMPLE)):
+        tiles = {WHOLE_L: "whole", PARTIAL_L: "partial", PARTIAL_L16: "partial16"}[L]
         for variant, causal in sample:
             for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
                 recorded, kernels = cost.record(L, causal, variants=(variant,), cap=cap)
@@ -55,11 +61,13 @@ def reads():
                     kw = launch["kwargs"]
                     if tiles != "whole" and "EVEN_M" in kw:  # a masked last tile: the queries', the keys' or both
                         assert not (kw["EVEN_M"] and kw["EVEN_N"]), (variant, causal, launch["kernel"], L)
+                    if tiles == "whole" and cap == 90 and launch["kernel"] == "backward_kv":  # the forms read are the ones meant
+                        assert kw["FEW_REGS"] == ((variant, causal) in FEW_REGS_SAMPLE), (variant, causal)
                     compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], kw, cap)
                     name = f"{variant}{' causal' if causal else ''}"
                     out[(name, launch["kernel"], cap, tiles)] = read(cost, compiled, launch["kernel"], cap,
                                                                      spills_only=tiles == "partial16")
-    calls, rope = cost.record_rope(64)
+    calls, rope = cost.record_rope(WHOLE_L)
     for cap in ARCHS:
         launch = calls[0]
         compiled = cost.compile_launch(getattr(rope, launch["kernel"]), launch["args"], launch["kwargs"], cap)

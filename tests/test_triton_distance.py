@@ -6,6 +6,8 @@ bias table, Shaw's key and value tables), in float64, tolerance 1e-9 (the cases:
 interpreter's bf16 tl.dot is wrong): benchmarks/gpu_checks.sh.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -15,7 +17,7 @@ from distance_refs import alibi64, shaw64, t5bias64
 from fairseq_attn_core.pieces.alibi import alibi_slopes
 from fairseq_attn_core.pieces.rope import rotate
 from fairseq_attn_core.backends.distance import DistanceForm, DistanceTerms
-from fairseq_attn_core.backends.distance.triton_configs import configs_for
+from fairseq_attn_core.backends.distance.triton_configs import Form, choose, configs_for, far_tiles_merged
 from fairseq_attn_core.backends.distance.triton_launch import triton_attention
 from triton_interpreter import have_triton, run_interpreted
 
@@ -48,6 +50,40 @@ def test_the_forms_the_triton_kernels_run_and_what_they_refuse():
     assert configs_for(64).forward.block_m >= 16 and configs_for(48) == configs_for(64)
     with pytest.raises(ValueError, match="heads of at most 128 dimensions"):
         configs_for(200)
+
+
+def test_the_blocks_chosen_per_form_and_length():
+    """triton_configs.choose: each kernel's plain blocks, those of the terms that do more per pair, the
+    partial-tile blocks where a length leaves a partial tile, and backward_kv's merged blocks (in the
+    FEW_REGS form) only where its far tiles run in one loop and the lengths fill their tiles."""
+    c = configs_for(64)
+    got = choose(c, Form(), 1024, 1024)
+    assert (got.forward, got.backward_q, got.backward_kv, got.few_regs) == (c.forward, c.backward_q, c.backward_kv, False)
+    keys = Form(keys=True)
+    assert far_tiles_merged(keys, "backward_kv") and not far_tiles_merged(keys, "forward")
+    got = choose(c, keys, 1024, 1024)
+    assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_terms, c.backward_kv_keys_merged, True)
+    got = choose(c, keys, 1000, 1000)  # partial tiles: the merged blocks would spill
+    assert (got.forward, got.backward_kv, got.few_regs) == (c.forward_partial, c.backward_kv_keys, False)
+    causal = Form(keys=True, causal=True)
+    assert not far_tiles_merged(causal, "backward_kv")
+    assert (choose(c, causal, 1024, 1024).backward_kv, choose(c, causal, 1024, 1024).few_regs) == (c.backward_kv_keys, False)
+    t5 = Form(bias=1)
+    assert far_tiles_merged(t5, "forward") and far_tiles_merged(t5, "backward_kv")
+    got = choose(c, t5, 1024, 1024)
+    assert (got.backward_kv, got.few_regs) == (c.backward_kv_bias, True)
+    got = choose(c, dataclasses.replace(t5, table_grad=True), 1000, 1000)
+    assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_table_partial, c.backward_kv, False)
+    assert choose(c, dataclasses.replace(t5, table_grad=True, causal=True), 1000, 1000).backward_q == c.backward_q_table
+    values = Form(keys=True, values=True, causal=True)
+    assert not far_tiles_merged(dataclasses.replace(values, causal=False), "backward_kv")
+    assert choose(c, values, 1024, 1024).backward_kv == c.backward_kv_values
+    assert choose(c, values, 1000, 1000).backward_kv == c.backward_kv_values_partial
+    assert choose(c, values, 1000, 1000).forward == c.forward_values
+    assert choose(c, Form(bias=2), 1000, 1000).forward == c.forward_partial
+    ampere = configs_for(64, (8, 0))  # no merged blocks there: the far tiles in one loop on the plain ones
+    assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
+        ampere.backward_kv, False)
 
 
 def reference(case, x):

@@ -15,7 +15,7 @@ import torch
 
 B, D, BUCKETS, MAX_DISTANCE = 2, 8, 8, 6
 #: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
-CLIP = {33: 3, 32: 3, 5: 6, 1: 2}
+CLIP = {33: 3, 32: 3, 47: 3, 48: 3, 5: 6, 1: 2}
 
 #: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 47, 32 and 48 (whole 16 x 16 tiles); distances
 #: beyond T5's max distance (6) at T = 32, 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
@@ -35,6 +35,8 @@ CASES = {
     ],
     "keys": [  # the key term's code runs in every relpos kv case too
         ("relpos_k", 33, True, "right", 2),
+        ("relpos_k", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask: Hopper's paths (run())
+        ("relpos_k", 47, False, "empty", 1),  # the same with a partial tile: backward_kv's far tiles in one loop, masked
     ],
     "values": [
         ("relpos_kv", 33, False, "empty", 1),
@@ -100,9 +102,10 @@ def run(case, seed):
     # t5bias at T = 47, 48 and 32 its Hopper form of the far cells' sums (one reduction; whole tiles only: T = 48 and
     # 32), the others the other form
     configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k" or (method == "t5bias" and T in (47, 48, 32)))
-    if method == "t5bias" and T == 48:  # backward_kv's blocks of its own (t5bias without the causal
-        # mask, whole tiles, as on Hopper): dP first, the padding read before the loops
-        configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv)
+    if T == 48:  # backward_kv's blocks of its own (t5bias or Shaw's key term alone without the causal mask, whole
+        # tiles, as on Hopper): its far tiles in one loop, dP first, the padding read before the loops
+        configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv,
+                                      backward_kv_keys_merged=configs.backward_kv)
     if T in (33, 47):  # partial tiles: the launcher's own blocks for them where it has some (triton_configs'
         # *_partial: alibi's and relpos k's forward, t5bias's backward_q without the causal mask, relpos kv's
         # backward_kv under it), here other shapes than the rest's

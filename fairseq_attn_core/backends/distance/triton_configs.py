@@ -38,9 +38,11 @@ class KernelConfigs:
     backward_kv_values: Optional[BlockConfig] = None
     #: backward_kv with Shaw's key term (it reads QA per pair)
     backward_kv_keys: Optional[BlockConfig] = None
-    #: backward_kv with a bias by bucket alone (t5bias) without the causal mask (its far tiles in one loop), where
-    #: the lengths fill whole tiles (partial ones spill at Hopper's 32 x 128): fewer queries a tile narrow its band
+    #: backward_kv with its far tiles in one loop (:func:`far_tiles_merged`), where the lengths fill whole tiles
+    #: (partial ones spill at these blocks), in its FEW_REGS form: a bias by bucket alone (t5bias; fewer queries a
+    #: tile narrow its band), Shaw's key term alone
     backward_kv_bias: Optional[BlockConfig] = None
+    backward_kv_keys_merged: Optional[BlockConfig] = None
     #: where the lengths leave a partial tile at the blocks above (masked loads, more registers), the blocks
     #: that keep these kernels from spilling; None: the blocks above. The forward with alibi's slopes or
     #: Shaw's key term (not its value term), backward_q with a learned table's gradient without the causal
@@ -61,7 +63,8 @@ CONFIGS: Dict[int, KernelConfigs] = {
     64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
                       backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
                       backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
-                      backward_kv_bias=BlockConfig(32, 128, 4, 2), forward_partial=BlockConfig(128, 32, 4, 2),
+                      backward_kv_bias=BlockConfig(32, 128, 4, 2), backward_kv_keys_merged=BlockConfig(64, 128, 8, 2),
+                      forward_partial=BlockConfig(128, 32, 4, 2),
                       backward_q_table_partial=BlockConfig(64, 64, 4, 3),
                       backward_kv_values_partial=BlockConfig(16, 128, 8, 2), warpgroup_mma=True),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
@@ -81,6 +84,73 @@ AMPERE: Dict[int, KernelConfigs] = {
 #: the CPU interpreter's tiles (tests, the dry device run)
 _TINY = BlockConfig(16, 16, 1, 1)
 SMALL = KernelConfigs(_TINY, _TINY, _TINY, _TINY)
+
+
+@dataclass(frozen=True)
+class Form:
+    """What one call's kernels compute, as the choice of their blocks reads it."""
+
+    bias: int = 0  # 0 none, 1 a table by bucket (t5bias), 2 alibi's slopes
+    keys: bool = False  # Shaw's key term
+    values: bool = False  # Shaw's value term
+    causal: bool = False  # the decoder's mask
+    table_grad: bool = False  # a learned table's gradient (backward_q's sums per distance)
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """The blocks of one call's kernels, and backward_kv's FEW_REGS form (its blocks fit only with it)."""
+
+    forward: BlockConfig
+    backward_q: BlockConfig
+    backward_kv: BlockConfig
+    few_regs: bool = False
+
+
+def whole(config: BlockConfig, T: int, S: int) -> bool:
+    """Whether T queries and S keys fill whole tiles of ``config``'s blocks (their loads then go unmasked)."""
+    return T % config.block_m == 0 and S % config.block_n == 0
+
+
+def far_tiles_merged(form: Form, kernel: str) -> bool:
+    """Whether ``kernel`` ("forward", "backward_kv") runs the far tiles of both sides in one loop (one
+    pipeline prologue less): a term with one value a side per row, without the causal mask. A bias by
+    bucket alone in both; Shaw's key term alone in backward_kv only (the forward's merged loop cost
+    more, modelled: docs/results/distance_kernel_cost_steps.md)."""
+    if form.causal or form.values:
+        return False
+    return (form.bias == 1 and not form.keys) or (kernel == "backward_kv" and form.keys and form.bias == 0)
+
+
+def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
+    """The blocks of a call: each kernel's plain blocks, replaced by those of the terms that do more per
+    pair; where the lengths leave a partial tile, the ``*_partial`` blocks (the others' masked loads
+    spill there) and never the merged backward_kv's."""
+
+    def partial(config: BlockConfig, other: Optional[BlockConfig]) -> BlockConfig:
+        return other if other is not None and not whole(config, T, S) else config
+
+    forward = configs.forward_values if form.values else configs.forward
+    if form.bias == 2 or (form.keys and not form.values):  # alibi's slopes, Shaw's key term alone
+        forward = partial(forward, configs.forward_partial)
+    backward_q = configs.backward_q
+    if form.keys:
+        backward_q = configs.backward_q_terms or backward_q
+    if form.table_grad:
+        backward_q = configs.backward_q_table or backward_q
+        if not form.causal:  # (under the causal mask the partial blocks spill, the others do not)
+            backward_q = partial(backward_q, configs.backward_q_table_partial)
+    backward_kv, few_regs = configs.backward_kv, False
+    if form.keys:
+        backward_kv = configs.backward_kv_keys or backward_kv
+    merged = configs.backward_kv_keys_merged if form.keys else configs.backward_kv_bias
+    if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):
+        backward_kv, few_regs = merged, True
+    if form.values:
+        backward_kv = configs.backward_kv_values or backward_kv
+        if form.causal:  # (without it the blocks above do not spill with partial tiles)
+            backward_kv = partial(backward_kv, configs.backward_kv_values_partial)
+    return Blocks(forward, backward_q, backward_kv, few_regs)
 
 
 def head_block(head_dim: int) -> int:

@@ -745,7 +745,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
 
 @triton.jit
 def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sq, sdo, qk_scale,
-              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, far_row,
+              slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, far_row, far_side,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
@@ -768,8 +768,13 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
         delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
-    if KIND == 3:  # a far tile of either side: its per-row term given (a bias by bucket alone)
-        lse -= far_row
+    if KIND == 3:  # a far tile of either side (far_side 1: keys right of the queries, 0: left): its per-row
+        # term, a bias by bucket's edge (far_row) or Shaw's edge, from backward_delta
+        if KEYS:
+            lse = _row_vector((LSEF + (2 * bh + far_side) * T + m0) + tl.arange(0, BLOCK_M), offs_m, T,
+                              float("inf"), EVEN_M)
+        if BIAS == 1:
+            lse -= far_row
     if KIND == 0 or KIND == 2:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
         far = (2 * bh + KIND // 2) * T + offs_m
         if KEYS:
@@ -790,8 +795,13 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     if KIND == 1:
         dist = offs_n[:, None] - pos_i[None, :]
         inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
-        xT = _band(xT, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS, KEYS,
-                   CAUSAL, BLOCK_M, BLOCK_N, True)
+        whole = EVEN_M and EVEN_N  # Shaw's QA then read here, unmasked, from the tile's scalar base (int32
+        # offsets: fewer registers than _band's masked read)
+        xT = _band(xT, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS,
+                   KEYS and not whole, CAUSAL, BLOCK_M, BLOCK_N, True)
+        if KEYS and whole:
+            r = tl.minimum(tl.maximum(dist + clip, 0), 2 * clip)
+            xT += tl.load((QA2 + (bh * T + m0) * R) + (tl.arange(0, BLOCK_M)[None, :] * R + r)).to(xT.dtype)
     if DP_FIRST:
         dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
         pT = tl.exp2(xT - lse[None, :])
@@ -819,11 +829,12 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
-    past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone, non-causal): the
-    far tiles of both sides in one loop before the band, one pipeline prologue less. ``FEW_REGS`` (the
-    launcher's ``backward_kv_bias`` blocks): fewer registers live at once, dP's dot first in each tile
-    and the padding read before the loops (as bytes), so that t5bias's 32 x 128 tiles on 4 warps do not
-    spill."""
+    past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone or Shaw's key term
+    alone, non-causal: one value a side per row): the far tiles of both sides in one loop before the
+    band, one pipeline prologue less. ``FEW_REGS`` (set with the blocks that need it, see
+    ``triton_configs.choose``): fewer registers live at once, dP's dot first in each tile and the
+    padding read before the loops (as bytes), so that t5bias's 32 x 128 tiles on 4 warps and Shaw's
+    key term's 64 x 128 on 8 do not spill."""
     bh = tl.program_id(0)
     pid_n = tl.program_id(1)
     b = bh // H
@@ -852,30 +863,33 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's term chosen per
-        # tile (a bias by bucket alone, non-causal)
-        far_r = tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
-        far_l = tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
+        # tile (a bias by bucket alone or Shaw's key term alone, non-causal)
+        far_r = 0.0
+        far_l = 0.0
+        if BIAS == 1:
+            far_r = tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
+            far_l = tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
         n_right = (a - m_lo + BLOCK_M - 1) // BLOCK_M
         for t in range(0, n_right + (T - c + BLOCK_M - 1) // BLOCK_M):
             right = t < n_right
             m0 = tl.where(right, m_lo + t * BLOCK_M, c + (t - n_right) * BLOCK_M)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
                                sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
-                               tl.where(right, far_r, far_l), 3, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N,
-                               BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
+                               tl.where(right, far_r, far_l), tl.where(right, 1, 0), 3, BIAS, KEYS, VALUES, CAUSAL,
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if not MERGE_FAR:
         for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 2, BIAS, KEYS, VALUES, CAUSAL,
+                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 2, BIAS, KEYS, VALUES, CAUSAL,
                                HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 1, BIAS, KEYS, VALUES, CAUSAL,
+                           qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if not MERGE_FAR:
         for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
-                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, BIAS, KEYS, VALUES, CAUSAL,
+                               qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 0, BIAS, KEYS, VALUES, CAUSAL,
                                HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         if FEW_REGS:

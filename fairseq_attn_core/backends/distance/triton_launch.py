@@ -34,6 +34,7 @@ float64 accumulators for float64 inputs). triton is imported when a call first r
 (:func:`kernels`): this module imports without it.
 """
 
+import dataclasses
 from types import ModuleType
 from typing import Optional
 
@@ -41,7 +42,7 @@ import torch
 from torch import Tensor
 
 from .terms import DistanceTerms
-from .triton_configs import BlockConfig, KernelConfigs, configs_for, head_block
+from .triton_configs import BlockConfig, Form, KernelConfigs, choose, configs_for, far_tiles_merged, head_block
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -136,12 +137,6 @@ def _tables_tf32(q: Tensor, *tables) -> bool:
     return q.dtype in HALF and all(t is None or t.dtype in HALF for t in tables)
 
 
-def _far_tiles_merged(common: dict) -> bool:
-    """Whether the forward and backward_kv run the far tiles of both sides in one loop (one
-    pipeline prologue less): a bias by bucket alone (one value a side), non-causal."""
-    return common["BIAS"] == 1 and not common["KEYS"] and not common["VALUES"] and not common["CAUSAL"]
-
-
 def _table_native(q: Tensor, table: Tensor) -> bool:
     """Whether a Shaw table's products with q run as they are: both in the same fp16 / bf16 dtype
     (exact products, float32 sums on tensor cores)."""
@@ -167,12 +162,6 @@ def _interior(clip: int) -> int:
 def _even(config, T: int, S: int) -> dict:
     """Whether the queries and keys fill whole tiles (their loads then go unmasked)."""
     return dict(EVEN_M=T % config.block_m == 0, EVEN_N=S % config.block_n == 0)
-
-
-def _partial(config: BlockConfig, other: Optional[BlockConfig], T: int, S: int) -> BlockConfig:
-    """``other`` where the lengths leave a partial tile at ``config``'s blocks (its masked loads spill
-    there), else ``config``; ``config`` when ``other`` is None."""
-    return other if other is not None and not all(_even(config, T, S).values()) else config
 
 
 def _rows_view(t: Tensor) -> Tensor:
@@ -214,22 +203,21 @@ class _TritonAttention(torch.autograd.Function):
                     qa2)
         av = value_table.detach().to(dtype).contiguous() if values else none
         out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
-        c = configs.forward_values if values else configs.forward
-        if shape["bias"] == 2 or (key_table is not None and not values):  # alibi's slopes, Shaw's key term alone
-            c = _partial(c, configs.forward_partial, T, S)
+        form = Form(bias=shape["bias"], keys=key_table is not None, values=values, causal=causal)
+        c = choose(configs, form, T, S).forward
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            TABLE_NATIVE=native, MERGE_FAR=_far_tiles_merged(common), **_even(c, T, S), **common)
+            TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
-        ctx.meta = (shape, ints, configs, module, common, None if table is None else table.dtype, scale)
+        ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse, pb, kb, bias2, slopes2, qa2, key_table, value_table = ctx.saved_tensors
-        shape, ints, configs, module, common, table_dtype, scale = ctx.meta
+        shape, ints, configs, module, common, form, table_dtype, scale = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
         R = ints[6]
@@ -245,24 +233,9 @@ class _TritonAttention(torch.autograd.Function):
         dk, dv = (torch.empty(B, H, S, D, dtype=k.dtype, device=q.device) for _ in range(2))
         table_grad = table_dtype is not None and ctx.needs_input_grad[3]
         keys = common["KEYS"]
-        ckv, cq = configs.backward_kv, configs.backward_q
-        bias_kv = configs.backward_kv_bias
-        # t5bias without the causal mask, whole tiles (partial ones spill at these blocks: 36 B); no key or
-        # value term then, so the blocks stay these: the kernel's FEW_REGS form
-        few_regs = _far_tiles_merged(common) and bias_kv is not None and all(_even(bias_kv, T, S).values())
-        if few_regs:
-            ckv = bias_kv
-        if keys:
-            cq = configs.backward_q_terms or cq
-            ckv = configs.backward_kv_keys or ckv
-        if table_grad:
-            cq = configs.backward_q_table or cq
-            if not common["CAUSAL"]:  # (under the causal mask the partial blocks spill, the others do not)
-                cq = _partial(cq, configs.backward_q_table_partial, T, S)
-        if common["VALUES"]:
-            ckv = configs.backward_kv_values or ckv
-            if common["CAUSAL"]:  # (without it the blocks above do not spill with partial tiles)
-                ckv = _partial(ckv, configs.backward_kv_values_partial, T, S)
+        form = dataclasses.replace(form, table_grad=table_grad)
+        blocks = choose(configs, form, T, S)
+        cq, ckv = blocks.backward_q, blocks.backward_kv
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
@@ -294,7 +267,7 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            MERGE_FAR=_far_tiles_merged(common), FEW_REGS=few_regs, **_even(ckv, T, S), **common)
+            MERGE_FAR=far_tiles_merged(form, "backward_kv"), FEW_REGS=blocks.few_regs, **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))

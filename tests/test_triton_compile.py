@@ -10,7 +10,8 @@ at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVE
 kernels' masked loads, what training's lengths run most), for the variants whose masked forms
 spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
 t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask), and at
-T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k). One compile per
+T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k, relpos kv under the
+causal mask: 32 x 64 spilled 4 B there, so its partial blocks are 16 x 64). One compile per
 (launch, arch), shared by the tests of this module.
 """
 
@@ -29,11 +30,12 @@ SAMPLE = (("t5bias", True), ("t5bias", False), ("relpos k", False), ("relpos kv"
 FEW_REGS_SAMPLE = (("t5bias", False), ("relpos k", False))
 #: lengths that no block divides (every kernel's last tiles partial), and the variants compiled there: 1000
 #: read in full; 1040, a multiple of 16 (the launcher's ints then specialise as divisible by 16: other code),
-#: for its registers and spills alone (ptxas -v; the loops' structure does not depend on it), in the two
-#: variants that spilled there before their partial blocks (alibi's forward on sm_90, relpos k's on sm_80)
+#: for its registers and spills alone (ptxas -v; the loops' structure does not depend on it), in the
+#: variants that spilled there before their partial blocks (alibi's forward on sm_90, relpos k's on sm_80, relpos kv's
+#: causal backward_kv at 32 x 64)
 PARTIAL_L, PARTIAL_L16 = 1000, 1040
 PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("relpos k", False), ("relpos kv", True))
-PARTIAL16_SAMPLE = (("alibi", False), ("relpos k", False))
+PARTIAL16_SAMPLE = (("alibi", False), ("relpos k", False), ("relpos kv", True))
 ARCHS = (90, 80)
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS
 NO_TILE_LOOP = ("backward_delta", "rotate_rows")

@@ -76,7 +76,11 @@ def test_the_blocks_chosen_per_form_and_length():
     assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_table_partial, c.backward_kv, False)
     assert choose(c, dataclasses.replace(t5, table_grad=True, causal=True), 1000, 1000).backward_q == c.backward_q_table
     values = Form(keys=True, values=True, causal=True)
-    assert not far_tiles_merged(dataclasses.replace(values, causal=False), "backward_kv")
+    assert not far_tiles_merged(values, "backward_kv")
+    assert far_tiles_merged(dataclasses.replace(values, causal=False), "backward_kv")
+    assert not far_tiles_merged(dataclasses.replace(values, causal=False), "forward")
+    got = choose(c, dataclasses.replace(values, causal=False), 1024, 1024)  # merged, on its own blocks
+    assert (got.backward_kv, got.few_regs) == (c.backward_kv_values, False)
     assert choose(c, values, 1024, 1024).backward_kv == c.backward_kv_values
     assert choose(c, values, 1000, 1000).backward_kv == c.backward_kv_values_partial
     assert choose(c, values, 1000, 1000).forward == c.forward_values

@@ -43,6 +43,7 @@ CASES = {
         ("relpos_kv", 33, True, "right", 1),
         ("relpos_kv", 5, False, "right", 1),
         ("relpos_kv", 32, False, "empty", 2),  # whole tiles
+        ("relpos_kv", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask (one loop in backward_kv)
     ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [

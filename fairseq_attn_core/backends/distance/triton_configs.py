@@ -62,11 +62,11 @@ CONFIGS: Dict[int, KernelConfigs] = {
     32: KernelConfigs(BlockConfig(128, 64, 4, 3), _BWD, _BWD, BlockConfig(64, 64, 4, 2), warpgroup_mma=True),
     64: KernelConfigs(BlockConfig(128, 64, 4, 2), BlockConfig(64, 128, 8, 2), _BWD, BlockConfig(64, 32, 4, 2),
                       backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
-                      backward_kv_values=BlockConfig(32, 128, 8, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
+                      backward_kv_values=BlockConfig(32, 64, 4, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
                       backward_kv_bias=BlockConfig(32, 128, 4, 2), backward_kv_keys_merged=BlockConfig(64, 128, 8, 2),
                       forward_partial=BlockConfig(128, 32, 4, 2),
                       backward_q_table_partial=BlockConfig(64, 64, 4, 3),
-                      backward_kv_values_partial=BlockConfig(16, 128, 8, 2), warpgroup_mma=True),
+                      backward_kv_values_partial=BlockConfig(16, 64, 4, 2), warpgroup_mma=True),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
@@ -114,12 +114,14 @@ def whole(config: BlockConfig, T: int, S: int) -> bool:
 
 def far_tiles_merged(form: Form, kernel: str) -> bool:
     """Whether ``kernel`` ("forward", "backward_kv") runs the far tiles of both sides in one loop (one
-    pipeline prologue less): a term with one value a side per row, without the causal mask. A bias by
-    bucket alone in both; Shaw's key term alone in backward_kv only (the forward's merged loop cost
-    more, modelled: docs/results/distance_kernel_cost_steps.md)."""
-    if form.causal or form.values:
+    pipeline prologue less): terms with one value a side per row, without the causal mask. A bias by
+    bucket in both; Shaw's terms in backward_kv only (the forward's merged loop cost more, modelled:
+    docs/results/distance_kernel_cost_steps.md)."""
+    if form.causal:
         return False
-    return (form.bias == 1 and not form.keys) or (kernel == "backward_kv" and form.keys and form.bias == 0)
+    if form.keys:
+        return kernel == "backward_kv"
+    return form.bias == 1
 
 
 def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
@@ -143,13 +145,14 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     backward_kv, few_regs = configs.backward_kv, False
     if form.keys:
         backward_kv = configs.backward_kv_keys or backward_kv
-    merged = configs.backward_kv_keys_merged if form.keys else configs.backward_kv_bias
-    if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):
-        backward_kv, few_regs = merged, True
     if form.values:
         backward_kv = configs.backward_kv_values or backward_kv
         if form.causal:  # (without it the blocks above do not spill with partial tiles)
             backward_kv = partial(backward_kv, configs.backward_kv_values_partial)
+    else:
+        merged = configs.backward_kv_keys_merged if form.keys else configs.backward_kv_bias
+        if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):
+            backward_kv, few_regs = merged, True
     return Blocks(forward, backward_q, backward_kv, few_regs)
 
 

@@ -769,10 +769,12 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
     qa_rows = (bh * T + offs_m) * R
     if KIND == 3:  # a far tile of either side (far_side 1: keys right of the queries, 0: left): its per-row
-        # term, a bias by bucket's edge (far_row) or Shaw's edge, from backward_delta
+        # terms, a bias by bucket's edge (far_row) or Shaw's edges, from backward_delta
         if KEYS:
             lse = _row_vector((LSEF + (2 * bh + far_side) * T + m0) + tl.arange(0, BLOCK_M), offs_m, T,
                               float("inf"), EVEN_M)
+        if VALUES:
+            delta = tl.load(DELTAF + (2 * bh + far_side) * T + offs_m, mask=offs_m < T, other=0.0)
         if BIAS == 1:
             lse -= far_row
     if KIND == 0 or KIND == 2:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
@@ -829,9 +831,9 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
-    past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket alone or Shaw's key term
-    alone, non-causal: one value a side per row): the far tiles of both sides in one loop before the
-    band, one pipeline prologue less. ``FEW_REGS`` (set with the blocks that need it, see
+    past S, read as zeros, are not stored). ``MERGE_FAR`` (a bias by bucket or Shaw's terms,
+    non-causal: one value a side per row): the far tiles of both sides in one loop before the band,
+    one pipeline prologue less. ``FEW_REGS`` (set with the blocks that need it, see
     ``triton_configs.choose``): fewer registers live at once, dP's dot first in each tile and the
     padding read before the loops (as bytes), so that t5bias's 32 x 128 tiles on 4 warps and Shaw's
     key term's 64 x 128 on 8 do not spill."""
@@ -862,8 +864,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     if CAUSAL:  # queries left of the tile's first key see none of it
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's term chosen per
-        # tile (a bias by bucket alone or Shaw's key term alone, non-causal)
+    if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's terms chosen per
+        # tile (a bias by bucket or Shaw's terms, non-causal)
         far_r = 0.0
         far_l = 0.0
         if BIAS == 1:

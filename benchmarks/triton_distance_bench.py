@@ -76,7 +76,10 @@ CHECKS = (("t5bias", False), ("t5bias", True), ("alibi", False), ("relpos_k", Fa
 #: Shaw's terms checked again (:func:`check_relpos`): (method, causal, length, tables: "inputs" in
 #: the inputs' dtype, else a dtype), each in every dtype of --relpos-dtypes; lengths below
 RELPOS_CHECKS = (("relpos_k", False, "odd", "fp32"), ("relpos_kv", False, "odd", "fp32"),
-                 ("relpos_kv", False, "whole", "inputs"))
+                 ("relpos_kv", False, "whole", "inputs"), ("relpos_k", False, "whole", "inputs"))
+#: forms checked again at the whole length of RELPOS_LENGTHS: backward_kv's merged blocks in their FEW_REGS form run
+#: only where the lengths fill their 128-key tiles (t5bias's; relpos k's is in RELPOS_CHECKS)
+WHOLE_CHECKS = (("t5bias", False),)
 #: a length not a multiple of any block (nor of 16), and one of whole blocks (unmasked loads)
 RELPOS_LENGTHS = {"cuda": {"odd": 77, "whole": 512}, "cpu": {"odd": 13, "whole": 32}}
 #: the stored QA against float64: float32's precision, norm-wise
@@ -197,6 +200,9 @@ def check(args, device, configs) -> bool:
     for dtype_name in args.dtypes:
         for method, causal in CHECKS:
             ok &= check_form(method, causal, dtype_name, dtype_name, B, H, T, D, device, g, configs, args.tol)
+        for method, causal in WHOLE_CHECKS:
+            ok &= check_form(method, causal, dtype_name, dtype_name, B, H, RELPOS_LENGTHS[device.type]["whole"], D,
+                             device, g, configs, args.tol)
         ok &= check_rope(DTYPES[dtype_name], dtype_name, B, H, T, D, device, g, args.tol)
     return ok
 

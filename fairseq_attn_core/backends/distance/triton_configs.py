@@ -107,9 +107,15 @@ class Blocks:
     few_regs: bool = False
 
 
+def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
+    """Whether T queries, and S keys, fill whole tiles of ``config``'s blocks (the kernels' EVEN_M, EVEN_N:
+    their loads then go unmasked)."""
+    return T % config.block_m == 0, S % config.block_n == 0
+
+
 def whole(config: BlockConfig, T: int, S: int) -> bool:
-    """Whether T queries and S keys fill whole tiles of ``config``'s blocks (their loads then go unmasked)."""
-    return T % config.block_m == 0 and S % config.block_n == 0
+    """Whether both fill whole tiles."""
+    return all(even(config, T, S))
 
 
 def far_tiles_merged(form: Form, kernel: str) -> bool:

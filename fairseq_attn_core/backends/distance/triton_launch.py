@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from .terms import DistanceTerms
-from .triton_configs import BlockConfig, Form, KernelConfigs, choose, configs_for, far_tiles_merged, head_block
+from .triton_configs import BlockConfig, Form, KernelConfigs, choose, configs_for, even, far_tiles_merged, head_block
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -160,8 +160,8 @@ def _interior(clip: int) -> int:
 
 
 def _even(config, T: int, S: int) -> dict:
-    """Whether the queries and keys fill whole tiles (their loads then go unmasked)."""
-    return dict(EVEN_M=T % config.block_m == 0, EVEN_N=S % config.block_n == 0)
+    """The kernels' EVEN_M, EVEN_N (:func:`.triton_configs.even`)."""
+    return dict(zip(("EVEN_M", "EVEN_N"), even(config, T, S)))
 
 
 def _rows_view(t: Tensor) -> Tensor:

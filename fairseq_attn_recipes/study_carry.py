@@ -10,7 +10,8 @@
 * ``study-unpack FILE.tar.xz --to DIR``: the archive checked whole first (every member against
   ``carry.json``; the settings against DIR's own, which must be the same or absent). Only then is
   anything written: each run DIR does not hold yet, written aside and renamed into place. A run DIR
-  already holds is kept as it is and named.
+  already holds is kept as it is and named. A run written aside by an unpack that was killed (its
+  folder holds :data:`UNPACK_MARK`) is removed and named; nothing else is removed.
 
 The study's scripts then reuse each carried run (its ``scores.json`` exists) and train the rest.
 A carried run cannot be evaluated again: its checkpoints stayed behind.
@@ -33,6 +34,9 @@ MANIFEST = "carry.json"
 #: the study folder's own files that say how its runs were made (paper.sh, lengths.sh)
 SETTINGS_FILES = ("settings.txt", "study_settings.json")
 RUN_RECORD = "run.json"
+#: the first file an unpack writes into a run's folder aside (removed before the rename): a folder aside
+#: holding it is a killed unpack's, safe to remove
+UNPACK_MARK = ".study-unpack"
 
 
 class CarryError(ValueError):
@@ -156,8 +160,20 @@ def read_archive(archive: str) -> Tuple[Dict, Dict[str, bytes]]:
     return manifest, members
 
 
-def unpack(archive: str, study: str) -> Tuple[List[str], List[str]]:
-    """(runs written, runs kept as they were) into ``study``; refused whole before any write."""
+def _killed_unpacks(target: str) -> List[str]:
+    """The folders a killed unpack left aside for the run folder ``target`` (named as :func:`unpack` names
+    them, holding :data:`UNPACK_MARK`)."""
+    parent, base = os.path.split(target)
+    if not os.path.isdir(parent):
+        return []
+    return sorted(os.path.join(parent, n) for n in os.listdir(parent)
+                  if n.startswith(f".{base}.") and n.endswith(".tmp")
+                  and os.path.isfile(os.path.join(parent, n, UNPACK_MARK)))
+
+
+def unpack(archive: str, study: str) -> Tuple[List[str], List[str], List[str]]:
+    """(runs written, runs kept as they were, killed unpacks' folders removed) into ``study``; refused
+    whole before any write."""
     manifest, members = read_archive(archive)
     for name in manifest["settings"]:
         mine = os.path.join(study, name)
@@ -166,31 +182,36 @@ def unpack(archive: str, study: str) -> Tuple[List[str], List[str]]:
                 if f.read() != members[name]:
                     raise CarryError(f"{mine} holds other settings than {archive}'s {name}: unpack into another "
                                      f"folder (the runs were made with those)")
-    written, kept = [], []
+    written, kept, removed = [], [], []
     os.makedirs(study, exist_ok=True)
     for name in manifest["settings"]:
         if not os.path.isfile(os.path.join(study, name)):
             write_text(os.path.join(study, name), members[name].decode("utf-8"))
     for run in manifest["runs"]:
         target = os.path.join(study, *run.split("/"))
+        for aside in _killed_unpacks(target):
+            shutil.rmtree(aside)
+            removed.append(aside)
         if os.path.lexists(target):
             kept.append(run)
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
         tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=os.path.dirname(target))
         try:
+            write_text(os.path.join(tmp, UNPACK_MARK), f"{archive}\n")
             for name, data in members.items():
                 if name.startswith(run + "/"):
                     dest = os.path.join(tmp, *name[len(run) + 1:].split("/"))
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
                     with open(dest, "wb") as f:
                         f.write(data)
+            os.remove(os.path.join(tmp, UNPACK_MARK))
             os.rename(tmp, target)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         written.append(run)
-    return written, kept
+    return written, kept, removed
 
 
 def cmd_study_pack(args):
@@ -206,9 +227,11 @@ def cmd_study_pack(args):
 
 def cmd_study_unpack(args):
     try:
-        written, kept = unpack(args.archive, args.to)
+        written, kept, removed = unpack(args.archive, args.to)
     except (CarryError, OSError, ValueError) as e:
         die(str(e))
+    for aside in removed:
+        print(f"removed: {aside}: a run half written by a killed study-unpack")
     print(f"{args.to}: {len(written)} runs unpacked from {args.archive}")
     for run in kept:
         print(f"kept: {run}: {args.to} holds it already (left as it is)")

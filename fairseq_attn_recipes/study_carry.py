@@ -11,7 +11,7 @@
   ``carry.json``; the settings against DIR's own, which must be the same or absent). Only then is
   anything written: each run DIR does not hold yet, written aside and renamed into place. A run DIR
   already holds is kept as it is and named. A run written aside by an unpack that was killed (its
-  folder holds :data:`UNPACK_MARK`) is removed and named; nothing else is removed.
+  folder holds :data:`UNPACK_MARK`) is named, and removed only with ``--yes``; nothing else is removed.
 
 The study's scripts then reuse each carried run (its ``scores.json`` exists) and train the rest.
 A carried run cannot be evaluated again: its checkpoints stayed behind.
@@ -171,9 +171,9 @@ def _killed_unpacks(target: str) -> List[str]:
                   and os.path.isfile(os.path.join(parent, n, UNPACK_MARK)))
 
 
-def unpack(archive: str, study: str) -> Tuple[List[str], List[str], List[str]]:
-    """(runs written, runs kept as they were, killed unpacks' folders removed) into ``study``; refused
-    whole before any write."""
+def unpack(archive: str, study: str, remove_killed: bool = False) -> Tuple[List[str], List[str], List[str]]:
+    """(runs written, runs kept as they were, killed unpacks' folders found: removed with ``remove_killed``)
+    into ``study``; refused whole before any write."""
     manifest, members = read_archive(archive)
     for name in manifest["settings"]:
         mine = os.path.join(study, name)
@@ -182,7 +182,7 @@ def unpack(archive: str, study: str) -> Tuple[List[str], List[str], List[str]]:
                 if f.read() != members[name]:
                     raise CarryError(f"{mine} holds other settings than {archive}'s {name}: unpack into another "
                                      f"folder (the runs were made with those)")
-    written, kept, removed = [], [], []
+    written, kept, found = [], [], []
     os.makedirs(study, exist_ok=True)
     for name in manifest["settings"]:
         if not os.path.isfile(os.path.join(study, name)):
@@ -190,8 +190,9 @@ def unpack(archive: str, study: str) -> Tuple[List[str], List[str], List[str]]:
     for run in manifest["runs"]:
         target = os.path.join(study, *run.split("/"))
         for aside in _killed_unpacks(target):
-            shutil.rmtree(aside)
-            removed.append(aside)
+            if remove_killed:
+                shutil.rmtree(aside)
+            found.append(aside)
         if os.path.lexists(target):
             kept.append(run)
             continue
@@ -211,7 +212,7 @@ def unpack(archive: str, study: str) -> Tuple[List[str], List[str], List[str]]:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         written.append(run)
-    return written, kept, removed
+    return written, kept, found
 
 
 def cmd_study_pack(args):
@@ -227,11 +228,12 @@ def cmd_study_pack(args):
 
 def cmd_study_unpack(args):
     try:
-        written, kept, removed = unpack(args.archive, args.to)
+        written, kept, found = unpack(args.archive, args.to, remove_killed=args.yes)
     except (CarryError, OSError, ValueError) as e:
         die(str(e))
-    for aside in removed:
-        print(f"removed: {aside}: a run half written by a killed study-unpack")
+    for aside in found:
+        print(f"removed: {aside}: a run half written by a killed study-unpack" if args.yes else
+              f"left: {aside}: a run half written by a killed study-unpack (give --yes to remove it)")
     print(f"{args.to}: {len(written)} runs unpacked from {args.archive}")
     for run in kept:
         print(f"kept: {run}: {args.to} holds it already (left as it is)")
@@ -248,4 +250,6 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("study-unpack", help="unpack a study-pack archive into a study folder; runs it holds are kept")
     p.add_argument("archive", help="the archive study-pack wrote")
     p.add_argument("--to", required=True, help="the study folder (the same settings, or a new folder)")
+    p.add_argument("--yes", action="store_true", help="remove the runs a killed study-unpack left half written "
+                   "(hidden folders holding its mark; named without --yes)")
     p.set_defaults(fn=cmd_study_unpack)

@@ -90,8 +90,8 @@ def test_pack_carries_finished_runs_without_checkpoints_and_unpack_keeps_what_is
     assert (other / "runs" / "baseline_seed1" / "train.log").read_bytes() == src["runs/baseline_seed1/train.log"]
     assert not [n for n in os.listdir(other / "runs") if n.endswith(".tmp")]
 
-    # a killed unpack's run written aside (it holds the unpack's mark) is removed and named; a folder of the same
-    # form without the mark is not ours: left as it is
+    # a killed unpack's run written aside (it holds the unpack's mark) is named, and removed with --yes alone; a
+    # folder of the same form without the mark is not ours: left as it is
     killed, mine = other / "runs" / ".baseline_seed1.k1ll.tmp", other / "runs" / ".baseline_seed1.mine.tmp"
     write(killed / UNPACK_MARK, str(archive))
     write(killed / "train.log", "half written\n")
@@ -99,6 +99,10 @@ def test_pack_carries_finished_runs_without_checkpoints_and_unpack_keeps_what_is
     shutil.rmtree(other / "runs" / "baseline_seed1")
     p = steps("study-unpack", str(archive), "--to", str(other))
     assert p.returncode == 0 and "1 runs unpacked" in p.stdout, p.stderr
+    assert f"left: {killed}: a run half written by a killed study-unpack (give --yes to remove it)" in p.stdout
+    assert (killed / "train.log").read_text() == "half written\n"
+    p = steps("study-unpack", str(archive), "--to", str(other), "--yes")
+    assert p.returncode == 0 and "0 runs unpacked" in p.stdout, p.stderr
     assert f"removed: {killed}: a run half written by a killed study-unpack" in p.stdout
     assert not killed.exists() and (mine / "notes.txt").read_text() == "my own\n"
     assert not (other / "runs" / "baseline_seed1" / UNPACK_MARK).exists()  # the mark is not left in the run

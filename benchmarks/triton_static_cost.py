@@ -502,7 +502,8 @@ def plan(launch, fn, variant: str):
     tiles each program visits in each stage as the kernel's own bounds give them (a mirror of
     ``_stages`` / ``_q_stages`` of the kernels: far-left, band, far-right for a query tile;
     far-right, band, far-left for a key tile; one loop when nothing splits; with ``MERGE_FAR``
-    (the forward, backward_kv) the far tiles of both sides in one loop, then the band)."""
+    (the forward, backward_kv) the far tiles of both sides in one loop, then the band; with ``BLOCK_NF``
+    (backward_q) far-left, far-right, then the band)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731
     kw = launch["kwargs"]
     if launch["kernel"] == "backward_delta":
@@ -537,6 +538,22 @@ def plan(launch, fn, variant: str):
             counts[2] += _cdiv(max(T - c, 0), bm)
     else:
         return [(0, 0)]
+    nf = kw.get("BLOCK_NF") or 0
+    if name == "backward_q" and split and nf:  # far-left, far-right (nf keys wide), then the band (_q_band's
+        # mirror); each far stage's tile that reaches into the band runs outside the loops (the code outside is
+        # charged to every program: an over-count for the first and the last, which have one side only)
+        counts = [0, 0, 0]
+        for m0 in range(0, T, bm):
+            i0 = start + m0
+            hi = min(S, i0 + bm) if causal else S
+            lo = (max(i0 - WL + 1, 0) // 16) * 16
+            width = _cdiv(min(i0 + bm - 1 + WR, hi) - lo, bn) * bn
+            fl = max(min(lo, hi - width), 0)
+            fr = min(fl + width, hi)
+            counts[0] += fl // nf
+            counts[1] += 0 if causal else (hi - _cdiv(fr, nf) * nf) // nf
+            counts[2] += _cdiv(fr - fl, bn)
+        return [(n, 0) for n in (counts[::2] if causal else counts)]
     if not split:  # one loop: every tile in the stage that holds them
         counts = [sum(counts)]
     elif kw.get("MERGE_FAR"):  # the far tiles of both sides in one loop, before the band

@@ -54,8 +54,9 @@ def test_the_forms_the_triton_kernels_run_and_what_they_refuse():
 
 def test_the_blocks_chosen_per_form_and_length():
     """triton_configs.choose: each kernel's plain blocks, those of the terms that do more per pair, the
-    partial-tile blocks where a length leaves a partial tile, and backward_kv's merged blocks (in the
-    FEW_REGS form) only where its far tiles run in one loop and the lengths fill their tiles."""
+    partial-tile blocks where a length leaves a partial tile, backward_kv's merged blocks (in the
+    FEW_REGS form) only where its far tiles run in one loop and the lengths fill their tiles, and
+    backward_q's wide far tiles for Shaw's terms without the causal mask on whole tiles."""
     c = configs_for(64)
     got = choose(c, Form(), 1024, 1024)
     assert (got.forward, got.backward_q, got.backward_kv, got.few_regs) == (c.forward, c.backward_q, c.backward_kv, False)
@@ -63,6 +64,10 @@ def test_the_blocks_chosen_per_form_and_length():
     assert far_tiles_merged(keys, "backward_kv") and not far_tiles_merged(keys, "forward")
     got = choose(c, keys, 1024, 1024)
     assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_terms, c.backward_kv_keys_merged, True)
+    assert (got.backward_q_far, choose(c, Form(keys=True, values=True), 1024, 1024).backward_q_far) == (64, 64)
+    assert choose(c, Form(keys=True, causal=True), 1024, 1024).backward_q_far == 0  # no band tile fewer there
+    assert choose(c, keys, 1024, 1056).backward_q_far == 0  # 1056 keys: a partial 64-key far tile
+    assert choose(configs_for(64, (8, 0)), keys, 1024, 1024).backward_q_far == 0  # Hopper's blocks only
     got = choose(c, keys, 1000, 1000)  # partial tiles: the merged blocks would spill
     assert (got.forward, got.backward_kv, got.few_regs) == (c.forward_partial, c.backward_kv_keys, False)
     causal = Form(keys=True, causal=True)

@@ -120,6 +120,18 @@ def _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 
 
 @triton.jit
+def _q_band(i0, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A query tile's band ``[fl, fr)`` (keys ``< hi``) as whole BLOCK_N tiles from the multiple of 16 at or left of
+    its first key (``j - i > -WL``) to past its last (``j - i < WR``), moved left where it would pass ``hi``
+    (hi a multiple of BLOCK_N). From 16, not BLOCK_N: at 64 rows and k = 16 the band is 94 keys, 3 tiles of 32
+    from a multiple of 16, 4 from one of 32."""
+    lo = (tl.maximum(i0 - WL + 1, 0) // 16) * 16
+    width = ((tl.minimum(i0 + BLOCK_M - 1 + WR, hi) - lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
+    fl = tl.maximum(tl.minimum(lo, hi - width), 0)
+    return fl, tl.minimum(fl + width, hi)
+
+
+@triton.jit
 def _offsets(d, BLOCK: tl.constexpr, ACC: tl.constexpr):
     """``d + arange(BLOCK)`` in ACC: the arange converted once (loop-invariant), the scalar
     added per tile (no per-element integer conversion)."""
@@ -512,14 +524,18 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
 def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, clip,
             KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr,
             ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr,
-            BLOCK_N: tl.constexpr, TILE_BASE: tl.constexpr = False):
+            BLOCK_N: tl.constexpr, TILE_BASE: tl.constexpr = False, keep_lo=0, keep_hi=0,
+            KEEP: tl.constexpr = False):
     """One tile's base-2 scores with every term (the forward's and the backward's one rule):
     QK^T scaled, the per-column terms, and in band tiles (``KIND`` 1) the per-distance ones; with
-    the pairs' distances and which are inside (T, S)."""
+    the pairs' distances and which are inside (T, S). ``KEEP``: the keys outside ``[keep_lo,
+    keep_hi)`` masked (-inf in the column vector: a far tile that reaches into the band)."""
     s = tl.dot(q, tl.trans(k), out_dtype=ACC, input_precision=PRECISION)
-    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1):
-        x = s * qk_scale + _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N,
-                                    BLOCK_N, TILE_BASE)[None, :]
+    if HAS_PAD or (not EVEN_N) or (BIAS == 2 and KIND != 1) or KEEP:
+        col = _columns(offs_n, n0, b, S, i0, slope2, KB, HAS_PAD, BIAS, KIND, ACC, EVEN_N, BLOCK_N, TILE_BASE)
+        if KEEP:
+            col = tl.where((offs_n >= keep_lo) & (offs_n < keep_hi), col, float("-inf"))
+        x = s * qk_scale + col[None, :]
     else:
         x = s * qk_scale
     dist = offs_n[None, :] - pos_i[:, None]
@@ -534,12 +550,13 @@ def _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, s
 def _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2, QA2, qa_rows,
                 row, lse, clip, KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
-                EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                EVEN_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, keep_lo=0, keep_hi=0,
+                KEEP: tl.constexpr = False):
     """P of one tile, recomputed from the base-2 log-sum-exp (0 where masked or the row has
     no key); with the pairs' distances and which are inside (T, S)."""
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N, KIND != 1)
+                              BLOCK_M, BLOCK_N, KIND != 1, keep_lo, keep_hi, KEEP)
     return tl.exp2(x - (lse - row)[:, None]), dist, inside
 
 
@@ -550,14 +567,14 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
              ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr):
+              EVEN_D: tl.constexpr, keep_lo=0, keep_hi=0, KEEP: tl.constexpr = False):
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
     v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
     p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
-                                  PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N)
+                                  PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, keep_lo, keep_hi, KEEP)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
@@ -598,7 +615,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-               NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False):
+               NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
@@ -610,7 +627,9 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
     distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
-    cells of DFAR)."""
+    cells of DFAR). ``BLOCK_NF`` (Shaw's terms, no table gradient, whole tiles of both widths; 0: off): the far
+    tiles that many keys wide, the band's tiles BLOCK_N (:func:`_q_band`): a far tile only sums rows, a
+    band tile bins dQA, which holds the registers that keep it narrow."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -641,40 +660,85 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
-    fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    woff = WOFF  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
-    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
-    delta_far = delta
-    if VALUES:
-        delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
-    for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
-        dq, dqa, dql, dqr, carry, far = _dq_tile(
-            dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
-            first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
-            0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-            PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    if WGMMA and EVEN_N:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
-        far_left = tl.sum(far, 1)
-    else:
-        far_left = tl.sum(tl.sum(far, 1), 0)
-    far = tl.zeros((BLOCK_M, BLOCK_N), ACC)
-    if SPLIT:
+    if BLOCK_NF == 0:
+        fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+        woff = WOFF  # DTABLE: a program's band distances j - i at columns j - i + woff (0 .. NDIST - 1)
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+        delta_far = delta
+        if VALUES:
+            delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
+        for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
+                first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
+                0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        if WGMMA and EVEN_N:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
+            far_left = tl.sum(far, 1)
+        else:
+            far_left = tl.sum(tl.sum(far, 1), 0)
+        far = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+        if SPLIT:
+            zero = tl.zeros((BLOCK_M,), ACC)
+            for n0 in range(fl, fr, BLOCK_N):  # band
+                dq, dqa, dql, dqr, carry, far = _dq_tile(
+                    dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                    NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
+                    1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                    PRECISION, EVEN_M, EVEN_N, EVEN_D)
+            row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+            if VALUES:
+                delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
+            for n0 in range(fr, hi, BLOCK_N):  # far-right
+                dq, dqa, dql, dqr, carry, far = _dq_tile(
+                    dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                    NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                    clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
+                    ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    else:  # far tiles BLOCK_NF keys wide (aligned: the one that reaches into the band, its keys masked, outside
+        # the loops), then the band's BLOCK_N tiles from the multiple of 16 at or left of its first key
+        fl, fr = _q_band(i0, hi, WL, WR, BLOCK_M, BLOCK_N)
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+        delta_far = delta
+        if VALUES:
+            delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
+        flw = (fl // BLOCK_NF) * BLOCK_NF
+        for n0 in range(0, flw, BLOCK_NF):  # far-left
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC,
+                PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        if flw < fl:  # its tile that reaches into the band
+            dq, dqa, dql, dqr, carry, far = _dq_tile(
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, flw, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC,
+                PRECISION, EVEN_M, EVEN_N, EVEN_D, 0, fl, True)
+        if not CAUSAL:  # far-right
+            row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
+            if VALUES:
+                delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
+            frw = ((fr + BLOCK_NF - 1) // BLOCK_NF) * BLOCK_NF
+            if fr < frw:  # its tile that reaches into the band
+                dq, dqa, dql, dqr, carry, far = _dq_tile(
+                    dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, frw - BLOCK_NF, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T,
+                    S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
+                    DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
+                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True)
+            for n0 in range(frw, hi, BLOCK_NF):
+                dq, dqa, dql, dqr, carry, far = _dq_tile(
+                    dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T,
+                    S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
+                    DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
+                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr, carry, far = _dq_tile(
-                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
                 PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
-        if VALUES:
-            delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
-        for n0 in range(fr, hi, BLOCK_N):  # far-right
-            dq, dqa, dql, dqr, carry, far = _dq_tile(
-                dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
-                NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
-                clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
-                ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
         # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots;
         # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), rows 1 .. R - 1 by the

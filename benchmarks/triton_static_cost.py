@@ -503,7 +503,7 @@ def plan(launch, fn, variant: str):
     ``_stages`` / ``_q_stages`` of the kernels: far-left, band, far-right for a query tile;
     far-right, band, far-left for a key tile; one loop when nothing splits; with ``MERGE_FAR``
     (the forward, backward_kv) the far tiles of both sides in one loop, then the band; with ``BLOCK_NF``
-    (backward_q) far-left, far-right, then the band)."""
+    (the forward, backward_q) far-left, far-right, then the band)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731
     kw = launch["kwargs"]
     if launch["kernel"] == "backward_delta":
@@ -539,7 +539,7 @@ def plan(launch, fn, variant: str):
     else:
         return [(0, 0)]
     nf = kw.get("BLOCK_NF") or 0
-    if name == "backward_q" and split and nf:  # far-left, far-right (nf keys wide), then the band (_q_band's
+    if name in ("forward", "backward_q") and split and nf:  # far-left, far-right (nf keys wide), then the band (_q_band's
         # mirror); each far stage's tile that reaches into the band runs outside the loops (the code outside is
         # charged to every program: an over-count for the first and the last, which have one side only)
         counts = [0, 0, 0]

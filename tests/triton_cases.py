@@ -45,7 +45,7 @@ CASES = {
         ("relpos_kv", 5, False, "right", 1),
         ("relpos_kv", 32, False, "empty", 2),  # whole tiles
         ("relpos_kv", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask (one loop in backward_kv)
-        ("relpos_kv", 128, False, "empty", 1),  # backward_q's wide far tiles (run())
+        ("relpos_kv", 128, False, "empty", 1),  # backward_q's and the forward's wide far tiles (run())
     ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [
@@ -109,9 +109,10 @@ def run(case, seed):
         # tiles, as on Hopper): its far tiles in one loop, dP first, the padding read before the loops
         configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv,
                                       backward_kv_keys_merged=configs.backward_kv)
-    if T == 128:  # backward_q's far tiles wider than its band tiles (as on Hopper: 64 and 32 there), the band
-        # from a multiple of 16
-        configs = dataclasses.replace(configs, backward_q_terms=BlockConfig(16, 32, 1, 1), backward_q_keys_far=64)
+    if T == 128:  # backward_q's far tiles wider than its band tiles, and the forward's with Shaw's value term (as on
+        # Hopper: 64 and 32 there), the band from a multiple of 16
+        configs = dataclasses.replace(configs, backward_q_terms=BlockConfig(16, 32, 1, 1), backward_q_keys_far=64,
+                                      forward_values=BlockConfig(16, 32, 1, 1), forward_values_far=64)
     if T in (33, 47):  # partial tiles: the launcher's own blocks for them where it has some (triton_configs'
         # *_partial: alibi's and relpos k's forward, t5bias's backward_q without the causal mask, relpos kv's
         # backward_kv under it), here other shapes than the rest's

@@ -53,8 +53,10 @@ class KernelConfigs:
     #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
     #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)
     warpgroup_mma: bool = False
-    #: backward_q's far tiles with Shaw's terms, this many keys wide (:func:`wide_far_tiles`); None: block_n
+    #: backward_q's far tiles with Shaw's terms, and the forward's with Shaw's value term, this many keys wide
+    #: (:func:`wide_far_tiles`); None: block_n
     backward_q_keys_far: Optional[int] = None
+    forward_values_far: Optional[int] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -69,7 +71,7 @@ CONFIGS: Dict[int, KernelConfigs] = {
                       forward_partial=BlockConfig(128, 32, 4, 2),
                       backward_q_table_partial=BlockConfig(64, 64, 4, 3),
                       backward_kv_values_partial=BlockConfig(16, 64, 4, 2), warpgroup_mma=True,
-                      backward_q_keys_far=64),
+                      backward_q_keys_far=64, forward_values_far=64),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
@@ -109,6 +111,7 @@ class Blocks:
     backward_kv: BlockConfig
     few_regs: bool = False
     backward_q_far: int = 0  # backward_q's far tiles' width, wider than its band tiles (0: its block_n for both)
+    forward_far: int = 0  # the same for the forward
 
 
 def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
@@ -163,18 +166,20 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
         merged = configs.backward_kv_keys_merged if form.keys else configs.backward_kv_bias
         if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):
             backward_kv, few_regs = merged, True
-    q_far = configs.backward_q_keys_far if wide_far_tiles(configs, form, backward_q, T, S) else 0
-    return Blocks(forward, backward_q, backward_kv, few_regs, q_far)
+    q_far = wide_far_tiles(configs.backward_q_keys_far, form.keys, form, backward_q, T, S)
+    forward_far = wide_far_tiles(configs.forward_values_far, form.values, form, forward, T, S)
+    return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far)
 
 
-def wide_far_tiles(configs: KernelConfigs, form: Form, backward_q: BlockConfig, T: int, S: int) -> bool:
-    """Whether backward_q runs its far tiles ``configs.backward_q_keys_far`` keys wide and its band tiles
-    ``backward_q.block_n`` from a multiple of 16 (fewer band tiles): Shaw's terms (their band tiles bin dQA,
-    so they stay narrow; their far tiles only sum rows), no causal mask (under it the band shrinks by no tile:
-    modelled, no gain), the lengths filling whole tiles of both widths."""
-    wide = configs.backward_q_keys_far
-    return (wide is not None and form.keys and not form.causal and not form.table_grad
-            and T % backward_q.block_m == 0 and S % wide == 0 and wide % backward_q.block_n == 0)
+def wide_far_tiles(wide: Optional[int], terms: bool, form: Form, config: BlockConfig, T: int, S: int) -> int:
+    """The width of a kernel's far tiles where they are wider than its band tiles (0: not), these from a
+    multiple of 16 (fewer band tiles): backward_q with Shaw's terms (its band tiles bin dQA), the forward with
+    Shaw's value term (its band tiles bin PB); those bins hold the registers that keep band tiles narrow, a far
+    tile only sums rows. Not under the causal mask (the band shrinks by no tile there: modelled, no gain), nor
+    with a table's gradient; the lengths must fill whole tiles of both widths."""
+    ok = (wide is not None and terms and not form.causal and not form.table_grad
+          and T % config.block_m == 0 and S % wide == 0 and wide % config.block_n == 0)
+    return wide if ok else 0
 
 
 def head_block(head_dim: int) -> int:

@@ -317,7 +317,10 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr,
-              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr):
+              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, keep_lo=0, keep_hi=0,
+              KEEP: tl.constexpr = False, PB_LIVE: tl.constexpr = True):
+    """One key tile of a query tile (``KEEP``: only keys in ``[keep_lo, keep_hi)``; ``PB_LIVE`` False: PB's
+    interior bins are not carried, the band comes later)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     # the tiles' scalar bases: whole key tiles, no causal mask, not relpos k (there it spilled)
@@ -325,7 +328,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
                    EVEN_N and not CAUSAL and (VALUES or not KEYS))
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
                               QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS))
+                              BLOCK_M, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS), keep_lo, keep_hi, KEEP)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
@@ -337,7 +340,8 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
     if VALUES:
         pbl = pbl * alpha
         pbr = pbr * alpha
-        pb = pb * alpha[:, None]
+        if PB_LIVE:
+            pb = pb * alpha[:, None]
         if KIND == 0:
             pbl += rs
         if KIND == 2:
@@ -356,7 +360,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-            TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False):
+            TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -400,36 +404,73 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     hi = S
     if CAUSAL:
         hi = tl.minimum(S, i0 + BLOCK_M)
-    fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
-    if MERGE_FAR:  # far-left and far-right tiles in one loop (one pipeline prologue), the side's row term
-        # chosen per tile (a bias by bucket alone, non-causal: one value a side)
-        row_r = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC)
-        n_left = (fl + BLOCK_N - 1) // BLOCK_N
-        for t in range(0, n_left + (hi - fr + BLOCK_N - 1) // BLOCK_N):
-            right = t >= n_left
-            n0 = tl.where(right, fr + (t - n_left) * BLOCK_N, t * BLOCK_N)
+    if BLOCK_NF == 0:
+        fl, fr = _stages(i0, 0, hi, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+        if MERGE_FAR:  # far-left and far-right tiles in one loop (one pipeline prologue), the side's row term
+            # chosen per tile (a bias by bucket alone, non-causal: one value a side)
+            row_r = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC)
+            n_left = (fl + BLOCK_N - 1) // BLOCK_N
+            for t in range(0, n_left + (hi - fr + BLOCK_N - 1) // BLOCK_N):
+                right = t >= n_left
+                n0 = tl.where(right, fr + (t - n_left) * BLOCK_N, t * BLOCK_N)
+                acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                    acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                    qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
+                    CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        for n0 in range(0, fl if not MERGE_FAR else 0, BLOCK_N):  # far-left (every tile when no term splits)
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
-                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
-                CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    for n0 in range(0, fl if not MERGE_FAR else 0, BLOCK_N):  # far-left (every tile when no term splits)
-        acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-            acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
-            qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-            BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-    if SPLIT:
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+                BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+        if SPLIT:
+            zero = tl.zeros((BLOCK_M,), ACC)
+            for n0 in range(fl, fr, BLOCK_N):  # band
+                acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                    acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                    qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
+                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+            row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
+            for n0 in range(fr, hi if not MERGE_FAR else fr, BLOCK_N):  # far-right
+                acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                    acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                    qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
+                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+    else:  # far tiles BLOCK_NF keys wide, then the band's BLOCK_N tiles (as backward_q's, :func:`_q_band`): PB's
+        # interior bins start at the band, so the far tiles carry none
+        fl, fr = _q_band(i0, hi, WL, WR, BLOCK_M, BLOCK_N)
+        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
+        flw = (fl // BLOCK_NF) * BLOCK_NF
+        for n0 in range(0, flw, BLOCK_NF):  # far-left
+            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False)
+        if flw < fl:  # its tile that reaches into the band
+            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, flw, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, 0, fl, True, False)
+        if not CAUSAL:  # far-right
+            row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
+            frw = ((fr + BLOCK_NF - 1) // BLOCK_NF) * BLOCK_NF
+            if fr < frw:  # its tile that reaches into the band
+                acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                    acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, frw - BLOCK_NF, offs_m, pos_i, i0, b, h, T, S, first0,
+                    skt, svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                    HAS_PAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True,
+                    False)
+            for n0 in range(frw, hi, BLOCK_NF):
+                acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                    acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                    qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+                    BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False)
+        pb = tl.zeros((BLOCK_M, RI), ACC)
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
-        row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
-        for n0 in range(fr, hi if not MERGE_FAR else fr, BLOCK_N):  # far-right
-            acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
-                acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
-                qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                 RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)

@@ -204,12 +204,14 @@ class _TritonAttention(torch.autograd.Function):
         av = value_table.detach().to(dtype).contiguous() if values else none
         out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
         form = Form(bias=shape["bias"], keys=key_table is not None, values=values, causal=causal)
-        c = choose(configs, form, T, S).forward
+        chosen = choose(configs, form, T, S)
+        c = chosen.forward
         module.forward[(B * H, _cdiv(T, c.block_m))](
             q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), **_even(c, T, S), **common)
+            TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
+            **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)
         return out

@@ -80,7 +80,8 @@ RELPOS_CHECKS = (("relpos_k", False, "odd", "fp32"), ("relpos_kv", False, "odd",
 #: forms checked again at the whole length of RELPOS_LENGTHS: backward_kv's merged blocks in their FEW_REGS form run
 #: only where the lengths fill their 128-key tiles (t5bias's; relpos k's is in RELPOS_CHECKS)
 WHOLE_CHECKS = (("t5bias", False),)
-#: a length not a multiple of any block (nor of 16), and one of whole blocks (unmasked loads)
+#: a length not a multiple of any block (nor of 16), and one of whole blocks (unmasked loads; on Hopper also the wide
+#: far tiles of backward_q with Shaw's terms and of the forward with the value term, triton_configs.wide_far_tiles)
 RELPOS_LENGTHS = {"cuda": {"odd": 77, "whole": 512}, "cpu": {"odd": 13, "whole": 32}}
 #: the stored QA against float64: float32's precision, norm-wise
 QA_TOL = 1e-5

@@ -551,7 +551,7 @@ def plan(launch, fn, variant: str):
             fl = max(min(lo, hi - width), 0)
             fr = min(fl + width, hi)
             counts[0] += fl // nf
-            counts[1] += 0 if causal else (hi - _cdiv(fr, nf) * nf) // nf
+            counts[1] += 0 if causal else _cdiv(max(hi - _cdiv(fr, nf) * nf, 0), nf)
             counts[2] += _cdiv(fr - fl, bn)
         return [(n, 0) for n in (counts[::2] if causal else counts)]
     if not split:  # one loop: every tile in the stage that holds them

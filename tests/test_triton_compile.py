@@ -9,7 +9,8 @@ compile the same code with terms switched off (the report reads them all). The s
 at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the
 kernels' masked loads, what training's lengths run most), for the variants whose masked forms
 spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
-t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask), and at
+t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask; and relpos kv without
+it, whose forward and backward_q run far tiles wider than their band tiles, masked at both widths), and at
 T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k, relpos kv under the
 causal mask: 32 x 64 spilled 4 B there, so its partial blocks are 16 x 64). One compile per
 (launch, arch), shared by the tests of this module.
@@ -34,7 +35,7 @@ FEW_REGS_SAMPLE = (("t5bias", False), ("relpos k", False))
 #: variants that spilled there before their partial blocks (alibi's forward on sm_90, relpos k's on sm_80, relpos kv's
 #: causal backward_kv at 32 x 64)
 PARTIAL_L, PARTIAL_L16 = 1000, 1040
-PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("relpos k", False), ("relpos kv", True))
+PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("relpos k", False), ("relpos kv", True), ("relpos kv", False))
 PARTIAL16_SAMPLE = (("alibi", False), ("relpos k", False), ("relpos kv", True))
 ARCHS = (90, 80)
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS

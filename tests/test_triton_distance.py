@@ -66,7 +66,8 @@ def test_the_blocks_chosen_per_form_and_length():
     assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_terms, c.backward_kv_keys_merged, True)
     assert (got.backward_q_far, choose(c, Form(keys=True, values=True), 1024, 1024).backward_q_far) == (64, 64)
     assert choose(c, Form(keys=True, causal=True), 1024, 1024).backward_q_far == 0  # no band tile fewer there
-    assert choose(c, keys, 1024, 1056).backward_q_far == 0  # 1056 keys: a partial 64-key far tile
+    assert choose(c, keys, 1056, 1056).backward_q_far == 0  # whole 32-key tiles, a partial 64-key one
+    assert choose(c, keys, 1000, 1000).backward_q_far == 64  # partial tiles at both widths: masked loads in both
     assert choose(configs_for(64, (8, 0)), keys, 1024, 1024).backward_q_far == 0  # Hopper's blocks only
     assert (got.forward_far, choose(c, Form(keys=True, values=True), 1024, 1024).forward_far) == (0, 64)  # PB's bins
     assert choose(c, Form(keys=True, values=True, causal=True), 1024, 1024).forward_far == 0

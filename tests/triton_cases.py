@@ -15,7 +15,7 @@ import torch
 
 B, D, BUCKETS, MAX_DISTANCE = 2, 8, 8, 6
 #: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
-CLIP = {33: 3, 32: 3, 47: 3, 48: 3, 5: 6, 1: 2, 128: 5}
+CLIP = {33: 3, 32: 3, 47: 3, 48: 3, 5: 6, 1: 2, 128: 5, 113: 5}
 
 #: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 47, 32 and 48 (whole 16 x 16 tiles); distances
 #: beyond T5's max distance (6) at T = 32, 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
@@ -38,6 +38,7 @@ CASES = {
         ("relpos_k", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask: Hopper's paths (run())
         ("relpos_k", 47, False, "empty", 1),  # the same with a partial tile: backward_kv's far tiles in one loop, masked
         ("relpos_k", 128, False, "right", 1),  # backward_q's wide far tiles (run()), the band moved left at the end
+        ("relpos_k", 113, False, "empty", 1),  # the same with partial tiles (masked loads at both widths)
     ],
     "values": [
         ("relpos_kv", 33, False, "empty", 1),
@@ -46,6 +47,7 @@ CASES = {
         ("relpos_kv", 32, False, "empty", 2),  # whole tiles
         ("relpos_kv", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask (one loop in backward_kv)
         ("relpos_kv", 128, False, "empty", 1),  # backward_q's and the forward's wide far tiles (run())
+        ("relpos_kv", 113, False, "right", 1),  # the same with partial tiles
     ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [
@@ -109,7 +111,7 @@ def run(case, seed):
         # tiles, as on Hopper): its far tiles in one loop, dP first, the padding read before the loops
         configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv,
                                       backward_kv_keys_merged=configs.backward_kv)
-    if T == 128:  # backward_q's far tiles wider than its band tiles, and the forward's with Shaw's value term (as on
+    if T in (128, 113):  # backward_q's far tiles wider than its band tiles, and the forward's with Shaw's value term (as on
         # Hopper: 64 and 32 there), the band from a multiple of 16
         configs = dataclasses.replace(configs, backward_q_terms=BlockConfig(16, 32, 1, 1), backward_q_keys_far=64,
                                       forward_values=BlockConfig(16, 32, 1, 1), forward_values_far=64)

@@ -176,9 +176,11 @@ def wide_far_tiles(wide: Optional[int], terms: bool, form: Form, config: BlockCo
     multiple of 16 (fewer band tiles): backward_q with Shaw's terms (its band tiles bin dQA), the forward with
     Shaw's value term (its band tiles bin PB); those bins hold the registers that keep band tiles narrow, a far
     tile only sums rows. Not under the causal mask (the band shrinks by no tile there: modelled, no gain), nor
-    with a table's gradient; the lengths must fill whole tiles of both widths."""
-    ok = (wide is not None and terms and not form.causal and not form.table_grad
-          and T % config.block_m == 0 and S % wide == 0 and wide % config.block_n == 0)
+    with a table's gradient, nor where the keys fill whole narrow tiles but not whole wide ones (the kernels'
+    EVEN_N, one flag for both widths, would then be wrong for the last wide tile); a length that leaves a
+    partial narrow tile masks its loads at both widths."""
+    ok = (wide is not None and terms and not form.causal and not form.table_grad and wide % config.block_n == 0
+          and (S % wide == 0 or S % config.block_n != 0))
     return wide if ok else 0
 
 

@@ -122,9 +122,10 @@ def _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.con
 @triton.jit
 def _q_band(i0, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """A query tile's band ``[fl, fr)`` (keys ``< hi``) as whole BLOCK_N tiles from the multiple of 16 at or left of
-    its first key (``j - i > -WL``) to past its last (``j - i < WR``), moved left where it would pass ``hi``
-    (hi a multiple of BLOCK_N). From 16, not BLOCK_N: at 64 rows and k = 16 the band is 94 keys, 3 tiles of 32
-    from a multiple of 16, 4 from one of 32."""
+    its first key (``j - i > -WL``) to past its last (``j - i < WR``), moved left where it would pass ``hi`` (its
+    tiles stay whole: a length no tile divides leaves the partial tile to the far tiles; only a band wider than
+    ``hi`` ends in one). From 16, not BLOCK_N: at 64 rows and k = 16 the band is 94 keys, 3 tiles of 32 from a
+    multiple of 16, 4 from one of 32."""
     lo = (tl.maximum(i0 - WL + 1, 0) // 16) * 16
     width = ((tl.minimum(i0 + BLOCK_M - 1 + WR, hi) - lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
     fl = tl.maximum(tl.minimum(lo, hi - width), 0)
@@ -668,7 +669,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
     distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
-    cells of DFAR). ``BLOCK_NF`` (Shaw's terms, no table gradient, whole tiles of both widths; 0: off): the far
+    cells of DFAR). ``BLOCK_NF`` (Shaw's terms, no table gradient; 0: off; ``EVEN_N`` holds for both widths): the far
     tiles that many keys wide, the band's tiles BLOCK_N (:func:`_q_band`): a far tile only sums rows, a
     band tile bins dQA, which holds the registers that keep it narrow."""
     bh = tl.program_id(0)

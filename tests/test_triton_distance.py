@@ -70,6 +70,7 @@ def test_the_blocks_chosen_per_form_and_length():
     assert choose(c, keys, 1000, 1000).backward_q_far == 64  # partial tiles at both widths: masked loads in both
     assert choose(configs_for(64, (8, 0)), keys, 1024, 1024).backward_q_far == 0  # Hopper's blocks only
     assert (got.forward_far, choose(c, Form(keys=True, values=True), 1024, 1024).forward_far) == (0, 64)  # PB's bins
+    assert choose(c, keys, 1000, 1000).forward_far == 64  # 128 x 32 there: narrower band tiles
     assert choose(c, Form(keys=True, values=True, causal=True), 1024, 1024).forward_far == 0
     got = choose(c, keys, 1000, 1000)  # partial tiles: the merged blocks would spill
     assert (got.forward, got.backward_kv, got.few_regs) == (c.forward_partial, c.backward_kv_keys, False)

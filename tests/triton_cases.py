@@ -114,7 +114,7 @@ def run(case, seed):
     if T in (128, 113):  # backward_q's far tiles wider than its band tiles, and the forward's with Shaw's value term (as on
         # Hopper: 64 and 32 there), the band from a multiple of 16
         configs = dataclasses.replace(configs, backward_q_terms=BlockConfig(16, 32, 1, 1), backward_q_keys_far=64,
-                                      forward_values=BlockConfig(16, 32, 1, 1), forward_values_far=64)
+                                      forward_values=BlockConfig(16, 32, 1, 1), forward_keys_far=64)
     if T in (33, 47):  # partial tiles: the launcher's own blocks for them where it has some (triton_configs'
         # *_partial: alibi's and relpos k's forward, t5bias's backward_q without the causal mask, relpos kv's
         # backward_kv under it), here other shapes than the rest's

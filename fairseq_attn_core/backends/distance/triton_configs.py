@@ -53,10 +53,10 @@ class KernelConfigs:
     #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
     #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)
     warpgroup_mma: bool = False
-    #: backward_q's far tiles with Shaw's terms, and the forward's with Shaw's value term, this many keys wide
-    #: (:func:`wide_far_tiles`); None: block_n
+    #: backward_q's and the forward's far tiles with Shaw's terms, this many keys wide where their band tiles are
+    #: narrower (:func:`wide_far_tiles`); None: block_n
     backward_q_keys_far: Optional[int] = None
-    forward_values_far: Optional[int] = None
+    forward_keys_far: Optional[int] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -71,7 +71,7 @@ CONFIGS: Dict[int, KernelConfigs] = {
                       forward_partial=BlockConfig(128, 32, 4, 2),
                       backward_q_table_partial=BlockConfig(64, 64, 4, 3),
                       backward_kv_values_partial=BlockConfig(16, 64, 4, 2), warpgroup_mma=True,
-                      backward_q_keys_far=64, forward_values_far=64),
+                      backward_q_keys_far=64, forward_keys_far=64),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
@@ -167,20 +167,21 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
         if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):
             backward_kv, few_regs = merged, True
     q_far = wide_far_tiles(configs.backward_q_keys_far, form.keys, form, backward_q, T, S)
-    forward_far = wide_far_tiles(configs.forward_values_far, form.values, form, forward, T, S)
+    forward_far = wide_far_tiles(configs.forward_keys_far, form.keys, form, forward, T, S)
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far)
 
 
 def wide_far_tiles(wide: Optional[int], terms: bool, form: Form, config: BlockConfig, T: int, S: int) -> int:
     """The width of a kernel's far tiles where they are wider than its band tiles (0: not), these from a
-    multiple of 16 (fewer band tiles): backward_q with Shaw's terms (its band tiles bin dQA), the forward with
-    Shaw's value term (its band tiles bin PB); those bins hold the registers that keep band tiles narrow, a far
-    tile only sums rows. Not under the causal mask (the band shrinks by no tile there: modelled, no gain), nor
+    multiple of 16 (fewer band tiles), in the kernels whose band tiles are narrow: backward_q with Shaw's terms
+    (its band tiles bin dQA), the forward with Shaw's value term (they bin PB) and with the key term where the
+    lengths leave a partial tile (its 128 x 64 band tiles, masked, spill: 128 x 32). Those bins and loads hold the
+    registers; a far tile only sums rows. Not under the causal mask (the band shrinks by no tile there: modelled, no gain), nor
     with a table's gradient, nor where the keys fill whole narrow tiles but not whole wide ones (the kernels'
     EVEN_N, one flag for both widths, would then be wrong for the last wide tile); a length that leaves a
     partial narrow tile masks its loads at both widths."""
-    ok = (wide is not None and terms and not form.causal and not form.table_grad and wide % config.block_n == 0
-          and (S % wide == 0 or S % config.block_n != 0))
+    ok = (wide is not None and terms and not form.causal and not form.table_grad
+          and wide > config.block_n and wide % config.block_n == 0 and (S % wide == 0 or S % config.block_n != 0))
     return wide if ok else 0
 
 

@@ -28,7 +28,8 @@ Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = e
   reads whole aligned vectors from the copy that aligns its first key, unmasked.
 
 The padding (and the key length) enters as a column vector ``KB`` (0 or -inf) folded into the
-scale's FMA; the causal mask only in band tiles (the far-right stage is empty then). A row
+scale's FMA; with ``SHIFT`` (a length no key tile divides) the last key tile starts at S less its width, its
+loads whole, the keys it shares with the tile before masked in that vector (:func:`_shift`); the causal mask only in band tiles (the far-right stage is empty then). A row
 without any allowed key gets output 0 and log-sum-exp +inf (every recomputed probability 0:
 zero gradients), the core's rule. q, k, v and dO are read through their strides ((B, H, T,
 D) views, the last dimension contiguous); B H is the grid's first axis.

@@ -56,7 +56,7 @@ def test_the_blocks_chosen_per_form_and_length():
     """triton_configs.choose: each kernel's plain blocks, those of the terms that do more per pair, the
     partial-tile blocks where a length leaves a partial tile, backward_kv's merged blocks (in the
     FEW_REGS form) only where its far tiles run in one loop and the lengths fill their tiles, and
-    backward_q's wide far tiles for Shaw's terms without the causal mask on whole tiles."""
+    backward_q's wide far tiles for Shaw's terms without the causal mask, and the last key tile moved back."""
     c = configs_for(64)
     got = choose(c, Form(), 1024, 1024)
     assert (got.forward, got.backward_q, got.backward_kv, got.few_regs) == (c.forward, c.backward_q, c.backward_kv, False)
@@ -93,7 +93,17 @@ def test_the_blocks_chosen_per_form_and_length():
     assert choose(c, values, 1024, 1024).backward_kv == c.backward_kv_values
     assert choose(c, values, 1000, 1000).backward_kv == c.backward_kv_values_partial
     assert choose(c, values, 1000, 1000).forward == c.forward_values
-    assert choose(c, Form(bias=2), 1000, 1000).forward == c.forward_partial
+    # a partial last key tile moved back to end at the last key (whole loads): not for a bias by bucket, nor below a tile
+    got = choose(c, Form(bias=2), 1000, 1000)
+    assert (got.forward, got.forward_shift, got.backward_q_shift) == (c.forward, True, True)
+    got = choose(c, Form(bias=2), 40, 40)  # shorter than the forward's 64-key tiles: the partial blocks' 32, moved
+    assert (got.forward, got.forward_shift) == (c.forward_partial, True)
+    got = choose(c, Form(bias=2), 20, 20)  # shorter than any of its key tiles: masked loads
+    assert (got.forward, got.forward_shift) == (c.forward_partial, False)
+    assert not any((choose(c, Form(bias=1), 1000, 1000).forward_shift, choose(c, Form(bias=2), 1024, 1024).forward_shift,
+                    choose(c, Form(bias=1, table_grad=True), 1000, 1000).backward_q_shift))
+    got = choose(c, keys, 1000, 1000)
+    assert (got.forward, got.forward_shift, got.backward_q_shift) == (c.forward_partial, True, True)
     ampere = configs_for(64, (8, 0))  # no merged blocks there: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
         ampere.backward_kv, False)

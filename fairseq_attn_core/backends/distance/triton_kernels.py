@@ -28,7 +28,8 @@ Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = e
   reads whole aligned vectors from the copy that aligns its first key, unmasked.
 
 The padding (and the key length) enters as a column vector ``KB`` (0 or -inf) folded into the
-scale's FMA; the causal mask only in band tiles (the far-right stage is empty then). A row
+scale's FMA; with ``SHIFT`` (a length no key tile divides) the last key tile starts at S less its width, its
+loads whole, the keys it shares with the tile before masked in that vector (:func:`_shift`); the causal mask only in band tiles (the far-right stage is empty then). A row
 without any allowed key gets output 0 and log-sum-exp +inf (every recomputed probability 0:
 zero gradients), the core's rule. q, k, v and dO are read through their strides ((B, H, T,
 D) views, the last dimension contiguous); B H is the grid's first axis.
@@ -130,6 +131,18 @@ def _q_band(i0, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     width = ((tl.minimum(i0 + BLOCK_M - 1 + WR, hi) - lo + BLOCK_N - 1) // BLOCK_N) * BLOCK_N
     fl = tl.maximum(tl.minimum(lo, hi - width), 0)
     return fl, tl.minimum(fl + width, hi)
+
+
+@triton.jit
+def _shift(n0, S, keep_lo, keep_hi, KEEP: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A key tile moved back to end at S where it would pass it (S at least BLOCK_N: the last tile of a length no
+    tile divides), so that its loads are whole and unmasked; the keys it shares with the tile before it are
+    masked (kept from the tile's first key as it was). Returns the tile's first key and the kept keys' bounds."""
+    lo = tl.maximum(keep_lo, n0)
+    hi = S
+    if KEEP:
+        hi = keep_hi
+    return tl.minimum(n0, S - BLOCK_N), lo, hi
 
 
 @triton.jit
@@ -319,24 +332,27 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr,
               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, keep_lo=0, keep_hi=0,
-              KEEP: tl.constexpr = False, PB_LIVE: tl.constexpr = True):
+              KEEP: tl.constexpr = False, PB_LIVE: tl.constexpr = True, SHIFT: tl.constexpr = False):
     """One key tile of a query tile (``KEEP``: only keys in ``[keep_lo, keep_hi)``; ``PB_LIVE`` False: PB's
-    interior bins are not carried, the band comes later)."""
+    interior bins are not carried, the band comes later; ``SHIFT``: :func:`_shift`)."""
+    if SHIFT:
+        n0, keep_lo, keep_hi = _shift(n0, S, keep_lo, keep_hi, KEEP, BLOCK_N)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
     # the tiles' scalar bases: whole key tiles, no causal mask, not relpos k (there it spilled)
-    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N,
-                   EVEN_N and not CAUSAL and (VALUES or not KEYS))
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N or SHIFT, EVEN_D, BLOCK_N,
+                   (EVEN_N or SHIFT) and not CAUSAL and (VALUES or not KEYS))
     x, dist, inside = _scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB, BIAS2,
-                              QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N,
-                              BLOCK_M, BLOCK_N, EVEN_N and not CAUSAL and (VALUES or not KEYS), keep_lo, keep_hi, KEEP)
+                              QA2, qa_rows, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC, PRECISION, EVEN_N or SHIFT,
+                              BLOCK_M, BLOCK_N, (EVEN_N or SHIFT) and not CAUSAL and (VALUES or not KEYS), keep_lo,
+                              keep_hi, KEEP or SHIFT)
     m_new = tl.maximum(m_i, tl.max(x, 1) + row)
     p = tl.exp2(x - (m_new - row)[:, None])  # no key yet: m stays -1e30, exp2(-inf + 1e30) = 0
     alpha = tl.exp2(m_i - m_new)
     rs = tl.sum(p, 1)
     l_i = l_i * alpha + rs
-    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N,
-                   EVEN_N and not CAUSAL and (VALUES or not KEYS))
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N or SHIFT, EVEN_D, BLOCK_N,
+                   (EVEN_N or SHIFT) and not CAUSAL and (VALUES or not KEYS))
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, out_dtype=ACC, input_precision=PRECISION)
     if VALUES:
         pbl = pbl * alpha
@@ -361,7 +377,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-            TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0):
+            TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
+            SHIFT: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -418,25 +435,25 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
-                    CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                    CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
         for n0 in range(0, fl if not MERGE_FAR else 0, BLOCK_N):  # far-left (every tile when no term splits)
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
         if SPLIT:
             zero = tl.zeros((BLOCK_M,), ACC)
             for n0 in range(fl, fr, BLOCK_N):  # band
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
             for n0 in range(fr, hi if not MERGE_FAR else fr, BLOCK_N):  # far-right
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
     else:  # far tiles BLOCK_NF keys wide, then the band's BLOCK_N tiles (as backward_q's, :func:`_q_band`): PB's
         # interior bins start at the band, so the far tiles carry none
         fl, fr = _q_band(i0, hi, WL, WR, BLOCK_M, BLOCK_N)
@@ -446,12 +463,12 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False)
+                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False, SHIFT=SHIFT)
         if flw < fl:  # its tile that reaches into the band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, flw, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, 0, fl, True, False)
+                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, 0, fl, True, False, SHIFT=SHIFT)
         if not CAUSAL:  # far-right
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
             frw = ((fr + BLOCK_NF - 1) // BLOCK_NF) * BLOCK_NF
@@ -460,19 +477,19 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, frw - BLOCK_NF, offs_m, pos_i, i0, b, h, T, S, first0,
                     skt, svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
                     HAS_PAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True,
-                    False)
+                    False, SHIFT=SHIFT)
             for n0 in range(frw, hi, BLOCK_NF):
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                    BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False)
+                    BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False, SHIFT=SHIFT)
         pb = tl.zeros((BLOCK_M, RI), ACC)
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
@@ -609,14 +626,19 @@ def _dq_tile(dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m,
              CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, TABLE_GRAD: tl.constexpr, RI: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, D,
              ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, keep_lo=0, keep_hi=0, KEEP: tl.constexpr = False):
+              EVEN_D: tl.constexpr, keep_lo=0, keep_hi=0, KEEP: tl.constexpr = False, SHIFT: tl.constexpr = False):
+    if SHIFT:
+        n0, keep_lo, keep_hi = _shift(n0, S, keep_lo, keep_hi, KEEP, BLOCK_N)
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
-    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N, EVEN_D, BLOCK_N, EVEN_N and not CAUSAL)
+    k = _tile_rows(K, koff, n0, sk, offs_n, S, offs_d, D, EVEN_N or SHIFT, EVEN_D, BLOCK_N,
+                   (EVEN_N or SHIFT) and not CAUSAL)
+    v = _tile_rows(V, koff, n0, sv, offs_n, S, offs_d, D, EVEN_N or SHIFT, EVEN_D, BLOCK_N,
+                   (EVEN_N or SHIFT) and not CAUSAL)
     p, dist, inside = _bwd_scores(q, k, offs_m, n0, offs_n, pos_i, i0, b, h, T, S, first0, qk_scale, slope2, KB,
                                   BIAS2, QA2, qa_rows, row, lse, clip, KIND, BIAS, KEYS, CAUSAL, HAS_PAD, ACC,
-                                  PRECISION, EVEN_M, EVEN_N, BLOCK_M, BLOCK_N, keep_lo, keep_hi, KEEP)
+                                  PRECISION, EVEN_M, EVEN_N or SHIFT, BLOCK_M, BLOCK_N, keep_lo, keep_hi,
+                                  KEEP or SHIFT)
     dp = tl.dot(do, tl.trans(v), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
         r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
@@ -657,7 +679,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                RI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
-               NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0):
+               NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
+               SHIFT: tl.constexpr = False):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
@@ -714,7 +737,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
                 first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
                 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
         if WGMMA and EVEN_N:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
             far_left = tl.sum(far, 1)
         else:
@@ -727,7 +750,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                     NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                     1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                    PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                    PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
             if VALUES:
                 delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
@@ -736,7 +759,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                     NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                     clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
-                    ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                    ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
     else:  # far tiles BLOCK_NF keys wide (aligned: the one that reaches into the band, its keys masked, outside
         # the loops), then the band's BLOCK_N tiles from the multiple of 16 at or left of its first key
         fl, fr = _q_band(i0, hi, WL, WR, BLOCK_M, BLOCK_N)
@@ -750,13 +773,13 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
         if flw < fl:  # its tile that reaches into the band
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, flw, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D, 0, fl, True)
+                PRECISION, EVEN_M, EVEN_N, EVEN_D, 0, fl, True, SHIFT=SHIFT)
         if not CAUSAL:  # far-right
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
             if VALUES:
@@ -767,20 +790,20 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, frw - BLOCK_NF, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T,
                     S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
                     DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
-                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True)
+                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True, SHIFT=SHIFT)
             for n0 in range(frw, hi, BLOCK_NF):
                 dq, dqa, dql, dqr, carry, far = _dq_tile(
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T,
                     S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
                     DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
-                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D)
+                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
     if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
         # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots;
         # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), rows 1 .. R - 1 by the

@@ -211,6 +211,7 @@ class _TritonAttention(torch.autograd.Function):
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
+            SHIFT=chosen.forward_shift,
             **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)
@@ -265,7 +266,7 @@ class _TritonAttention(torch.autograd.Function):
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], woff, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
-            BLOCK_NF=blocks.backward_q_far,
+            BLOCK_NF=blocks.backward_q_far, SHIFT=blocks.backward_q_shift,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,

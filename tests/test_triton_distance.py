@@ -105,7 +105,8 @@ def test_the_blocks_chosen_per_form_and_length():
     got = choose(c, keys, 1000, 1000)
     assert (got.forward, got.forward_shift, got.backward_q_shift, got.backward_kv_shift) == (c.forward_partial, True,
                                                                                              True, True)
-    assert not choose(c, keys, 1000, 1024).backward_kv_shift  # (its loop is over the queries: 1024 fill its tiles)
+    got = choose(c, keys, 1024, 1000)  # backward_kv loops over the queries: 1024 fill its tiles, 1000 keys do not
+    assert (got.backward_kv_shift, got.forward_shift) == (False, True)
     assert not choose(c, Form(bias=1), 1000, 1000).backward_kv_shift
     ampere = configs_for(64, (8, 0))  # no merged blocks there: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (

@@ -103,7 +103,11 @@ def test_the_blocks_chosen_per_form_and_length():
     assert not any((choose(c, Form(bias=1), 1000, 1000).forward_shift, choose(c, Form(bias=2), 1024, 1024).forward_shift,
                     choose(c, Form(bias=1, table_grad=True), 1000, 1000).backward_q_shift))
     got = choose(c, keys, 1000, 1000)
-    assert (got.forward, got.forward_shift, got.backward_q_shift) == (c.forward_partial, True, True)
+    assert (got.forward, got.forward_shift, got.backward_q_shift, got.backward_kv_shift) == (c.forward_partial, True,
+                                                                                             True, True)
+    got = choose(c, keys, 1024, 1000)  # backward_kv loops over the queries: 1024 fill its tiles, 1000 keys do not
+    assert (got.backward_kv_shift, got.forward_shift) == (False, True)
+    assert not choose(c, Form(bias=1), 1000, 1000).backward_kv_shift
     ampere = configs_for(64, (8, 0))  # no merged blocks there: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
         ampere.backward_kv, False)

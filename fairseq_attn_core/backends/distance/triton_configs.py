@@ -114,6 +114,7 @@ class Blocks:
     forward_far: int = 0  # the same for the forward
     forward_shift: bool = False  # the forward's last key tile moved back to end at the last key (:func:`shift_last_tile`)
     backward_q_shift: bool = False  # the same for backward_q
+    backward_kv_shift: bool = False  # backward_kv's last query tile moved back to end at the last query
 
 
 def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
@@ -148,7 +149,7 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
         return other if other is not None and not whole(config, T, S) else config
 
     forward = configs.forward_values if form.values else configs.forward
-    if (form.bias == 2 and not shift_last_tile(form, forward, 0, S)) or (form.keys and not form.values):
+    if (form.bias == 2 and not shift_last_tile(form, forward.block_n, forward.block_n, S)) or (form.keys and not form.values):
         # alibi's slopes (where its last key tile is not moved back: masked loads), Shaw's key term alone
         forward = partial(forward, configs.forward_partial)
     backward_q = configs.backward_q
@@ -172,17 +173,19 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     q_far = wide_far_tiles(configs.backward_q_keys_far, form.keys, form, backward_q, T, S)
     forward_far = wide_far_tiles(configs.forward_keys_far, form.keys, form, forward, T, S)
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far,
-                  shift_last_tile(form, forward, forward_far, S), shift_last_tile(form, backward_q, q_far, S))
+                  shift_last_tile(form, forward.block_n, max(forward.block_n, forward_far), S),
+                  shift_last_tile(form, backward_q.block_n, max(backward_q.block_n, q_far), S),
+                  shift_last_tile(form, backward_kv.block_m, backward_kv.block_m, T))
 
 
-def shift_last_tile(form: Form, config: BlockConfig, wide: int, S: int) -> bool:
-    """Whether a kernel that loops over key tiles (the forward, backward_q) moves its last key tile back to end
-    at the last key, where the keys leave it partial: every tile's loads are then whole and unmasked, and the last
-    tile masks the keys it shares with the one before (a vector, not a tile). Needs S of at least the widest key
-    tile; not with a bias by bucket (its band reads aligned copies from the tile's first key) nor a table's
+def shift_last_tile(form: Form, tile: int, widest: int, length: int) -> bool:
+    """Whether a kernel's loop over tiles of ``tile`` keys (the forward, backward_q) or queries (backward_kv)
+    moves its last tile back to end at the ``length``-th, where the length leaves it partial: every tile's loads
+    are then whole and unmasked, and the last tile masks what it shares with the one before (a vector: the keys'
+    column, the queries' log-sum-exp), not a tile. Needs a length of at least the ``widest`` tile of the loops;
+    not with a bias by bucket (its band reads aligned copies from each tile's first position) nor a table's
     gradient (its per-distance sums carry from tile to tile)."""
-    return (S % config.block_n != 0 and S >= max(config.block_n, wide) and form.bias != 1
-            and not form.table_grad)
+    return length % tile != 0 and length >= widest and form.bias != 1 and not form.table_grad
 
 
 def wide_far_tiles(wide: Optional[int], terms: bool, form: Form, config: BlockConfig, T: int, S: int) -> int:

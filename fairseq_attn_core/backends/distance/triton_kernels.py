@@ -28,8 +28,9 @@ Every score is in base-2 units: ``x = s q.k log2(e) + term log2(e)`` and ``p = e
   reads whole aligned vectors from the copy that aligns its first key, unmasked.
 
 The padding (and the key length) enters as a column vector ``KB`` (0 or -inf) folded into the
-scale's FMA; with ``SHIFT`` (a length no key tile divides) the last key tile starts at S less its width, its
-loads whole, the keys it shares with the tile before masked in that vector (:func:`_shift`); the causal mask only in band tiles (the far-right stage is empty then). A row
+scale's FMA; with ``SHIFT`` (a length no tile divides) the last tile of a loop starts at the length less its
+width, its loads whole, what it shares with the tile before masked in a vector (:func:`_shift`: the keys'
+column, or in ``backward_kv`` the queries' log-sum-exp); the causal mask only in band tiles (the far-right stage is empty then). A row
 without any allowed key gets output 0 and log-sum-exp +inf (every recomputed probability 0:
 zero gradients), the core's rule. q, k, v and dO are read through their strides ((B, H, T,
 D) views, the last dimension contiguous); B H is the grid's first axis.
@@ -878,30 +879,35 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
               KIND: tl.constexpr, BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr,
               CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, D, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr,
-              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, DP_FIRST: tl.constexpr = False):
+              EVEN_N: tl.constexpr, EVEN_D: tl.constexpr, DP_FIRST: tl.constexpr = False, SHIFT: tl.constexpr = False):
     """One query tile of a key tile, transposed as the tutorial's backward is (keys as rows,
     queries as columns: P^T and dS^T are the A operands of dv's and dk's dots as they are,
     no transpose through shared memory). ``DP_FIRST``: dP's dot before P and dv's (fewer
-    registers at once)."""
+    registers at once). ``SHIFT``: the last query tile moved back to end at T (:func:`_shift`), the queries it
+    shares with the tile before given a log-sum-exp of +inf (P 0)."""
+    keep_lo = 0
+    keep_hi = T
+    if SHIFT:
+        m0, keep_lo, keep_hi = _shift(m0, T, 0, T, False, BLOCK_M)
     offs_m = m0 + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
     pos_i = start + offs_m
     i0 = start + m0
-    q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M, EVEN_D)
-    if KIND == 3 and EVEN_M:  # the merged far loop: the rows' vectors from the tile's scalar base (fewer address instructions;
+    q = _load_rows(Q + qoff + offs_m[:, None] * sq + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M or SHIFT, EVEN_D)
+    do = _load_rows(DO + dooff + offs_m[:, None] * sdo + offs_d[None, :], offs_m, T, offs_d, D, EVEN_M or SHIFT, EVEN_D)
+    if KIND == 3 and (EVEN_M or SHIFT):  # the merged far loop: the rows' vectors from the tile's scalar base (fewer address instructions;
         # in the other loops this form cost more)
-        lse = _row_vector((LSE + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, float("inf"), EVEN_M)
-        delta = _row_vector((DELTA + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, 0.0, EVEN_M)
+        lse = _row_vector((LSE + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, float("inf"), EVEN_M or SHIFT)
+        delta = _row_vector((DELTA + bh * T + m0) + tl.arange(0, BLOCK_M), offs_m, T, 0.0, EVEN_M or SHIFT)
     else:
-        lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M)
-        delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M)
+        lse = _row_vector(LSE + bh * T + offs_m, offs_m, T, float("inf"), EVEN_M or SHIFT)
+        delta = _row_vector(DELTA + bh * T + offs_m, offs_m, T, 0.0, EVEN_M or SHIFT)
     qa_rows = (bh * T + offs_m) * R
     if KIND == 3:  # a far tile of either side (far_side 1: keys right of the queries, 0: left): its per-row
         # terms, a bias by bucket's edge (far_row) or Shaw's edges, from backward_delta
         if KEYS:
             lse = _row_vector((LSEF + (2 * bh + far_side) * T + m0) + tl.arange(0, BLOCK_M), offs_m, T,
-                              float("inf"), EVEN_M)
+                              float("inf"), EVEN_M or SHIFT)
         if VALUES:
             delta = tl.load(DELTAF + (2 * bh + far_side) * T + offs_m, mask=offs_m < T, other=0.0)
         if BIAS == 1:
@@ -909,11 +915,13 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     if KIND == 0 or KIND == 2:  # the far tiles' per-row terms; Shaw's from backward_delta (per row once, not per tile)
         far = (2 * bh + KIND // 2) * T + offs_m
         if KEYS:
-            lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M)
+            lse = _row_vector(LSEF + far, offs_m, T, float("inf"), EVEN_M or SHIFT)
         if BIAS != 0:
             lse -= _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, KIND, BIAS, False, ACC)
         if VALUES:  # masked on whole tiles too: unmasked, relpos kv's causal backward_kv spills 16 B on sm_90
             delta = tl.load(DELTAF + far, mask=offs_m < T, other=0.0)
+    if SHIFT:  # the queries the tile shares with the one before: counted there
+        lse = tl.where(offs_m >= keep_lo, lse, float("inf"))
     # padded keys: their rows of dk, dv zeroed at the end; keys past S (read as zeros) not stored
     sT = tl.dot(k, tl.trans(q), out_dtype=ACC, input_precision=PRECISION)
     if BIAS == 2 and KIND != 1:  # alibi's per-key part in far tiles
@@ -926,7 +934,7 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
     if KIND == 1:
         dist = offs_n[:, None] - pos_i[None, :]
         inside = (offs_n < S)[:, None] & (offs_m < T)[None, :]
-        whole = EVEN_M and EVEN_N  # Shaw's QA then read here, unmasked, from the tile's scalar base (int32
+        whole = (EVEN_M or SHIFT) and EVEN_N  # Shaw's QA then read here, unmasked, from the tile's scalar base (int32
         # offsets: fewer registers than _band's masked read)
         xT = _band(xT, dist, inside, n0, i0, h, S, first0, slope2, BIAS2, QA2, qa_rows, clip, BIAS,
                    KEYS and not whole, CAUSAL, BLOCK_M, BLOCK_N, True)
@@ -956,7 +964,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                 BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
-              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False, FEW_REGS: tl.constexpr = False):
+              EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False, FEW_REGS: tl.constexpr = False,
+              SHIFT: tl.constexpr = False):
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
@@ -1007,21 +1016,21 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
                                sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
                                tl.where(right, far_r, far_l), tl.where(right, 1, 0), 3, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
     if not MERGE_FAR:
         for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 2, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 1, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
     if not MERGE_FAR:
         for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 0, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         if FEW_REGS:
             keep = (keep8 != 0)[:, None]

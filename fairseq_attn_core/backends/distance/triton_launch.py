@@ -271,7 +271,8 @@ class _TritonAttention(torch.autograd.Function):
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
-            MERGE_FAR=far_tiles_merged(form, "backward_kv"), FEW_REGS=blocks.few_regs, **_even(ckv, T, S), **common)
+            MERGE_FAR=far_tiles_merged(form, "backward_kv"), FEW_REGS=blocks.few_regs, SHIFT=blocks.backward_kv_shift,
+            **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics
             per_window = dtable.view(B, H, q_tiles, nwin).sum((0, 2))

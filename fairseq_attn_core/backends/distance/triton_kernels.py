@@ -762,7 +762,9 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
                     ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
     else:  # far tiles BLOCK_NF keys wide (aligned: the one that reaches into the band, its keys masked, outside
-        # the loops), then the band's BLOCK_N tiles from the multiple of 16 at or left of its first key
+        # the loops), then the band's BLOCK_N tiles from the multiple of 16 at or left of its first key. (The band
+        # loop is written twice: the form above keeps it between the far stages, which costs t5bias and alibi less,
+        # modelled; this one needs it last.)
         fl, fr = _q_band(i0, hi, WL, WR, BLOCK_M, BLOCK_N)
         row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
         delta_far = delta

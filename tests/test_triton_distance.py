@@ -68,7 +68,9 @@ def test_the_blocks_chosen_per_form_and_length():
     assert choose(c, Form(keys=True, causal=True), 1024, 1024).backward_q_far == 0  # no band tile fewer there
     assert choose(c, keys, 1056, 1056).backward_q_far == 0  # whole 32-key tiles, a partial 64-key one
     assert choose(c, keys, 1000, 1000).backward_q_far == 64  # partial tiles at both widths: masked loads in both
-    assert choose(configs_for(64, (8, 0)), keys, 1024, 1024).backward_q_far == 0  # Hopper's blocks only
+    ampere = configs_for(64, (8, 0))  # backward_q's wide far tiles there too (32 x 64), the forward's not
+    assert (choose(ampere, keys, 1024, 1024).backward_q_far, choose(ampere, Form(keys=True, values=True), 1024,
+                                                                    1024).forward_far) == (64, 0)
     assert (got.forward_far, choose(c, Form(keys=True, values=True), 1024, 1024).forward_far) == (0, 64)  # PB's bins
     assert choose(c, keys, 1000, 1000).forward_far == 64  # 128 x 32 there: narrower band tiles
     assert choose(c, Form(keys=True, values=True, causal=True), 1024, 1024).forward_far == 0
@@ -108,7 +110,7 @@ def test_the_blocks_chosen_per_form_and_length():
     got = choose(c, keys, 1024, 1000)  # backward_kv loops over the queries: 1024 fill its tiles, 1000 keys do not
     assert (got.backward_kv_shift, got.forward_shift) == (False, True)
     assert not choose(c, Form(bias=1), 1000, 1000).backward_kv_shift
-    ampere = configs_for(64, (8, 0))  # no merged blocks there: the far tiles in one loop on the plain ones
+    # no merged blocks on Ampere: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
         ampere.backward_kv, False)
 

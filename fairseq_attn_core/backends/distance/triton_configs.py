@@ -82,7 +82,7 @@ _AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
 AMPERE: Dict[int, KernelConfigs] = {
     block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
                          backward_q_terms=_AMPERE_SMALL, backward_q_table=BlockConfig(32, 64, 4, 2),
-                         backward_kv_values=_AMPERE_SMALL, forward_partial=BlockConfig(64, 32, 4, 2))
+                         backward_kv_values=_AMPERE_SMALL, forward_partial=BlockConfig(64, 32, 4, 2), backward_q_keys_far=64)
     for block in (16, 32, 64)
 }
 

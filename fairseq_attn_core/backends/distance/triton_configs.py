@@ -170,8 +170,8 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
         merged = configs.backward_kv_keys_merged if form.keys else configs.backward_kv_bias
         if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):
             backward_kv, few_regs = merged, True
-    q_far = wide_far_tiles(configs.backward_q_keys_far, form.keys, form, backward_q, T, S)
-    forward_far = wide_far_tiles(configs.forward_keys_far, form.keys, form, forward, T, S)
+    q_far = wide_far_tiles(configs.backward_q_keys_far, form, backward_q, S)
+    forward_far = wide_far_tiles(configs.forward_keys_far, form, forward, S)
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far,
                   shift_last_tile(form, forward.block_n, max(forward.block_n, forward_far), S),
                   shift_last_tile(form, backward_q.block_n, max(backward_q.block_n, q_far), S),
@@ -188,16 +188,17 @@ def shift_last_tile(form: Form, tile: int, widest: int, length: int) -> bool:
     return length % tile != 0 and length >= widest and form.bias != 1 and not form.table_grad
 
 
-def wide_far_tiles(wide: Optional[int], terms: bool, form: Form, config: BlockConfig, T: int, S: int) -> int:
+def wide_far_tiles(wide: Optional[int], form: Form, config: BlockConfig, S: int) -> int:
     """The width of a kernel's far tiles where they are wider than its band tiles (0: not), these from a
     multiple of 16 (fewer band tiles), in the kernels whose band tiles are narrow: backward_q with Shaw's terms
     (its band tiles bin dQA), the forward with Shaw's value term (they bin PB) and with the key term where the
-    lengths leave a partial tile (its 128 x 64 band tiles, masked, spill: 128 x 32). Those bins and loads hold the
-    registers; a far tile only sums rows. Not under the causal mask (the band shrinks by no tile there: modelled, no gain), nor
-    with a table's gradient, nor where the keys fill whole narrow tiles but not whole wide ones (the kernels'
-    EVEN_N, one flag for both widths, would then be wrong for the last wide tile); a length that leaves a
-    partial narrow tile masks its loads at both widths."""
-    ok = (wide is not None and terms and not form.causal and not form.table_grad
+    lengths leave a partial tile (128 x 32 there: with wide far tiles, cheaper than 128 x 64, modelled). Those bins
+    and loads hold the registers; a far tile only sums rows. Not under the causal mask (the band shrinks by no
+    tile there: modelled, no gain), nor with a table's gradient, nor where the keys fill whole narrow tiles but
+    not whole wide ones (the kernels' EVEN_N, one flag for both widths, would then be wrong for the last wide
+    tile); a length that leaves a partial narrow tile masks or moves (:func:`shift_last_tile`) its last tile at
+    both widths."""
+    ok = (wide is not None and form.keys and not form.causal and not form.table_grad
           and wide > config.block_n and wide % config.block_n == 0 and (S % wide == 0 or S % config.block_n != 0))
     return wide if ok else 0
 

@@ -6,11 +6,11 @@ under the causal mask (its table's gradient), t5bias and relpos k without it (ba
 blocks in their FEW_REGS form, 32 x 128 on 4 warps and 64 x 128 on 8 on Hopper: near the register
 limit) and relpos kv (Shaw's key and value terms, the most state per tile); the lighter variants
 compile the same code with terms switched off (the report reads them all). The same
-at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the
-kernels' masked loads, what training's lengths run most), for the variants whose masked forms
+at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the kernels'
+last tile moved back to end at the length, or t5bias's masked loads: what training's lengths run most), for the variants whose masked forms
 spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
 t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask; and relpos kv without
-it, whose forward and backward_q run far tiles wider than their band tiles, masked at both widths), and at
+it, whose forward and backward_q run far tiles wider than their band tiles there too), and at
 T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k, relpos kv under the
 causal mask: 32 x 64 spilled 4 B there, so its partial blocks are 16 x 64). One compile per
 (launch, arch), shared by the tests of this module.

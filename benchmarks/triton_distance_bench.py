@@ -11,7 +11,8 @@ takes the same rounded inputs and tables as the kernels, so the error is the ker
 ``--relpos-check``: Shaw's terms again (:data:`RELPOS_CHECKS`), in each of ``--relpos-dtypes``
 (fp16, bf16, fp32): at a length that is not a multiple of any block and at one of whole blocks,
 with Shaw's tables in float32 beside half inputs (the kernels split the table in two tf32
-parts) and in the inputs' dtype (one exact tf32 dot); the output, every gradient, and the QA
+parts) and in the inputs' dtype (half-precision dots, PB and dQA rounded as FA2 rounds P and dS);
+the output, every gradient, and the QA
 the forward stores for its band tiles and the backward (float64 reference, ``QA_TOL`` 1e-5:
 a plain tf32 product of a float32 table would be off by tf32's rounding, about 5e-4).
 
@@ -211,7 +212,7 @@ def check(args, device, configs) -> bool:
 def check_relpos(args, device, configs) -> bool:
     """Shaw's terms again (:data:`RELPOS_CHECKS`) in each of ``--relpos-dtypes``: lengths not a
     multiple of any block and of whole blocks, Shaw's tables in float32 beside half inputs (the
-    kernels split the table in two tf32 parts) or in the inputs' dtype (one exact tf32 dot); the
+    kernels split the table in two tf32 parts) or in the inputs' dtype (half-precision dots); the
     output and every gradient, and the QA the forward stores (:func:`qa_error`)."""
     ok = True
     g = torch.Generator(device="cpu").manual_seed(1)

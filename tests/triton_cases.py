@@ -49,6 +49,12 @@ CASES = {
         ("relpos_kv", 128, False, "empty", 1),  # backward_q's and the forward's wide far tiles (run())
         ("relpos_kv", 113, False, "right", 1),  # the same with partial tiles
     ],
+    # fp16 inputs and tables (the interpreter's fp16 dots are right; its bf16 ones are not): the kernels' half forms, PB
+    # and dQA rounded to fp16 for their dots with the tables (triton_launch._half_bins), both forms of d w_K's share
+    "half": [
+        ("relpos_kv", 32, False, "right", 2),
+        ("relpos_k", 113, False, "empty", 1),  # wide far tiles, the last tile moved back
+    ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [
         (7, 12, 8, 0),
@@ -95,14 +101,19 @@ def terms_of(method: str, causal: bool, T: int, H: int, table=None, table_v=None
     return DistanceTerms(slopes=tuple(alibi_slopes(H)))
 
 
-def run(case, seed):
+def half(x: dict) -> dict:
+    """The inputs rounded to fp16 (float64 tensors: the reference's), the rest as they are."""
+    return {n: t.half().double() if torch.is_tensor(t) and t.is_floating_point() else t for n, t in x.items()}
+
+
+def run(case, seed, dtype=torch.float64):
     import dataclasses
 
     from fairseq_attn_core.backends.distance.triton_configs import SMALL, BlockConfig
     from fairseq_attn_core.backends.distance.triton_launch import triton_attention
     method, T, causal, _, H = case
     x = inputs(case, seed)
-    leaves = [x[n].clone().requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
+    leaves = [x[n].to(dtype).requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
     # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q;
     # t5bias at T = 47, 48 and 32 its Hopper form of the far cells' sums (one reduction; whole tiles only: T = 48 and
     # 32), the others the other form
@@ -123,7 +134,7 @@ def run(case, seed):
                                       backward_kv_values_partial=BlockConfig(32, 16, 1, 1))
     out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
                          x["scale"], x["kpm"], causal, configs)
-    grads = torch.autograd.grad(out, leaves, x["dout"])
+    grads = torch.autograd.grad(out, leaves, x["dout"].to(dtype))
     return dict(out=out.detach(), grads=[g.detach() for g in grads])
 
 
@@ -145,5 +156,7 @@ def run_rope(case, seed):
 if __name__ == "__main__":
     from triton_interpreter import skip_overflow_checks
     skip_overflow_checks()
-    torch.save({kind: {i: (run_rope if kind == "rope" else run)(case, seed=i) for i, case in enumerate(cases)}
+    torch.save({kind: {i: run_rope(case, seed=i) if kind == "rope" else
+                       run(case, seed=i, dtype=torch.float16 if kind == "half" else torch.float64)
+                       for i, case in enumerate(cases)}
                 for kind, cases in CASES.items()}, sys.argv[1])

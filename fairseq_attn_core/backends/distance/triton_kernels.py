@@ -313,11 +313,15 @@ def _key_products(q, WK, QA2, qa_rows, offs_m, offs_d, T, D, R, qk_scale, RI: tl
 
 
 @triton.jit
-def _dot_table(a, table, acc, ACC: tl.constexpr, PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr):
-    """``acc + a table`` for float32 ``a`` (PB, dQA) and one of Shaw's tables: with ``TABLE_TF32``
-    (the table exact in tf32) ``a`` alone is split, two tf32 dots; else at ``PRECISION`` (tf32x3:
-    three)."""
-    if TABLE_TF32:
+def _dot_table(a, table, acc, like, ACC: tl.constexpr, PRECISION: tl.constexpr, TABLE_TF32: tl.constexpr,
+               HALF_BINS: tl.constexpr):
+    """``acc + a table`` for float32 ``a`` (PB, dQA) and one of Shaw's tables: with ``HALF_BINS`` (the
+    table in the inputs' fp16 / bf16, ``like``'s) one dot of ``a`` rounded to that dtype, as FA2 rounds
+    P and dS before their dots; with ``TABLE_TF32`` (the table exact in tf32) ``a`` alone is split, two
+    tf32 dots; else at ``PRECISION`` (tf32x3: three)."""
+    if HALF_BINS:
+        out = tl.dot(a.to(like.dtype), table.to(like.dtype), acc, out_dtype=ACC)
+    elif TABLE_TF32:
         a_hi, a_lo = _tf32_parts(a)
         out = tl.dot(a_hi, table, tl.dot(a_lo, table, acc, out_dtype=ACC, input_precision="tf32"),
                      out_dtype=ACC, input_precision="tf32")
@@ -379,12 +383,13 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
             TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
-            SHIFT: tl.constexpr = False):
+            SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
-    (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, the edge rows
-    as products: the output is rounded once), the output without it in OP (for delta, whose
+    (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, or with ``HALF_BINS``
+    of PB rounded to the inputs' dtype (:func:`_dot_table`), the edge rows as products: the output is
+    rounded once), the output without it in OP (for delta, whose
     value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
     QA, computed first (:func:`_key_products`; WK: Shaw's key table in q's dtype with
     ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
@@ -504,7 +509,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
         r = tl.arange(0, RI)
         d_ok = offs_d < D
         av = tl.load(AV + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok[None, :], other=0.0)
-        out = _dot_table(pb, av, out, ACC, KEYS_PRECISION, TABLE_TF32)
+        out = _dot_table(pb, av, out, q, ACC, KEYS_PRECISION, TABLE_TF32, HALF_BINS)
         out += pbl[:, None] * tl.load(AV + offs_d, mask=d_ok, other=0.0)[None, :]
         out += pbr[:, None] * tl.load(AV + (R - 1) * D + offs_d, mask=d_ok, other=0.0)[None, :]
     o_off = bh * T * D + offs_m[:, None] * D + offs_d[None, :]
@@ -516,7 +521,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
 def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
                    KEYS: tl.constexpr, VALUES: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee",
-                   TABLE_TF32: tl.constexpr = False):
+                   TABLE_TF32: tl.constexpr = False, HALF_BINS: tl.constexpr = False):
     """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
     output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
     sum_j P_ij dP_ij), the backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
@@ -528,7 +533,8 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     of the table's gradient, ``PB^T dO``, into DAV (programs, R, D; the caller sums it over
     the programs): float32 operands at ``PRECISION`` (tf32x3: dO in fp16 / bf16 is exact in
     tf32, so the other operand alone is split, :func:`_tf32_parts`; ``TABLE_TF32``: the table in
-    fp16 / bf16, exact in tf32, dPB in one tf32 dot), columns 1 .. R - 1 by the dots (the right
+    fp16 / bf16, exact in tf32, dPB in one tf32 dot; ``HALF_BINS``: the table in dO's dtype, both dots
+    in it, PB rounded to it as FA2 rounds P for dV), columns 1 .. R - 1 by the dots (the right
     edge as the interior tile's spare column: RI >= 2k), column 0 as sums."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -548,7 +554,9 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
         d_ok = offs_d < D
         m_ok = offs_m < T
         av = tl.load(AV + (1 + r)[None, :] * D + offs_d[:, None], mask=in_ok[None, :] & d_ok[:, None], other=0.0)
-        if TABLE_TF32:  # dO and the table exact in tf32: one dot is exact
+        if HALF_BINS:  # dO and the table as they are: exact products, float32 sums
+            dpb = tl.dot(do, av.to(do.dtype), out_dtype=ACC)
+        elif TABLE_TF32:  # dO and the table exact in tf32: one dot is exact
             dpb = tl.dot(dof, av, out_dtype=ACC, input_precision="tf32")
         elif PRECISION == "tf32x3":
             a_hi, a_lo = _tf32_parts(av)
@@ -566,7 +574,9 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
         tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
         part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
         tl.store(part + offs_d, tl.sum(pb_l[:, None] * dof, 0), mask=d_ok)
-        if PRECISION == "tf32x3":
+        if HALF_BINS:
+            dav = tl.dot(tl.trans(pb.to(do.dtype)), do, out_dtype=ACC)
+        elif PRECISION == "tf32x3":
             p_hi, p_lo = _tf32_parts(tl.trans(pb))
             dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
         else:
@@ -681,7 +691,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
                NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
-               SHIFT: tl.constexpr = False):
+               SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
@@ -689,7 +699,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     over the programs), with ``WGMMA`` (Hopper's configs) made as its transpose ``q^T dQA``, a dot
     of BLOCK_D rows as Hopper's warp-group instructions take it: one dot each, float32 operands at ``KEYS_PRECISION``
     (tf32x3 keeps them at float32's precision on tensor cores; q is exact in tf32, so dQA alone is
-    split, once for both: two dots; ``TABLE_TF32``, a table in fp16 / bf16, the same for dQA w_K), table rows 1 .. R - 1 by the dots (the right edge's dQA in
+    split, once for both: two dots; ``TABLE_TF32``, a table in fp16 / bf16, the same for dQA w_K; ``HALF_BINS``,
+    the table in q's dtype: dQA rounded to it, as FA2 rounds dS for dq and dk, one dot each), table rows 1 .. R - 1 by the dots (the right edge's dQA in
     the tile's spare column R - 2: RI >= 2k), row 0 as sums; (``TABLE_GRAD``) dS summed per
     distance (band tiles, into DTABLE; the cells of the program's rows that no band tile wrote
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
@@ -819,7 +830,14 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         w_left = tl.load(WK + offs_d, mask=offs_d < D, other=0.0).to(ACC)
         qf = q.to(ACC)
         # d w_K's share as q^T dQA (BLOCK_D rows: Hopper's 64-row warp-group dot, ``WGMMA``), else dQA^T q
-        if KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: dQA alone is split, once for both
+        if HALF_BINS:
+            d_half = dqa.to(q.dtype)
+            dq = _dot_table(d_half, w_in, dq, q, ACC, KEYS_PRECISION, TABLE_TF32, HALF_BINS)
+            if WGMMA:
+                dw = tl.dot(tl.trans(q), d_half, out_dtype=ACC)
+            else:
+                dw = tl.dot(tl.trans(d_half), q, out_dtype=ACC)
+        elif KEYS_PRECISION == "tf32x3":  # q (fp16 / bf16) is exact in tf32: dQA alone is split, once for both
             d_hi, d_lo = _tf32_parts(dqa)
             if TABLE_TF32:  # the table too: two dots
                 dq = tl.dot(d_hi, w_in, tl.dot(d_lo, w_in, dq, out_dtype=ACC, input_precision="tf32"),
@@ -849,7 +867,12 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         else:  # (RI, BLOCK_D)
             tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dw * (qk_scale * 0.6931471805599453),
                      mask=(r < R - 1)[:, None] & (offs_d < D)[None, :])
-        tl.store(part + offs_d, tl.sum(dql[:, None] * qf, 0) * (qk_scale * 0.6931471805599453), mask=offs_d < D)
+        if HALF_BINS and WGMMA:
+            e0 = tl.where((tl.arange(0, 16) == 0)[None, :], dql[:, None], 0.0).to(q.dtype)
+            left_row = tl.sum(tl.dot(tl.trans(q), e0, out_dtype=ACC), 1)
+        else:
+            left_row = tl.sum(dql[:, None] * qf, 0)
+        tl.store(part + offs_d, left_row * (qk_scale * 0.6931471805599453), mask=offs_d < D)
     if TABLE_GRAD:
         cell = (bh * tl.num_programs(1) + pid_m) * 2
         if WGMMA and EVEN_N:

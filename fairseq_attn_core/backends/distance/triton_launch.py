@@ -17,7 +17,8 @@ distance (one gather, in 8 shifted copies: :func:`_bias_rows`), the padding as a
 it). The kernels make Shaw's products themselves (QA is never rounded to fp16: a table in q's
 dtype meets q in one fp16 / bf16 dot, exact products summed in float32; other tables in fp16 /
 bf16 are exact in tf32, so their products with q or dO are one tf32 dot; a float32 operand is
-split in two tf32 parts): the forward writes ``QA log2(e) =
+split in two tf32 parts; PB and dQA meet a table in q's dtype rounded to it, as FA2 rounds P and dS,
+in one half-precision dot): the forward writes ``QA log2(e) =
 scale log2(e) q w_K^T`` (B H,
 T, 2k + 1), read by the backward kernels; ``backward_q`` adds dq's share ``scale dQA w_K``
 before rounding dq and writes each program's share of ``d w_K = scale dQA^T q`` (dQA: dS summed
@@ -137,6 +138,13 @@ def _tables_tf32(q: Tensor, *tables) -> bool:
     return q.dtype in HALF and all(t is None or t.dtype in HALF for t in tables)
 
 
+def _half_bins(q: Tensor, *tables) -> bool:
+    """Whether the float32 bins (PB, dQA) are rounded to q's fp16 / bf16 for their dots with Shaw's
+    tables, one half-precision dot each: where every table is in q's dtype. FA2 rounds P and dS so for
+    its own dots (an interior bin is one P or dS; the right edge's dQA, a sum, is rounded once)."""
+    return q.dtype in HALF and all(t is None or t.dtype == q.dtype for t in tables)
+
+
 def _table_native(q: Tensor, table: Tensor) -> bool:
     """Whether a Shaw table's products with q run as they are: both in the same fp16 / bf16 dtype
     (exact products, float32 sums on tensor cores)."""
@@ -146,7 +154,8 @@ def _table_native(q: Tensor, table: Tensor) -> bool:
 def _keys_precision(q: Tensor, common: dict) -> str:
     """The dots with Shaw's tables (float32 operands): tf32x3 for fp16 / bf16 inputs (float32's
     precision on tensor cores; where the other operand is q or dO, exact in tf32, the kernels split
-    the float32 one alone: two tf32 dots), else the kernels' own."""
+    the float32 one alone: two tf32 dots), else the kernels' own. Tables in q's fp16 / bf16 dtype
+    take half-precision dots instead (:func:`_half_bins`)."""
     return "tf32x3" if q.dtype in HALF else common["PRECISION"]
 
 
@@ -211,7 +220,7 @@ class _TritonAttention(torch.autograd.Function):
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
-            SHIFT=chosen.forward_shift,
+            SHIFT=chosen.forward_shift, HALF_BINS=_half_bins(q, key_table, value_table),
             **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)
@@ -259,7 +268,8 @@ class _TritonAttention(torch.autograd.Function):
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, av, dav, *do.stride()[:3],
             T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cq.block_m,
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
-            TABLE_TF32=_tables_tf32(q, key_table, value_table), num_warps=4)
+            TABLE_TF32=_tables_tf32(q, key_table, value_table), HALF_BINS=_half_bins(q, key_table, value_table),
+            num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
@@ -267,6 +277,7 @@ class _TritonAttention(torch.autograd.Function):
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             BLOCK_NF=blocks.backward_q_far, SHIFT=blocks.backward_q_shift,
+            HALF_BINS=_half_bins(q, key_table, value_table),
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,

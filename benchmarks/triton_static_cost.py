@@ -229,6 +229,8 @@ def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
             for c in calls:
                 if "BIAS" in c["kwargs"]:
                     c["kwargs"] = dict(c["kwargs"], BIAS=0, SPLIT=split)
+                if "PEEL" in c["kwargs"]:  # as the launcher's rule has it without alibi (triton_configs.peel_last_tile)
+                    c["kwargs"] = dict(c["kwargs"], PEEL=c["kwargs"]["SHIFT"])
         out[variant] = (calls, work.ops, first.ops)
     return out, kernels
 
@@ -503,7 +505,10 @@ def plan(launch, fn, variant: str):
     ``_stages`` / ``_q_stages`` of the kernels: far-left, band, far-right for a query tile;
     far-right, band, far-left for a key tile; one loop when nothing splits; with ``MERGE_FAR``
     (the forward, backward_kv) the far tiles of both sides in one loop, then the band; with ``BLOCK_NF``
-    (the forward, backward_q) far-left, far-right, then the band)."""
+    (the forward, backward_q) far-left, far-right, then the band). With ``SHIFT`` (a length no tile divides) the
+    loop that ends at the length runs its whole tiles and the partial one after it, outside the loop (its code is
+    charged to every program: an over-count for those whose band reaches the length); backward_kv's far-right
+    tiles stop at the last whole query tile (the band takes a partial one)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731
     kw = launch["kwargs"]
     if launch["kernel"] == "backward_delta":
@@ -512,8 +517,10 @@ def plan(launch, fn, variant: str):
         return _plan_one_loop(launch, fn)
     T, S, start = get("T"), get("S"), get("start")
     bm, bn, causal, split = kw["BLOCK_M"], kw["BLOCK_N"], kw["CAUSAL"], kw["SPLIT"]
-    WL, WR = get("WL"), get("WR")
     name = launch["kernel"]
+    shift = bool(kw.get("PEEL") if name == "forward" else kw.get("SHIFT"))  # the forward's: PEEL
+    last = (lambda n, b: n // b) if shift else _cdiv  # the tiles of the loop that ends at the length
+    WL, WR = get("WL"), get("WR")
     counts = [0, 0, 0]
     if name in ("forward", "backward_q"):
         for m0 in range(0, T, bm):
@@ -523,9 +530,9 @@ def plan(launch, fn, variant: str):
             if split:
                 fl = min(max(0, (max(i0 - WL + 1, 0) // bn) * bn), hi)
                 fr = hi if causal else max(min(hi, ((i0 + bm - 1 + WR + bn - 1) // bn) * bn), fl)
-            counts[0] += _cdiv(fl, bn)
+            counts[0] += _cdiv(fl, bn) if split else last(fl, bn)
             counts[1] += _cdiv(max(fr - fl, 0), bn)
-            counts[2] += _cdiv(max(hi - fr, 0), bn)
+            counts[2] += _cdiv(max(hi - fr, 0), bn) if causal else last(max(hi - fr, 0), bn)
     elif name == "backward_kv":
         for n0 in range(0, S, bn):
             m_lo = (max(0, n0 - start) // bm) * bm if causal else 0
@@ -533,9 +540,11 @@ def plan(launch, fn, variant: str):
             if split:
                 a = m_lo if causal else min(max(m_lo, (max(n0 + 1 - WR - start, 0) // bm) * bm), T)
                 c = max(min(T, ((max(n0 + bn - 1 + WL - start, 0) + bm - 1) // bm) * bm), a)
+                if shift and not kw.get("MERGE_FAR"):
+                    a = min(a, max(m_lo, (T // bm) * bm))
             counts[0] += _cdiv(max(a - m_lo, 0), bm)
             counts[1] += _cdiv(max(c - a, 0), bm)
-            counts[2] += _cdiv(max(T - c, 0), bm)
+            counts[2] += _cdiv(max(T - c, 0), bm) if kw.get("MERGE_FAR") else last(max(T - c, 0), bm)
     else:
         return [(0, 0)]
     nf = kw.get("BLOCK_NF") or 0
@@ -551,7 +560,7 @@ def plan(launch, fn, variant: str):
             fl = max(min(lo, hi - width), 0)
             fr = min(fl + width, hi)
             counts[0] += fl // nf
-            counts[1] += 0 if causal else _cdiv(max(hi - _cdiv(fr, nf) * nf, 0), nf)
+            counts[1] += 0 if causal else last(max(hi - _cdiv(fr, nf) * nf, 0), nf)
             counts[2] += _cdiv(fr - fl, bn)
         return [(n, 0) for n in (counts[::2] if causal else counts)]
     if not split:  # one loop: every tile in the stage that holds them

@@ -111,6 +111,9 @@ def test_the_blocks_chosen_per_form_and_length():
     got = choose(c, keys, 1024, 1000)  # backward_kv loops over the queries: 1024 fill its tiles, 1000 keys do not
     assert (got.backward_kv_shift, got.forward_shift) == (False, True)
     assert not choose(c, Form(bias=1), 1000, 1000).backward_kv_shift
+    # the forward's moved-back tile after its far loop, but alibi's (its 128 x 64 blocks spill so)
+    assert choose(c, keys, 1000, 1000).forward_peel and not choose(c, Form(bias=2), 1000, 1000).forward_peel
+    assert not choose(c, keys, 1024, 1024).forward_peel
     # no merged blocks on Ampere: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
         ampere.backward_kv, False)
@@ -128,6 +131,8 @@ def reference(case, x):
         leaves += tables
         out = shaw64(*leaves[:4], tables[1] if len(tables) > 1 else None, triton_cases.CLIP[T], x["scale"],
                      x["kpm"], causal=causal)[0]
+    elif method == "plain":  # attention without terms: alibi's reference with every slope 0
+        out = alibi64(*leaves, [0.0] * H, x["scale"], x["kpm"], causal=causal)[0]
     else:
         out = alibi64(*leaves, alibi_slopes(H), x["scale"], x["kpm"], causal=causal)[0]
     return out.detach(), torch.autograd.grad(out, leaves, x["dout"])
@@ -140,6 +145,12 @@ def ids(kind):
 @pytest.mark.parametrize("index", range(len(triton_cases.CASES["bias"])), ids=ids("bias"))
 def test_bias_kernel_matches_float64_reference(results, index):
     check(triton_cases.CASES["bias"][index], index, results["bias"][index])
+
+
+@pytest.mark.parametrize("index", range(len(triton_cases.CASES["plain"])), ids=ids("plain"))
+def test_kernels_with_every_term_off_match_float64_reference(results, index):
+    """The static model's baseline (every term off, one loop over the keys) computes attention without terms."""
+    check(triton_cases.CASES["plain"][index], index, results["plain"][index])
 
 
 @pytest.mark.parametrize("index", range(len(triton_cases.CASES["keys"])), ids=ids("keys"))

@@ -49,6 +49,14 @@ CASES = {
         ("relpos_kv", 128, False, "empty", 1),  # backward_q's and the forward's wide far tiles (run())
         ("relpos_kv", 113, False, "right", 1),  # the same with partial tiles
     ],
+    # the kernels with every term off (the static model's baseline, benchmarks/triton_static_cost.py: the alibi launch
+    # with BIAS 0 and no split, :class:`TermsOff`), against attention without terms: one loop over the keys, at a
+    # length no tile divides its last tile moved back and run after the loop
+    "plain": [
+        ("plain", 33, False, "right", 1),
+        ("plain", 47, False, "empty", 1),
+        ("plain", 32, False, "right", 1),
+    ],
     # fp16 inputs and tables (the interpreter's fp16 dots are right; its bf16 ones are not): the kernels' half forms, PB
     # and dQA rounded to fp16 for their dots with the tables (triton_launch._half_bins), both forms of d w_K's share
     "half": [
@@ -89,6 +97,35 @@ def inputs(case, seed: int):
     return dict(q=q, k=k, v=v, table=table, table_v=table_v, dout=dout, kpm=padding(T, pad), scale=D ** -0.5)
 
 
+class TermsOff:
+    """The kernels' module with every term off, as the static model launches its baseline: each launch of the alibi
+    form with BIAS 0, no split (non-causal) and the forward's moved-back tile after its loop (as the launcher's rule
+    has it without alibi: triton_configs.peel_last_tile)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __getattr__(self, name):
+        kernel = getattr(self.module, name)
+        if name not in ("forward", "backward_delta", "backward_q", "backward_kv"):
+            return kernel
+        return _Grid(kernel)
+
+
+class _Grid:
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            if "BIAS" in kwargs:
+                kwargs = dict(kwargs, BIAS=0, SPLIT=kwargs["CAUSAL"])
+            if "PEEL" in kwargs:
+                kwargs = dict(kwargs, PEEL=kwargs["SHIFT"])
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
 def terms_of(method: str, causal: bool, T: int, H: int, table=None, table_v=None):
     from fairseq_attn_core.backends.distance import DistanceTerms
     from fairseq_attn_core.pieces.alibi import alibi_slopes
@@ -98,7 +135,7 @@ def terms_of(method: str, causal: bool, T: int, H: int, table=None, table_v=None
                              bucket=lambda rel: relative_position_bucket(rel, not causal, BUCKETS, MAX_DISTANCE))
     if method.startswith("relpos"):
         return DistanceTerms(key_table=table, value_table=table_v, clip=CLIP[T])
-    return DistanceTerms(slopes=tuple(alibi_slopes(H)))
+    return DistanceTerms(slopes=tuple(alibi_slopes(H)))  # alibi, and "plain" (launched with its terms off)
 
 
 def half(x: dict) -> dict:
@@ -132,8 +169,12 @@ def run(case, seed, dtype=torch.float64):
         configs = dataclasses.replace(configs, forward_partial=BlockConfig(32, 16, 1, 1),
                                       backward_q_table_partial=BlockConfig(16, 32, 1, 1),
                                       backward_kv_values_partial=BlockConfig(32, 16, 1, 1))
+    module = None
+    if method == "plain":
+        from fairseq_attn_core.backends.distance.triton_launch import kernels
+        module = TermsOff(kernels())
     out = triton_attention(terms_of(method, causal, T, H, *leaves[3:]), *leaves[:3],
-                         x["scale"], x["kpm"], causal, configs)
+                           x["scale"], x["kpm"], causal, configs, module)
     grads = torch.autograd.grad(out, leaves, x["dout"].to(dtype))
     return dict(out=out.detach(), grads=[g.detach() for g in grads])
 

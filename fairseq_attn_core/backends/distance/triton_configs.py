@@ -115,6 +115,7 @@ class Blocks:
     forward_shift: bool = False  # the forward's last key tile moved back to end at the last key (:func:`shift_last_tile`)
     backward_q_shift: bool = False  # the same for backward_q
     backward_kv_shift: bool = False  # backward_kv's last query tile moved back to end at the last query
+    forward_peel: bool = False  # the forward's moved-back tile run after its far loop (:func:`peel_last_tile`)
 
 
 def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
@@ -172,10 +173,11 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
             backward_kv, few_regs = merged, True
     q_far = wide_far_tiles(configs.backward_q_keys_far, form, backward_q, S)
     forward_far = wide_far_tiles(configs.forward_keys_far, form, forward, S)
-    return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far,
-                  shift_last_tile(form, forward.block_n, max(forward.block_n, forward_far), S),
+    forward_shift = shift_last_tile(form, forward.block_n, max(forward.block_n, forward_far), S)
+    return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift,
                   shift_last_tile(form, backward_q.block_n, max(backward_q.block_n, q_far), S),
-                  shift_last_tile(form, backward_kv.block_m, backward_kv.block_m, T))
+                  shift_last_tile(form, backward_kv.block_m, backward_kv.block_m, T),
+                  forward_shift and peel_last_tile(form))
 
 
 def shift_last_tile(form: Form, tile: int, widest: int, length: int) -> bool:
@@ -186,6 +188,14 @@ def shift_last_tile(form: Form, tile: int, widest: int, length: int) -> bool:
     not with a bias by bucket (its band reads aligned copies from each tile's first position) nor a table's
     gradient (its per-distance sums carry from tile to tile)."""
     return length % tile != 0 and length >= widest and form.bias != 1 and not form.table_grad
+
+
+def peel_last_tile(form: Form) -> bool:
+    """Whether the forward runs its moved-back tile (:func:`shift_last_tile`) after the far loop that ends at the
+    length, that loop then running whole tiles without the shift's per-tile work (backward_q and backward_kv always
+    do). Not with alibi's slopes: its 128 x 64 forward spills 8 to 12 B with the tile after the loop (modelled,
+    L 1000 and 1040), so every tile of its far loops takes the shift."""
+    return form.bias != 2
 
 
 def wide_far_tiles(wide: Optional[int], form: Form, config: BlockConfig, S: int) -> int:

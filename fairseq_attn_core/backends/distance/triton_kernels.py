@@ -135,6 +135,15 @@ def _q_band(i0, hi, WL, WR, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def _whole(lo, hi, SHIFT: tl.constexpr, BLOCK: tl.constexpr):
+    """Where a loop's whole tiles from ``lo`` end (``SHIFT``: the partial tile at ``hi`` runs after the loop,
+    moved back, :func:`_shift`; the loop then needs no shift, no kept keys and no masked load), else ``hi``."""
+    if SHIFT:
+        return lo + ((hi - lo) // BLOCK) * BLOCK
+    return hi
+
+
+@triton.jit
 def _shift(n0, S, keep_lo, keep_hi, KEEP: tl.constexpr, BLOCK_N: tl.constexpr):
     """A key tile moved back to end at S where it would pass it (S at least BLOCK_N: the last tile of a length no
     tile divides), so that its loads are whole and unmasked; the keys it shares with the tile before it are
@@ -383,7 +392,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
             TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
-            SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False):
+            SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False, PEEL: tl.constexpr = False):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -395,7 +404,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
     (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read.
     ``MERGE_FAR`` (a bias by bucket alone, non-causal): the far tiles of both sides in one loop
-    before the band, one pipeline prologue less."""
+    before the band, one pipeline prologue less. ``PEEL`` (with ``SHIFT``): the far loop that ends at the length runs
+    whole tiles, its moved-back tile after it (else every tile of the far loops takes the shift)."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -442,11 +452,21 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
                     CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
-        for n0 in range(0, fl if not MERGE_FAR else 0, BLOCK_N):  # far-left (every tile when no term splits)
+        # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
+        # moved back where the lengths leave it partial (SHIFT; only without a split)
+        fend = fl if not MERGE_FAR else 0
+        fw = _whole(0, fend, PEEL and not SPLIT, BLOCK_N)
+        for n0 in range(0, fw, BLOCK_N):
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N or PEEL, EVEN_D, SHIFT=SHIFT and not PEEL)
+        if PEEL and not SPLIT:
+            if fw < fend:
+                acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                    acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, fw, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
+                    qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
+                    BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
         if SPLIT:
             zero = tl.zeros((BLOCK_M,), ACC)
             for n0 in range(fl, fr, BLOCK_N):  # band
@@ -455,21 +475,31 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                     RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
-            for n0 in range(fr, hi if not MERGE_FAR else fr, BLOCK_N):  # far-right
+            rend = hi if not MERGE_FAR else fr
+            rw = _whole(fr, rend, PEEL and not CAUSAL, BLOCK_N)
+            for n0 in range(fr, rw, BLOCK_N):  # far-right: whole tiles, then the partial one moved back (PEEL)
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N or (PEEL and not CAUSAL), EVEN_D,
+                    SHIFT=SHIFT and not (PEEL and not CAUSAL))
+            if PEEL and not CAUSAL:
+                if rw < rend:
+                    acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                        acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, rw, offs_m, pos_i, i0, b, h, T, S, first0, skt,
+                        svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                        HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
     else:  # far tiles BLOCK_NF keys wide, then the band's BLOCK_N tiles (as backward_q's, :func:`_q_band`): PB's
         # interior bins start at the band, so the far tiles carry none
         fl, fr = _q_band(i0, hi, WL, WR, BLOCK_M, BLOCK_N)
         row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 0, BIAS, KEYS, ACC)
         flw = (fl // BLOCK_NF) * BLOCK_NF
-        for n0 in range(0, flw, BLOCK_NF):  # far-left
+        for n0 in range(0, flw, BLOCK_NF):  # far-left (whole tiles)
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False, SHIFT=SHIFT)
+                BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N or PEEL, EVEN_D, PB_LIVE=False,
+                SHIFT=SHIFT and not PEEL)
         if flw < fl:  # its tile that reaches into the band
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, flw, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
@@ -484,11 +514,20 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                     skt, svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
                     HAS_PAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True,
                     False, SHIFT=SHIFT)
-            for n0 in range(frw, hi, BLOCK_NF):
+            rw = _whole(frw, hi, PEEL, BLOCK_NF)
+            for n0 in range(frw, rw, BLOCK_NF):  # whole tiles, then the partial one moved back (PEEL)
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, RI,
-                    BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, PB_LIVE=False, SHIFT=SHIFT)
+                    BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N or PEEL, EVEN_D, PB_LIVE=False,
+                    SHIFT=SHIFT and not PEEL)
+            if PEEL:
+                if rw < hi:
+                    acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                        acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, rw, offs_m, pos_i, i0, b, h, T, S, first0, skt,
+                        svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL,
+                        HAS_PAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D,
+                        PB_LIVE=False, SHIFT=True)
         pb = tl.zeros((BLOCK_M, RI), ACC)
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
@@ -744,12 +783,22 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         delta_far = delta
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
-        for n0 in range(0, fl, BLOCK_N):  # far-left (every tile when no term splits)
+        # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
+        # moved back where the lengths leave it partial (SHIFT; only without a split)
+        fw = _whole(0, fl, SHIFT and not SPLIT, BLOCK_N)
+        for n0 in range(0, fw, BLOCK_N):
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
                 first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
                 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                PRECISION, EVEN_M, EVEN_N or SHIFT, EVEN_D)
+        if SHIFT and not SPLIT:
+            if fw < fl:
+                dq, dqa, dql, dqr, carry, far = _dq_tile(
+                    dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, fw, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
+                    NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
+                    clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                    PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
         if WGMMA and EVEN_N:  # Hopper's configs: the rows' sums, across rows after the loops with the far-right's (sm_80 lost)
             far_left = tl.sum(far, 1)
         else:
@@ -766,12 +815,20 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
             if VALUES:
                 delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
-            for n0 in range(fr, hi, BLOCK_N):  # far-right
+            rw = _whole(fr, hi, SHIFT and not CAUSAL, BLOCK_N)
+            for n0 in range(fr, rw, BLOCK_N):  # far-right: whole tiles, then the partial one moved back (SHIFT)
                 dq, dqa, dql, dqr, carry, far = _dq_tile(
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                     NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                     clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
-                    ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                    ACC, PRECISION, EVEN_M, EVEN_N or (SHIFT and not CAUSAL), EVEN_D, SHIFT=SHIFT and CAUSAL)
+            if SHIFT and not CAUSAL:
+                if rw < hi:
+                    dq, dqa, dql, dqr, carry, far = _dq_tile(
+                        dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, rw, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T,
+                        S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
+                        DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D,
+                        D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
     else:  # far tiles BLOCK_NF keys wide (aligned: the one that reaches into the band, its keys masked, outside
         # the loops), then the band's BLOCK_N tiles from the multiple of 16 at or left of its first key. (The band
         # loop is written twice: the form above keeps it between the far stages, which costs t5bias and alibi less,
@@ -782,12 +839,12 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
         flw = (fl // BLOCK_NF) * BLOCK_NF
-        for n0 in range(0, flw, BLOCK_NF):  # far-left
+        for n0 in range(0, flw, BLOCK_NF):  # far-left (whole tiles)
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                PRECISION, EVEN_M, EVEN_N or SHIFT, EVEN_D)
         if flw < fl:  # its tile that reaches into the band
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, flw, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
@@ -805,12 +862,20 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
                     DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
                     D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True, SHIFT=SHIFT)
-            for n0 in range(frw, hi, BLOCK_NF):
+            rw = _whole(frw, hi, SHIFT, BLOCK_NF)
+            for n0 in range(frw, rw, BLOCK_NF):  # whole tiles, then the partial one moved back (SHIFT)
                 dq, dqa, dql, dqr, carry, far = _dq_tile(
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T,
                     S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
                     DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
-                    D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                    D, ACC, PRECISION, EVEN_M, EVEN_N or SHIFT, EVEN_D)
+            if SHIFT:
+                if rw < hi:
+                    dq, dqa, dql, dqr, carry, far = _dq_tile(
+                        dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, rw, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m,
+                        T, S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse,
+                        delta_far, DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M,
+                        BLOCK_NF, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
         zero = tl.zeros((BLOCK_M,), ACC)
         for n0 in range(fl, fr, BLOCK_N):  # band
             dq, dqa, dql, dqr, carry, far = _dq_tile(
@@ -1027,6 +1092,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     if CAUSAL:  # queries left of the tile's first key see none of it
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
+    if SHIFT and not MERGE_FAR:  # far-right runs whole tiles: a partial last one goes to the band (exact for any pair)
+        a = tl.minimum(a, tl.maximum(m_lo, (T // BLOCK_M) * BLOCK_M))
     if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's terms chosen per
         # tile (a bias by bucket or Shaw's terms, non-causal)
         far_r = 0.0
@@ -1043,19 +1110,26 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                                tl.where(right, far_r, far_l), tl.where(right, 1, 0), 3, BIAS, KEYS, VALUES, CAUSAL,
                                HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
     if not MERGE_FAR:
-        for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query
+        for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query (whole tiles)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 2, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M or SHIFT, EVEN_N, EVEN_D, FEW_REGS)
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 1, BIAS, KEYS, VALUES, CAUSAL,
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
     if not MERGE_FAR:
-        for m0 in range(c, T, BLOCK_M):  # far-left (every tile when no term splits)
+        lw = _whole(c, T, SHIFT, BLOCK_M)
+        for m0 in range(c, lw, BLOCK_M):  # far-left (every tile when no term splits): whole tiles, then the partial one
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 0, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M or SHIFT, EVEN_N, EVEN_D, FEW_REGS)
+        if SHIFT:  # moved back (SHIFT)
+            if lw < T:
+                dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, lw, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
+                                   sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
+                                   0.0, 0, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
+                                   PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=True)
     if HAS_PAD:  # a padded key's probabilities are 0: its dk, dv rows too (not masked per pair above)
         if FEW_REGS:
             keep = (keep8 != 0)[:, None]

@@ -220,7 +220,7 @@ class _TritonAttention(torch.autograd.Function):
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
-            SHIFT=chosen.forward_shift, HALF_BINS=_half_bins(q, key_table, value_table),
+            SHIFT=chosen.forward_shift, PEEL=chosen.forward_peel, HALF_BINS=_half_bins(q, key_table, value_table),
             **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)

@@ -518,7 +518,7 @@ def plan(launch, fn, variant: str):
     T, S, start = get("T"), get("S"), get("start")
     bm, bn, causal, split = kw["BLOCK_M"], kw["BLOCK_N"], kw["CAUSAL"], kw["SPLIT"]
     name = launch["kernel"]
-    shift = bool(kw.get("PEEL") if name == "forward" else kw.get("SHIFT"))  # the forward's: PEEL
+    shift = bool(kw.get("PEEL") if name in ("forward", "backward_q") else kw.get("SHIFT"))  # a tile after the loop
     last = (lambda n, b: n // b) if shift else _cdiv  # the tiles of the loop that ends at the length
     WL, WR = get("WL"), get("WR")
     counts = [0, 0, 0]
@@ -540,11 +540,11 @@ def plan(launch, fn, variant: str):
             if split:
                 a = m_lo if causal else min(max(m_lo, (max(n0 + 1 - WR - start, 0) // bm) * bm), T)
                 c = max(min(T, ((max(n0 + bn - 1 + WL - start, 0) + bm - 1) // bm) * bm), a)
-                if shift and not kw.get("MERGE_FAR"):
+                if shift:
                     a = min(a, max(m_lo, (T // bm) * bm))
             counts[0] += _cdiv(max(a - m_lo, 0), bm)
             counts[1] += _cdiv(max(c - a, 0), bm)
-            counts[2] += _cdiv(max(T - c, 0), bm) if kw.get("MERGE_FAR") else last(max(T - c, 0), bm)
+            counts[2] += last(max(T - c, 0), bm)
     else:
         return [(0, 0)]
     nf = kw.get("BLOCK_NF") or 0

@@ -33,10 +33,11 @@ FEW_REGS_SAMPLE = (("t5bias", False), ("relpos k", False))
 #: read in full; 1040, a multiple of 16 (the launcher's ints then specialise as divisible by 16: other code),
 #: for its registers and spills alone (ptxas -v; the loops' structure does not depend on it), in the
 #: variants that spilled there before their partial blocks (alibi's forward on sm_90, relpos k's on sm_80, relpos kv's
-#: causal backward_kv at 32 x 64)
+#: causal backward_kv at 32 x 64), and t5bias there (its far tiles move back, its band tiles stay masked)
 PARTIAL_L, PARTIAL_L16 = 1000, 1040
-PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("relpos k", False), ("relpos kv", True), ("relpos kv", False))
-PARTIAL16_SAMPLE = (("alibi", False), ("relpos k", False), ("relpos kv", True))
+PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("t5bias", True), ("relpos k", False), ("relpos kv", True),
+                  ("relpos kv", False))
+PARTIAL16_SAMPLE = (("alibi", False), ("t5bias", False), ("relpos k", False), ("relpos kv", True))
 ARCHS = (90, 80)
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS
 NO_TILE_LOOP = ("backward_delta", "rotate_rows")

@@ -18,7 +18,8 @@ from distance_refs import alibi64, shaw64, t5bias64
 from fairseq_attn_core.pieces.alibi import alibi_slopes
 from fairseq_attn_core.pieces.rope import rotate
 from fairseq_attn_core.backends.distance import DistanceForm, DistanceTerms
-from fairseq_attn_core.backends.distance.triton_configs import Form, choose, configs_for, far_tiles_merged
+from fairseq_attn_core.backends.distance.triton_configs import (Form, choose, configs_for, far_tiles_merged,
+                                                                  shift_band_tiles)
 from fairseq_attn_core.backends.distance.triton_launch import triton_attention
 from triton_interpreter import have_triton, run_interpreted
 
@@ -103,17 +104,25 @@ def test_the_blocks_chosen_per_form_and_length():
     assert (got.forward, got.forward_shift) == (c.forward_partial, True)
     got = choose(c, Form(bias=2), 20, 20)  # shorter than any of its key tiles: masked loads
     assert (got.forward, got.forward_shift) == (c.forward_partial, False)
-    assert not any((choose(c, Form(bias=1), 1000, 1000).forward_shift, choose(c, Form(bias=2), 1024, 1024).forward_shift,
-                    choose(c, Form(bias=1, table_grad=True), 1000, 1000).backward_q_shift))
+    assert not choose(c, Form(bias=2), 1024, 1024).forward_shift
+    # a bias by bucket's far tiles move too; its band tiles, and a table gradient's, stay (masked where partial)
+    assert all((choose(c, Form(bias=1), 1000, 1000).forward_shift,
+                choose(c, Form(bias=1, table_grad=True), 1000, 1000).backward_q_shift))
+    assert not any(shift_band_tiles(f) for f in (Form(bias=1), Form(bias=1, table_grad=True)))
+    assert all(shift_band_tiles(f) for f in (Form(bias=2), keys, Form(keys=True, values=True, causal=True)))
     got = choose(c, keys, 1000, 1000)
     assert (got.forward, got.forward_shift, got.backward_q_shift, got.backward_kv_shift) == (c.forward_partial, True,
                                                                                              True, True)
     got = choose(c, keys, 1024, 1000)  # backward_kv loops over the queries: 1024 fill its tiles, 1000 keys do not
     assert (got.backward_kv_shift, got.forward_shift) == (False, True)
-    assert not choose(c, Form(bias=1), 1000, 1000).backward_kv_shift
+    assert choose(c, Form(bias=1), 1000, 1000).backward_kv_shift
     # the forward's moved-back tile after its far loop, but alibi's (its 128 x 64 blocks spill so)
     assert choose(c, keys, 1000, 1000).forward_peel and not choose(c, Form(bias=2), 1000, 1000).forward_peel
     assert not choose(c, keys, 1024, 1024).forward_peel
+    # backward_q's too, but with a table's gradient
+    got = choose(c, Form(bias=1, table_grad=True), 1000, 1000)
+    assert (got.backward_q_shift, got.backward_q_peel, choose(c, Form(bias=1), 1000, 1000).backward_q_peel) == (
+        True, False, True)
     # no merged blocks on Ampere: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
         ampere.backward_kv, False)

@@ -116,6 +116,7 @@ class Blocks:
     backward_q_shift: bool = False  # the same for backward_q
     backward_kv_shift: bool = False  # backward_kv's last query tile moved back to end at the last query
     forward_peel: bool = False  # the forward's moved-back tile run after its far loop (:func:`peel_last_tile`)
+    backward_q_peel: bool = False  # the same for backward_q (backward_kv's always is)
 
 
 def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
@@ -174,28 +175,36 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     q_far = wide_far_tiles(configs.backward_q_keys_far, form, backward_q, S)
     forward_far = wide_far_tiles(configs.forward_keys_far, form, forward, S)
     forward_shift = shift_last_tile(form, forward.block_n, max(forward.block_n, forward_far), S)
-    return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift,
-                  shift_last_tile(form, backward_q.block_n, max(backward_q.block_n, q_far), S),
+    backward_q_shift = shift_last_tile(form, backward_q.block_n, max(backward_q.block_n, q_far), S)
+    return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift, backward_q_shift,
                   shift_last_tile(form, backward_kv.block_m, backward_kv.block_m, T),
-                  forward_shift and peel_last_tile(form))
+                  forward_shift and peel_last_tile(form, "forward"), backward_q_shift and peel_last_tile(form, "backward_q"))
 
 
 def shift_last_tile(form: Form, tile: int, widest: int, length: int) -> bool:
     """Whether a kernel's loop over tiles of ``tile`` keys (the forward, backward_q) or queries (backward_kv)
     moves its last tile back to end at the ``length``-th, where the length leaves it partial: every tile's loads
     are then whole and unmasked, and the last tile masks what it shares with the one before (a vector: the keys'
-    column, the queries' log-sum-exp), not a tile. Needs a length of at least the ``widest`` tile of the loops;
-    not with a bias by bucket (its band reads aligned copies from each tile's first position) nor a table's
-    gradient (its per-distance sums carry from tile to tile)."""
-    return length % tile != 0 and length >= widest and form.bias != 1 and not form.table_grad
+    column, the queries' log-sum-exp), not a tile. Needs a length of at least the ``widest`` tile of the loops.
+    Band tiles move only where :func:`shift_band_tiles` allows."""
+    return length % tile != 0 and length >= widest
 
 
-def peel_last_tile(form: Form) -> bool:
-    """Whether the forward runs its moved-back tile (:func:`shift_last_tile`) after the far loop that ends at the
-    length, that loop then running whole tiles without the shift's per-tile work (backward_q and backward_kv always
-    do). Not with alibi's slopes: its 128 x 64 forward spills 8 to 12 B with the tile after the loop (modelled,
-    L 1000 and 1040), so every tile of its far loops takes the shift."""
-    return form.bias != 2
+def shift_band_tiles(form: Form) -> bool:
+    """Whether a band tile that reaches the length moves back too (else it stays, its loads masked): not with a
+    bias by bucket (its band reads aligned copies from each tile's first position) nor a table's gradient (its
+    per-distance sums carry from band tile to band tile). Far tiles read neither, so they move in every form."""
+    return form.bias != 1 and not form.table_grad
+
+
+def peel_last_tile(form: Form, kernel: str) -> bool:
+    """Whether ``kernel`` ("forward", "backward_q") runs its moved-back tile (:func:`shift_last_tile`) after the far
+    loop that ends at the length, that loop then running whole tiles without the shift's per-tile work (backward_kv
+    always does). Not alibi's forward (its 128 x 64 blocks spill 8 to 12 B so, modelled at L 1000 and 1040), nor
+    backward_q with a table's gradient (4 to 12 B at its blocks): every tile of their far-right loops takes the shift."""
+    if kernel == "forward":
+        return form.bias != 2
+    return not form.table_grad
 
 
 def wide_far_tiles(wide: Optional[int], form: Form, config: BlockConfig, S: int) -> int:

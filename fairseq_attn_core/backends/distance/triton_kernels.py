@@ -392,7 +392,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
             TABLE_NATIVE: tl.constexpr = False, MERGE_FAR: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
-            SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False, PEEL: tl.constexpr = False):
+            SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False, PEEL: tl.constexpr = False,
+            SHIFT_BAND: tl.constexpr = True):
     """One query tile: the output, the base-2 log-sum-exp and (``VALUES``) PB (B H, T, R),
     each row's probability mass per clipped distance, accumulated beside the output and
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
@@ -405,7 +406,9 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read.
     ``MERGE_FAR`` (a bias by bucket alone, non-causal): the far tiles of both sides in one loop
     before the band, one pipeline prologue less. ``PEEL`` (with ``SHIFT``): the far loop that ends at the length runs
-    whole tiles, its moved-back tile after it (else every tile of the far loops takes the shift)."""
+    whole tiles, its moved-back tile after it (else every tile of the far loops takes the shift). ``SHIFT_BAND``
+    False (a bias by bucket: its band reads aligned copies from each tile's first key): the band's tiles stay in place,
+    a partial one masked."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -445,13 +448,21 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             # chosen per tile (a bias by bucket alone, non-causal: one value a side)
             row_r = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC)
             n_left = (fl + BLOCK_N - 1) // BLOCK_N
-            for t in range(0, n_left + (hi - fr + BLOCK_N - 1) // BLOCK_N):
+            rw = _whole(fr, hi, PEEL, BLOCK_N)  # PEEL: whole tiles in the loop, the partial one after it
+            for t in range(0, n_left + (rw - fr + BLOCK_N - 1) // BLOCK_N):
                 right = t >= n_left
                 n0 = tl.where(right, fr + (t - n_left) * BLOCK_N, t * BLOCK_N)
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, tl.where(right, row_r, row), clip, 0, BIAS, KEYS, VALUES,
-                    CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                    CAUSAL, HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N or PEEL, EVEN_D,
+                    SHIFT=SHIFT and not PEEL)
+            if PEEL:
+                if rw < hi:
+                    acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
+                        acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, rw, offs_m, pos_i, i0, b, h, T, S, first0, skt,
+                        svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row_r, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
+                        HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
         # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
         # moved back where the lengths leave it partial (SHIFT; only without a split)
         fend = fl if not MERGE_FAR else 0
@@ -473,7 +484,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                 acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                     acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                    RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT and SHIFT_BAND)
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, False, ACC) + qa_right
             rend = hi if not MERGE_FAR else fr
             rw = _whole(fr, rend, PEEL and not CAUSAL, BLOCK_N)
@@ -483,7 +494,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                     qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
                     RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N or (PEEL and not CAUSAL), EVEN_D,
                     SHIFT=SHIFT and not (PEEL and not CAUSAL))
-            if PEEL and not CAUSAL:
+            if PEEL and not CAUSAL and not MERGE_FAR:
                 if rw < rend:
                     acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                         acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, rw, offs_m, pos_i, i0, b, h, T, S, first0, skt,
@@ -534,7 +545,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
             acc, m_i, l_i, pb, pbl, pbr = _fwd_tile(
                 acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0, b, h, T, S, first0, skt, svt,
                 qk_scale, slope2, KB, BIAS2, QA2, qa_rows, zero, clip, 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD,
-                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT and SHIFT_BAND)
     has = l_i > 0
     l_safe = tl.where(has, l_i, 1.0)
     out = acc / l_safe[:, None]  # 0 for a row without keys (acc stayed 0)
@@ -730,7 +741,8 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, KEYS_PRECISION: tl.constexpr = "ieee", TABLE_TF32: tl.constexpr = False,
                NWIN: tl.constexpr = 16, WGMMA: tl.constexpr = False, BLOCK_NF: tl.constexpr = 0,
-               SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False):
+               SHIFT: tl.constexpr = False, HALF_BINS: tl.constexpr = False, SHIFT_BAND: tl.constexpr = True,
+               PEEL: tl.constexpr = False):
     """One query tile (the rows' delta from :func:`backward_delta`): dq over every key tile
     it sees; (``KEYS``) dQA, its dS summed per table row, and after the loops its share of
     dq, ``dQA w_K`` (WK: Shaw's key table (2k + 1, D), contiguous), and the program's share
@@ -745,7 +757,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
     are zeroed after the loops, ``NWIN``: a power of two >= NDIST) and over the far tiles (two
     cells of DFAR). ``BLOCK_NF`` (Shaw's terms, no table gradient; 0: off; ``EVEN_N`` holds for both widths): the far
     tiles that many keys wide, the band's tiles BLOCK_N (:func:`_q_band`): a far tile only sums rows, a
-    band tile bins dQA, which holds the registers that keep it narrow."""
+    band tile bins dQA, which holds the registers that keep it narrow. ``PEEL``, ``SHIFT_BAND``: as the forward's."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -785,14 +797,14 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
             delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
         # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
         # moved back where the lengths leave it partial (SHIFT; only without a split)
-        fw = _whole(0, fl, SHIFT and not SPLIT, BLOCK_N)
+        fw = _whole(0, fl, PEEL and not SPLIT, BLOCK_N)
         for n0 in range(0, fw, BLOCK_N):
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S, NDIST,
                 first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE, clip,
                 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N or SHIFT, EVEN_D)
-        if SHIFT and not SPLIT:
+                PRECISION, EVEN_M, EVEN_N or (SHIFT and (SPLIT or PEEL)), EVEN_D, SHIFT=SHIFT and not (SPLIT or PEEL))
+        if PEEL and not SPLIT:
             if fw < fl:
                 dq, dqa, dql, dqr, carry, far = _dq_tile(
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, fw, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
@@ -811,18 +823,19 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                     NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                     1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                    PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                    PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT and SHIFT_BAND)
             row = _rows_term(offs_m, i0, h, T, S, WL, WR, slope2, BIAS2, QA2, qa_rows, R, 2, BIAS, KEYS, ACC)
             if VALUES:
                 delta_far = delta - tl.load(DPB + qa_rows + R - 1, mask=offs_m < T, other=0.0)
-            rw = _whole(fr, hi, SHIFT and not CAUSAL, BLOCK_N)
-            for n0 in range(fr, rw, BLOCK_N):  # far-right: whole tiles, then the partial one moved back (SHIFT)
+            rw = _whole(fr, hi, PEEL and not CAUSAL, BLOCK_N)
+            for n0 in range(fr, rw, BLOCK_N):  # far-right: whole tiles, then the partial one moved back (PEEL)
                 dq, dqa, dql, dqr, carry, far = _dq_tile(
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                     NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                     clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D,
-                    ACC, PRECISION, EVEN_M, EVEN_N or (SHIFT and not CAUSAL), EVEN_D, SHIFT=SHIFT and CAUSAL)
-            if SHIFT and not CAUSAL:
+                    ACC, PRECISION, EVEN_M, EVEN_N or (PEEL and not CAUSAL), EVEN_D,
+                    SHIFT=SHIFT and not (PEEL and not CAUSAL))
+            if PEEL and not CAUSAL:
                 if rw < hi:
                     dq, dqa, dql, dqr, carry, far = _dq_tile(
                         dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, rw, woff, offs_m, pos_i, i0, b, h, bh, pid_m, T,
@@ -844,7 +857,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far, DTABLE,
                 clip, 0, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N or SHIFT, EVEN_D)
+                PRECISION, EVEN_M, EVEN_N or PEEL, EVEN_D, SHIFT=SHIFT and not PEEL)
         if flw < fl:  # its tile that reaches into the band
             dq, dqa, dql, dqr, carry, far = _dq_tile(
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, flw, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
@@ -862,14 +875,14 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                     S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
                     DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
                     D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, fr, hi, True, SHIFT=SHIFT)
-            rw = _whole(frw, hi, SHIFT, BLOCK_NF)
-            for n0 in range(frw, rw, BLOCK_NF):  # whole tiles, then the partial one moved back (SHIFT)
+            rw = _whole(frw, hi, PEEL, BLOCK_NF)
+            for n0 in range(frw, rw, BLOCK_NF):  # whole tiles, then the partial one moved back (PEEL)
                 dq, dqa, dql, dqr, carry, far = _dq_tile(
                     dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T,
                     S, NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, row, lse, delta_far,
                     DTABLE, clip, 2, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_NF, BLOCK_D,
-                    D, ACC, PRECISION, EVEN_M, EVEN_N or SHIFT, EVEN_D)
-            if SHIFT:
+                    D, ACC, PRECISION, EVEN_M, EVEN_N or PEEL, EVEN_D, SHIFT=SHIFT and not PEEL)
+            if PEEL:
                 if rw < hi:
                     dq, dqa, dql, dqr, carry, far = _dq_tile(
                         dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, rw, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m,
@@ -882,7 +895,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
                 dq, dqa, dql, dqr, carry, far, q, do, K, V, koff, n0, WOFF, offs_m, pos_i, i0, b, h, bh, pid_m, T, S,
                 NDIST, first0, skt, svt, qk_scale, slope2, KB, BIAS2, QA2, DPB, qa_rows, zero, lse, delta, DTABLE, clip,
                 1, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, TABLE_GRAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC,
-                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT)
+                PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=SHIFT and SHIFT_BAND)
     if KEYS:  # QA = scale q w_K^T: dq += dQA w_K (scaled with the rest below); the right edge's dQA in
         # column R - 2 (table row R - 1: RI >= 2k = R - 1 columns, the interior's end at 2k - 1), in the dots;
         # d w_K = scale dQA^T q, this program's share (q's rows past T are zeros), rows 1 .. R - 1 by the
@@ -1055,7 +1068,7 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                 HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr,
               EVEN_D: tl.constexpr, MERGE_FAR: tl.constexpr = False, FEW_REGS: tl.constexpr = False,
-              SHIFT: tl.constexpr = False):
+              SHIFT: tl.constexpr = False, SHIFT_BAND: tl.constexpr = True):
     """One key tile: dk, dv over every query tile that sees it (delta, LSEF and DELTAF from
     :func:`backward_delta`). A key's dk and dv rows depend on its own probabilities only: the
     padding is not applied per pair here, padded keys' rows are zeroed at the end (and keys
@@ -1092,7 +1105,7 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     if CAUSAL:  # queries left of the tile's first key see none of it
         m_lo = (tl.maximum(0, n0 - start) // BLOCK_M) * BLOCK_M
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
-    if SHIFT and not MERGE_FAR:  # far-right runs whole tiles: a partial last one goes to the band (exact for any pair)
+    if SHIFT:  # the far-right tiles whole: a partial last one goes to the band (exact for any pair)
         a = tl.minimum(a, tl.maximum(m_lo, (T // BLOCK_M) * BLOCK_M))
     if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's terms chosen per
         # tile (a bias by bucket or Shaw's terms, non-causal)
@@ -1102,13 +1115,21 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
             far_r = tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
             far_l = tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
         n_right = (a - m_lo + BLOCK_M - 1) // BLOCK_M
-        for t in range(0, n_right + (T - c + BLOCK_M - 1) // BLOCK_M):
+        lw = _whole(c, T, SHIFT, BLOCK_M)  # SHIFT: whole tiles in the loop, the partial far-left one after it
+        for t in range(0, n_right + (lw - c + BLOCK_M - 1) // BLOCK_M):
             right = t < n_right
             m0 = tl.where(right, m_lo + t * BLOCK_M, c + (t - n_right) * BLOCK_M)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt,
                                sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR,
                                tl.where(right, far_r, far_l), tl.where(right, 1, 0), 3, BIAS, KEYS, VALUES, CAUSAL,
-                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
+                               HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M or SHIFT, EVEN_N, EVEN_D,
+                               FEW_REGS)
+        if SHIFT:
+            if lw < T:
+                dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, lw, n0, offs_n, b, h, bh, T, S, first0, start,
+                                   sqt, sdt, qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip,
+                                   WL, WR, far_l, 0, 3, BIAS, KEYS, VALUES, CAUSAL, HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D,
+                                   D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=True)
     if not MERGE_FAR:
         for m0 in range(m_lo, a, BLOCK_M):  # far-right: the keys right of every query (whole tiles)
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
@@ -1117,7 +1138,8 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     for m0 in range(a, c, BLOCK_M):  # band
         dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                            qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 1, BIAS, KEYS, VALUES, CAUSAL,
-                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS, SHIFT=SHIFT)
+                           HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS,
+                           SHIFT=SHIFT and SHIFT_BAND)
     if not MERGE_FAR:
         lw = _whole(c, T, SHIFT, BLOCK_M)
         for m0 in range(c, lw, BLOCK_M):  # far-left (every tile when no term splits): whole tiles, then the partial one

@@ -43,7 +43,8 @@ import torch
 from torch import Tensor
 
 from .terms import DistanceTerms
-from .triton_configs import BlockConfig, Form, KernelConfigs, choose, configs_for, even, far_tiles_merged, head_block
+from .triton_configs import (BlockConfig, Form, KernelConfigs, choose, configs_for, even, far_tiles_merged, head_block,
+                             shift_band_tiles)
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -220,7 +221,8 @@ class _TritonAttention(torch.autograd.Function):
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
-            SHIFT=chosen.forward_shift, PEEL=chosen.forward_peel, HALF_BINS=_half_bins(q, key_table, value_table),
+            SHIFT=chosen.forward_shift, PEEL=chosen.forward_peel, SHIFT_BAND=shift_band_tiles(form),
+            HALF_BINS=_half_bins(q, key_table, value_table),
             **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)
@@ -276,13 +278,15 @@ class _TritonAttention(torch.autograd.Function):
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], woff, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
-            BLOCK_NF=blocks.backward_q_far, SHIFT=blocks.backward_q_shift,
+            BLOCK_NF=blocks.backward_q_far, SHIFT=blocks.backward_q_shift, PEEL=blocks.backward_q_peel,
+            SHIFT_BAND=shift_band_tiles(form),
             HALF_BINS=_half_bins(q, key_table, value_table),
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
             MERGE_FAR=far_tiles_merged(form, "backward_kv"), FEW_REGS=blocks.few_regs, SHIFT=blocks.backward_kv_shift,
+            SHIFT_BAND=shift_band_tiles(form),
             **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics

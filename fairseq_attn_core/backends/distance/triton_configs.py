@@ -151,7 +151,7 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
         return other if other is not None and not whole(config, T, S) else config
 
     forward = configs.forward_values if form.values else configs.forward
-    if (form.bias == 2 and not shift_last_tile(form, forward.block_n, forward.block_n, S)) or (form.keys and not form.values):
+    if (form.bias == 2 and not shift_last_tile(forward.block_n, forward.block_n, S)) or (form.keys and not form.values):
         # alibi's slopes (where its last key tile is not moved back: masked loads), Shaw's key term alone
         forward = partial(forward, configs.forward_partial)
     backward_q = configs.backward_q
@@ -174,14 +174,14 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
             backward_kv, few_regs = merged, True
     q_far = wide_far_tiles(configs.backward_q_keys_far, form, backward_q, S)
     forward_far = wide_far_tiles(configs.forward_keys_far, form, forward, S)
-    forward_shift = shift_last_tile(form, forward.block_n, max(forward.block_n, forward_far), S)
-    backward_q_shift = shift_last_tile(form, backward_q.block_n, max(backward_q.block_n, q_far), S)
+    forward_shift = shift_last_tile(forward.block_n, max(forward.block_n, forward_far), S)
+    backward_q_shift = shift_last_tile(backward_q.block_n, max(backward_q.block_n, q_far), S)
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift, backward_q_shift,
-                  shift_last_tile(form, backward_kv.block_m, backward_kv.block_m, T),
+                  shift_last_tile(backward_kv.block_m, backward_kv.block_m, T),
                   forward_shift and peel_last_tile(form, "forward"), backward_q_shift and peel_last_tile(form, "backward_q"))
 
 
-def shift_last_tile(form: Form, tile: int, widest: int, length: int) -> bool:
+def shift_last_tile(tile: int, widest: int, length: int) -> bool:
     """Whether a kernel's loop over tiles of ``tile`` keys (the forward, backward_q) or queries (backward_kv)
     moves its last tile back to end at the ``length``-th, where the length leaves it partial: every tile's loads
     are then whole and unmasked, and the last tile masks what it shares with the one before (a vector: the keys'

@@ -464,7 +464,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                         svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row_r, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
                         HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
         # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
-        # moved back where the lengths leave it partial (SHIFT; only without a split)
+        # moved back where the lengths leave it partial (PEEL; only without a split)
         fend = fl if not MERGE_FAR else 0
         fw = _whole(0, fend, PEEL and not SPLIT, BLOCK_N)
         for n0 in range(0, fw, BLOCK_N):
@@ -796,7 +796,7 @@ def backward_q(Q, K, V, DO, LSE, DELTA, DQ, DWK, DPB, DTABLE, DFAR, KB, BIAS2, S
         if VALUES:
             delta_far = delta - tl.load(DPB + qa_rows, mask=offs_m < T, other=0.0)
         # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
-        # moved back where the lengths leave it partial (SHIFT; only without a split)
+        # moved back where the lengths leave it partial (PEEL; only without a split)
         fw = _whole(0, fl, PEEL and not SPLIT, BLOCK_N)
         for n0 in range(0, fw, BLOCK_N):
             dq, dqa, dql, dqr, carry, far = _dq_tile(

@@ -229,7 +229,7 @@ def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
             for c in calls:
                 if "BIAS" in c["kwargs"]:
                     c["kwargs"] = dict(c["kwargs"], BIAS=0, SPLIT=split)
-                if "PEEL" in c["kwargs"]:  # as the launcher's rule has it without alibi (triton_configs.peel_last_tile)
+                if "PEEL" in c["kwargs"]:  # the launcher's rule without alibi or a table (triton_configs.peel_last_tile)
                     c["kwargs"] = dict(c["kwargs"], PEEL=c["kwargs"]["SHIFT"])
         out[variant] = (calls, work.ops, first.ops)
     return out, kernels
@@ -505,8 +505,9 @@ def plan(launch, fn, variant: str):
     ``_stages`` / ``_q_stages`` of the kernels: far-left, band, far-right for a query tile;
     far-right, band, far-left for a key tile; one loop when nothing splits; with ``MERGE_FAR``
     (the forward, backward_kv) the far tiles of both sides in one loop, then the band; with ``BLOCK_NF``
-    (the forward, backward_q) far-left, far-right, then the band). With ``SHIFT`` (a length no tile divides) the
-    loop that ends at the length runs its whole tiles and the partial one after it, outside the loop (its code is
+    (the forward, backward_q) far-left, far-right, then the band). With ``PEEL`` (the forward, backward_q) or
+    ``SHIFT`` (backward_kv; a length no tile divides) the far loop that ends at the length runs its whole tiles
+    and the partial one after it, outside the loop (its code is
     charged to every program: an over-count for those whose band reaches the length); backward_kv's far-right
     tiles stop at the last whole query tile (the band takes a partial one)."""
     get = lambda n: _arg(launch, fn, n)  # noqa: E731

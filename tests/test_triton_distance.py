@@ -109,6 +109,7 @@ def test_the_blocks_chosen_per_form_and_length():
     assert all((choose(c, Form(bias=1), 1000, 1000).forward_shift,
                 choose(c, Form(bias=1, table_grad=True), 1000, 1000).backward_q_shift))
     assert not any(shift_band_tiles(f) for f in (Form(bias=1), Form(bias=1, table_grad=True)))
+    assert not choose(c, Form(bias=1), 1000, 1000).band_shift and choose(c, keys, 1000, 1000).band_shift
     assert all(shift_band_tiles(f) for f in (Form(bias=2), keys, Form(keys=True, values=True, causal=True)))
     got = choose(c, keys, 1000, 1000)
     assert (got.forward, got.forward_shift, got.backward_q_shift, got.backward_kv_shift) == (c.forward_partial, True,

@@ -117,6 +117,7 @@ class Blocks:
     backward_kv_shift: bool = False  # backward_kv's last query tile moved back to end at the last query
     forward_peel: bool = False  # the forward's moved-back tile run after its far loop (:func:`peel_last_tile`)
     backward_q_peel: bool = False  # the same for backward_q (backward_kv's always is)
+    band_shift: bool = True  # the band loops' last tile moved back too, in every kernel (:func:`shift_band_tiles`)
 
 
 def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
@@ -178,7 +179,8 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     backward_q_shift = shift_last_tile(backward_q.block_n, max(backward_q.block_n, q_far), S)
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift, backward_q_shift,
                   shift_last_tile(backward_kv.block_m, backward_kv.block_m, T),
-                  forward_shift and peel_last_tile(form, "forward"), backward_q_shift and peel_last_tile(form, "backward_q"))
+                  forward_shift and peel_last_tile(form, "forward"), backward_q_shift and peel_last_tile(form, "backward_q"),
+                  shift_band_tiles(form))
 
 
 def shift_last_tile(tile: int, widest: int, length: int) -> bool:

@@ -464,7 +464,8 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
                         svt, qk_scale, slope2, KB, BIAS2, QA2, qa_rows, row_r, clip, 0, BIAS, KEYS, VALUES, CAUSAL,
                         HAS_PAD, RI, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, SHIFT=True)
         # far-left (every tile when no term splits; split, it ends at a whole tile): whole tiles, then the last one
-        # moved back where the lengths leave it partial (PEEL; only without a split)
+        # moved back where the lengths leave it partial (PEEL; only without a split). Without PEEL (alibi) every
+        # tile takes the shift, though a split's are whole: told so, alibi's 128 x 64 blocks spill 4 B (modelled)
         fend = fl if not MERGE_FAR else 0
         fw = _whole(0, fend, PEEL and not SPLIT, BLOCK_N)
         for n0 in range(0, fw, BLOCK_N):
@@ -1107,6 +1108,7 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
     a, c = _q_stages(n0, start, m_lo, T, WL, WR, BLOCK_M, BLOCK_N, SPLIT, CAUSAL)
     if SHIFT:  # the far-right tiles whole: a partial last one goes to the band (exact for any pair)
         a = tl.minimum(a, tl.maximum(m_lo, (T // BLOCK_M) * BLOCK_M))
+    lw = _whole(c, T, SHIFT, BLOCK_M)  # SHIFT: the far-left loop's whole tiles, the partial one after it
     if MERGE_FAR:  # far-right and far-left tiles in one loop (one pipeline prologue), the side's terms chosen per
         # tile (a bias by bucket or Shaw's terms, non-causal)
         far_r = 0.0
@@ -1115,7 +1117,6 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
             far_r = tl.load(BIAS2 + WR).to(ACC) * 1.4426950408889634
             far_l = tl.load(BIAS2 - WL).to(ACC) * 1.4426950408889634
         n_right = (a - m_lo + BLOCK_M - 1) // BLOCK_M
-        lw = _whole(c, T, SHIFT, BLOCK_M)  # SHIFT: whole tiles in the loop, the partial far-left one after it
         for t in range(0, n_right + (lw - c + BLOCK_M - 1) // BLOCK_M):
             right = t < n_right
             m0 = tl.where(right, m_lo + t * BLOCK_M, c + (t - n_right) * BLOCK_M)
@@ -1141,7 +1142,6 @@ def backward_kv(Q, K, V, DO, LSE, DELTA, LSEF, DELTAF, DK, DV, DPB, KB, BIAS2, S
                            HAS_PAD, BLOCK_M, BLOCK_N, BLOCK_D, D, ACC, PRECISION, EVEN_M, EVEN_N, EVEN_D, FEW_REGS,
                            SHIFT=SHIFT and SHIFT_BAND)
     if not MERGE_FAR:
-        lw = _whole(c, T, SHIFT, BLOCK_M)
         for m0 in range(c, lw, BLOCK_M):  # far-left (every tile when no term splits): whole tiles, then the partial one
             dk, dv = _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, first0, start, sqt, sdt,
                                qk_scale, slope2, KB, BIAS2, QA2, DPB, LSE, DELTA, LSEF, DELTAF, R, clip, WL, WR, 0.0, 0, 0, BIAS, KEYS, VALUES, CAUSAL,

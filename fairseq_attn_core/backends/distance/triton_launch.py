@@ -43,8 +43,7 @@ import torch
 from torch import Tensor
 
 from .terms import DistanceTerms
-from .triton_configs import (BlockConfig, Form, KernelConfigs, choose, configs_for, even, far_tiles_merged, head_block,
-                             shift_band_tiles)
+from .triton_configs import BlockConfig, Form, KernelConfigs, choose, configs_for, even, far_tiles_merged, head_block
 
 HALF = (torch.float16, torch.bfloat16)
 LOG2E = 1.4426950408889634
@@ -221,7 +220,7 @@ class _TritonAttention(torch.autograd.Function):
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
-            SHIFT=chosen.forward_shift, PEEL=chosen.forward_peel, SHIFT_BAND=shift_band_tiles(form),
+            SHIFT=chosen.forward_shift, PEEL=chosen.forward_peel, SHIFT_BAND=chosen.band_shift,
             HALF_BINS=_half_bins(q, key_table, value_table),
             **_even(c, T, S), **common)
         ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
@@ -249,6 +248,7 @@ class _TritonAttention(torch.autograd.Function):
         keys = common["KEYS"]
         form = dataclasses.replace(form, table_grad=table_grad)
         blocks = choose(configs, form, T, S)
+        half = _half_bins(q, key_table, value_table)
         cq, ckv = blocks.backward_q, blocks.backward_kv
         q_tiles = _cdiv(T, cq.block_m)
         if table_grad and cq.block_n < cq.block_m:
@@ -270,8 +270,7 @@ class _TritonAttention(torch.autograd.Function):
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, av, dav, *do.stride()[:3],
             T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cq.block_m,
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
-            TABLE_TF32=_tables_tf32(q, key_table, value_table), HALF_BINS=_half_bins(q, key_table, value_table),
-            num_warps=4)
+            TABLE_TF32=_tables_tf32(q, key_table, value_table), HALF_BINS=half, num_warps=4)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
@@ -279,14 +278,13 @@ class _TritonAttention(torch.autograd.Function):
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             BLOCK_NF=blocks.backward_q_far, SHIFT=blocks.backward_q_shift, PEEL=blocks.backward_q_peel,
-            SHIFT_BAND=shift_band_tiles(form),
-            HALF_BINS=_half_bins(q, key_table, value_table),
+            SHIFT_BAND=blocks.band_shift, HALF_BINS=half,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)
         module.backward_kv[(B * H, _cdiv(S, ckv.block_n))](
             q, k, v, do, lse, delta, lsef, deltaf, dk, dv, dpb, kb, bias2, slopes2, qa2, *strides, *ints,
             BLOCK_M=ckv.block_m, BLOCK_N=ckv.block_n, num_warps=ckv.num_warps, num_stages=ckv.num_stages,
             MERGE_FAR=far_tiles_merged(form, "backward_kv"), FEW_REGS=blocks.few_regs, SHIFT=blocks.backward_kv_shift,
-            SHIFT_BAND=shift_band_tiles(form),
+            SHIFT_BAND=blocks.band_shift,
             **_even(ckv, T, S), **common)
         d_table = None
         if table_grad:  # per distance, then per bucket (one matmul): no atomics

@@ -18,7 +18,7 @@ from distance_refs import alibi64, shaw64, t5bias64
 from fairseq_attn_core.pieces.alibi import alibi_slopes
 from fairseq_attn_core.pieces.rope import rotate
 from fairseq_attn_core.backends.distance import DistanceForm, DistanceTerms
-from fairseq_attn_core.backends.distance.triton_configs import (Form, choose, configs_for, far_tiles_merged,
+from fairseq_attn_core.backends.distance.triton_configs import (BlockConfig, Form, choose, configs_for, far_tiles_merged,
                                                                   shift_band_tiles)
 from fairseq_attn_core.backends.distance.triton_launch import triton_attention
 from triton_interpreter import have_triton, run_interpreted
@@ -124,6 +124,10 @@ def test_the_blocks_chosen_per_form_and_length():
     got = choose(c, Form(bias=1, table_grad=True), 1000, 1000)
     assert (got.backward_q_shift, got.backward_q_peel, choose(c, Form(bias=1), 1000, 1000).backward_q_peel) == (
         True, False, True)
+    # backward_delta's own rows (fewer d a_V shares), else backward_q's on 4 warps
+    assert choose(c, Form(keys=True, values=True), 1024, 1024).backward_delta == c.backward_delta
+    got = choose(ampere, Form(keys=True, values=True), 1024, 1024)
+    assert got.backward_delta == BlockConfig(got.backward_q.block_m, 0, 4, 1)
     # no merged blocks on Ampere: the far tiles in one loop on the plain ones
     assert (choose(ampere, keys, 1024, 1024).backward_kv, choose(ampere, keys, 1024, 1024).few_regs) == (
         ampere.backward_kv, False)

@@ -4,7 +4,8 @@ with ``TRITON_INTERPRET=1`` (see triton_interpreter.py; not a test module). Usag
 gradients of q, k, v and the table for one fixed output gradient (the inputs are drawn from
 the case's seed: :func:`inputs` gives the tests the same ones).
 
-Tiny shapes, tiles of 16 x 16 (T = 33 spans three tiles, the last one partial; at T = 33 and 47
+Tiny shapes, tiles of 16 x 16 (backward_delta's of 32 rows, so its programs and d a_V's shares are not
+backward_q's; T = 33 spans three tiles, the last one partial; at T = 33 and 47
 the kernels with blocks of their own for partial tiles take other shapes, see :func:`run`), float64
 inputs (the kernels then accumulate in float64: the interpreter computes tl.dot in numpy).
 """
@@ -62,6 +63,7 @@ CASES = {
     "half": [
         ("relpos_kv", 32, False, "right", 2),
         ("relpos_k", 113, False, "empty", 1),  # wide far tiles, the last tile moved back
+        ("relpos_kv", 113, False, "right", 1),  # the same, with the Hopper form of d a_V's share (dO^T PB, run())
     ],
     # RoPE's fused rotation: (L, D, rotated dimensions, first position)
     "rope": [
@@ -151,10 +153,12 @@ def run(case, seed, dtype=torch.float64):
     method, T, causal, _, H = case
     x = inputs(case, seed)
     leaves = [x[n].to(dtype).requires_grad_(True) for n in ("q", "k", "v", "table", "table_v") if x[n] is not None]
-    # the key-only case runs backward_q's Hopper form of Shaw's key-table share (q^T dQA), the others dQA^T q;
+    # the key-only cases and relpos kv's at T = 128 and 113 run the Hopper forms of Shaw's table shares (backward_q's
+    # q^T dQA, backward_delta's dO^T PB), the others dQA^T q and PB^T dO;
     # t5bias at T = 47, 48 and 32 its Hopper form of the far cells' sums (one reduction; whole tiles only: T = 48 and
     # 32), the others the other form
-    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k" or (method == "t5bias" and T in (47, 48, 32)))
+    configs = dataclasses.replace(SMALL, warpgroup_mma=method == "relpos_k" or (method == "relpos_kv" and T in (128, 113))
+                                  or (method == "t5bias" and T in (47, 48, 32)))
     if T == 48:  # backward_kv's blocks of its own (t5bias or Shaw's key term alone without the causal mask, whole
         # tiles, as on Hopper): its far tiles in one loop, dP first, the padding read before the loops
         configs = dataclasses.replace(configs, backward_kv_bias=configs.backward_kv,

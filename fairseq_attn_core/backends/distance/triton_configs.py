@@ -57,6 +57,9 @@ class KernelConfigs:
     #: narrower (:func:`wide_far_tiles`); None: block_n
     backward_q_keys_far: Optional[int] = None
     forward_keys_far: Optional[int] = None
+    #: backward_delta's rows and warps (it has no key tiles: block_n 0); None: backward_q's rows on 4 warps. More
+    #: rows, fewer programs; with Shaw's value term, fewer shares of d a_V for torch to sum
+    backward_delta: Optional[BlockConfig] = None
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -71,7 +74,7 @@ CONFIGS: Dict[int, KernelConfigs] = {
                       forward_partial=BlockConfig(128, 32, 4, 2),
                       backward_q_table_partial=BlockConfig(64, 64, 4, 3),
                       backward_kv_values_partial=BlockConfig(16, 64, 4, 2), warpgroup_mma=True,
-                      backward_q_keys_far=64, forward_keys_far=64),
+                      backward_q_keys_far=64, forward_keys_far=64, backward_delta=BlockConfig(256, 0, 8, 1)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
@@ -88,7 +91,7 @@ AMPERE: Dict[int, KernelConfigs] = {
 
 #: the CPU interpreter's tiles (tests, the dry device run)
 _TINY = BlockConfig(16, 16, 1, 1)
-SMALL = KernelConfigs(_TINY, _TINY, _TINY, _TINY)
+SMALL = KernelConfigs(_TINY, _TINY, _TINY, _TINY, backward_delta=BlockConfig(32, 0, 1, 1))
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class Blocks:
     forward_peel: bool = False  # the forward's moved-back tile run after its far loop (:func:`peel_last_tile`)
     backward_q_peel: bool = False  # the same for backward_q (backward_kv's always is)
     band_shift: bool = True  # the band loops' last tile moved back too, in every kernel (:func:`shift_band_tiles`)
+    backward_delta: Optional[BlockConfig] = None  # backward_delta's rows and warps
 
 
 def even(config: BlockConfig, T: int, S: int) -> Tuple[bool, bool]:
@@ -180,7 +184,7 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift, backward_q_shift,
                   shift_last_tile(backward_kv.block_m, backward_kv.block_m, T),
                   forward_shift and peel_last_tile(form, "forward"), backward_q_shift and peel_last_tile(form, "backward_q"),
-                  shift_band_tiles(form))
+                  shift_band_tiles(form), configs.backward_delta or BlockConfig(backward_q.block_m, 0, 4, 1))
 
 
 def shift_last_tile(tile: int, widest: int, length: int) -> bool:

@@ -385,7 +385,7 @@ def _fwd_tile(acc, m_i, l_i, pb, pbl, pbr, q, K, V, koff, n0, offs_m, pos_i, i0,
 
 
 @triton.jit
-def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
+def forward(Q, K, V, O, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, sqt, skb, skh, skt, svb, svh, svt,
             qk_scale, T, S, H, D, start, R, clip, WL, WR, NDIST, B0, BROW,
             BIAS: tl.constexpr, KEYS: tl.constexpr, VALUES: tl.constexpr, CAUSAL: tl.constexpr,
             HAS_PAD: tl.constexpr, SPLIT: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -399,8 +399,7 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
     rescaled with it, stored and added to the output as ``PB a_V`` (AV: Shaw's value table,
     (R, D) contiguous, in the accumulator's dtype; one dot at ``KEYS_PRECISION``, or with ``HALF_BINS``
     of PB rounded to the inputs' dtype (:func:`_dot_table`), the edge rows as products: the output is
-    rounded once), the output without it in OP (for delta, whose
-    value-term part :func:`backward_delta` adds in float32); (``KEYS``) the rows'
+    rounded once); (``KEYS``) the rows'
     QA, computed first (:func:`_key_products`; WK: Shaw's key table in q's dtype with
     ``TABLE_NATIVE``, else in the accumulator's, (2k + 1, D) contiguous) and written to QA2
     (B H, T, R), which the band tiles, the far tiles' row terms and the backward kernels read.
@@ -556,7 +555,6 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
         pbl = pbl / l_safe
         pbr = pbr / l_safe
         _store_bins(PB, qa_rows, pb, pbl, pbr, R, T, offs_m, RI)
-        tl.store(OP + bh * T * D + offs_m[:, None] * D + offs_d[None, :], out.to(OP.dtype.element_ty), mask=q_mask)
         r = tl.arange(0, RI)
         d_ok = offs_d < D
         av = tl.load(AV + (1 + r)[:, None] * D + offs_d[None, :], mask=(r < R - 2)[:, None] & d_ok[None, :], other=0.0)
@@ -572,10 +570,10 @@ def forward(Q, K, V, O, OP, LSE, PB, KB, BIAS2, SLOPES2, QA2, WK, AV, sqb, sqh, 
 def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, sdh, sdt, T, H, D, R,
                    KEYS: tl.constexpr, VALUES: tl.constexpr, RI: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_D: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr = "ieee",
-                   TABLE_TF32: tl.constexpr = False, HALF_BINS: tl.constexpr = False):
-    """Each row's delta ``rowsum(dO O)`` (plus ``rowsum(PB dPB)`` with ``VALUES``, O then the
-    output without the value term: dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k], so delta_i =
-    sum_j P_ij dP_ij), the backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
+                   TABLE_TF32: tl.constexpr = False, HALF_BINS: tl.constexpr = False, WGMMA: tl.constexpr = False):
+    """Each row's delta ``rowsum(dO O)`` from the output as stored (rounded), as FA2 makes it: with ``VALUES`` too,
+    since dP_ij = dO_i . v_j + dPB[i, clip(j - i) + k] gives sum_j P_ij dP_ij = dO_i . O_i, the value term in O.
+    The backward's first kernel (the tutorial's ``_attn_bwd_preprocess``): read by both backward kernels.
     With Shaw's terms, also what :func:`backward_kv`'s far tiles read per row, (B H, 2, T)
     (far-left, far-right): ``LSEF``, the log-sum-exp less the row's edge QA (``KEYS``), and
     ``DELTAF``, delta less its edge dPB (``VALUES``). With ``VALUES`` it makes the value
@@ -586,7 +584,9 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
     tf32, so the other operand alone is split, :func:`_tf32_parts`; ``TABLE_TF32``: the table in
     fp16 / bf16, exact in tf32, dPB in one tf32 dot; ``HALF_BINS``: the table in dO's dtype, both dots
     in it, PB rounded to it as FA2 rounds P for dV), columns 1 .. R - 1 by the dots (the right
-    edge as the interior tile's spare column: RI >= 2k), column 0 as sums."""
+    edge as the interior tile's spare column: RI >= 2k), column 0 as sums; ``WGMMA`` (Hopper's configs) d a_V's
+    share made as its transpose ``dO^T PB`` (head-size rows, the warp group's 64-row dot), and with ``HALF_BINS``
+    its row 0 as a dot too (dO^T times PB's left edge), not a sum across rows."""
     bh = tl.program_id(0)
     pid_m = tl.program_id(1)
     b = bh // H
@@ -620,19 +620,34 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
         tl.store(DPB + rows, dpb_l, mask=m_ok)
         pb = tl.load(PB + rows[:, None] + 1 + r[None, :], mask=m_ok[:, None] & in_ok[None, :], other=0.0)
         pb_l = tl.load(PB + rows, mask=m_ok, other=0.0)
-        delta += tl.sum(pb * dpb, 1) + pb_l * dpb_l
         tl.store(DELTAF + 2 * bh * T + offs_m, delta - dpb_l, mask=m_ok)
         tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
         part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
-        tl.store(part + offs_d, tl.sum(pb_l[:, None] * dof, 0), mask=d_ok)
-        if HALF_BINS:
-            dav = tl.dot(tl.trans(pb.to(do.dtype)), do, out_dtype=ACC)
-        elif PRECISION == "tf32x3":
-            p_hi, p_lo = _tf32_parts(tl.trans(pb))
-            dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+        if WGMMA:  # Hopper: d a_V's share as dO^T PB (head-size rows, the warp group's 64-row dot), stored transposed
+            if HALF_BINS:
+                dav = tl.dot(tl.trans(do), pb.to(do.dtype), out_dtype=ACC)
+                e0 = tl.where((tl.arange(0, 16) == 0)[None, :], pb_l[:, None], 0.0).to(do.dtype)
+                left = tl.sum(tl.dot(tl.trans(do), e0, out_dtype=ACC), 1)
+            elif PRECISION == "tf32x3":
+                p_hi, p_lo = _tf32_parts(pb)
+                dav = tl.dot(tl.trans(dof), p_hi, tl.dot(tl.trans(dof), p_lo, out_dtype=ACC, input_precision="tf32"),
+                             input_precision="tf32")
+                left = tl.sum(pb_l[:, None] * dof, 0)
+            else:
+                dav = tl.dot(tl.trans(dof), pb, out_dtype=ACC, input_precision=PRECISION)
+                left = tl.sum(pb_l[:, None] * dof, 0)
+            tl.store(part + (1 + r)[None, :] * D + offs_d[:, None], dav, mask=in_ok[None, :] & d_ok[:, None])
         else:
-            dav = tl.dot(tl.trans(pb), dof, out_dtype=ACC, input_precision=PRECISION)
-        tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dav, mask=in_ok[:, None] & d_ok[None, :])
+            left = tl.sum(pb_l[:, None] * dof, 0)
+            if HALF_BINS:
+                dav = tl.dot(tl.trans(pb.to(do.dtype)), do, out_dtype=ACC)
+            elif PRECISION == "tf32x3":
+                p_hi, p_lo = _tf32_parts(tl.trans(pb))
+                dav = tl.dot(p_hi, dof, tl.dot(p_lo, dof, out_dtype=ACC, input_precision="tf32"), input_precision="tf32")
+            else:
+                dav = tl.dot(tl.trans(pb), dof, out_dtype=ACC, input_precision=PRECISION)
+            tl.store(part + (1 + r)[:, None] * D + offs_d[None, :], dav, mask=in_ok[:, None] & d_ok[None, :])
+        tl.store(part + offs_d, left, mask=d_ok)
     tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
     if KEYS:
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))

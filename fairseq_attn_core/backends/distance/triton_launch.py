@@ -24,8 +24,8 @@ T, 2k + 1), read by the backward kernels; ``backward_q`` adds dq's share ``scale
 before rounding dq and writes each program's share of ``d w_K = scale dQA^T q`` (dQA: dS summed
 per table row), which torch sums over the programs (one small sum). Shaw's value term: the
 forward kernel returns PB (B H, T, 2k + 1), each query's probability mass per clipped
-distance, and adds ``PB a_V`` to the output before rounding it once (the output without it is
-kept for delta); ``backward_delta`` makes ``dPB = dO a_V^T``, which the other kernels read by
+distance, and adds ``PB a_V`` to the output before rounding it once (delta, FA2's, is made from
+that output); ``backward_delta`` makes ``dPB = dO a_V^T``, which the other kernels read by
 distance into dP, and its programs' shares of ``d a_V = PB^T dO``, summed by torch.
 
 q, k, v and dO are read through their strides (the layer's permuted views, no copies; the
@@ -211,19 +211,18 @@ class _TritonAttention(torch.autograd.Function):
         pointers = (kb if kb is not None else none, bias2, shape["slopes2"] if shape["slopes2"] is not None else none,
                     qa2)
         av = value_table.detach().to(dtype).contiguous() if values else none
-        out_p = torch.empty_like(out) if values else out  # the output without the value term (delta's)
         form = Form(bias=shape["bias"], keys=key_table is not None, values=values, causal=causal)
         chosen = choose(configs, form, T, S)
         c = chosen.forward
         module.forward[(B * H, _cdiv(T, c.block_m))](
-            q, k, v, out, out_p, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            q, k, v, out, lse, pb if values else none, *pointers, wk2, av, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *ints, RI=_interior(clip), BLOCK_M=c.block_m, BLOCK_N=c.block_n, num_warps=c.num_warps, num_stages=c.num_stages,
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
             TABLE_NATIVE=native, MERGE_FAR=far_tiles_merged(form, "forward"), BLOCK_NF=chosen.forward_far,
             SHIFT=chosen.forward_shift, PEEL=chosen.forward_peel, SHIFT_BAND=chosen.band_shift,
             HALF_BINS=_half_bins(q, key_table, value_table),
             **_even(c, T, S), **common)
-        ctx.save_for_backward(q, k, v, out_p, lse, pb, *pointers, key_table, value_table)
+        ctx.save_for_backward(q, k, v, out, lse, pb, *pointers, key_table, value_table)
         ctx.meta = (shape, ints, configs, module, common, form, None if table is None else table.dtype, scale)
         return out
 
@@ -265,12 +264,15 @@ class _TritonAttention(torch.autograd.Function):
         lsef = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if keys else none
         deltaf = torch.empty(B * H * 2 * T, dtype=dtype, device=q.device) if common["VALUES"] else none
         # d a_V = PB^T dO, each backward_delta program's share
-        dav = torch.empty(B * H * q_tiles, R, D, dtype=dtype, device=q.device) if common["VALUES"] else none
-        module.backward_delta[(B * H, q_tiles)](
+        cd = blocks.backward_delta
+        d_tiles = _cdiv(T, cd.block_m)
+        dav = torch.empty(B * H * d_tiles, R, D, dtype=dtype, device=q.device) if common["VALUES"] else none
+        module.backward_delta[(B * H, d_tiles)](
             out, do, pb if common["VALUES"] else none, dpb, delta, lse, qa2, lsef, deltaf, av, dav, *do.stride()[:3],
-            T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cq.block_m,
+            T, H, D, R, KEYS=keys, VALUES=common["VALUES"], RI=_interior(ints[7]), BLOCK_M=cd.block_m,
             BLOCK_D=common["BLOCK_D"], ACC=common["ACC"], PRECISION=_keys_precision(q, common),
-            TABLE_TF32=_tables_tf32(q, key_table, value_table), HALF_BINS=half, num_warps=4)
+            TABLE_TF32=_tables_tf32(q, key_table, value_table), HALF_BINS=half, WGMMA=configs.warpgroup_mma,
+            num_warps=cd.num_warps)
         wk = key_table.detach().contiguous() if keys else none
         module.backward_q[(B * H, q_tiles)](
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,

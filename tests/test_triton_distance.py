@@ -20,6 +20,7 @@ from fairseq_attn_core.pieces.rope import rotate
 from fairseq_attn_core.backends.distance import DistanceForm, DistanceTerms
 from fairseq_attn_core.backends.distance.triton_configs import (BlockConfig, Form, choose, configs_for, far_tiles_merged,
                                                                   shift_band_tiles)
+from fairseq_attn_core.backends.distance import triton_configs, triton_launch
 from fairseq_attn_core.backends.distance.triton_launch import triton_attention
 from triton_interpreter import have_triton, run_interpreted
 
@@ -52,6 +53,27 @@ def test_the_forms_the_triton_kernels_run_and_what_they_refuse():
     assert configs_for(64).forward.block_m >= 16 and configs_for(48) == configs_for(64)
     with pytest.raises(ValueError, match="heads of at most 128 dimensions"):
         configs_for(200)
+
+
+def test_a_call_past_the_kernels_32_bit_offsets_is_refused_in_one_line():
+    """The kernels' offsets are int32: a call whose tensors they would index past 2^31 - 1 is refused before anything
+    is allocated or launched (expanded views: no memory), for each of the largest tensors; one just inside passes."""
+    def call(T, D=64, clip=0, configs=None):
+        q = torch.zeros(1, dtype=torch.float16).expand(1, 1, T, D)
+        terms = DistanceTerms(key_table=torch.zeros(2 * clip + 1, D), clip=clip) if clip else DistanceTerms(
+            slopes=(0.5,))
+        return triton_attention(terms, q, q, q, 1.0, configs=configs or configs_for(D))
+    limit = triton_launch.MAX_OFFSET
+    assert 2 ** 25 * 64 > limit >= (2 ** 25 - 1) * 64
+    with pytest.raises(ValueError, match=r"32-bit offsets: this call \(B 1, H 1, T 33554432, S 33554432, head size "
+                                         r"64\) needs 2,147,483,648, above 2,147,483,647;"):
+        call(2 ** 25)  # the outputs
+    with pytest.raises(ValueError, match="needs 2,155,872,256"):
+        call(2 ** 23, clip=128)  # Shaw's (B H, T, 2k + 1) tables: 257 a row
+    with pytest.raises(ValueError, match="needs 2,155,872,256"):
+        call(2 ** 21, clip=128, configs=triton_configs.SMALL)  # d w_K's shares: one (257, 64) each 16 rows
+    q = torch.zeros(1, dtype=torch.float16).expand(1, 1, 2 ** 25 - 1, 64)
+    triton_launch._check_offsets(q, q, q, 0, configs_for(64))  # just inside: no refusal
 
 
 def test_the_blocks_chosen_per_form_and_length():

@@ -52,6 +52,8 @@ LOG2E = 1.4426950408889634
 #: up to 256 for encoder and decoder (t5bias: about 0.1 MB a shape at L = 256 or 1024, 51 MB in all)
 _TABLES: dict = {}
 _MAX_TABLES = 512
+#: the kernels' offsets are 32-bit (Triton's int32 products of positions and strides)
+MAX_OFFSET = 2 ** 31 - 1
 
 
 def kernels() -> ModuleType:
@@ -70,9 +72,10 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
     :mod:`.triton_configs`); ``module``: the kernels (default :func:`kernels`)."""
     if not terms.form.triton:
         raise ValueError("triton_attention: the Triton kernels run a bias of the distance or Shaw's tables, not both")
-    module = module or kernels()
     configs = configs or configs_for(q.size(-1), torch.cuda.get_device_capability(q.device)
                                      if q.device.type == "cuda" else None)
+    _check_offsets(q, k, v, terms.clip or 0, configs)
+    module = module or kernels()
     B, H, T, D = q.shape
     S = k.size(2)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -82,6 +85,24 @@ def triton_attention(terms: DistanceTerms, q: Tensor, k: Tensor, v: Tensor, scal
         kb = torch.where(key_padding_mask, float("-inf"), 0.0).to(acc)  # one op (float32 as made, acc's in the tests)
     return _TritonAttention.apply(q, k, v, terms.bias_table, terms.key_table, terms.value_table, kb, shape,
                                   terms.clip or 0, causal, float(scale), configs, module)
+
+
+def _check_offsets(q: Tensor, k: Tensor, v: Tensor, clip: int, configs: KernelConfigs) -> None:
+    """Refuses, in one line, a call whose tensors the kernels would index past :data:`MAX_OFFSET`: their offsets
+    would wrap silently. The largest are q, k, v through their strides, the outputs (B H, T or S, head block), the
+    (B H, T, 2k + 1) tables of Shaw's terms and their gradients' shares (one (2k + 1, head block) a program of the
+    fewest rows ``configs`` may run)."""
+    B, H, T, D = q.shape
+    S = k.size(2)
+    R = 2 * clip + 1
+    rows = min(c.block_m for c in (configs.backward_q, configs.backward_q_terms, configs.backward_q_table,
+                                   configs.backward_delta) if c is not None)
+    spans = [1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())) for t in (q, k, v)]
+    need = max(*spans, B * H * max(T, S) * max(head_block(D), R), B * H * -(-T // rows) * R * head_block(D))
+    if need > MAX_OFFSET:
+        raise ValueError(f"the Triton distance kernels index with 32-bit offsets: this call (B {B}, H {H}, T {T}, "
+                         f"S {S}, head size {D}) needs {need:,}, above {MAX_OFFSET:,}; run fewer tokens a batch, or "
+                         f"--attn-backend auto")
 
 
 def _shape_tables(terms: DistanceTerms, H: int, S: int, T: int, device, acc) -> dict:

@@ -18,7 +18,8 @@
 #      kernel, which alibi and t5bias share, x lengths a multiple of 16 or not: 512 and 1024 share
 #      their kernels, and WMT batches of 16..64 tokens padded to 64 too; rope's two kernels apart),
 #      --max-compiles 30 fails the step beyond that; counted by the CPU rehearsal (lengths 16, 32
-#      and WMT-like 4..12 under the interpreter: 30 on 2026-11-29). Limit 150 s (30 compiles at a
+#      and WMT-like 4..12 under the interpreter: 30 on 2026-11-30; t5bias's learned-table kernel at
+#      lengths whose window of per-distance sums the length cuts shares one compile). Limit 150 s (30 compiles at a
 #      few seconds each, the delta kernel's under one, 3 lengths x 5 methods x 7 passes of 3
 #      batches). Then the numerics against float64 in fp16 and bf16
 #      (t5bias, alibi, relpos k and kv, t5bias and relpos kv also causal: output and every

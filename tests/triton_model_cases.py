@@ -76,8 +76,8 @@ def refusals():
 
 
 def bench_compiles():
-    """benchmarks/triton_distance_bench.py's timing of alibi at lengths 16, 32, 12 (what
-    gpu_checks.sh rehearses), in this process: its output and exit status."""
+    """benchmarks/triton_distance_bench.py's timing of alibi and t5bias (its learned table: backward_q's per-distance
+    sums) at lengths 16, 32, 12 (what gpu_checks.sh rehearses), in this process: its output and exit status."""
     import contextlib
     import io
     from pathlib import Path
@@ -87,7 +87,7 @@ def bench_compiles():
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = triton_distance_bench.main(
-            ["--device", "cpu", "--time", "--dtypes", "fp32", "--methods", "alibi", "--lengths", "16,32,12",
+            ["--device", "cpu", "--time", "--dtypes", "fp32", "--methods", "alibi,t5bias", "--lengths", "16,32,12",
              "--tokens", "16", "--batches", "1", "--rounds", "1", "--profile-passes", "0", "--max-compiles", "5"])
     return dict(status=status, out=out.getvalue(), err=err.getvalue())
 

@@ -274,7 +274,9 @@ class _TritonAttention(torch.autograd.Function):
         if table_grad and cq.block_n < cq.block_m:
             raise ValueError("the table's gradient needs backward_q tiles with block_n >= block_m")
         # the table's per-distance sums, each program's band distances j - i at j - i + woff
-        # (triton_kernels' docstring): rows as wide as the span the band tiles write, not as the length
+        # (triton_kernels' docstring): rows as wide as the span the band tiles write, not as the length;
+        # the kernel's NWIN (its zeroing's width) at least 2 (block_m + block_n), so that short lengths,
+        # whose span the length cuts, share one compiled kernel
         woff, nwin = _window(shape, T, S, cq, causal=common["CAUSAL"]) if table_grad else (0, 1)
         # every cell written by backward_q (the band's sums, zeros elsewhere)
         dtable = torch.empty(B * H * q_tiles * nwin if table_grad else 1, dtype=dtype, device=q.device)
@@ -299,7 +301,7 @@ class _TritonAttention(torch.autograd.Function):
             q, k, v, do, lse, delta, dq, dwk, dpb, dtable, dfar, kb, bias2,
             slopes2, qa2, wk, *strides, *ints[:10], nwin, *ints[11:], woff, TABLE_GRAD=table_grad, RI=_interior(ints[7]),
             KEYS_PRECISION=_keys_precision(q, common), TABLE_TF32=_tables_tf32(q, key_table, value_table),
-            NWIN=_pow2(nwin) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
+            NWIN=_pow2(max(nwin, 2 * (cq.block_m + cq.block_n))) if table_grad else 16, WGMMA=configs.warpgroup_mma, BLOCK_M=cq.block_m, BLOCK_N=cq.block_n,
             BLOCK_NF=blocks.backward_q_far, SHIFT=blocks.backward_q_shift, PEEL=blocks.backward_q_peel,
             SHIFT_BAND=blocks.band_shift, HALF_BINS=half,
             num_warps=cq.num_warps, num_stages=cq.num_stages, **_even(cq, T, S), **common)

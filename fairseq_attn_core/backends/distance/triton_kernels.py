@@ -1069,8 +1069,11 @@ def _dkv_tile(dk, dv, k, v, Q, DO, qoff, dooff, m0, n0, offs_n, b, h, bh, T, S, 
         dv += tl.dot(pT.to(do.dtype), do, out_dtype=ACC, input_precision=PRECISION)
         dpT = tl.dot(v, tl.trans(do), out_dtype=ACC, input_precision=PRECISION)
     if VALUES and KIND == 1:
-        r = tl.minimum(tl.maximum(dist, -clip), clip) + clip
-        dpT += tl.load(DPB + qa_rows[None, :] + r, mask=inside, other=0.0)
+        r = tl.minimum(tl.maximum(dist + clip, 0), 2 * clip)  # _band's index of QA: computed once for both
+        if (EVEN_M or SHIFT) and EVEN_N:  # unmasked, from the tile's scalar base, as QA above
+            dpT += tl.load((DPB + (bh * T + m0) * R) + (tl.arange(0, BLOCK_M)[None, :] * R + r))
+        else:
+            dpT += tl.load(DPB + qa_rows[None, :] + r, mask=inside, other=0.0)
     dsT = pT * (dpT - delta[None, :])
     dk += tl.dot(dsT.to(q.dtype), q, out_dtype=ACC, input_precision=PRECISION)
     return dk, dv

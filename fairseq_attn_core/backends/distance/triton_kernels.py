@@ -623,22 +623,22 @@ def backward_delta(O, DO, PB, DPB, DELTA, LSE, QA2, LSEF, DELTAF, AV, DAV, sdb, 
         tl.store(DELTAF + 2 * bh * T + offs_m, delta - dpb_l, mask=m_ok)
         tl.store(DELTAF + (2 * bh + 1) * T + offs_m, delta - dpb_r, mask=m_ok)
         part = DAV + (bh * tl.num_programs(1) + pid_m) * R * D
+        if WGMMA and HALF_BINS:  # row 0 as a dot: dO^T times PB's left edge
+            e0 = tl.where((tl.arange(0, 16) == 0)[None, :], pb_l[:, None], 0.0).to(do.dtype)
+            left = tl.sum(tl.dot(tl.trans(do), e0, out_dtype=ACC), 1)
+        else:
+            left = tl.sum(pb_l[:, None] * dof, 0)
         if WGMMA:  # Hopper: d a_V's share as dO^T PB (head-size rows, the warp group's 64-row dot), stored transposed
             if HALF_BINS:
                 dav = tl.dot(tl.trans(do), pb.to(do.dtype), out_dtype=ACC)
-                e0 = tl.where((tl.arange(0, 16) == 0)[None, :], pb_l[:, None], 0.0).to(do.dtype)
-                left = tl.sum(tl.dot(tl.trans(do), e0, out_dtype=ACC), 1)
             elif PRECISION == "tf32x3":
                 p_hi, p_lo = _tf32_parts(pb)
                 dav = tl.dot(tl.trans(dof), p_hi, tl.dot(tl.trans(dof), p_lo, out_dtype=ACC, input_precision="tf32"),
                              input_precision="tf32")
-                left = tl.sum(pb_l[:, None] * dof, 0)
             else:
                 dav = tl.dot(tl.trans(dof), pb, out_dtype=ACC, input_precision=PRECISION)
-                left = tl.sum(pb_l[:, None] * dof, 0)
             tl.store(part + (1 + r)[None, :] * D + offs_d[:, None], dav, mask=in_ok[None, :] & d_ok[:, None])
         else:
-            left = tl.sum(pb_l[:, None] * dof, 0)
             if HALF_BINS:
                 dav = tl.dot(tl.trans(pb.to(do.dtype)), do, out_dtype=ACC)
             elif PRECISION == "tf32x3":

@@ -6,7 +6,8 @@ figures are a reading of the code the GPU would run.
                                             [--tutorial PATH] [--no-causal]
 
 1. The launches: the project's launcher (``triton_attention`` and its backward,
-   ``fused_rotate``) runs on CPU tensors (fp16, B 2, H 8, head size 64, a padded sentence)
+   ``fused_rotate``) runs on CPU tensors (fp16, B 2, H 8, head size 64, a padded sentence;
+   every call again without padding, ``..., no padding``: the tutorial takes no mask)
    (q, k, v and dO as the layer passes them: permuted views of (T, B, H, D)) with a
    stand-in kernel module that records each launch instead of running it. Variants:
    ``terms off`` (alibi's launch with ``BIAS`` 0 and ``SPLIT`` as the launcher sets it for a
@@ -26,6 +27,7 @@ figures are a reading of the code the GPU would run.
 3. The loops: a SASS branch back to an earlier label closes a loop (its body: the addresses
    between). A main loop is an outermost loop holding tensor-core instructions (HGMMA on
    sm_90, HMMA on sm_80); a loop inside a main loop is a nested loop (spin-waits aside).
+   A main loop's spills: its local-memory instructions (LDL, STL).
    Pipelined: the TTGIR's ``scf.for`` holding the loop's dot has asynchronous copies
    (``ttg.async_copy_global_to_local``) or a TMA load.
 4. The model, per SM, in cycles, for one CTA's warps each running a loop body once:
@@ -107,6 +109,8 @@ T5_BUCKETS, T5_MAX_DISTANCE, CLIP = 32, 128, 16
 #: one stage (SPLIT off; on under the causal mask); "terms off, three stages": the same kernels with
 #: SPLIT kept on (the earlier reading of "terms off"; non-causal only, causal is split anyway)
 VARIANTS = ("terms off", "terms off, three stages", "alibi", "t5bias", "relpos k", "relpos kv")
+#: the suffix of a variant read on a batch without padding (no key padding mask)
+NO_PADDING = ", no padding"
 UNITS = ("tensor", "issue", "fp32", "alu", "mufu", "lsu", "shfl")
 ARCH = {
     90: dict(gpu="H100/H200", tensor=4096, fp32=128, regs=65536, smem=228 * 1024, max_warps=64, max_ctas=32,
@@ -188,11 +192,12 @@ def _terms(variant, causal, leaf):
     return DistanceTerms(slopes=tuple(alibi_slopes(H))), []
 
 
-def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
+def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90, padded: bool = True):
     """{variant: ([launch], [torch op], [torch op of the shape's first call])}: the launches one
     forward + backward makes at length L on a GPU of compute capability ``cap`` (its blocks),
     the torch work around them in a call whose shape has been seen (its tables cached), and the
-    torch work of the shape's first call (the tables made)."""
+    torch work of the shape's first call (the tables made). ``padded``: a batch with a padded
+    sentence (a key padding mask), else none (fairseq passes none when a batch has no padding)."""
     from fairseq_attn_core.backends.distance import triton_launch
     from fairseq_attn_core.backends.distance.triton_configs import configs_for
     configs = configs_for(D, divmod(cap, 10))
@@ -209,8 +214,10 @@ def record(L: int, causal: bool, variants=VARIANTS, cap: int = 90):
         calls = []
         # as the layer passes them: (T, B, H, D) projections seen as (B, H, T, D)
         q, k, v = (x.permute(1, 2, 0, 3) for x in (leaf(L, B, H, D), leaf(L, B, H, D), leaf(L, B, H, D)))
-        kpm = torch.zeros(B, L, dtype=torch.bool)
-        kpm[1, L - 37:] = True
+        kpm = None
+        if padded:
+            kpm = torch.zeros(B, L, dtype=torch.bool)
+            kpm[1, L - 37:] = True
         terms, tables = _terms("alibi" if variant.startswith("terms off") else variant, causal, leaf)
         # dO as the layer's gradient arrives: a (T, B, H, D) tensor seen as (B, H, T, D), made before
         # the recording (the caller's work, not the path's)
@@ -481,6 +488,7 @@ def read_kernel(compiled, cap: int) -> dict:
         nested = [s for s in spans if s != (first, last) and first <= s[0] and s[1] <= last]
         out["main_loops"].append(dict(
             instructions=len(body), mix=mix(body), cycles=cycles(body, warps, cap),
+            spill_instructions=sum(1 for _, op, _ in body if op.split(".")[0] in ("LDL", "STL")),
             nested_loops=[dict(instructions=b - a + 1, cycles=cycles(ins[a:b + 1], warps, cap)) for a, b in nested],
             pipelined=bool(tt_top[n]["async_copies"]) if n < len(tt_top) else None))
     out["nested_loops_in_ttgir"] = sum(1 for x in ttgir_loops(compiled.asm["ttgir"]) if x["depth"] > 0)
@@ -751,17 +759,20 @@ def main(argv=None):
     import triton
     started = time.time()
     result = dict(meta=dict(triton=triton.__version__, torch=torch.__version__, B=B, H=H, D=D, dtype="fp16",
-                            key_padding=True, t5=dict(buckets=T5_BUCKETS, max_distance=T5_MAX_DISTANCE),
+                            key_padding=True, no_padding_suffix=NO_PADDING, t5=dict(buckets=T5_BUCKETS, max_distance=T5_MAX_DISTANCE),
                             relpos_clip=CLIP, lengths=lengths, archs=archs),
                   kernels={}, totals={}, outside_torch={})
-    causals = (False,) if args.no_causal else (False, True)
+    # every call is also read without padding (fairseq passes no mask for a batch without it; the tutorial
+    # takes none: like for like)
+    readings = [(False, True), (False, False)] + ([] if args.no_causal else [(True, True), (True, False)])
     compiled_reads = {}
     for L in lengths:
-        for causal in causals:
+        for causal, padded in readings:
             for cap in archs:  # each GPU's launches, with its blocks
-                recorded, kmod = record(L, causal, cap=cap)
+                variants = VARIANTS if padded else tuple(v for v in VARIANTS if v != "terms off, three stages")
+                recorded, kmod = record(L, causal, variants=variants, cap=cap, padded=padded)
                 for variant, (calls, ops, first_ops) in recorded.items():
-                    key = f"{variant}{' causal' if causal else ''}"
+                    key = f"{variant}{' causal' if causal else ''}{'' if padded else NO_PADDING}"
                     result["outside_torch"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[str(L)] = dict(
                         flops=sum(o["flops"] for o in ops), bytes=sum(o["bytes"] for o in ops),
                         ops=_summarise(ops), first_call_ops=_summarise(first_ops))
@@ -860,6 +871,13 @@ def _summarise(ops):
     return by
 
 
+def _reading(variant: str):
+    """(causal, padded) of a totals key: ``alibi``, ``alibi causal``, ``alibi causal, no padding``."""
+    padded = not variant.endswith(NO_PADDING)
+    base = variant if padded else variant[:-len(NO_PADDING)]
+    return base.endswith(" causal"), padded
+
+
 def markdown(result) -> str:
     lines = [f"# Static cost of the Triton kernels (triton {result['meta']['triton']}, compiled without a GPU; "
              f"B {B}, H {H}, D {D}, fp16, a padded sentence)", ""]
@@ -876,7 +894,9 @@ def markdown(result) -> str:
                                 + ")" for lp in r["main_loops"]) or "-"
                 tile = "-" if not r.get("block_m") else (f"{r['block_m']}x{r['block_n']}" if r.get("block_n")
                                                          else f"{r['block_m']} rows")
-                lines.append(f"| {variant} | {name} | {tile} | {r['regs']} | {r['spill_stores']}/{r['spill_loads']} | "
+                in_loops = sum(lp.get("spill_instructions", 0) for lp in r["main_loops"])
+                spills = f"{r['spill_stores']}/{r['spill_loads']}" + (f" ({in_loops} in loops)" if in_loops else "")
+                lines.append(f"| {variant} | {name} | {tile} | {r['regs']} | {spills} | "
                              f"{r['shared_bytes'] / 1024:.0f} | {r['ctas_per_sm']} | {loops_txt} | {nested} | {cyc} |")
         lines.append("")
         totals = result["totals"].get(arch, {})
@@ -888,10 +908,11 @@ def markdown(result) -> str:
             cells = []
             for n in lengths:
                 t = per_l[n]["sum"]
-                off = totals.get("terms off causal" if variant.endswith("causal") else "terms off", {}).get(n)
+                causal, padded = _reading(variant)
+                off = totals.get(f"terms off{' causal' if causal else ''}{'' if padded else NO_PADDING}", {}).get(n)
                 tut = totals.get("tutorial", {}).get(n)
                 cells += [f"{t / 1e3:.0f}", f"{t / off['sum']:.2f}" if off else "-",
-                          f"{t / tut['sum']:.2f}" if tut and not variant.endswith("causal") else "-"]
+                          f"{t / tut['sum']:.2f}" if tut and not causal else "-"]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         lines += ["", "With the torch work outside the kernels (each op at its roofline, docstring 6.):", "",
                   "| variant | " + " | ".join(f"L {n}: kcycles outside | sum + outside | vs tutorial" for n in lengths)
@@ -902,7 +923,7 @@ def markdown(result) -> str:
                 t, tut = per_l[n], totals.get("tutorial", {}).get(n)
                 cells += [f"{t['outside'] / 1e3:.0f}", f"{t['sum_with_outside'] / 1e3:.0f}",
                           f"{t['sum_with_outside'] / tut['sum_with_outside']:.2f}"
-                          if tut and not variant.endswith("causal") else "-"]
+                          if tut and not _reading(variant)[0] else "-"]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
         tut = totals.get("tutorial", {})
         if all("sum_without_delta" in tut.get(n, {}) for n in lengths):

@@ -12,7 +12,8 @@ spilled before they had blocks of their own (triton_configs' ``*_partial``: alib
 t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask; and relpos kv without
 it, whose forward and backward_q run far tiles wider than their band tiles there too), and at
 T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k, relpos kv under the
-causal mask: 32 x 64 spilled 4 B there, so its partial blocks are 16 x 64). One compile per
+causal mask: 32 x 64 spilled 4 B there, so its partial blocks are 16 x 64). Some forms again without a key
+padding mask (``UNPADDED``: the kernels then compile without the padding column). One compile per
 (launch, arch), shared by the tests of this module.
 """
 
@@ -38,7 +39,14 @@ PARTIAL_L, PARTIAL_L16 = 1000, 1040
 PARTIAL_SAMPLE = (("alibi", True), ("t5bias", False), ("t5bias", True), ("relpos k", False), ("relpos kv", True),
                   ("relpos kv", False))
 PARTIAL16_SAMPLE = (("alibi", False), ("t5bias", False), ("relpos k", False), ("relpos kv", True))
+#: forms without a key padding mask (a batch without padding: fairseq then passes none, and the kernels compile
+#: without the padding column), where they spill outside their loops, and relpos kv (the most state per tile)
+UNPADDED = {"whole": (("alibi", False), ("relpos k", False), ("relpos kv", False)),
+            "partial": (("t5bias", False),), "partial16": (("t5bias", False),)}
 ARCHS = (90, 80)
+#: a spill outside the main loops is a store and a load a program (a value kept across the loops); blocks
+#: that avoid it cost 2.5 to 25 % more (modelled, docs/explanation/benchmark.md). None is allowed inside one.
+MAX_SPILL_BYTES = 64
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS
 NO_TILE_LOOP = ("backward_delta", "rotate_rows")
 
@@ -58,9 +66,10 @@ def reads():
     out = {}
     for L, sample in ((WHOLE_L, SAMPLE), (PARTIAL_L, PARTIAL_SAMPLE), (PARTIAL_L16, PARTIAL16_SAMPLE)):
         tiles = {WHOLE_L: "whole", PARTIAL_L: "partial", PARTIAL_L16: "partial16"}[L]
-        for variant, causal in sample:
+        forms = [(v, c, True) for v, c in sample] + [(v, c, False) for v, c in UNPADDED[tiles]]
+        for variant, causal, padded in forms:
             for cap in ARCHS:  # the launches as the launcher makes them for that GPU (its blocks)
-                recorded, kernels = cost.record(L, causal, variants=(variant,), cap=cap)
+                recorded, kernels = cost.record(L, causal, variants=(variant,), cap=cap, padded=padded)
                 for launch in recorded[variant][0]:
                     kw = launch["kwargs"]
                     if tiles != "whole" and "EVEN_M" in kw:  # a masked last tile: the queries', the keys' or both
@@ -68,7 +77,7 @@ def reads():
                     if tiles == "whole" and cap == 90 and launch["kernel"] == "backward_kv":  # the forms read are the ones meant
                         assert kw["FEW_REGS"] == ((variant, causal) in FEW_REGS_SAMPLE), (variant, causal)
                     compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], kw, cap)
-                    name = f"{variant}{' causal' if causal else ''}"
+                    name = f"{variant}{' causal' if causal else ''}{'' if padded else cost.NO_PADDING}"
                     out[(name, launch["kernel"], cap, tiles)] = read(cost, compiled, launch["kernel"], cap,
                                                                      spills_only=tiles == "partial16")
     calls, rope = cost.record_rope(WHOLE_L)
@@ -80,31 +89,39 @@ def reads():
 
 
 def read(cost, compiled, kernel, cap, spills_only=False):
-    """The benchmark's reading of a kernel; of one without a tile loop (or ``spills_only``), its
-    registers and spills (the SASS disassembly, about 0.4 s a kernel, would find no main loop to check)."""
-    if kernel in NO_TILE_LOOP or spills_only:
-        return cost.ptxas_usage(compiled.asm["ptx"], cap)
+    """The benchmark's reading of a kernel; of one without a tile loop, its registers and spills (the SASS
+    disassembly, about 0.4 s a kernel, would find no main loop to check); with ``spills_only`` the same,
+    unless it spills (the SASS then tells where)."""
+    usage = cost.ptxas_usage(compiled.asm["ptx"], cap)
+    if kernel in NO_TILE_LOOP or (spills_only and not (usage["spill_stores"] or usage["spill_loads"])):
+        return usage
     return cost.read_kernel(compiled, cap)
 
 
-def test_every_kernel_family_compiles_for_sm90_and_sm80_without_spills(reads):
-    """Whole tiles and partial ones (both lengths): no kernel spills on either GPU."""
+def test_every_kernel_family_compiles_for_sm90_and_sm80_without_spills_in_its_loops(reads):
+    """Whole tiles and partial ones (both lengths), with and without padding: no kernel spills inside a main
+    loop on either GPU (the SASS: no local-memory instruction there), and none spills more than
+    MAX_SPILL_BYTES outside them."""
     families = {"forward", "backward_delta", "backward_kv", "backward_q"}
     assert families | {"rotate_rows"} <= {k for _, k, _, _ in reads}
-    for partial, sample in (("partial", PARTIAL_SAMPLE), ("partial16", PARTIAL16_SAMPLE)):
-        assert families <= {k for _, k, _, tiles in reads if tiles == partial}
-        assert {v for v, _, _, tiles in reads if tiles == partial} == {f"{v}{' causal' if c else ''}"
-                                                                       for v, c in sample}
+    for tiles, sample in (("whole", SAMPLE), ("partial", PARTIAL_SAMPLE), ("partial16", PARTIAL16_SAMPLE)):
+        assert families <= {k for _, k, _, t in reads if t == tiles}
+        names = {f"{v}{' causal' if c else ''}" for v, c in sample}
+        names |= {f"{v}{' causal' if c else ''}, no padding" for v, c in UNPADDED[tiles]}
+        assert {v for v, k, _, t in reads if t == tiles and k != "rotate_rows"} == names, tiles
     for (variant, kernel, cap, tiles), r in reads.items():
-        assert r["regs"] <= 255, (variant, kernel, cap, tiles)
-        assert (r["spill_stores"], r["spill_loads"]) == (0, 0), f"{variant} {kernel} sm_{cap} {tiles} tiles spills: {r}"
+        where = f"{variant} {kernel} sm_{cap} {tiles} tiles"
+        assert r["regs"] <= 255, where
+        assert max(r["spill_stores"], r["spill_loads"]) <= MAX_SPILL_BYTES, f"{where} spills: {r}"
+        for lp in r.get("main_loops", ()):
+            assert lp["spill_instructions"] == 0, f"{where}: a spill inside a main loop"
 
 
 def test_no_main_loop_has_a_loop_nested_in_it(reads):
     """A loop inside a main loop runs per tile and stops Triton pipelining the main loop;
     checked in the SASS and in the TTGIR (scf.for inside scf.for)."""
     for (variant, kernel, cap, tiles), r in reads.items():
-        if kernel in NO_TILE_LOOP or tiles == "partial16":
+        if "main_loops" not in r:  # registers and spills alone (``read``)
             continue
         assert r["main_loops"], (variant, kernel, cap, tiles)
         for lp in r["main_loops"]:

@@ -8,11 +8,11 @@ limit) and relpos kv (Shaw's key and value terms, the most state per tile); the 
 compile the same code with terms switched off (the report reads them all). The same
 at a length that leaves partial tiles (T = S = 1000: the launcher's EVEN_M / EVEN_N False, the kernels'
 last tile moved back to end at the length, or t5bias's masked loads: what training's lengths run most), for the variants whose masked forms
-spilled before they had blocks of their own (triton_configs' ``*_partial``: alibi's forward,
-t5bias's backward_q, relpos k's forward, relpos kv's backward_kv under the causal mask; and relpos kv without
+spilled at some time (alibi's and relpos k's forward, which run triton_configs' ``forward_partial`` blocks there;
+t5bias's backward_q, relpos kv's backward_kv under the causal mask; and relpos kv without
 it, whose forward and backward_q run far tiles wider than their band tiles there too), and at
-T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone (alibi, relpos k, relpos kv under the
-causal mask: 32 x 64 spilled 4 B there, so its partial blocks are 16 x 64). Some forms again without a key
+T = S = 1040 (a multiple of 16, other integer specialisations) for spills alone, unless one spills (alibi, relpos k,
+relpos kv under the causal mask). Some forms again without a key
 padding mask (``UNPADDED``: the kernels then compile without the padding column). One compile per
 (launch, arch), shared by the tests of this module.
 """

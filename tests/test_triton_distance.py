@@ -107,8 +107,8 @@ def test_the_blocks_chosen_per_form_and_length():
     assert far_tiles_merged(t5, "forward") and far_tiles_merged(t5, "backward_kv")
     got = choose(c, t5, 1024, 1024)
     assert (got.backward_kv, got.few_regs) == (c.backward_kv_bias, True)
-    got = choose(c, dataclasses.replace(t5, table_grad=True), 1000, 1000)
-    assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_table_partial, c.backward_kv, False)
+    got = choose(c, dataclasses.replace(t5, table_grad=True), 1000, 1000)  # partial tiles: not the merged blocks
+    assert (got.backward_q, got.backward_kv, got.few_regs) == (c.backward_q_table, c.backward_kv, False)
     assert choose(c, dataclasses.replace(t5, table_grad=True, causal=True), 1000, 1000).backward_q == c.backward_q_table
     values = Form(keys=True, values=True, causal=True)
     assert not far_tiles_merged(values, "backward_kv")
@@ -117,7 +117,7 @@ def test_the_blocks_chosen_per_form_and_length():
     got = choose(c, dataclasses.replace(values, causal=False), 1024, 1024)  # merged, on its own blocks
     assert (got.backward_kv, got.few_regs) == (c.backward_kv_values, False)
     assert choose(c, values, 1024, 1024).backward_kv == c.backward_kv_values
-    assert choose(c, values, 1000, 1000).backward_kv == c.backward_kv_values_partial
+    assert choose(c, values, 1000, 1000).backward_kv == c.backward_kv_values
     assert choose(c, values, 1000, 1000).forward == c.forward_values
     # a partial last key tile moved back to end at the last key (whole loads): not for a bias by bucket, nor below a tile
     got = choose(c, Form(bias=2), 1000, 1000)

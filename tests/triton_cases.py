@@ -167,12 +167,12 @@ def run(case, seed, dtype=torch.float64):
         # Hopper: 64 and 32 there), the band from a multiple of 16
         configs = dataclasses.replace(configs, backward_q_terms=BlockConfig(16, 32, 1, 1), backward_q_keys_far=64,
                                       forward_values=BlockConfig(16, 32, 1, 1), forward_keys_far=64)
-    if T in (33, 47):  # partial tiles: the launcher's own blocks for them where it has some (triton_configs'
-        # *_partial: alibi's and relpos k's forward, t5bias's backward_q without the causal mask, relpos kv's
-        # backward_kv under it), here other shapes than the rest's
+    if T in (33, 47):  # partial tiles: the launcher's own forward blocks for them (triton_configs' forward_partial:
+        # alibi's and relpos k's forward), and tiles longer than wide or wider than long where Hopper and Ampere run
+        # them (a table's gradient in backward_q, Shaw's value term in backward_kv): other shapes than the rest's
         configs = dataclasses.replace(configs, forward_partial=BlockConfig(32, 16, 1, 1),
-                                      backward_q_table_partial=BlockConfig(16, 32, 1, 1),
-                                      backward_kv_values_partial=BlockConfig(32, 16, 1, 1))
+                                      backward_q_table=BlockConfig(16, 32, 1, 1),
+                                      backward_kv_values=BlockConfig(32, 16, 1, 1))
     module = None
     if method == "plain":
         from fairseq_attn_core.backends.distance.triton_launch import kernels

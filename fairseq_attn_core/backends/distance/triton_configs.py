@@ -43,13 +43,9 @@ class KernelConfigs:
     #: tile narrow its band), Shaw's key term alone
     backward_kv_bias: Optional[BlockConfig] = None
     backward_kv_keys_merged: Optional[BlockConfig] = None
-    #: where the lengths leave a partial tile at the blocks above (masked loads, more registers), the blocks
-    #: that keep these kernels from spilling; None: the blocks above. The forward with alibi's slopes or
-    #: Shaw's key term (not its value term), backward_q with a learned table's gradient without the causal
-    #: mask, backward_kv with Shaw's value term under it
+    #: the forward's blocks where the lengths leave a partial tile at the blocks above (masked loads, more
+    #: registers), with alibi's slopes or Shaw's key term (not its value term); None: the blocks above
     forward_partial: Optional[BlockConfig] = None
-    backward_q_table_partial: Optional[BlockConfig] = None
-    backward_kv_values_partial: Optional[BlockConfig] = None
     #: the GPU's tensor cores take 64-row tiles per warp group (Hopper): backward_q makes its share
     #: of Shaw's key-table gradient as q^T dQA (head-size rows), not dQA^T q (2k rows, a narrower dot)
     warpgroup_mma: bool = False
@@ -71,9 +67,7 @@ CONFIGS: Dict[int, KernelConfigs] = {
                       backward_q_terms=BlockConfig(64, 32, 4, 2), backward_q_table=BlockConfig(64, 64, 4, 2),
                       backward_kv_values=BlockConfig(32, 64, 4, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
                       backward_kv_bias=BlockConfig(32, 128, 4, 2), backward_kv_keys_merged=BlockConfig(64, 128, 8, 2),
-                      forward_partial=BlockConfig(128, 32, 4, 2),
-                      backward_q_table_partial=BlockConfig(64, 64, 4, 3),
-                      backward_kv_values_partial=BlockConfig(16, 64, 4, 2), warpgroup_mma=True,
+                      forward_partial=BlockConfig(128, 32, 4, 2), warpgroup_mma=True,
                       backward_q_keys_far=64, forward_keys_far=64, backward_delta=BlockConfig(256, 0, 8, 1)),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
@@ -149,8 +143,8 @@ def far_tiles_merged(form: Form, kernel: str) -> bool:
 
 def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     """The blocks of a call: each kernel's plain blocks, replaced by those of the terms that do more per
-    pair; where the lengths leave a partial tile, the ``*_partial`` blocks (the others' masked loads
-    spill there) and never the merged backward_kv's."""
+    pair; where the lengths leave a partial tile, the forward's ``forward_partial`` blocks and never the
+    merged backward_kv's (their masked loads spill there)."""
 
     def partial(config: BlockConfig, other: Optional[BlockConfig]) -> BlockConfig:
         return other if other is not None and not whole(config, T, S) else config
@@ -164,15 +158,11 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
         backward_q = configs.backward_q_terms or backward_q
     if form.table_grad:
         backward_q = configs.backward_q_table or backward_q
-        if not form.causal:  # (under the causal mask the partial blocks spill, the others do not)
-            backward_q = partial(backward_q, configs.backward_q_table_partial)
     backward_kv, few_regs = configs.backward_kv, False
     if form.keys:
         backward_kv = configs.backward_kv_keys or backward_kv
     if form.values:
         backward_kv = configs.backward_kv_values or backward_kv
-        if form.causal:  # (without it the blocks above do not spill with partial tiles)
-            backward_kv = partial(backward_kv, configs.backward_kv_values_partial)
     else:
         merged = configs.backward_kv_keys_merged if form.keys else configs.backward_kv_bias
         if far_tiles_merged(form, "backward_kv") and merged is not None and whole(merged, T, S):

@@ -880,7 +880,7 @@ def _reading(variant: str):
 
 def markdown(result) -> str:
     lines = [f"# Static cost of the Triton kernels (triton {result['meta']['triton']}, compiled without a GPU; "
-             f"B {B}, H {H}, D {D}, fp16, a padded sentence)", ""]
+             f"B {B}, H {H}, D {D}, fp16, a padded sentence, and without padding)", ""]
     for arch, per in result["kernels"].items():
         lines += [f"## {arch}", "", "| variant | kernel | tile | regs | spills B (st/ld) | smem KB | CTAs/SM | "
                   "main loops: instrs (pipelined) | nested loops | cycles/tile sum (tensor, issue, fp32, alu, mufu, lsu) |",

@@ -18,7 +18,7 @@ B, D, BUCKETS, MAX_DISTANCE = 2, 8, 8, 6
 #: Shaw's clip per length: below T at T = 33, above it at T = 5 (no distance reaches it)
 CLIP = {33: 3, 32: 3, 47: 3, 48: 3, 5: 6, 1: 2, 128: 5, 113: 5}
 
-#: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 47, 32 and 48 (whole 16 x 16 tiles); distances
+#: kind -> (method, T, causal, padding, heads): T = 1, 5, 33, 40, 47, 32 and 48 (whole 16 x 16 tiles); distances
 #: beyond T5's max distance (6) at T = 32, 33; lengths above and below Shaw's clip (:data:`CLIP`); sentence 0 left-padded
 #: (under the causal mask its first queries see no key), sentence 1 right-padded or
 #: (``empty``) every key padded. Two heads (each its own slopes, its own column of T5's table, its own
@@ -33,6 +33,8 @@ CASES = {
         ("t5bias", 1, False, "right", 1),
         ("t5bias", 32, True, "right", 2),  # whole tiles: the kernels' unmasked loads
         ("t5bias", 48, False, "right", 1),  # whole tiles, far tiles both sides, no causal mask: Hopper's paths (run())
+        ("t5bias", 40, False, "right", 1),  # Hopper's peeled last tile in every form (run()): backward_q's table sums
+        ("alibi", 40, False, "empty", 1),  # the same: alibi's forward
     ],
     "keys": [  # the key term's code runs in every relpos kv case too
         ("relpos_k", 33, True, "right", 2),
@@ -167,6 +169,8 @@ def run(case, seed, dtype=torch.float64):
         # Hopper: 64 and 32 there), the band from a multiple of 16
         configs = dataclasses.replace(configs, backward_q_terms=BlockConfig(16, 32, 1, 1), backward_q_keys_far=64,
                                       forward_values=BlockConfig(16, 32, 1, 1), forward_keys_far=64)
+    if T == 40:  # the moved-back last tile after the far loop in every form, as on Hopper (sm_80's rule elsewhere)
+        configs = dataclasses.replace(configs, peel_every_form=True)
     if T in (33, 47):  # partial tiles: the launcher's own forward blocks for them (triton_configs' forward_partial:
         # alibi's and relpos k's forward), and tiles longer than wide or wider than long where Hopper and Ampere run
         # them (a table's gradient in backward_q, Shaw's value term in backward_kv): other shapes than the rest's

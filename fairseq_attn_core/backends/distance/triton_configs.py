@@ -56,6 +56,9 @@ class KernelConfigs:
     #: backward_delta's rows and warps (it has no key tiles: block_n 0); None: backward_q's rows on 4 warps. More
     #: rows, fewer programs; with Shaw's value term, fewer shares of d a_V for torch to sum
     backward_delta: Optional[BlockConfig] = None
+    #: the moved-back last tile after the far loop in every form (:func:`peel_last_tile`): alibi's forward and
+    #: backward_q with a table's gradient then spill 4 to 12 B outside their loops and cost less (Hopper, modelled)
+    peel_every_form: bool = False
 
 
 #: head size (power of two) -> the kernels' blocks; a head size above the largest is refused
@@ -68,7 +71,8 @@ CONFIGS: Dict[int, KernelConfigs] = {
                       backward_kv_values=BlockConfig(32, 64, 4, 2), backward_kv_keys=BlockConfig(32, 64, 4, 2),
                       backward_kv_bias=BlockConfig(32, 128, 4, 2), backward_kv_keys_merged=BlockConfig(64, 128, 8, 2),
                       forward_partial=BlockConfig(128, 32, 4, 2), warpgroup_mma=True,
-                      backward_q_keys_far=64, forward_keys_far=64, backward_delta=BlockConfig(256, 0, 8, 1)),
+                      backward_q_keys_far=64, forward_keys_far=64, backward_delta=BlockConfig(256, 0, 8, 1),
+                      peel_every_form=True),
     128: KernelConfigs(BlockConfig(128, 64, 8, 2), BlockConfig(64, 64, 8, 2), BlockConfig(64, 64, 8, 2),
                        BlockConfig(64, 64, 8, 2), warpgroup_mma=True),
 }
@@ -173,7 +177,8 @@ def choose(configs: KernelConfigs, form: Form, T: int, S: int) -> Blocks:
     backward_q_shift = shift_last_tile(backward_q.block_n, max(backward_q.block_n, q_far), S)
     return Blocks(forward, backward_q, backward_kv, few_regs, q_far, forward_far, forward_shift, backward_q_shift,
                   shift_last_tile(backward_kv.block_m, backward_kv.block_m, T),
-                  forward_shift and peel_last_tile(form, "forward"), backward_q_shift and peel_last_tile(form, "backward_q"),
+                  forward_shift and peel_last_tile(form, "forward", configs),
+                  backward_q_shift and peel_last_tile(form, "backward_q", configs),
                   shift_band_tiles(form), configs.backward_delta or BlockConfig(backward_q.block_m, 0, 4, 1))
 
 
@@ -193,11 +198,13 @@ def shift_band_tiles(form: Form) -> bool:
     return form.bias != 1 and not form.table_grad
 
 
-def peel_last_tile(form: Form, kernel: str) -> bool:
+def peel_last_tile(form: Form, kernel: str, configs: KernelConfigs) -> bool:
     """Whether ``kernel`` ("forward", "backward_q") runs its moved-back tile (:func:`shift_last_tile`) after the far
     loop that ends at the length, that loop then running whole tiles without the shift's per-tile work (backward_kv
-    always does). Not alibi's forward (its 128 x 64 blocks spill 8 to 12 B so, modelled at L 1000 and 1040), nor
-    backward_q with a table's gradient (4 to 12 B at its blocks): every tile of their far-right loops takes the shift."""
+    always does). Every form with ``configs.peel_every_form``; else not alibi's forward nor backward_q with a table's
+    gradient: every tile of their far-right loops takes the shift (on sm_80 peeling costs them more, modelled)."""
+    if configs.peel_every_form:
+        return True
     if kernel == "forward":
         return form.bias != 2
     return not form.table_grad

@@ -92,7 +92,7 @@ def test_the_blocks_chosen_per_form_and_length():
     assert choose(c, Form(keys=True, causal=True), 1024, 1024).backward_q_far == 0  # no band tile fewer there
     assert choose(c, keys, 1056, 1056).backward_q_far == 0  # whole 32-key tiles, a partial 64-key one
     assert choose(c, keys, 1000, 1000).backward_q_far == 64  # partial tiles at both widths: masked loads in both
-    ampere = configs_for(64, (8, 0))  # backward_q's wide far tiles there too (32 x 64), the forward's not
+    ampere = configs_for(64, (8, 0))  # backward_q's wide far tiles there too (64 keys, its band tiles 32), the forward's not
     assert (choose(ampere, keys, 1024, 1024).backward_q_far, choose(ampere, Form(keys=True, values=True), 1024,
                                                                     1024).forward_far) == (64, 0)
     assert (got.forward_far, choose(c, Form(keys=True, values=True), 1024, 1024).forward_far) == (0, 64)  # PB's bins

@@ -78,12 +78,13 @@ CONFIGS: Dict[int, KernelConfigs] = {
 }
 
 #: the same for GPUs before Hopper (sm_80 A100, sm_86, sm_89): the tensor cores' operands and
-#: accumulators all sit in registers there, so the tiles are smaller (no spills on sm_80)
-_AMPERE_SMALL = BlockConfig(32, 32, 4, 2)
+#: accumulators all sit in registers there, so the tiles are smaller; per kernel the blocks with the fewest
+#: modelled cycles on sm_80 (head size 64) that spill inside no loop, whole tiles and partial, padded or not
 AMPERE: Dict[int, KernelConfigs] = {
-    block: KernelConfigs(BlockConfig(64, 64, 4, 2), _AMPERE_SMALL, BlockConfig(32, 64, 4, 2), BlockConfig(64, 32, 4, 2),
-                         backward_q_terms=_AMPERE_SMALL, backward_q_table=BlockConfig(32, 64, 4, 2),
-                         backward_kv_values=_AMPERE_SMALL, forward_partial=BlockConfig(64, 32, 4, 2), backward_q_keys_far=64)
+    block: KernelConfigs(BlockConfig(128, 32, 4, 2), BlockConfig(32, 64, 4, 2), BlockConfig(64, 64, 4, 2),
+                         BlockConfig(64, 32, 4, 2), backward_q_terms=BlockConfig(64, 32, 4, 2),
+                         backward_q_table=BlockConfig(32, 64, 4, 2), backward_kv_values=BlockConfig(64, 32, 4, 2),
+                         forward_partial=BlockConfig(64, 32, 4, 2), backward_q_keys_far=64)
     for block in (16, 32, 64)
 }
 

@@ -1,7 +1,7 @@
 """The block sizes of the Triton kernels, as data: one :class:`BlockConfig` per kernel and
-head size (the head size rounded up to a power of two, at least 16). Hopper's head size 64:
-per form the blocks with the fewest modelled cycles and no spill, causal or not, in
-benchmarks/triton_static_cost.py (no GPU); the others from FA2's Triton tutorial's defaults.
+head size (the head size rounded up to a power of two, at least 16). Hopper's and Ampere's head
+size 64: per form the blocks with the fewest modelled cycles and no spill inside a loop, causal or
+not, in benchmarks/triton_static_cost.py (no GPU); the others from FA2's Triton tutorial's defaults.
 Not timed: the device run (benchmarks/gpu_checks.sh) times them. A call may pass its own (the CPU tests use 16 x 16 tiles, so that T = 33 spans
 three tiles). No triton import: the chooser and the tests read these on any machine.
 """

@@ -111,6 +111,12 @@ T5_BUCKETS, T5_MAX_DISTANCE, CLIP = 32, 128, 16
 VARIANTS = ("terms off", "terms off, three stages", "alibi", "t5bias", "relpos k", "relpos kv")
 #: the suffix of a variant read on a batch without padding (no key padding mask)
 NO_PADDING = ", no padding"
+
+
+def reading_key(variant: str, causal: bool, padded: bool = True) -> str:
+    """The key of one reading in the JSON's totals: ``alibi``, ``alibi causal``, ``alibi causal, no padding``
+    (read back by :func:`_reading`)."""
+    return f"{variant}{' causal' if causal else ''}{'' if padded else NO_PADDING}"
 UNITS = ("tensor", "issue", "fp32", "alu", "mufu", "lsu", "shfl")
 ARCH = {
     90: dict(gpu="H100/H200", tensor=4096, fp32=128, regs=65536, smem=228 * 1024, max_warps=64, max_ctas=32,
@@ -772,7 +778,7 @@ def main(argv=None):
                 variants = VARIANTS if padded else tuple(v for v in VARIANTS if v != "terms off, three stages")
                 recorded, kmod = record(L, causal, variants=variants, cap=cap, padded=padded)
                 for variant, (calls, ops, first_ops) in recorded.items():
-                    key = f"{variant}{' causal' if causal else ''}{'' if padded else NO_PADDING}"
+                    key = reading_key(variant, causal, padded)
                     result["outside_torch"].setdefault(f"sm_{cap}", {}).setdefault(key, {})[str(L)] = dict(
                         flops=sum(o["flops"] for o in ops), bytes=sum(o["bytes"] for o in ops),
                         ops=_summarise(ops), first_call_ops=_summarise(first_ops))
@@ -872,7 +878,7 @@ def _summarise(ops):
 
 
 def _reading(variant: str):
-    """(causal, padded) of a totals key: ``alibi``, ``alibi causal``, ``alibi causal, no padding``."""
+    """(causal, padded) of a totals key (:func:`reading_key`)."""
     padded = not variant.endswith(NO_PADDING)
     base = variant if padded else variant[:-len(NO_PADDING)]
     return base.endswith(" causal"), padded
@@ -909,7 +915,7 @@ def markdown(result) -> str:
             for n in lengths:
                 t = per_l[n]["sum"]
                 causal, padded = _reading(variant)
-                off = totals.get(f"terms off{' causal' if causal else ''}{'' if padded else NO_PADDING}", {}).get(n)
+                off = totals.get(reading_key("terms off", causal, padded), {}).get(n)
                 tut = totals.get("tutorial", {}).get(n)
                 cells += [f"{t / 1e3:.0f}", f"{t / off['sum']:.2f}" if off else "-",
                           f"{t / tut['sum']:.2f}" if tut and not causal else "-"]

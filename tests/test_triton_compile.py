@@ -46,7 +46,7 @@ UNPADDED = {"whole": (("alibi", False), ("relpos k", False), ("relpos kv", False
             "partial": (("t5bias", False),), "partial16": (("t5bias", False),)}
 ARCHS = (90, 80)
 #: a spill outside the main loops is a store and a load a program (a value kept across the loops); blocks
-#: that avoid it cost 2.5 to 25 % more (modelled, docs/explanation/benchmark.md). None is allowed inside one.
+#: that avoid it cost 2.5 to 43 % more (modelled, docs/explanation/benchmark.md). None is allowed inside one.
 #: The most any form spills outside them: 72 B (relpos kv's backward_q on sm_80 at T = 1040)
 MAX_SPILL_BYTES = 128
 #: the kernels without a tile loop: their registers and spills alone are read (ptxas -v), not their SASS
@@ -79,7 +79,7 @@ def reads():
                     if tiles == "whole" and cap == 90 and launch["kernel"] == "backward_kv":  # the forms read are the ones meant
                         assert kw["FEW_REGS"] == ((variant, causal) in FEW_REGS_SAMPLE), (variant, causal)
                     compiled = cost.compile_launch(getattr(kernels, launch["kernel"]), launch["args"], kw, cap)
-                    name = f"{variant}{' causal' if causal else ''}{'' if padded else cost.NO_PADDING}"
+                    name = cost.reading_key(variant, causal, padded)
                     out[(name, launch["kernel"], cap, tiles)] = read(cost, compiled, launch["kernel"], cap,
                                                                      spills_only=tiles == "partial16")
     calls, rope = cost.record_rope(WHOLE_L)
@@ -106,10 +106,10 @@ def test_every_kernel_family_compiles_for_sm90_and_sm80_without_spills_in_its_lo
     MAX_SPILL_BYTES outside them."""
     families = {"forward", "backward_delta", "backward_kv", "backward_q"}
     assert families | {"rotate_rows"} <= {k for _, k, _, _ in reads}
+    cost = _report()
     for tiles, sample in (("whole", SAMPLE), ("partial", PARTIAL_SAMPLE), ("partial16", PARTIAL16_SAMPLE)):
         assert families <= {k for _, k, _, t in reads if t == tiles}
-        names = {f"{v}{' causal' if c else ''}" for v, c in sample}
-        names |= {f"{v}{' causal' if c else ''}, no padding" for v, c in UNPADDED[tiles]}
+        names = {cost.reading_key(v, c) for v, c in sample} | {cost.reading_key(v, c, False) for v, c in UNPADDED[tiles]}
         assert {v for v, k, _, t in reads if t == tiles and k != "rotate_rows"} == names, tiles
     for (variant, kernel, cap, tiles), r in reads.items():
         where = f"{variant} {kernel} sm_{cap} {tiles} tiles"

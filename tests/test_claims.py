@@ -298,3 +298,53 @@ def test_claims_command_refuses_a_table_of_another_kind_in_one_line(tmp_path, ca
         assert err == (f"fairseq-attn-paper claims: error: {flag} {given}: not a JSON of "
                        f"'fairseq-attn-paper {flag[2:]} --json' (no {lacks})\n")
         assert not out.exists()
+
+
+def test_claims_command_joins_figure2_halves_trained_apart(tmp_path, capsys):
+    """2a (windows) and 2b (areas at 8 heads) are separate studies: ``--figure2 A B`` gives the verdicts
+    that one file holding both sweeps gives; a sweep in both files, or a file scored on another
+    reference, is refused in one line naming the files, nothing written."""
+    ref = tmp_path / "ref.txt"
+    ref.write_text("\n".join(REFS) + "\n")
+
+    def sweep(label, quality):
+        points = []
+        for value, wrong in quality.items():
+            hyp = tmp_path / f"{label}{value}.txt"
+            hyp.write_text("\n".join(translations(wrong, 11)) + "\n")
+            points.append({"value": value, "hyps": [str(hyp)], "seeds": [1]})
+        return points
+
+    windows = sweep("w", {3: 0.5, 11: 0.05, 15: 0.5})
+    heads = sweep("h", {1: 0.5, 3: 0.05, 7: 0.5})
+
+    def study(name, **sweeps):
+        path = tmp_path / name
+        path.write_text(json.dumps({"ref": str(ref), "tokenize": "13a", "window_2d": 11, "windows": [], "heads": [],
+                                    **sweeps}))
+        return str(path)
+
+    both, a, b = study("both.json", windows=windows, heads=heads), study("a.json", windows=windows), \
+        study("b.json", heads=heads)
+    verdicts = []
+    for given in ([both], [a, b], [b, a]):
+        out = tmp_path / "claims.json"
+        assert paper.main(["claims", "--figure2", *given, "--bs-samples", "50", "--ar-trials", "50",
+                           "--json", str(out)]) == 0
+        found = by_id(json.loads(out.read_text())["claims"])
+        verdicts.append([(found[k]["verdict"], [c["verdict"] for c in found[k]["comparisons"] + found[k]["parts"]])
+                         for k in ("window_11", "heads")])
+    assert verdicts[0] == verdicts[1] == verdicts[2] == [(HOLDS, [HOLDS, HOLDS]), (HOLDS, [HOLDS, HOLDS])]
+
+    other_ref = tmp_path / "other_ref.txt"
+    other_ref.write_text("\n".join(REFS[::-1]) + "\n")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"ref": str(other_ref), "tokenize": "13a", "window_2d": 11, "heads": heads}))
+    refused = tmp_path / "refused.json"
+    for given, message in (([a, both], f"--figure2: both {a} and {both} hold a windows sweep: give one of them"),
+                           ([a, str(other)], f"--figure2 {other}: scored on another reference or tokeniser than {a}")):
+        capsys.readouterr()
+        assert paper.main(["claims", "--figure2", *given, "--json", str(refused)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"fairseq-attn-paper claims: error: {message}") and err.count("\n") == 1
+        assert not refused.exists()

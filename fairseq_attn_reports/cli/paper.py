@@ -11,7 +11,7 @@ and evaluate the runs, then call these):
 * ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
   again: another seed of that point; mean ± std over seeds);
 * ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``;
-* ``claims --table1 TABLE1.json --figure2 FIGURE2.json [--speed BENCH.json] [--md F --json F]`` -- a
+* ``claims --table1 TABLE1.json --figure2 FIGURE2.json... [--speed BENCH.json] [--md F --json F]`` -- a
   verdict per claim of the paper from the studies' outputs (:mod:`fairseq_attn_reports.claims`: the
   rule, paired tests over every seed pair; the efficiency claim's speed from the rows measured side by
   side by ``fairseq-attn-bench --json`` when ``--speed`` gives it); a committed study (``study-export``)
@@ -160,10 +160,29 @@ def _claims_table1(table: Dict, args) -> List[Dict]:
                                 args.ar_trials or table.get("ar_trials", 10000), speed)
 
 
-def _claims_figure2(data: Dict, args) -> List[Dict]:
-    sweeps = [{p["value"]: _read_runs(p["hyps"], p["seeds"]) for p in data.get(k) or []} for k in ("windows", "heads")]
-    return claims.figure2_claims(*sweeps, read_text_lines(data["ref"], "reference"), data.get("tokenize", "13a"),
-                                 args.bs_samples or 1000, args.ar_trials or 10000, data.get("window_2d", 11))
+def _claims_figure2(studies: Sequence[Tuple[str, Dict]], args) -> List[Dict]:
+    """Claims 5-6 from one or more Figure 2 studies: 2a and 2b may be trained apart (2b at more heads).
+    Each sweep comes from one file; the files must score the same reference with the same tokeniser."""
+    sweeps: Dict[str, Dict] = {"windows": {}, "heads": {}}
+    given: Dict[str, str] = {}
+    first, refs, tokenize = None, None, None
+    for path, data in studies:
+        own = read_text_lines(data["ref"], "reference")
+        if first is None:
+            first, refs, tokenize = path, own, data.get("tokenize", "13a")
+        elif own != refs or data.get("tokenize", "13a") != tokenize:
+            raise ValueError(f"--figure2 {path}: scored on another reference or tokeniser than {first}: "
+                             "the sweeps of one verdict must share them")
+        for kind in sweeps:
+            points = data.get(kind) or []
+            if points and kind in given:
+                raise ValueError(f"--figure2: both {given[kind]} and {path} hold a {kind} sweep: give one of them")
+            if points:
+                given[kind] = path
+                sweeps[kind] = {p["value"]: _read_runs(p["hyps"], p["seeds"]) for p in points}
+    window_2d = dict(studies)[given["heads"]].get("window_2d", 11) if "heads" in given else 11
+    return claims.figure2_claims(sweeps["windows"], sweeps["heads"], refs, tokenize,
+                                 args.bs_samples or 1000, args.ar_trials or 10000, window_2d)
 
 
 #: what each study's JSON holds (``table1 --json``, ``figure2 --json``): a file without it is refused
@@ -174,7 +193,8 @@ def _load_study(path: str, scratch: str, flag: str) -> Dict:
     """A study's JSON: a committed one (study-export) read from its own outputs, unpacked into ``scratch``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such table")
-    table = with_outputs(path, os.path.join(scratch, os.path.basename(path))) if is_committed(path) else load_table(path)
+    unpacked = os.path.join(scratch, f"{len(os.listdir(scratch))}-{os.path.basename(path)}")  # two may share a name
+    table = with_outputs(path, unpacked) if is_committed(path) else load_table(path)
     missing = [k for k in STUDY_KEYS[flag] if not isinstance(table, dict) or k not in table]
     if missing:
         command = flag.lstrip("-")
@@ -193,7 +213,7 @@ def cmd_claims(args) -> None:
         if args.table1:
             found += _claims_table1(_load_study(args.table1, scratch, "--table1"), args)
         if args.figure2:
-            found += _claims_figure2(_load_study(args.figure2, scratch, "--figure2"), args)
+            found += _claims_figure2([(f, _load_study(f, scratch, "--figure2")) for f in args.figure2], args)
     report = {"claims": found, "table1": args.table1, "figure2": args.figure2, "speed": args.speed,
               "bs_samples": args.bs_samples or 1000, "ar_trials": args.ar_trials or 10000}
     if args.table1:  # the tests' counts: the table's own unless given
@@ -253,7 +273,8 @@ def main(argv=None) -> int:
 
     p = sub.add_parser("claims", help="a verdict per claim of the paper from finished Table 1 / Figure 2 studies")
     p.add_argument("--table1", metavar="TABLE1.json", help="Table 1's table (table1.sh; a committed one: study-export)")
-    p.add_argument("--figure2", metavar="FIGURE2.json", help="Figure 2's points (figure2.sh; or a committed one)")
+    p.add_argument("--figure2", nargs="+", metavar="FIGURE2.json",
+                   help="Figure 2's points (figure2.sh; or a committed one); 2a and 2b trained apart: both files")
     p.add_argument("--speed", metavar="BENCH.json",
                    help="the Table 1 rows' training speed measured side by side (fairseq-attn-bench --json at the "
                         "runs' model size, e.g. --preset bible --data-bin DIR): decides the efficiency claim's speed "

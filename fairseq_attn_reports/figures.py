@@ -152,6 +152,49 @@ def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = No
     return read_text_lines(path, "system output")
 
 
+def table1_points(table: Dict) -> List[Dict]:
+    """Table 1's rows, in the table's order, as plot points: each seed's BLEU, their mean, the row's
+    mark against the baseline (every seed pair; ``*`` / ``**``) and the pairs that carry it."""
+    from .table1 import ROW_BY_KEY
+
+    points = []
+    for r in table["rows"]:
+        key = r.get("key") or r["system"]
+        per_seed = list(r["bleu_per_seed"]) if "bleu_per_seed" in r else [r["bleu"]]
+        points.append({"key": key, "name": ROW_BY_KEY[key].name if key in ROW_BY_KEY else key,
+                       "bleu_per_seed": per_seed, "bleu": sum(per_seed) / len(per_seed), "mark": r.get("mark") or "",
+                       "pairs_marked": r.get("pairs_marked"), "pairs": len(r["pairs"]) if r.get("pairs") else None})
+    return points
+
+
+def plot_table1(points: List[Dict], png_path: str, title: str) -> None:
+    """Each row's BLEU per seed (dots) and mean (a dash), the baseline's mean as a line; above a row, its
+    mark and how many seed pairs are significantly better than the baseline."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(points)), 4.0))
+    xs = list(range(len(points)))
+    base = points[0]["bleu"]
+    ax.scatter(xs, [p["bleu"] for p in points], marker="_", s=400, color="#2b6cb0", zorder=2, label="mean")
+    for x, p in zip(xs, points):
+        ax.scatter([x] * len(p["bleu_per_seed"]), p["bleu_per_seed"], color="black", s=12, zorder=3,
+                   label="seeds" if x == 0 else None)
+        if p["pairs"]:
+            ax.annotate(f"{p['mark']} {p['pairs_marked']}/{p['pairs']}".strip(), (x, max(p["bleu_per_seed"])),
+                        xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7)
+    ax.axhline(base, color="gray", linestyle="--", linewidth=0.9, label=f"{points[0]['name']} mean")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([p["name"] for p in points], rotation=30, ha="right", fontsize=8)
+    low = min(min(p["bleu_per_seed"]) for p in points)
+    high = max(max(p["bleu_per_seed"]) for p in points)
+    ax.set_ylim(low - 0.15 * (high - low) - 0.5, high + 0.15 * (high - low) + 0.5)
+    ax.set_ylabel("BLEU (test)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    _save(fig, png_path)
+    plt.close(fig)
+
+
 def plot_figure2(windows: List[Dict], heads: List[Dict], png_path: str,
                  baseline_bleu: Optional[float] = None, window_2d: int = 11) -> None:
     plt = _pyplot()

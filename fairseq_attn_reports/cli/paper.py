@@ -11,6 +11,8 @@ and evaluate the runs, then call these):
 * ``figure2 --ref VALID_REF --window W=RUN_DIR... --heads N=RUN_DIR... --png F`` (a value given
   again: another seed of that point; mean ± std over seeds);
 * ``figure3 --ref REF --baseline NAME=RUN_DIR|HYP --system NAME=RUN_DIR|HYP... --png F``;
+* ``plot-table1 TABLE1.json --png F`` -- a finished Table 1 drawn: each row's BLEU per seed, its mean and
+  its mark;
 * ``claims --table1 TABLE1.json --figure2 FIGURE2.json... [--speed BENCH.json] [--md F --json F]`` -- a
   verdict per claim of the paper from the studies' outputs (:mod:`fairseq_attn_reports.claims`: the
   rule, paired tests over every seed pair; the efficiency claim's speed from the rows measured side by
@@ -106,6 +108,16 @@ def cmd_figure2(args) -> None:
         write_text(args.md, figures.figure2_markdown(data) + "\n")
     if args.json:
         write_table(args.json, data)  # its paths relative to its folder (study-export)
+
+
+def cmd_plot_table1(args) -> None:
+    table = load_table(args.table1)
+    if not isinstance(table, dict) or not table.get("rows"):
+        raise ValueError(f"{args.table1}: not a JSON of 'fairseq-attn-paper table1 --json' (no rows)")
+    points = figures.table1_points(table)
+    figures.plot_table1(points, args.png, args.title or f"Table 1, BLEU per seed ({os.path.basename(args.table1)})")
+    for p in points:
+        print(f"{p['name']}: BLEU {p['bleu']:.2f} ({', '.join(f'{b:.2f}' for b in p['bleu_per_seed'])}) {p['mark']}")
 
 
 def cmd_figure3(args) -> None:
@@ -264,6 +276,12 @@ def main(argv=None) -> int:
     p.add_argument("--png", required=True)
     p.set_defaults(fn=cmd_figure2)
 
+    p = sub.add_parser("plot-table1", help="plot a finished Table 1: BLEU per seed and row, the marks")
+    p.add_argument("table1", metavar="TABLE1.json", help="table1 --json (a committed one too)")
+    p.add_argument("--png", required=True)
+    p.add_argument("--title", help="the plot's title (default: names the file)")
+    p.set_defaults(fn=cmd_plot_table1)
+
     p = sub.add_parser("figure3", help="plot the n-gram accuracy gaps over the baseline")
     p.add_argument("--ref", required=True)
     p.add_argument("--baseline", required=True, metavar="NAME=RUN_DIR|HYP")
@@ -287,7 +305,7 @@ def main(argv=None) -> int:
     p.set_defaults(fn=cmd_claims)
 
     for p in sub.choices.values():
-        if p.prog.endswith(" rows") or p.prog.endswith(" claims"):
+        if p.prog.endswith(" rows") or p.prog.endswith(" claims") or p.prog.endswith(" plot-table1"):
             continue
         if not p.prog.endswith(" table1"):  # table1's: add_metric_args
             p.add_argument("--tokenize", default="13a", help="sacreBLEU tokeniser (default 13a)")

@@ -154,11 +154,13 @@ def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = No
 
 def table1_points(table: Dict) -> List[Dict]:
     """Table 1's rows, in the table's order, as plot points: each seed's BLEU, their mean, the row's
-    mark against the baseline (every seed pair; ``*`` / ``**``) and the pairs that carry it."""
+    mark against the baseline (every seed pair; ``*`` / ``**``) and the pairs that carry it. The
+    table's ``baseline`` (its system) comes first."""
     from .table1 import ROW_BY_KEY
 
+    base = table.get("baseline")
     points = []
-    for r in table["rows"]:
+    for r in sorted(table["rows"], key=lambda r: r.get("system") != base):
         key = r.get("key") or r["system"]
         per_seed = list(r["bleu_per_seed"]) if "bleu_per_seed" in r else [r["bleu"]]
         points.append({"key": key, "name": ROW_BY_KEY[key].name if key in ROW_BY_KEY else key,
@@ -168,8 +170,8 @@ def table1_points(table: Dict) -> List[Dict]:
 
 
 def plot_table1(points: List[Dict], png_path: str, title: str) -> None:
-    """Each row's BLEU per seed (dots) and mean (a dash), the baseline's mean as a line; above a row, its
-    mark and how many seed pairs are significantly better than the baseline."""
+    """Each row's BLEU per seed (dots) and mean (a dash), the first point's (the baseline's) mean as a
+    line; above a row, its mark and how many seed pairs are significantly better than the baseline."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(points)), 4.0))
     xs = list(range(len(points)))

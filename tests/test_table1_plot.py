@@ -16,8 +16,8 @@ def table(tmp_path):
              "pairs": [{}] * 9, "pairs_marked": 4},
             {"key": "my_row", "system": "my_row", "bleu": 12.25, "mark": ""}]  # one seed: results.py's row
     path = tmp_path / "table1.json"
-    path.write_text(json.dumps({"ref": "ref.txt", "rows": rows}))
-    return path, rows
+    path.write_text(json.dumps({"ref": "ref.txt", "baseline": "baseline", "rows": rows[1:3] + rows[:1] + rows[3:]}))
+    return path, rows  # the file lists the baseline third: the plot puts it first
 
 
 def test_plot_table1_draws_each_rows_seeds_and_marks(tmp_path, capsys):

@@ -136,6 +136,11 @@ def figure2_markdown(data: Dict) -> str:
             std = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f}"
             per = ", ".join(f"{s}: {b:.2f}" for s, b in zip(p["seeds"], p["bleu_per_seed"]))
             out.append(f"| {label} | {p['value']} | {len(p['seeds'])} | {p['bleu']:.2f}{std} | {per} |")
+    b = data.get("baseline")
+    if b:
+        std = "" if b["bleu_std"] is None else f" ± {b['bleu_std']:.2f}"
+        per = ", ".join(f"{s}: {v:.2f}" for s, v in zip(b["seeds"], b["bleu_per_seed"]))
+        out.append(f"| baseline | - | {len(b['seeds'])} | {b['bleu']:.2f}{std} | {per} |")
     out += ["", f"sacreBLEU BLEU (tokenize {data.get('tokenize', '13a')}) of each run's translations of the "
             "validation set (the paper's Figure 2); mean ± sample standard deviation (n-1) over seeds."]
     return "\n".join(out)
@@ -198,7 +203,8 @@ def plot_table1(points: List[Dict], png_path: str, title: str) -> None:
 
 
 def plot_figure2(windows: List[Dict], heads: List[Dict], png_path: str,
-                 baseline_bleu: Optional[float] = None, window_2d: int = 11) -> None:
+                 baseline_bleu: Optional[float] = None, window_2d: int = 11,
+                 baseline_seeds: Optional[int] = None) -> None:
     plt = _pyplot()
     panels = [(p, t, x) for p, t, x in (
         (windows, "(a) 1D-CSANs", "window size (--csan-window)"),
@@ -208,7 +214,8 @@ def plot_figure2(windows: List[Dict], heads: List[Dict], png_path: str,
         ax.errorbar([p["value"] for p in points], [p["bleu"] for p in points], marker="o", capsize=3,
                     yerr=[p.get("bleu_std") or 0.0 for p in points])
         if baseline_bleu is not None:
-            ax.axhline(baseline_bleu, color="gray", linestyle="--", label="baseline")
+            label = "baseline" if baseline_seeds is None else f"baseline (mean of {baseline_seeds} seed(s))"
+            ax.axhline(baseline_bleu, color="gray", linestyle="--", label=label)
             ax.legend(fontsize=8)
         ax.set_xticks([p["value"] for p in points])
         ax.set_xlabel(xlabel)

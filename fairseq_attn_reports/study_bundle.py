@@ -520,12 +520,16 @@ def rescore_figure2(table: Dict, cmp: Comparison, where: str) -> None:
 
     refs = _lines(table["ref"], "reference")
     tok = table_tokenize(table)
-    for sweep in ("windows", "heads"):
-        for p in table.get(sweep) or []:
-            per = [point_metrics(_lines(h, "system output"), refs, tok)["bleu"] for h in p["hyps"]]
-            mean, std = mean_std(per)
-            cmp.same(f"{where}.{sweep}[{p['value']}]", {k: p[k] for k in ("bleu_per_seed", "bleu", "bleu_std")},
-                     {"bleu_per_seed": per, "bleu": mean, "bleu_std": std if len(per) > 1 else None})
+    points = [(f"{sweep}[{p['value']}]", p) for sweep in ("windows", "heads") for p in table.get(sweep) or []]
+    if table.get("baseline"):  # scored by --baseline (its line)
+        points.append(("baseline", table["baseline"]))
+    for name, p in points:
+        per = [point_metrics(_lines(h, "system output"), refs, tok)["bleu"] for h in p["hyps"]]
+        mean, std = mean_std(per)
+        cmp.same(f"{where}.{name}", {k: p[k] for k in ("bleu_per_seed", "bleu", "bleu_std")},
+                 {"bleu_per_seed": per, "bleu": mean, "bleu_std": std if len(per) > 1 else None})
+    if table.get("baseline"):
+        cmp.same(f"{where}.baseline_bleu", table["baseline_bleu"], table["baseline"]["bleu"])
 
 
 def rescore(table_path: str, scratch: Optional[str] = None) -> Comparison:

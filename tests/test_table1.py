@@ -155,14 +155,22 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     seed2.mkdir()
     (seed2 / "run.json").write_text(json.dumps(rec))
     (seed2 / "hyp.txt").write_text("\n".join(perturbed(refs, 99, 0.3)) + "\n")
+    # the baseline's line from its runs (two seeds), scored as the points are
+    bases = []
+    for seed, p in ((1, 0.7), (2, 0.65)):
+        d = tmp_path / f"base_seed{seed}"
+        write_record(d, table1.ROW_BY_KEY["baseline"].arch, seed=seed)
+        (d / "hyp.txt").write_text("\n".join(perturbed(refs, 50 + seed, p)) + "\n")
+        bases.append(str(d))
     ref = str(tmp_path / "ref")
     assert paper.main(["figure2", "--ref", ref, "--window", f"11={runs['w11']}", f"3={runs['w3']}",
                        "--heads", f"1={runs['h1']}", f"3={runs['h3']}", f"3={seed2}", "--png", str(tmp_path / "f2.png"),
-                       "--json", str(tmp_path / "f2.json"), "--md", str(tmp_path / "f2.md")]) == 0
+                       "--json", str(tmp_path / "f2.json"), "--md", str(tmp_path / "f2.md"), "--baseline", *bases]) == 0
     assert (tmp_path / "f2.png").read_bytes()[:8] == PNG
     f2 = load_table(str(tmp_path / "f2.json"))  # its paths relative to its folder, read back
     assert [p["value"] for p in f2["windows"]] == [3, 11] and [p["value"] for p in f2["heads"]] == [1, 3]
-    for p in f2["windows"] + f2["heads"]:
+    assert f2["baseline"]["run_dirs"] == bases and f2["baseline_bleu"] == f2["baseline"]["bleu"]
+    for p in f2["windows"] + f2["heads"] + [f2["baseline"]]:
         per = [sacrebleu.corpus_bleu(read(os.path.join(d, "hyp.txt")), [refs]).score for d in p["run_dirs"]]
         assert p["bleu_per_seed"] == pytest.approx(per)
         mean = sum(per) / len(per)
@@ -176,7 +184,10 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
     study_bundle.export(str(tmp_path / "f2.json"), str(tmp_path / "results"), "f2")
     committed = tmp_path / "results" / "f2.json"
     cmp = study_bundle.rescore(str(committed))
-    assert cmp.diffs == [] and cmp.checked == sum(len(p["seeds"]) + 2 for p in f2["windows"] + f2["heads"])  # seeds, mean, std
+    base = f2["baseline"]
+    assert f"| baseline | - | 2 | {base['bleu']:.2f} ± {base['bleu_std']:.2f} |" in (tmp_path / "f2.md").read_text()
+    assert cmp.diffs == [] and cmp.checked == sum(len(p["seeds"]) + 2 for p in f2["windows"] + f2["heads"] + [base]) + 1
+    # seeds, mean, std of each point and of the baseline; the line's value
     doc = json.loads(committed.read_text())
     doc["heads"][1]["bleu_per_seed"][1] += 0.01
     committed.write_text(json.dumps(doc))
@@ -213,7 +224,11 @@ def test_figure_commands_write_pngs(tmp_path, capsys):
                        (["--window", f"3={runs['h1']}"], f"--window 3 expects a csan1d run, but {runs['h1']} trained "
                                                          f"{csan2d}"),
                        (["--heads", f"3={runs['h1']}"], f"--heads 3 expects --csan-heads 3, but {runs['h1']}"),
-                       (["--window", f"3={runs['w3']}", f"3={runs['w3']}/"], "are the same run")):
+                       (["--window", f"3={runs['w3']}", f"3={runs['w3']}/"], "are the same run"),
+                       (["--window", f"3={runs['w3']}", "--baseline", str(runs["w11"])],
+                        f"--baseline expects a run of {table1.ROW_BY_KEY['baseline'].arch}, but {runs['w11']} trained"),
+                       (["--window", f"3={runs['w3']}", "--baseline", bases[0], "--baseline-bleu", "3"],
+                        "give --baseline RUN_DIR... (scored here) or --baseline-bleu, not both")):
         assert paper.main(["figure2", "--ref", ref, *args, "--png", str(tmp_path / "x.png")]) == 1
         assert says in capsys.readouterr().err
     assert not (tmp_path / "x.png").exists()

@@ -96,14 +96,26 @@ def cmd_figure2(args) -> None:
         label=f"--heads {v}", arch_contains="csan2d", flags={"csan_heads": v, "csan_window": args.window_2d}))
     if not windows and not heads:
         raise ValueError("give --window W=RUN_DIR and/or --heads N=RUN_DIR")
-    figures.plot_figure2(windows, heads, args.png, args.baseline_bleu, args.window_2d)
+    if args.baseline and args.baseline_bleu is not None:
+        raise ValueError("give --baseline RUN_DIR... (scored here) or --baseline-bleu, not both")
+    baseline, baseline_bleu = None, args.baseline_bleu
+    if args.baseline:  # its seeds scored like a point: the line's value is measured, never typed
+        base_arch = table1.ROW_BY_KEY[BASELINE].arch
+        baseline = figures.sweep_points(args.ref, [(0, d) for d in args.baseline], args.tokenize,
+                                        lambda _: dict(label="--baseline", arch=base_arch))[0]
+        del baseline["value"]
+        baseline_bleu = baseline["bleu"]
+    figures.plot_figure2(windows, heads, args.png, baseline_bleu, args.window_2d,
+                         None if baseline is None else len(baseline["seeds"]))
     data = {"ref": args.ref, "tokenize": args.tokenize, "window_2d": args.window_2d, "windows": windows,
-            "heads": heads, "baseline_bleu": args.baseline_bleu}
+            "heads": heads, "baseline_bleu": baseline_bleu, "baseline": baseline}
     for name, pts in (("1D-CSAN window", windows), ("2D-CSAN heads", heads)):
         for p in pts:
             stale = f" ‡ evaluated before its newest checkpoint ({p['stale']})" if p.get("stale") else ""
             spread = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f} (mean ± std of {len(p['seeds'])} seeds)"
             print(f"{name} {p['value']}: BLEU {p['bleu']:.2f}{spread}{stale}")
+    if baseline is not None:
+        print(f"baseline: BLEU {baseline['bleu']:.2f} (mean of {len(baseline['seeds'])} seed(s))")
     if args.md:
         write_text(args.md, figures.figure2_markdown(data) + "\n")
     if args.json:
@@ -272,7 +284,9 @@ def main(argv=None) -> int:
     p.add_argument("--window", nargs="+", default=[], metavar="W=RUN_DIR", help="1D-CSAN runs by window size")
     p.add_argument("--heads", nargs="+", default=[], metavar="N=RUN_DIR", help="2D-CSAN runs by attended heads")
     p.add_argument("--window-2d", type=int, default=11, help="the 2D-CSAN window of the head sweep (label)")
-    p.add_argument("--baseline-bleu", type=float, help="draw the baseline's BLEU as a line")
+    p.add_argument("--baseline", nargs="+", default=[], metavar="RUN_DIR",
+                   help="Table 1 baseline runs (its seeds), scored on --ref: their mean BLEU drawn as a line")
+    p.add_argument("--baseline-bleu", type=float, help="draw this BLEU as the baseline's line (typed, not scored)")
     p.add_argument("--png", required=True)
     p.set_defaults(fn=cmd_figure2)
 

@@ -342,6 +342,7 @@ def test_claims_command_joins_figure2_halves_trained_apart(tmp_path, capsys):
     other.write_text(json.dumps({"ref": str(other_ref), "tokenize": "13a", "window_2d": 11, "heads": heads}))
     refused = tmp_path / "refused.json"
     for given, message in (([a, both], f"--figure2: both {a} and {both} hold a windows sweep: give one of them"),
+                           ([b, b], f"--figure2 {b} given twice: give 2a's and 2b's files once each"),
                            ([a, str(other)], f"--figure2 {other}: scored on another reference or tokeniser than {a}")):
         capsys.readouterr()
         assert paper.main(["claims", "--figure2", *given, "--json", str(refused)]) == 1

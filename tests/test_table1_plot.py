@@ -41,12 +41,17 @@ def test_plot_table1_draws_each_rows_seeds_and_marks(tmp_path, capsys):
     assert said[1] == "Cnns: BLEU 15.10 (15.20, 15.00, 15.10) **" and said[3] == "my_row: BLEU 12.25 (12.25) "
 
 
-def test_plot_table1_refuses_another_json_in_one_line(tmp_path, capsys):
+def test_plot_table1_refuses_bad_input_in_one_line(tmp_path, capsys):
+    """Another JSON, a missing table, a PNG in a missing folder: one line naming the file, nothing written."""
     other = tmp_path / "figure2.json"
     other.write_text(json.dumps({"ref": "ref.txt", "windows": []}))
+    good, _ = table(tmp_path)
     png = tmp_path / "plot.png"
-    assert paper.main(["plot-table1", str(other), "--png", str(png)]) == 1
-    err = capsys.readouterr().err
-    assert err == (f"fairseq-attn-paper plot-table1: error: {other}: not a JSON of "
-                   "'fairseq-attn-paper table1 --json' (no rows)\n")
-    assert not png.exists()
+    for given, out, says in ((other, png, f"{other}: not a JSON of 'fairseq-attn-paper table1 --json' (no rows)"),
+                             (tmp_path / "no such.json", png, f"{tmp_path / 'no such.json'}: no such table"),
+                             (good, tmp_path / "nodir" / "p.png",
+                              f"{tmp_path / 'nodir' / 'p.png'}: folder {tmp_path / 'nodir'} does not exist")):
+        assert paper.main(["plot-table1", str(given), "--png", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"fairseq-attn-paper plot-table1: error: {says}") and err.count("\n") == 1
+        assert not png.exists() and not (tmp_path / "nodir").exists()

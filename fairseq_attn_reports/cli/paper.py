@@ -90,6 +90,7 @@ def cmd_table1(args) -> None:
 
 
 def cmd_figure2(args) -> None:
+    check_output_paths(args.png, args.json, args.md)  # before any scoring
     windows = figures.sweep_points(args.ref, _pairs(args.window, "--window", True), args.tokenize, lambda v: dict(
         label=f"--window {v}", arch_contains="csan1d", flags={"csan_window": v}))
     heads = figures.sweep_points(args.ref, _pairs(args.heads, "--heads", True), args.tokenize, lambda v: dict(
@@ -123,6 +124,9 @@ def cmd_figure2(args) -> None:
 
 
 def cmd_plot_table1(args) -> None:
+    if not os.path.isfile(args.table1):
+        raise FileNotFoundError(f"{args.table1}: no such table")
+    check_output_paths(args.png)
     table = load_table(args.table1)
     if not isinstance(table, dict) or not table.get("rows"):
         raise ValueError(f"{args.table1}: not a JSON of 'fairseq-attn-paper table1 --json' (no rows)")
@@ -232,6 +236,9 @@ def cmd_claims(args) -> None:
     if args.speed and not args.table1:
         raise ValueError("--speed decides Table 1's efficiency claim: give --table1 TABLE1.json too")
     check_output_paths(args.json, args.md)
+    twice = sorted({f for f in args.figure2 or [] if (args.figure2 or []).count(f) > 1})
+    if twice:
+        raise ValueError(f"--figure2 {twice[0]} given twice: give 2a's and 2b's files once each")
     with tempfile.TemporaryDirectory(prefix="claims.") as scratch:
         found = []
         if args.table1:

@@ -158,9 +158,9 @@ def system_hyps(ref_path: str, name: str, path: str, expect: Optional[Dict] = No
 
 
 def table1_points(table: Dict) -> List[Dict]:
-    """Table 1's rows, in the table's order, as plot points: each seed's BLEU, their mean, the row's
-    mark against the baseline (every seed pair; ``*`` / ``**``) and the pairs that carry it. The
-    table's ``baseline`` (its system) comes first."""
+    """Table 1's rows as plot points, the table's ``baseline`` (its system) first, the rest in the table's
+    order: each seed's BLEU, their mean, the row's mark against the baseline (every seed pair; ``*`` /
+    ``**``) and the pairs that carry it."""
     from .table1 import ROW_BY_KEY
 
     base = table.get("baseline")

@@ -130,17 +130,16 @@ def sweep_points(ref_path: str, runs: Sequence[Tuple[int, str]], tokenize: str =
 
 def figure2_markdown(data: Dict) -> str:
     """Figure 2's points as a table: BLEU on the validation set, mean ± sample std over seeds."""
+    def line(label, value, p):
+        std = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f}"
+        per = ", ".join(f"{s}: {b:.2f}" for s, b in zip(p["seeds"], p["bleu_per_seed"]))
+        return f"| {label} | {value} | {len(p['seeds'])} | {p['bleu']:.2f}{std} | {per} |"
+
     out = ["| sweep | value | seeds | BLEU (mean ± std) | BLEU per seed |", "|---|---:|---:|---:|---|"]
     for sweep, label in (("windows", "1D-CSAN window"), ("heads", f"2D-CSAN heads (window {data['window_2d']})")):
-        for p in data.get(sweep) or []:
-            std = "" if p["bleu_std"] is None else f" ± {p['bleu_std']:.2f}"
-            per = ", ".join(f"{s}: {b:.2f}" for s, b in zip(p["seeds"], p["bleu_per_seed"]))
-            out.append(f"| {label} | {p['value']} | {len(p['seeds'])} | {p['bleu']:.2f}{std} | {per} |")
-    b = data.get("baseline")
-    if b:
-        std = "" if b["bleu_std"] is None else f" ± {b['bleu_std']:.2f}"
-        per = ", ".join(f"{s}: {v:.2f}" for s, v in zip(b["seeds"], b["bleu_per_seed"]))
-        out.append(f"| baseline | - | {len(b['seeds'])} | {b['bleu']:.2f}{std} | {per} |")
+        out += [line(label, p["value"], p) for p in data.get(sweep) or []]
+    if data.get("baseline"):  # figure2 --baseline: scored like a point
+        out.append(line("baseline", "-", data["baseline"]))
     out += ["", f"sacreBLEU BLEU (tokenize {data.get('tokenize', '13a')}) of each run's translations of the "
             "validation set (the paper's Figure 2); mean ± sample standard deviation (n-1) over seeds."]
     return "\n".join(out)

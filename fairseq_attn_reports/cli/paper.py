@@ -30,7 +30,7 @@ import argparse
 import os
 import sys
 import tempfile
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_attn_records.command_line import Parser
 from fairseq_attn_records.metrics import parse_metrics
@@ -124,12 +124,8 @@ def cmd_figure2(args) -> None:
 
 
 def cmd_plot_table1(args) -> None:
-    if not os.path.isfile(args.table1):
-        raise FileNotFoundError(f"{args.table1}: no such table")
+    table = _load_study(args.table1, "--table1", named=False)  # its numbers alone: no outputs unpacked
     check_output_paths(args.png)
-    table = load_table(args.table1)
-    if not isinstance(table, dict) or not table.get("rows"):
-        raise ValueError(f"{args.table1}: not a JSON of 'fairseq-attn-paper table1 --json' (no rows)")
     points = figures.table1_points(table)
     figures.plot_table1(points, args.png, args.title or f"Table 1, BLEU per seed ({os.path.basename(args.table1)})")
     for p in points:
@@ -217,16 +213,21 @@ def _claims_figure2(studies: Sequence[Tuple[str, Dict]], args) -> List[Dict]:
 STUDY_KEYS = {"--table1": ("rows", "ref"), "--figure2": ("ref", "window_2d")}
 
 
-def _load_study(path: str, scratch: str, flag: str) -> Dict:
-    """A study's JSON: a committed one (study-export) read from its own outputs, unpacked into ``scratch``."""
+def _load_study(path: str, flag: str, scratch: Optional[str] = None, named: bool = True) -> Dict:
+    """A study's JSON, refused unless it holds what ``flag``'s command writes (:data:`STUDY_KEYS`, each
+    non-empty); a committed one (study-export) read from its own outputs, unpacked into ``scratch``, or
+    as it is without ``scratch``. ``named``: the error names the flag before the file."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such table")
-    unpacked = os.path.join(scratch, f"{len(os.listdir(scratch))}-{os.path.basename(path)}")  # two may share a name
-    table = with_outputs(path, unpacked) if is_committed(path) else load_table(path)
-    missing = [k for k in STUDY_KEYS[flag] if not isinstance(table, dict) or k not in table]
+    if scratch is not None and is_committed(path):  # two may share a name: each unpacked into its own folder
+        table = with_outputs(path, os.path.join(scratch, f"{len(os.listdir(scratch))}-{os.path.basename(path)}"))
+    else:
+        table = load_table(path)
+    missing = [k for k in STUDY_KEYS[flag] if not isinstance(table, dict) or table.get(k) in (None, [], "")]
     if missing:
         command = flag.lstrip("-")
-        raise ValueError(f"{flag} {path}: not a JSON of 'fairseq-attn-paper {command} --json' (no {', '.join(missing)})")
+        raise ValueError(f"{flag + ' ' if named else ''}{path}: not a JSON of 'fairseq-attn-paper {command} --json' "
+                         f"(no {', '.join(missing)})")
     return table
 
 
@@ -242,9 +243,9 @@ def cmd_claims(args) -> None:
     with tempfile.TemporaryDirectory(prefix="claims.") as scratch:
         found = []
         if args.table1:
-            found += _claims_table1(_load_study(args.table1, scratch, "--table1"), args)
+            found += _claims_table1(_load_study(args.table1, "--table1", scratch), args)
         if args.figure2:
-            found += _claims_figure2([(f, _load_study(f, scratch, "--figure2")) for f in args.figure2], args)
+            found += _claims_figure2([(f, _load_study(f, "--figure2", scratch)) for f in args.figure2], args)
     report = {"claims": found, "table1": args.table1, "figure2": args.figure2, "speed": args.speed,
               "bs_samples": args.bs_samples or 1000, "ar_trials": args.ar_trials or 10000}
     if args.table1:  # the tests' counts: the table's own unless given

@@ -335,6 +335,14 @@ def test_claims_command_joins_figure2_halves_trained_apart(tmp_path, capsys):
         verdicts.append([(found[k]["verdict"], [c["verdict"] for c in found[k]["comparisons"] + found[k]["parts"]])
                          for k in ("window_11", "heads")])
     assert verdicts[0] == verdicts[1] == verdicts[2] == [(HOLDS, [HOLDS, HOLDS]), (HOLDS, [HOLDS, HOLDS])]
+    # the head sweep's window is its own file's, whichever order the files come in
+    b9 = tmp_path / "b9.json"
+    b9.write_text(json.dumps(dict(json.loads(open(b).read()), window_2d=9)))
+    for given in ([a, str(b9)], [str(b9), a]):
+        out = tmp_path / "claims.json"
+        assert paper.main(["claims", "--figure2", *given, "--bs-samples", "50", "--ar-trials", "50",
+                           "--json", str(out)]) == 0
+        assert by_id(json.loads(out.read_text())["claims"])["heads"]["rule"].startswith("at window 9: ")
 
     other_ref = tmp_path / "other_ref.txt"
     other_ref.write_text("\n".join(REFS[::-1]) + "\n")

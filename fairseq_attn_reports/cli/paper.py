@@ -189,7 +189,7 @@ def _claims_figure2(studies: Sequence[Tuple[str, Dict]], args) -> List[Dict]:
     Each sweep comes from one file; the files must score the same reference with the same tokeniser."""
     sweeps: Dict[str, Dict] = {"windows": {}, "heads": {}}
     given: Dict[str, str] = {}
-    first, refs, tokenize = None, None, None
+    first, refs, tokenize, window_2d = None, None, None, 11
     for path, data in studies:
         own = read_text_lines(data["ref"], "reference")
         if first is None:
@@ -204,7 +204,8 @@ def _claims_figure2(studies: Sequence[Tuple[str, Dict]], args) -> List[Dict]:
             if points:
                 given[kind] = path
                 sweeps[kind] = {p["value"]: _read_runs(p["hyps"], p["seeds"]) for p in points}
-    window_2d = dict(studies)[given["heads"]].get("window_2d", 11) if "heads" in given else 11
+                if kind == "heads":  # the head sweep's window
+                    window_2d = data.get("window_2d", 11)
     return claims.figure2_claims(sweeps["windows"], sweeps["heads"], refs, tokenize,
                                  args.bs_samples or 1000, args.ar_trials or 10000, window_2d)
 
